@@ -1,0 +1,115 @@
+"""The backend contract (DESIGN.md invariant 3).
+
+A backend is thin and honest: it starts an attempt, reports its state, returns log
+bytes from an offset, and stops it with a grace period. It knows nothing of jobs'
+retries, trials or plans — the runtime decides what an ending *means*.
+
+Contract every implementation keeps (checked by ``tests/conformance.py``):
+
+* ``start`` returns quickly with an ``external_id`` that stays valid across processes:
+  another process (a later CLI call) can ``poll``/``stop``/``read_log`` with it.
+* ``start`` launches at most once per ``LaunchRequest.key``; the attempt must outlive
+  the calling process.
+* ``poll`` is idempotent and cheap. Once it reports ``exited`` or ``lost`` the result
+  never changes.
+* ``stop`` is idempotent; it sends SIGTERM (or the engine's equivalent), waits
+  ``grace`` seconds, then kills. It does not block for the grace period.
+* ``read_log(offset, max_bytes)`` returns stdout+stderr interleaved, as bytes.
+* Methods may be called from several threads and processes at once.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Literal
+
+AttemptState = Literal["starting", "running", "exited", "lost"]
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend can do, so callers ask instead of guessing."""
+
+    gpus: bool = False
+    preemption: bool = False  # we may stop attempts to make room (needs our scheduler's placement)
+    multi_node: bool = False
+    containers: bool = False
+    logs_follow: bool = False
+    places: bool = True  # True: our scheduler picks node + GPU slots; False: the engine schedules
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    gpu_ids: tuple[str, ...] = ()
+    cpus: float = 0.0
+    memory: int = 0  # MB
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    key: str  # unique per attempt, e.g. "12.1"
+    argv: list[str]
+    env: dict[str, str]  # complete environment of the attempt
+    workdir: str
+    log_path: str
+    run_dir: str  # a directory the backend may use for this attempt's bookkeeping
+    node: str | None = None
+    gpu_ids: tuple[str, ...] = ()
+    nodes: int = 1
+    timeout: float | None = None
+    grace: float = 10.0
+    on_exit: list[str] | None = None  # argv to run once the attempt has ended (best effort)
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptStatus:
+    state: AttemptState
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    stopped: bool = False  # ended after a stop() we sent
+    started_at: float | None = None
+    ended_at: float | None = None
+    peak_rss_mb: float | None = None
+    detail: str = ""
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ("exited", "lost")
+
+
+class Backend(abc.ABC):
+    """Base class of every backend; see the module docstring for the contract."""
+
+    name: str = "?"
+    capabilities: Capabilities = Capabilities()
+
+    @abc.abstractmethod
+    def nodes(self) -> list[NodeInfo]:
+        """The places attempts can run, with their GPU slot ids."""
+
+    @abc.abstractmethod
+    def start(self, request: LaunchRequest) -> str:
+        """Launch the attempt; return its external id."""
+
+    @abc.abstractmethod
+    def poll(self, external_id: str) -> AttemptStatus:
+        """Current state of one attempt."""
+
+    @abc.abstractmethod
+    def read_log(self, external_id: str, offset: int = 0, max_bytes: int = 1 << 20) -> bytes:
+        """Log bytes from ``offset`` (stdout and stderr interleaved)."""
+
+    @abc.abstractmethod
+    def stop(self, external_id: str, grace: float | None = None) -> None:
+        """SIGTERM now, SIGKILL after ``grace`` seconds (the request's grace when None)."""
+
+    def log_size(self, external_id: str) -> int:
+        """Bytes of log written so far (for paging from the end)."""
+        return len(self.read_log(external_id, 0, 1 << 62))
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release clients or connections the backend holds."""

@@ -1,0 +1,161 @@
+"""The local backend: attempts run on this host under a detached supervisor.
+
+GPUs come from NVML when a driver is present, otherwise ``AUTORESEARCH_GPUS=N``
+declares N slots (how development and tests get GPUs on a machine without one).
+The external id of an attempt is its run dir, so any process can poll or stop it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from functools import lru_cache
+
+from autoresearch.backends import _supervisor as sup
+from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo
+from autoresearch.errors import BackendError, SpecError
+
+START_GRACE_S = 15.0  # a run dir with no state.json after this long lost its supervisor
+
+
+@lru_cache(maxsize=1)
+def _nvml_gpus() -> tuple[str, ...]:
+    try:
+        import pynvml  # nvidia-ml-py; only imported when AUTORESEARCH_GPUS is unset
+
+        pynvml.nvmlInit()
+        try:
+            return tuple(str(i) for i in range(pynvml.nvmlDeviceGetCount()))
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no driver, no library: no GPUs
+        return ()
+
+
+def local_gpu_ids() -> tuple[str, ...]:
+    declared = os.environ.get("AUTORESEARCH_GPUS")
+    if declared is not None and declared.strip() != "":
+        try:
+            count = int(declared)
+        except ValueError:
+            raise SpecError(
+                f"AUTORESEARCH_GPUS={declared!r} is not a number", hint="set AUTORESEARCH_GPUS=N, e.g. 2"
+            ) from None
+        if count < 0:
+            raise SpecError("AUTORESEARCH_GPUS must be >= 0", hint="set AUTORESEARCH_GPUS=N, e.g. 2")
+        return tuple(str(i) for i in range(count))
+    return _nvml_gpus()
+
+
+def _memory_mb() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20)
+    except (ValueError, OSError):
+        return 0
+
+
+class LocalBackend(Backend):
+    name = "local"
+    capabilities = Capabilities(gpus=True, preemption=True, multi_node=False, logs_follow=True, places=True)
+
+    def __init__(self, node_name: str | None = None) -> None:
+        self.node_name = node_name or os.environ.get("AUTORESEARCH_NODE") or socket.gethostname() or "local"
+
+    def nodes(self) -> list[NodeInfo]:
+        return [NodeInfo(self.node_name, local_gpu_ids(), float(os.cpu_count() or 1), _memory_mb())]
+
+    def start(self, request: LaunchRequest) -> str:
+        if request.nodes > 1:
+            raise BackendError("the local backend runs single-node jobs", hint="use nodes: 1, or a multi-node backend")
+        if os.path.exists(os.path.join(request.run_dir, sup.STATE)):
+            return request.run_dir  # already launched: never twice for one key
+        os.makedirs(request.run_dir, exist_ok=True)
+        os.makedirs(os.path.dirname(request.log_path), exist_ok=True)
+        sup.write_json(
+            os.path.join(request.run_dir, "request.json"),
+            {"key": request.key, "created_at": time.time(), "log_path": request.log_path},
+        )
+        sup.launch(
+            {
+                "argv": request.argv,
+                "env": request.env,
+                "workdir": request.workdir,
+                "log_path": request.log_path,
+                "run_dir": request.run_dir,
+                "timeout": request.timeout,
+                "grace": request.grace,
+                "on_exit": request.on_exit,
+            }
+        )
+        return request.run_dir
+
+    def poll(self, external_id: str) -> AttemptStatus:
+        done = sup.read_json(os.path.join(external_id, sup.EXIT))
+        if done is not None:
+            return AttemptStatus(
+                "exited",
+                exit_code=done.get("exit_code"),
+                signal=done.get("signal"),
+                timed_out=bool(done.get("timed_out")),
+                stopped=bool(done.get("stopped")),
+                started_at=done.get("started_at"),
+                ended_at=done.get("ended_at"),
+                peak_rss_mb=done.get("peak_rss_mb"),
+            )
+        state = sup.read_json(os.path.join(external_id, sup.STATE))
+        if state is None:
+            request = sup.read_json(os.path.join(external_id, "request.json")) or {}
+            created = float(request.get("created_at") or 0.0)
+            if created and time.time() - created < START_GRACE_S:
+                return AttemptStatus("starting")
+            return AttemptStatus("lost", ended_at=time.time(), detail="supervisor never started")
+        if sup.is_alive(int(state["supervisor_pid"]), state.get("supervisor_start")):
+            return AttemptStatus("running", started_at=state.get("started_at"))
+        # The supervisor may have finished between our two reads.
+        done = sup.read_json(os.path.join(external_id, sup.EXIT))
+        if done is not None:
+            return self.poll(external_id)
+        return AttemptStatus(
+            "lost", started_at=state.get("started_at"), ended_at=time.time(), detail="supervisor died (killed or node restarted)"
+        )
+
+    def read_log(self, external_id: str, offset: int = 0, max_bytes: int = 1 << 20) -> bytes:
+        try:
+            with open(self._log_path(external_id), "rb") as f:
+                f.seek(offset)
+                return f.read(max_bytes)
+        except FileNotFoundError:
+            return b""
+
+    def log_size(self, external_id: str) -> int:
+        try:
+            return os.path.getsize(self._log_path(external_id))
+        except OSError:
+            return 0
+
+    def stop(self, external_id: str, grace: float | None = None) -> None:
+        stop: dict[str, float] = {"requested_at": time.time()}
+        if grace is not None:
+            stop["grace"] = grace
+        sup.write_json(os.path.join(external_id, sup.STOP), stop)
+        state = sup.read_json(os.path.join(external_id, sup.STATE))
+        if state is None or os.path.exists(os.path.join(external_id, sup.EXIT)):
+            return  # not started yet (it reads stop.json) or already over
+        if sup.is_alive(int(state["supervisor_pid"]), state.get("supervisor_start")):
+            try:
+                os.kill(int(state["supervisor_pid"]), signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        else:
+            # Lost supervisor: nobody enforces the grace period, so end the orphans now.
+            try:
+                os.killpg(int(state["pgid"]), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    @staticmethod
+    def _log_path(external_id: str) -> str:
+        request = sup.read_json(os.path.join(external_id, "request.json")) or {}
+        return str(request.get("log_path") or os.path.join(external_id, "missing.log"))

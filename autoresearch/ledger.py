@@ -1,0 +1,291 @@
+"""The ledger: SQLite in WAL mode, the single source of truth (DESIGN.md invariant 1).
+
+Every state change is a transaction *before* it becomes an action. Many processes
+(CLI calls, the MCP server, the loop, attempt supervisors) open the same file;
+writes use ``BEGIN IMMEDIATE`` so they serialize instead of deadlocking, and the
+scheduling pass additionally holds an exclusive file lock (:meth:`Ledger.pass_lock`).
+
+Stdlib only: a status read must not pay for pydantic or mlflow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from autoresearch.errors import LedgerError
+
+BUSY_TIMEOUT_S = 15.0
+
+# (name, SQL) pairs, applied once each in list order and remembered in the
+# ``migrations`` table. Append only; never edit one that has shipped. Components
+# (tracking, loop) add their own named entries, so their order does not matter.
+MIGRATIONS: list[tuple[str, str]] = [
+    ("core-1", """
+    CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL,
+        state TEXT NOT NULL,
+        priority TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        gpus INTEGER NOT NULL,
+        nodes INTEGER NOT NULL,
+        cpus REAL NOT NULL DEFAULT 0,
+        memory INTEGER NOT NULL DEFAULT 0,
+        experiment TEXT NOT NULL DEFAULT '',
+        project TEXT NOT NULL DEFAULT '',
+        backend TEXT NOT NULL,
+        submitted_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        started_at REAL,
+        ended_at REAL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        retries_used INTEGER NOT NULL DEFAULT 0,
+        exit_code INTEGER,
+        end_reason TEXT,
+        cancel_requested INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX jobs_by_state ON jobs(state, id);
+    CREATE INDEX jobs_by_experiment ON jobs(experiment, id);
+    CREATE TABLE attempts (
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        n INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        node TEXT,
+        gpu_ids TEXT NOT NULL DEFAULT '[]',
+        external_id TEXT,
+        log_path TEXT NOT NULL,
+        metrics_path TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        started_at REAL,
+        ended_at REAL,
+        exit_code INTEGER,
+        signal INTEGER,
+        end_reason TEXT,
+        stop_reason TEXT,
+        detail TEXT,
+        peak_rss_mb REAL,
+        metrics_offset INTEGER NOT NULL DEFAULT 0,
+        log_offset INTEGER NOT NULL DEFAULT 0,
+        log_steps TEXT NOT NULL DEFAULT '{}',
+        PRIMARY KEY (job_id, n)
+    );
+    CREATE INDEX attempts_by_state ON attempts(state);
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        ts REAL NOT NULL,
+        job_id INTEGER,
+        attempt INTEGER,
+        kind TEXT NOT NULL,
+        data TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE INDEX events_by_job ON events(job_id, id);
+    CREATE TABLE nodes (
+        name TEXT PRIMARY KEY,
+        backend TEXT NOT NULL,
+        gpus INTEGER NOT NULL,
+        gpu_ids TEXT NOT NULL,
+        cpus REAL NOT NULL,
+        memory INTEGER NOT NULL,
+        state TEXT NOT NULL DEFAULT 'healthy',
+        reason TEXT NOT NULL DEFAULT '',
+        updated_at REAL NOT NULL
+    );
+    CREATE TABLE metrics (
+        job_id INTEGER NOT NULL,
+        attempt INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        step INTEGER NOT NULL,
+        value REAL,
+        ts REAL NOT NULL,
+        source TEXT NOT NULL
+    );
+    CREATE INDEX metrics_by_job ON metrics(job_id, name, step);
+    """),
+    ("loop-1", """
+    CREATE TABLE loops (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL UNIQUE,
+        plan TEXT NOT NULL,
+        state TEXT NOT NULL,
+        experiment TEXT NOT NULL DEFAULT '',
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE TABLE decisions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        loop_id INTEGER NOT NULL REFERENCES loops(id),
+        kind TEXT NOT NULL,
+        inputs TEXT NOT NULL DEFAULT '{}',
+        outputs TEXT NOT NULL DEFAULT '{}',
+        rationale TEXT NOT NULL DEFAULT '',
+        proposer TEXT NOT NULL DEFAULT '{}',
+        tokens_in INTEGER NOT NULL DEFAULT 0,
+        tokens_out INTEGER NOT NULL DEFAULT 0,
+        cost_usd REAL NOT NULL DEFAULT 0,
+        latency_s REAL NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX decisions_by_loop ON decisions(loop_id, id);
+    CREATE TABLE trials (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        loop_id INTEGER NOT NULL REFERENCES loops(id),
+        job_id INTEGER REFERENCES jobs(id),
+        decision_id INTEGER REFERENCES decisions(id),
+        parent_trial INTEGER REFERENCES trials(id),
+        params TEXT NOT NULL DEFAULT '{}',
+        patch TEXT,
+        seed INTEGER,
+        proposer TEXT NOT NULL DEFAULT '',
+        state TEXT NOT NULL,
+        objective REAL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX trials_by_loop ON trials(loop_id, id);
+    CREATE INDEX trials_by_job ON trials(job_id);
+    """),
+]
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("AUTORESEARCH_HOME") or Path.home() / ".autoresearch").expanduser()
+
+
+class Ledger:
+    """A handle on ``$AUTORESEARCH_HOME/ledger.db``; one SQLite connection per thread."""
+
+    def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
+        self.home = Path(home).expanduser() if home else default_home()
+        self.path = self.home / "ledger.db"
+        self._local = threading.local()
+        try:
+            self.home.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise LedgerError(
+                f"cannot create {self.home}: {err.strerror}", hint="set AUTORESEARCH_HOME to a writable directory"
+            ) from None
+        self._migrate()
+
+    # -- connections and transactions -------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and getattr(self._local, "pid", None) == os.getpid():
+            return conn
+        try:
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.DatabaseError as err:
+            raise self._explain(err) from None
+        self._local.conn = conn
+        self._local.pid = os.getpid()
+        return conn
+
+    def _explain(self, err: sqlite3.Error) -> LedgerError:
+        text = str(err)
+        if "locked" in text or "busy" in text:
+            return LedgerError(
+                f"the ledger {self.path} stayed locked for {BUSY_TIMEOUT_S:.0f} s",
+                hint="another autoresearch process holds a long write; retry, or find it with `fuser` on the file",
+            )
+        if "not a database" in text or "malformed" in text or "corrupt" in text:
+            return LedgerError(
+                f"the ledger {self.path} is corrupt ({text})",
+                hint=f"move it aside (mv {self.path} {self.path}.bad) to start a fresh one, or restore a backup",
+            )
+        return LedgerError(f"ledger error: {text}", hint=f"check that {self.path} is on a writable local disk")
+
+    @contextlib.contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction (``BEGIN IMMEDIATE``): all or nothing."""
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as err:
+            raise self._explain(err) from None
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as err:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise self._explain(err) from None
+
+    def query(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
+        try:
+            return self._connect().execute(sql, params).fetchall()
+        except sqlite3.Error as err:
+            raise self._explain(err) from None
+
+    def one(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> sqlite3.Row | None:
+        rows = self.query(sql, params)
+        return rows[0] if rows else None
+
+    def _migrate(self) -> None:
+        conn = self._connect()
+        try:
+            # user_version counts applied migrations: one cheap read on the fast path.
+            if conn.execute("PRAGMA user_version").fetchone()[0] >= len(MIGRATIONS):
+                return
+            with self.tx() as c:
+                c.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+                done = {r[0] for r in c.execute("SELECT name FROM migrations")}
+                for name, sql in MIGRATIONS:
+                    if name in done:
+                        continue
+                    for statement in sql.split(";"):
+                        if statement.strip():
+                            c.execute(statement)
+                    c.execute("INSERT INTO migrations(name, applied_at) VALUES (?,?)", (name, time.time()))
+                c.execute(f"PRAGMA user_version={len(MIGRATIONS)}")
+        except sqlite3.Error as err:
+            raise self._explain(err) from None
+
+    # -- the scheduling-pass lock -----------------------------------------------------
+
+    @contextlib.contextmanager
+    def pass_lock(self, wait: bool = True) -> Iterator[bool]:
+        """Exclusive lock for one reconcile + scheduling pass across processes.
+
+        Yields False (without the lock) when ``wait`` is False and another process holds it:
+        that process is doing the same pass right now.
+        """
+        fd = os.open(self.home / "pass.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
+
+    # -- small helpers used across modules --------------------------------------------
+
+    @staticmethod
+    def event(conn: sqlite3.Connection, kind: str, job_id: int | None = None, attempt: int | None = None,
+              **data: object) -> None:
+        conn.execute(
+            "INSERT INTO events(ts, job_id, attempt, kind, data) VALUES (?,?,?,?,?)",
+            (time.time(), job_id, attempt, kind, json.dumps(data, default=str)),
+        )
+
+    def job_dir(self, job_id: int) -> Path:
+        return self.home / "jobs" / str(job_id)

@@ -1,0 +1,362 @@
+"""The engine: one reconcile + scheduling pass over the ledger and a backend.
+
+Nobody has to keep a terminal open (see docs/DESIGN-NOTES.md): a pass runs
+
+* at the end of every submit and cancel (CLI, MCP, Python API), and on every read
+  that can see stale state (``status``, ``list``, ``nodes``) when no other pass is
+  running — reads never wait for the lock;
+* when an attempt ends: its supervisor execs ``python -m autoresearch.runtime``,
+  which reconciles that ending and starts whatever can start now.
+
+A pass holds an exclusive file lock, so two processes never place the same job,
+and every action is written to the ledger before it is taken (write-ahead).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal as _signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from autoresearch import metrics as M
+from autoresearch import scheduler as S
+from autoresearch.backends import AttemptStatus, Backend, LaunchRequest, get_backend
+from autoresearch.errors import AutoresearchError
+from autoresearch.ledger import Ledger
+
+ACTIVE = ("starting", "running")
+FINAL = ("succeeded", "failed", "cancelled")
+LOG_CHUNK = 4 << 20
+_INTERNAL_ENV = ("AUTORESEARCH_JOB_ID", "AUTORESEARCH_ATTEMPT", "AUTORESEARCH_METRICS_FILE",
+                 "AUTORESEARCH_CHECKPOINT_DIR", "AUTORESEARCH_NODE", "CUDA_VISIBLE_DEVICES")
+
+
+class Runtime:
+    def __init__(self, home: str | os.PathLike[str] | None = None, backend: Backend | str | None = None) -> None:
+        self.ledger = Ledger(home)
+        if backend is None or isinstance(backend, str):
+            backend = get_backend(backend or os.environ.get("AUTORESEARCH_BACKEND") or "local")
+        self.backend = backend
+
+    # -- the pass -----------------------------------------------------------------------
+
+    def tick(self, wait: bool = True) -> bool:
+        """Reconcile, refresh nodes, schedule. False if skipped (another pass is running)."""
+        with self.ledger.pass_lock(wait=wait) as locked:
+            if not locked:
+                return False
+            self.reconcile()
+            self.refresh_nodes()
+            self.schedule()
+            return True
+
+    def reconcile(self) -> None:
+        rows = self.ledger.query(
+            "SELECT a.*, j.priority, j.spec, j.retries_used, j.cancel_requested FROM attempts a "
+            "JOIN jobs j ON j.id = a.job_id WHERE a.state IN ('starting','running')"
+        )
+        for att in rows:
+            status = self.backend.poll(att["external_id"])
+            if status.ended:
+                if status.state == "lost":
+                    self.backend.stop(att["external_id"], 0)  # end orphans nobody supervises
+                self.finalize(att, status)
+            elif status.state == "running" and att["state"] == "starting":
+                with self.ledger.tx() as c:
+                    now = time.time()
+                    started = status.started_at or now
+                    c.execute("UPDATE attempts SET state='running', started_at=? WHERE job_id=? AND n=? "
+                              "AND state='starting'", (started, att["job_id"], att["n"]))
+                    c.execute("UPDATE jobs SET state='running', started_at=COALESCE(started_at, ?), updated_at=? "
+                              "WHERE id=? AND state='starting'", (started, now, att["job_id"]))
+
+    def refresh_nodes(self) -> None:
+        now = time.time()
+        seen = self.backend.nodes()
+        with self.ledger.tx() as c:
+            for node in seen:
+                c.execute(
+                    "INSERT INTO nodes(name, backend, gpus, gpu_ids, cpus, memory, state, reason, updated_at) "
+                    "VALUES (?,?,?,?,?,?,'healthy','',?) ON CONFLICT(name) DO UPDATE SET gpus=excluded.gpus, "
+                    "gpu_ids=excluded.gpu_ids, cpus=excluded.cpus, memory=excluded.memory, "
+                    "updated_at=excluded.updated_at, "
+                    "state=CASE WHEN nodes.state='down' THEN 'healthy' ELSE nodes.state END",
+                    (node.name, self.backend.name, len(node.gpu_ids), json.dumps(node.gpu_ids), node.cpus,
+                     node.memory, now),
+                )
+            names = [n.name for n in seen]
+            c.execute(
+                f"UPDATE nodes SET state='down', reason='not reported by backend', updated_at=? "
+                f"WHERE backend=? AND state!='down' AND name NOT IN ({','.join('?' * len(names))})",
+                (now, self.backend.name, *names),
+            )
+
+    def schedule(self) -> S.Decisions:
+        now = time.time()
+        nodes = [
+            S.NodeState(r["name"], tuple(json.loads(r["gpu_ids"])), r["cpus"], r["memory"],
+                        r["state"] in ("healthy", "degraded"))
+            for r in self.ledger.query("SELECT * FROM nodes WHERE backend=?", (self.backend.name,))
+        ]
+        pending = [
+            S.Pending(r["id"], r["priority"], r["gpus"], r["nodes"], r["cpus"], r["memory"], now - r["updated_at"])
+            for r in self.ledger.query(
+                "SELECT id, priority, gpus, nodes, cpus, memory, updated_at FROM jobs "
+                "WHERE state='queued' AND backend=? ORDER BY id", (self.backend.name,))
+        ]
+        if not pending:
+            return S.Decisions()
+        running = [
+            S.Running(r["job_id"], r["n"], r["priority"], ((r["node"], tuple(json.loads(r["gpu_ids"]))),),
+                      r["started_at"] or r["created_at"], r["cpus"], r["memory"], r["stop_reason"] is not None)
+            for r in self.ledger.query(
+                "SELECT a.job_id, a.n, a.node, a.gpu_ids, a.started_at, a.created_at, a.stop_reason, "
+                "j.priority, j.cpus, j.memory FROM attempts a JOIN jobs j ON j.id=a.job_id "
+                "WHERE a.state IN ('starting','running') AND j.backend=?", (self.backend.name,))
+        ]
+        if not self.backend.capabilities.places:
+            # The engine schedules (Slurm, Ray): hand it everything in priority order.
+            everything = [S.Placement(p.job_id, ()) for p in sorted(pending, key=lambda p: (S.RANK[p.priority], p.job_id))]
+            decisions = S.Decisions(placements=everything)
+        else:
+            decisions = S.schedule(pending, nodes, running)
+        for pre in decisions.preemptions:
+            self.request_stop(pre.job_id, pre.attempt, "preempted", for_job=pre.for_job)
+        for placement in decisions.placements:
+            self.launch(placement)
+        return decisions
+
+    # -- actions ------------------------------------------------------------------------
+
+    def launch(self, placement: S.Placement) -> None:
+        job_id = placement.job_id
+        job_dir = self.ledger.job_dir(job_id)
+        node, gpu_ids = placement.alloc[0] if placement.alloc else (None, ())
+        with self.ledger.tx() as c:
+            job = c.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+            if job is None or job["state"] != "queued" or job["cancel_requested"]:
+                return
+            n = job["attempts"] + 1
+            run_dir = str(job_dir / f"attempt-{n}")
+            log_path = str(job_dir / f"attempt-{n}.log")
+            metrics_path = str(job_dir / f"attempt-{n}.metrics.jsonl")
+            c.execute(
+                "INSERT INTO attempts(job_id, n, state, node, gpu_ids, external_id, log_path, metrics_path, "
+                "created_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                (job_id, n, "starting", node, json.dumps(list(gpu_ids)), run_dir, log_path, metrics_path, time.time()),
+            )
+            c.execute("UPDATE jobs SET state='starting', attempts=?, updated_at=? WHERE id=?", (n, time.time(), job_id))
+            Ledger.event(c, "launch", job_id, n, node=node, gpus=list(gpu_ids))
+        spec: dict[str, Any] = json.loads(job["spec"])
+        env = self._attempt_env(job_id, n, spec, node, gpu_ids, metrics_path)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        request = LaunchRequest(
+            key=f"{job_id}.{n}", argv=_argv(spec), env=env, workdir=spec["workdir"], log_path=log_path,
+            run_dir=run_dir, node=node, gpu_ids=tuple(gpu_ids), nodes=int(spec.get("nodes", 1)),
+            timeout=spec.get("timeout"), grace=float(spec.get("grace", 10.0)),
+            on_exit=[sys.executable, "-m", "autoresearch.runtime", "--home", str(self.ledger.home),
+                     "--backend", self.backend.name],
+        )
+        try:
+            _prepare_mounts(spec)
+            external_id = self.backend.start(request)
+        except (AutoresearchError, OSError) as err:
+            row = self.ledger.one("SELECT a.*, j.priority, j.spec, j.retries_used, j.cancel_requested FROM attempts a "
+                                  "JOIN jobs j ON j.id=a.job_id WHERE a.job_id=? AND a.n=?", (job_id, n))
+            assert row is not None
+            self.finalize(row, AttemptStatus("lost", ended_at=time.time(), detail=f"could not start: {err}"))
+            return
+        if external_id != run_dir:
+            with self.ledger.tx() as c:
+                c.execute("UPDATE attempts SET external_id=? WHERE job_id=? AND n=?", (external_id, job_id, n))
+
+    def _attempt_env(self, job_id: int, n: int, spec: dict[str, Any], node: str | None, gpu_ids: tuple[str, ...],
+                     metrics_path: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in _INTERNAL_ENV}
+        env.update(spec.get("env") or {})
+        env.update(
+            AUTORESEARCH_HOME=str(self.ledger.home), AUTORESEARCH_JOB_ID=str(job_id), AUTORESEARCH_ATTEMPT=str(n),
+            AUTORESEARCH_METRICS_FILE=metrics_path, PYTHONUNBUFFERED="1",
+        )
+        if node:
+            env["AUTORESEARCH_NODE"] = node
+        if self.backend.capabilities.places:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
+        checkpoint = checkpoint_dir(self.ledger.home, job_id, spec)
+        if checkpoint:
+            Path(checkpoint).mkdir(parents=True, exist_ok=True)
+            env["AUTORESEARCH_CHECKPOINT_DIR"] = checkpoint
+        return env
+
+    def request_stop(self, job_id: int, n: int, reason: str, **data: object) -> None:
+        """Record why an attempt is being stopped, then stop it (write-ahead)."""
+        with self.ledger.tx() as c:
+            att = c.execute("SELECT * FROM attempts WHERE job_id=? AND n=?", (job_id, n)).fetchone()
+            if att is None or att["state"] not in ACTIVE:
+                return
+            if att["stop_reason"] is None:
+                c.execute("UPDATE attempts SET stop_reason=? WHERE job_id=? AND n=?", (reason, job_id, n))
+            Ledger.event(c, "stop", job_id, n, reason=reason, **data)
+        self.backend.stop(att["external_id"])
+
+    def finalize(self, att: Any, status: AttemptStatus) -> None:
+        """Record how an attempt ended and what that means for its job."""
+        job_id, n = att["job_id"], att["n"]
+        self.ingest_attempt(att, final=True)
+        spec = json.loads(att["spec"])
+        reason, detail = classify(att, status)
+        with self.ledger.tx() as c:
+            job = c.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+            current = c.execute("SELECT state FROM attempts WHERE job_id=? AND n=?", (job_id, n)).fetchone()
+            if current is None or current["state"] == "ended":
+                return  # another pass got here first
+            now = time.time()
+            c.execute(
+                "UPDATE attempts SET state='ended', started_at=COALESCE(started_at, ?), ended_at=?, exit_code=?, "
+                "signal=?, end_reason=?, detail=?, peak_rss_mb=? WHERE job_id=? AND n=?",
+                (status.started_at, status.ended_at or now, status.exit_code, status.signal, reason, detail,
+                 status.peak_rss_mb, job_id, n),
+            )
+            retries = job["retries_used"]
+            retryable = reason == "infra" or (
+                reason == "exit" and status.exit_code in (spec.get("retry_on_exit_codes") or []))
+            if job["cancel_requested"] or reason == "cancelled":
+                state = "cancelled"
+            elif reason == "exit" and status.exit_code == 0:
+                state = "succeeded"
+            elif reason == "preempted":
+                state = "queued"
+            elif retryable and retries < int(spec.get("max_retries", 2)):
+                state, retries = "queued", retries + 1
+            else:
+                state = "failed"
+            c.execute(
+                "UPDATE jobs SET state=?, retries_used=?, exit_code=?, end_reason=?, updated_at=?, "
+                "started_at=COALESCE(started_at, ?), "
+                "ended_at=CASE WHEN ? IN ('succeeded','failed','cancelled') THEN ? ELSE NULL END WHERE id=?",
+                (state, retries, status.exit_code, reason, now, status.started_at, state, now, job_id),
+            )
+            Ledger.event(c, "end", job_id, n, reason=reason, exit_code=status.exit_code, job_state=state,
+                         detail=detail)
+
+    # -- metrics --------------------------------------------------------------------------
+
+    def ingest(self, job_id: int) -> None:
+        for att in self.ledger.query("SELECT * FROM attempts WHERE job_id=? AND state!='ended'", (job_id,)):
+            self.ingest_attempt(att)
+
+    def ingest_attempt(self, att: Any, final: bool = False) -> None:
+        """Move new metric points of one attempt into the ledger; safe to call from anywhere."""
+        m_off, l_off = att["metrics_offset"], att["log_offset"]
+        try:
+            with open(att["metrics_path"], "rb") as f:
+                f.seek(m_off)
+                m_chunk = f.read()
+        except FileNotFoundError:
+            m_chunk = b""
+        m_lines, m_used = M.complete_lines(m_chunk)
+        l_chunk = self.backend.read_log(att["external_id"], l_off, LOG_CHUNK) if att["external_id"] else b""
+        if final and l_chunk and not l_chunk.endswith(b"\n") and len(l_chunk) < LOG_CHUNK:
+            l_chunk += b"\n"  # the attempt is over: its unterminated last line is complete
+            l_lines, l_used = M.complete_lines(l_chunk)
+            l_used -= 1
+        else:
+            l_lines, l_used = M.complete_lines(l_chunk)
+        if not m_used and not l_used:
+            return
+        counters: dict[str, int] = json.loads(att["log_steps"] or "{}")
+        now = time.time()
+        rows = [(att["job_id"], att["n"], p.name, p.step, p.value, p.ts, "report")
+                for p in M.parse_report_lines(m_lines, counters, now)]
+        rows += [(att["job_id"], att["n"], p.name, p.step, p.value, p.ts, "log")
+                 for p in M.parse_log_lines(l_lines, counters, now)]
+        with self.ledger.tx() as c:
+            row = c.execute("SELECT metrics_offset, log_offset FROM attempts WHERE job_id=? AND n=?",
+                            (att["job_id"], att["n"])).fetchone()
+            if row is None or (row["metrics_offset"], row["log_offset"]) != (m_off, l_off):
+                return  # another process ingested this chunk
+            c.executemany("INSERT INTO metrics(job_id, attempt, name, step, value, ts, source) "
+                          "VALUES (?,?,?,?,?,?,?)", rows)
+            c.execute("UPDATE attempts SET metrics_offset=?, log_offset=?, log_steps=? WHERE job_id=? AND n=?",
+                      (m_off + m_used, l_off + l_used, json.dumps(counters), att["job_id"], att["n"]))
+        if len(l_chunk) >= LOG_CHUNK:  # a long log: keep reading
+            fresh = self.ledger.one("SELECT * FROM attempts WHERE job_id=? AND n=?", (att["job_id"], att["n"]))
+            if fresh is not None:
+                self.ingest_attempt(fresh, final)
+
+
+def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
+    """End reason (exit, timeout, cancelled, preempted, infra) and a one-line detail."""
+    stop_reason = att["stop_reason"]
+    if stop_reason == "cancelled" or att["cancel_requested"]:
+        return "cancelled", "cancelled by request"
+    if stop_reason == "preempted":
+        return "preempted", "stopped to make room for a higher-priority job"
+    if status.state == "lost":
+        return "infra", status.detail or "attempt lost"
+    if status.timed_out:
+        return "timeout", "ran past its timeout"
+    if status.signal is not None:
+        try:
+            name = _signal.Signals(status.signal).name
+        except ValueError:
+            name = f"signal {status.signal}"
+        hint = " (out of memory?)" if status.signal == _signal.SIGKILL else ""
+        return "infra", f"killed by {name} that autoresearch did not send{hint}"
+    if status.exit_code == 0:
+        return "exit", "exited 0"
+    return "exit", f"exited {status.exit_code}"
+
+
+def checkpoint_dir(home: Path, job_id: int, spec: dict[str, Any]) -> str | None:
+    checkpoint = spec.get("checkpoint")
+    if not checkpoint:
+        return None
+    if checkpoint is True:
+        return str(home / "jobs" / str(job_id) / "checkpoint")
+    path = Path(str(checkpoint)).expanduser()
+    return str(path if path.is_absolute() else Path(spec["workdir"]) / path)
+
+
+def _argv(spec: dict[str, Any]) -> list[str]:
+    command = spec["command"]
+    return ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+
+
+def _prepare_mounts(spec: dict[str, Any]) -> None:
+    """No containers locally: a mount is a symlink at its target, made once."""
+    for target, source in (spec.get("mounts") or {}).items():
+        path = Path(target) if Path(target).is_absolute() else Path(spec["workdir"]) / target
+        src = Path(source).expanduser().resolve()
+        if path.is_symlink() and path.resolve() == src:
+            continue
+        if path.exists():
+            if path.resolve() == src:
+                continue
+            raise OSError(f"mount target {path} exists and is not a link to {src}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.symlink_to(src)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The on-exit hook of attempt supervisors: one pass, then exit."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m autoresearch.runtime")
+    parser.add_argument("--home")
+    parser.add_argument("--backend", default="local")
+    args = parser.parse_args(argv)
+    try:
+        Runtime(args.home, args.backend).tick()
+    except AutoresearchError as err:
+        print(f"autoresearch pass failed: {err.render()}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""Scheduling as a pure function (DESIGN.md invariant 4): queue + cluster -> decisions.
+
+No I/O, no clock, no randomness: the same inputs always give the same placements,
+which is what makes it testable and lets the local and sim backends share it.
+
+Policy (what a Slurm or Kueue user would expect):
+
+* Order: priority class (critical, normal, best-effort), then submit order.
+* Placement: best fit — the node with the fewest free GPUs that still fits, so big
+  holes stay open for big jobs. GPU slots are never shared between attempts.
+* Backfill: when a job cannot fit yet, later (smaller) jobs that fit still start.
+  To keep a big job from starving behind a stream of small ones, a job that has
+  waited ``reserve_after_s`` reserves the node closest to fitting it: nothing that
+  comes after it in the queue is placed there.
+* Preemption: a critical or normal job that cannot fit may stop best-effort attempts,
+  youngest first, choosing the node(s) that need the fewest victims. Victims keep
+  their slots until they exit (grace period); meanwhile their slots are claimed by
+  the job they were stopped for, so later passes do not pick more victims.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+RANK = {"critical": 0, "normal": 1, "best-effort": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    name: str
+    gpu_ids: tuple[str, ...]
+    cpus: float = 0.0
+    memory: int = 0
+    schedulable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    job_id: int
+    priority: str
+    gpus: int = 0
+    nodes: int = 1
+    cpus: float = 0.0
+    memory: int = 0
+    waited_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    job_id: int
+    attempt: int
+    priority: str
+    alloc: tuple[tuple[str, tuple[str, ...]], ...]  # (node, gpu ids) per node
+    started_at: float = 0.0
+    cpus: float = 0.0
+    memory: int = 0
+    stopping: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    job_id: int
+    alloc: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    job_id: int
+    attempt: int
+    for_job: int
+
+
+@dataclass(slots=True)
+class Decisions:
+    placements: list[Placement] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    reserved: dict[str, int] = field(default_factory=dict)  # node -> job it is held for
+
+
+@dataclass(slots=True)
+class _Node:
+    name: str
+    total: int
+    free: list[str]
+    cpus: float
+    memory: int
+    victims: list[Running] = field(default_factory=list)  # best-effort, youngest first
+    stopping: list[Running] = field(default_factory=list)  # already being stopped, unclaimed
+    reserved_for: int | None = None
+
+
+def schedule(
+    pending: list[Pending],
+    nodes: list[NodeState],
+    running: list[Running],
+    *,
+    reserve_after_s: float = 300.0,
+) -> Decisions:
+    out = Decisions()
+    state: dict[str, _Node] = {}
+    for node in nodes:
+        if node.schedulable:
+            state[node.name] = _Node(node.name, len(node.gpu_ids), sorted(node.gpu_ids, key=_slot_key), node.cpus, node.memory)
+    for att in running:
+        for name, ids in att.alloc:
+            slot = state.get(name)
+            if slot is None:
+                continue
+            used = set(ids)
+            slot.free = [g for g in slot.free if g not in used]
+            slot.cpus -= att.cpus
+            slot.memory -= att.memory
+            if att.stopping:
+                slot.stopping.append(att)
+            elif att.priority == "best-effort":
+                slot.victims.append(att)
+    for slot in state.values():
+        slot.victims.sort(key=lambda a: (-a.started_at, -a.job_id))
+    max_gpus = max((len(n.gpu_ids) for n in nodes if n.schedulable), default=0)
+    buckets: list[dict[str, _Node]] = [{} for _ in range(max_gpus + 1)]
+    for slot in state.values():
+        buckets[len(slot.free)][slot.name] = slot
+
+    # Free resources only shrink during one pass, so a shape that failed once fails again:
+    # remembering the smallest failing GPU count keeps 10,000-job queues linear.
+    fail_fit: dict[tuple[int, float, int], int] = {}
+    fail_preempt: dict[tuple[int, float, int, int], int] = {}
+    preemptible = any(s.victims or s.stopping for s in state.values())
+
+    for job in sorted(pending, key=lambda p: (RANK.get(p.priority, 1), p.job_id)):
+        shape = (job.nodes, job.cpus, job.memory)
+        if job.gpus < fail_fit.get(shape, 1 << 30):
+            chosen = _fit(job, buckets, max_gpus)
+            if chosen is not None:
+                alloc: list[tuple[str, tuple[str, ...]]] = []
+                for slot in chosen:
+                    taken, slot.free = slot.free[: job.gpus], slot.free[job.gpus:]
+                    _rebucket(buckets, slot, len(slot.free) + job.gpus)
+                    slot.cpus -= job.cpus
+                    slot.memory -= job.memory
+                    alloc.append((slot.name, tuple(taken)))
+                out.placements.append(Placement(job.job_id, tuple(alloc)))
+                continue
+            fail_fit[shape] = job.gpus
+        if job.priority != "best-effort" and preemptible:
+            key = (*shape, RANK[job.priority])
+            if job.gpus < fail_preempt.get(key, 1 << 30):
+                if _preempt(job, state, buckets, out):
+                    continue
+                fail_preempt[key] = job.gpus
+        if job.waited_s >= reserve_after_s:
+            _reserve(job, state, buckets, out)
+    return out
+
+
+def _slot_key(gpu_id: str) -> tuple[int, str]:
+    return (int(gpu_id), "") if gpu_id.isdigit() else (1 << 30, gpu_id)
+
+
+def _rebucket(buckets: list[dict[str, _Node]], slot: _Node, old_free: int) -> None:
+    buckets[old_free].pop(slot.name, None)
+    if slot.reserved_for is None:
+        buckets[len(slot.free)][slot.name] = slot
+
+
+def _fit(job: Pending, buckets: list[dict[str, _Node]], max_gpus: int) -> list[_Node] | None:
+    chosen: list[_Node] = []
+    for k in range(job.gpus, max_gpus + 1):
+        for slot in buckets[k].values():
+            if slot.cpus + 1e-9 >= job.cpus and (slot.memory >= job.memory or job.memory == 0):
+                chosen.append(slot)
+                if len(chosen) == job.nodes:
+                    return chosen
+    return None
+
+
+def _preempt(job: Pending, state: dict[str, _Node], buckets: list[dict[str, _Node]], out: Decisions) -> bool:
+    """Plan the fewest best-effort victims (youngest first) that let ``job`` fit."""
+    options: list[tuple[int, str, list[Running], list[Running]]] = []
+    for slot in state.values():
+        if slot.reserved_for is not None:
+            continue
+        gpus, cpus, memory = len(slot.free), slot.cpus, slot.memory
+        taken_stopping: list[Running] = []
+        taken_victims: list[Running] = []
+        for att in [*slot.stopping, *slot.victims]:
+            if gpus >= job.gpus and cpus + 1e-9 >= job.cpus and memory >= job.memory:
+                break
+            ids = next((ids for n, ids in att.alloc if n == slot.name), ())
+            gpus += len(ids)
+            cpus += att.cpus
+            memory += att.memory
+            (taken_stopping if att.stopping else taken_victims).append(att)
+        if gpus >= job.gpus and cpus + 1e-9 >= job.cpus and memory >= job.memory:
+            options.append((len(taken_victims), slot.name, taken_stopping, taken_victims))
+    if len(options) < job.nodes:
+        return False
+    options.sort(key=lambda o: (o[0], o[1]))
+    for _, name, taken_stopping, taken_victims in options[: job.nodes]:
+        slot = state[name]
+        for att in taken_stopping:
+            slot.stopping.remove(att)
+        for att in taken_victims:
+            slot.victims.remove(att)
+            out.preemptions.append(Preemption(att.job_id, att.attempt, job.job_id))
+        _hold(slot, job.job_id, buckets, out)
+    return True
+
+
+def _reserve(job: Pending, state: dict[str, _Node], buckets: list[dict[str, _Node]], out: Decisions) -> None:
+    """Hold the node closest to fitting a job that has waited too long.
+
+    Without runtime estimates any running attempt may end first, so "closest" is the
+    node with the most free GPUs among those big enough.
+    """
+    best: _Node | None = None
+    for slot in state.values():
+        if slot.reserved_for is None and slot.total >= job.gpus:
+            if best is None or len(slot.free) > len(best.free):
+                best = slot
+    if best is not None:
+        _hold(best, job.job_id, buckets, out)
+
+
+def _hold(slot: _Node, job_id: int, buckets: list[dict[str, _Node]], out: Decisions) -> None:
+    buckets[len(slot.free)].pop(slot.name, None)
+    slot.reserved_for = job_id
+    out.reserved[slot.name] = job_id

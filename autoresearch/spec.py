@@ -1,0 +1,180 @@
+"""What a user hands the runtime: the job spec (pydantic), plus parsing helpers.
+
+A :class:`JobSpec` is validated once, at submit, and stored as JSON in the ledger;
+everything after that reads plain rows, so status reads never import pydantic.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from autoresearch.errors import SpecError
+
+PRIORITIES = ("critical", "normal", "best-effort")
+Priority = Literal["critical", "normal", "best-effort"]
+
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m(?!s))?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$")
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+_MEMORY_MB = {"": 1.0, "B": 1 / 2**20, "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2}
+
+
+def parse_duration(value: object, field: str = "duration") -> float | None:
+    """``90``, ``"90s"``, ``"5m"``, ``"1h30m"`` → seconds; ``None`` stays ``None``."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise SpecError(f"{field} must be a duration, not {value!r}", hint='write seconds (300) or "5m", "1h30m", "90s"')
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        text = str(value).strip().lower()
+        try:
+            seconds = float(text)
+        except ValueError:
+            match = _DURATION.match(text)
+            if not match or not any(match.groups()):
+                raise SpecError(
+                    f"{field} {value!r} is not a duration", hint='write seconds (300) or "5m", "1h30m", "90s"'
+                ) from None
+            h, m, s = (float(g) if g else 0.0 for g in match.groups())
+            seconds = h * 3600 + m * 60 + s
+    if seconds <= 0:
+        raise SpecError(f"{field} must be positive, got {value!r}", hint="leave it out for no limit")
+    return seconds
+
+
+def parse_memory_mb(value: object) -> int:
+    """``4096`` (MB), ``"16G"``, ``"512M"``, ``"1.5GiB"`` → MB."""
+    if value is None or value == "":
+        return 0
+    if isinstance(value, bool):
+        raise SpecError(f"memory must be a size, not {value!r}", hint='write MB (4096) or "16G", "512M"')
+    if isinstance(value, (int, float)):
+        mb = float(value)
+    else:
+        match = _MEMORY.match(str(value))
+        if not match:
+            raise SpecError(f"memory {value!r} is not a size", hint='write MB (4096) or "16G", "512M"')
+        unit = (match.group(2) or "").upper()[:1]
+        mb = float(match.group(1)) * _MEMORY_MB[unit]
+    if mb < 0:
+        raise SpecError(f"memory must be >= 0, got {value!r}", hint="leave it out to reserve none")
+    return int(round(mb))
+
+
+class JobSpec(BaseModel):
+    """One unit of work. Field names are the contract shared by CLI, MCP and plan.yaml."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+    name: str = Field("", description="Display name; defaults to the program's name.")
+    command: list[str] | str = Field(description="argv list; a single string only with shell: true.")
+    shell: bool = Field(False, description="Run command through /bin/sh -c.")
+    workdir: str = Field(".", description="Directory the command runs in; must exist.")
+    env: dict[str, str] = Field(default_factory=dict)
+    gpus: int = Field(0, ge=0, description="GPUs per node.")
+    cpus: float = Field(0, ge=0, description="CPU cores to reserve per node (0: none reserved).")
+    memory: int = Field(0, ge=0, description="Memory to reserve per node in MB (accepts '16G').")
+    nodes: int = Field(1, ge=1, description="Number of nodes.")
+    priority: Priority = "normal"
+    max_retries: int = Field(2, ge=0, description="Retries after infrastructure failures.")
+    retry_on_exit_codes: list[int] = Field(default_factory=list)
+    timeout: float | None = Field(None, description="Wall-clock limit per attempt, seconds (accepts '5m').")
+    grace: float = Field(10.0, description="Seconds between SIGTERM and SIGKILL (accepts '30s').")
+    checkpoint: bool | str = Field(False, description="true: a stable per-job dir; or a path.")
+    experiment: str = ""
+    tags: dict[str, str] = Field(default_factory=dict)
+    mounts: dict[str, str] = Field(default_factory=dict, description="target path -> source path.")
+
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _priority(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = value.strip().lower().replace("_", "-")
+            if value == "besteffort":
+                value = "best-effort"
+            if value not in PRIORITIES:
+                raise ValueError(f"unknown priority {value!r}; use one of {', '.join(PRIORITIES)}")
+        return value
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _timeout(cls, value: object) -> float | None:
+        return parse_duration(value, "timeout")
+
+    @field_validator("grace", mode="before")
+    @classmethod
+    def _grace(cls, value: object) -> float:
+        if value in (0, "0"):
+            return 0.0
+        return parse_duration(value, "grace") or 10.0
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory(cls, value: object) -> int:
+        return parse_memory_mb(value)
+
+    @field_validator("env", "tags", mode="before")
+    @classmethod
+    def _str_values(cls, value: object) -> object:
+        if isinstance(value, dict):
+            return {str(k): "" if v is None else str(v) for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> JobSpec:
+        if isinstance(self.command, str):
+            if not self.shell:
+                raise ValueError("command is a single string; pass an argv list, or set shell: true")
+            if not self.command.strip():
+                raise ValueError("command is empty")
+        elif not self.command or not self.command[0].strip():
+            raise ValueError("command is empty")
+        if not self.name:
+            first = self.command if isinstance(self.command, str) else self.command[0]
+            self.name = os.path.basename(shlex.split(first)[0] if isinstance(self.command, str) else first)[:64]
+        return self
+
+    def argv(self) -> list[str]:
+        if isinstance(self.command, str):
+            return ["/bin/sh", "-c", self.command]
+        return list(self.command)
+
+
+def _explain(err: ValidationError) -> SpecError:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "spec"
+    msg = first["msg"].removeprefix("Value error, ")
+    hints = {
+        "gpus": "gpus is a whole number >= 0",
+        "priority": "use --priority critical|normal|best-effort",
+        "command": "put the program after --, e.g. autoresearch submit -- python train.py",
+        "extra_forbidden": f"valid keys: {', '.join(JobSpec.model_fields)}",
+    }
+    hint = hints.get("extra_forbidden" if first["type"] == "extra_forbidden" else loc.split(".")[0], "")
+    if not hint and "command" in msg:
+        hint = hints["command"]
+    return SpecError(f"invalid job spec: {loc}: {msg}", hint=hint or "see `autoresearch submit --help`")
+
+
+def make_spec(data: dict[str, Any], *, check_paths: bool = True) -> JobSpec:
+    """Validate a spec dict into a :class:`JobSpec` or raise a one-line :class:`SpecError`."""
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as err:
+        raise _explain(err) from None
+    if check_paths:
+        workdir = Path(spec.workdir).expanduser()
+        if not workdir.is_dir():
+            raise SpecError(f"workdir {spec.workdir!r} does not exist", hint="create it, or pass an existing --workdir")
+        spec.workdir = str(workdir.resolve())
+        for target, source in spec.mounts.items():
+            if not Path(source).expanduser().exists():
+                raise SpecError(f"mount source {source!r} (for {target!r}) does not exist", hint="mount an existing path")
+    return spec
