@@ -17,6 +17,15 @@ from typing import Any
 from autoresearch.errors import AutoresearchError, SpecError
 from autoresearch.views import JobView, to_dict
 
+# Subcommands that live with their subsystem. Each module defines
+# ``add_parser(sub)`` (argparse only: it is imported on every call) and
+# ``run(args) -> int`` (which imports what it needs). Missing modules are skipped.
+PLUGINS = (
+    "autoresearch.tools.cli",  # serve
+    "autoresearch.tracking_cli",  # ui, sync
+    "autoresearch.loop.cli",  # run (autoresearch plan.yaml), schema, report
+)
+
 STATE_STYLE = {"queued": "yellow", "starting": "cyan", "running": "cyan", "succeeded": "green", "failed": "red",
                "cancelled": "magenta"}
 
@@ -96,11 +105,32 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--reason", default="")
     uc = sub.add_parser("uncordon", help="schedule onto a node again")
     uc.add_argument("node")
+
+    for module in _plugins():
+        module.add_parser(sub)
     return p
+
+
+def _plugins() -> list[Any]:
+    from importlib import import_module
+    from importlib.util import find_spec
+
+    found = []
+    for name in PLUGINS:
+        try:
+            present = find_spec(name) is not None
+        except ModuleNotFoundError:
+            present = False
+        if present:
+            found.append(import_module(name))
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    first = next((a for a in argv if not a.startswith("-")), "")
+    if first.endswith((".yaml", ".yml")):
+        argv = ["run", *argv]  # `autoresearch plan.yaml` runs the loop
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.cmd:
@@ -127,6 +157,8 @@ def _api(args: argparse.Namespace) -> Any:
 
 def _run(args: argparse.Namespace) -> int:
     cmd = args.cmd
+    if getattr(args, "plugin_run", None) is not None:
+        return int(args.plugin_run(args))
     if cmd == "submit":
         return _submit(args)
     api = _api(args)
