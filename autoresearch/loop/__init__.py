@@ -1,0 +1,1 @@
+"""The research loop: propose -> launch -> evaluate -> replan, with provenance."""
