@@ -1,0 +1,57 @@
+"""Shared fixtures: every test gets its own AUTORESEARCH_HOME and 2 fake GPU slots.
+
+Owned by the lead; add fixtures of a subsystem to tests/<subsystem>/conftest.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "home"
+    monkeypatch.setenv("AUTORESEARCH_HOME", str(path))
+    monkeypatch.setenv("AUTORESEARCH_GPUS", "2")
+    monkeypatch.delenv("AUTORESEARCH_BACKEND", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return path
+
+
+@pytest.fixture
+def api(home: Path) -> Iterator[Any]:
+    from autoresearch.api import Api
+
+    yield Api(home)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05) -> Any:
+    """Poll until ``predicate()`` is truthy; return its value or fail with what it last saw."""
+    deadline = time.monotonic() + timeout
+    value = None
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s (last value: {value!r})")
+
+
+def wait_state(api: Any, job_id: int, states: tuple[str, ...] | str, timeout: float = 20.0) -> Any:
+    """Wait until a job reaches one of ``states``; return its detailed view."""
+    wanted = (states,) if isinstance(states, str) else states
+
+    def check() -> Any:
+        view = api.status(job_id)
+        return view if view.state in wanted else None
+
+    try:
+        return wait_for(check, timeout)
+    except AssertionError:
+        view = api.status(job_id)
+        raise AssertionError(f"job {job_id} is {view.state}, wanted {wanted}: {view}") from None
