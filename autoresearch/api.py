@@ -58,20 +58,21 @@ class Api:
         if not self.runtime.backend.capabilities.places:
             return
         self.runtime.refresh_nodes()
+        # Capacity is what exists, cordoned or not (a cordoned node comes back); the wait for
+        # a usable one is the queue's business, as with Slurm's drained nodes.
         rows = self.ledger.query("SELECT name, gpus, state FROM nodes WHERE backend=?", (self.runtime.backend.name,))
-        usable = [r for r in rows if r["state"] in ("healthy", "degraded")]
-        largest = max((r["gpus"] for r in usable), default=0)
+        largest = max((r["gpus"] for r in rows), default=0)
         if gpus > largest:
-            if not any(r["gpus"] for r in rows):
+            if not largest:
                 raise CapacityError(
                     f"asked for {gpus} GPU(s) but this machine has none (NVML found no GPU and AUTORESEARCH_GPUS "
                     "is unset)",
                     hint="use --gpus 0, or declare fake slots with AUTORESEARCH_GPUS=N for development",
                 )
-            where = ", ".join(f"{r['name']}: {r['gpus']} ({r['state']})" for r in rows)
-            raise CapacityError(f"asked for {gpus} GPU(s) per node but the largest usable node has {largest} ({where})",
-                                hint=f"ask for at most {largest} GPUs, or uncordon a node")
-        fitting = sum(1 for r in usable if r["gpus"] >= gpus)
+            where = ", ".join(f"{r['name']}: {r['gpus']}" for r in rows)
+            raise CapacityError(f"asked for {gpus} GPU(s) per node but the largest node has {largest} ({where})",
+                                hint=f"ask for at most {largest} GPUs")
+        fitting = sum(1 for r in rows if r["gpus"] >= gpus)
         if nodes > fitting:
             raise CapacityError(f"asked for {nodes} node(s) with {gpus} GPU(s) each but only {fitting} exist",
                                 hint=f"ask for at most {fitting} node(s)")

@@ -23,7 +23,7 @@ from typing import Any
 
 from autoresearch.errors import LedgerError
 
-BUSY_TIMEOUT_S = 15.0
+BUSY_TIMEOUT_S = float(os.environ.get("AUTORESEARCH_LEDGER_TIMEOUT") or 15.0)
 
 # (name, SQL) pairs, applied once each in list order and remembered in the
 # ``migrations`` table. Append only; never edit one that has shipped. Components
@@ -152,6 +152,37 @@ MIGRATIONS: list[tuple[str, str]] = [
     );
     CREATE INDEX trials_by_loop ON trials(loop_id, id);
     CREATE INDEX trials_by_job ON trials(job_id);
+    """),
+    ("tracking-1", """
+    CREATE TABLE tracking_runs (
+        entity TEXT PRIMARY KEY,
+        run_id TEXT,
+        experiment_id TEXT,
+        parent_run_id TEXT,
+        synced_version REAL NOT NULL DEFAULT -1,
+        metric_rowid INTEGER NOT NULL DEFAULT 0,
+        logs_done INTEGER NOT NULL DEFAULT 0,
+        finished INTEGER NOT NULL DEFAULT 0,
+        error TEXT,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE TABLE tracking_state (
+        name TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    CREATE TABLE tracking_outbox (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind TEXT NOT NULL,
+        loop_id INTEGER,
+        decision_id INTEGER,
+        job_id INTEGER,
+        payload TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        sent_ref TEXT,
+        done_at REAL
+    );
+    CREATE INDEX tracking_outbox_pending ON tracking_outbox(done_at, id);
     """),
 ]
 

@@ -197,13 +197,21 @@ def _preempt(job: Pending, state: dict[str, _Node], buckets: list[dict[str, _Nod
         return False
     options.sort(key=lambda o: (o[0], o[1]))
     for _, name, taken_stopping, taken_victims in options[: job.nodes]:
+        # Claim exactly what the job needs on this node: the free slots it will use and the
+        # attempts being stopped for it. What is left stays available to later jobs.
         slot = state[name]
+        freed = [*taken_stopping, *taken_victims]
+        use_free = max(0, job.gpus - sum(len(ids) for att in freed for n, ids in att.alloc if n == name))
+        old_free = len(slot.free)
+        slot.free = slot.free[use_free:]
+        _rebucket(buckets, slot, old_free)
+        slot.cpus += sum(a.cpus for a in freed) - job.cpus
+        slot.memory += sum(a.memory for a in freed) - job.memory
         for att in taken_stopping:
             slot.stopping.remove(att)
         for att in taken_victims:
             slot.victims.remove(att)
             out.preemptions.append(Preemption(att.job_id, att.attempt, job.job_id))
-        _hold(slot, job.job_id, buckets, out)
     return True
 
 

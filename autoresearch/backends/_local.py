@@ -7,6 +7,7 @@ The external id of an attempt is its run dir, so any process can poll or stop it
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -69,14 +70,14 @@ class LocalBackend(Backend):
     def start(self, request: LaunchRequest) -> str:
         if request.nodes > 1:
             raise BackendError("the local backend runs single-node jobs", hint="use nodes: 1, or a multi-node backend")
-        if os.path.exists(os.path.join(request.run_dir, sup.STATE)):
-            return request.run_dir  # already launched: never twice for one key
         os.makedirs(request.run_dir, exist_ok=True)
         os.makedirs(os.path.dirname(request.log_path), exist_ok=True)
-        sup.write_json(
-            os.path.join(request.run_dir, "request.json"),
-            {"key": request.key, "created_at": time.time(), "log_path": request.log_path},
-        )
+        try:  # O_EXCL makes the launch of one key happen at most once, whoever races
+            fd = os.open(os.path.join(request.run_dir, "request.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return request.run_dir
+        with os.fdopen(fd, "w") as f:
+            json.dump({"key": request.key, "created_at": time.time(), "log_path": request.log_path}, f)
         sup.launch(
             {
                 "argv": request.argv,
@@ -106,8 +107,10 @@ class LocalBackend(Backend):
             )
         state = sup.read_json(os.path.join(external_id, sup.STATE))
         if state is None:
-            request = sup.read_json(os.path.join(external_id, "request.json")) or {}
-            created = float(request.get("created_at") or 0.0)
+            try:  # the file's mtime, not its content: it may be half-written right now
+                created = os.path.getmtime(os.path.join(external_id, "request.json"))
+            except OSError:
+                created = 0.0
             if created and time.time() - created < START_GRACE_S:
                 return AttemptStatus("starting")
             return AttemptStatus("lost", ended_at=time.time(), detail="supervisor never started")

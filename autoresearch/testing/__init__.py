@@ -1,0 +1,1 @@
+"""Reusable test suites for extension authors (like ``optuna.testing``)."""
