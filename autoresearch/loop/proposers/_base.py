@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -31,6 +32,8 @@ class TrialRecord:
     seed: int | None = None
     failure: str | None = None  # for user errors: exit code + log tail, fed back to LLMs
     rationale: str = ""
+    role: str = "explore"  # explore (a proposal) | repeat (the noise floor re-running an incumbent with another seed)
+    job_id: int | None = None
 
 
 @dataclass
@@ -64,8 +67,46 @@ class ProposeResult:
     latency_s: float = 0.0
 
 
+@dataclass
+class ProposerContext:
+    """What a proposer is built from. ``plan`` is an :class:`autoresearch.loop.plan.Plan`."""
+
+    plan: Any
+    loop_id: int = 0
+    loop_name: str = ""
+    home: Path | None = None  # $AUTORESEARCH_HOME: a proposer's own files go under home/loops/<loop_name>/
+    api: Any = None  # the facade (autoresearch.api.Api), e.g. to read a failed trial's logs
+
+    @property
+    def state_dir(self) -> Path:
+        base = self.home if self.home is not None else Path(".")
+        path = base / "loops" / (self.loop_name or "loop")
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
 class Proposer(abc.ABC):
+    """Built once per controller run as ``cls(ctx)``; the constructor checks what it needs
+    (API keys, servers) and raises an AutoresearchError before anything launches."""
+
     kind: str = "?"
+    blocking: bool = True  # False: propose() is fast and local, so the controller calls it inline
+
+    def __init__(self, ctx: ProposerContext) -> None:
+        self.ctx = ctx
+        self.plan = ctx.plan
+
+    def info(self) -> ProposerInfo:
+        return ProposerInfo(kind=self.kind)
+
+    def close(self) -> None:  # noqa: B027 - optional
+        """Release clients, studies, servers."""
+
+    def workdir_for(self, trial_id: int, proposal: Proposal) -> str | None:
+        """Where trial ``trial_id`` runs; None: the plan's ``trial.workdir``. A code-edit proposer
+        returns a git worktree with ``proposal.patch`` applied. Called once per trial, before its
+        launch decision is acted on, and again after a crash, so it must be idempotent."""
+        return None
 
     @abc.abstractmethod
     def propose(self, history: list[TrialRecord], n: int) -> ProposeResult:

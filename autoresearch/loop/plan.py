@@ -1,0 +1,407 @@
+"""plan.yaml: what a research loop runs, as a pydantic model (``autoresearch schema plan``).
+
+A plan is validated completely before anything launches: malformed YAML names its
+line and column, an unknown key names the nearest valid one, and a command
+placeholder with no parameter, ``low > high``, an empty space or a zero budget are
+each one clear :class:`~autoresearch.errors.PlanError` with a hint.
+
+Other proposers plug in through ``proposer`` (``kind`` is looked up in
+:mod:`autoresearch.loop.proposers`; ``provider``/``model``/``base_url``/... are for
+LLM proposers, ``options`` for anything else) and ``code`` (code-edit search).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import math
+import re
+import shlex
+import string
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from autoresearch.errors import PlanError
+from autoresearch.spec import parse_duration
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# Placeholders the controller fills in besides the space's parameters.
+BUILTIN_PLACEHOLDERS = ("seed", "trial_id", "loop")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Objective(_Model):
+    metric: str = Field(description="Name of the metric trials report (report(...) or a `name: value` log line).")
+    goal: Literal["minimize", "maximize"] = "minimize"
+    target: float | None = Field(None, description="Stop the loop once the best value reaches this.")
+
+    @field_validator("goal", mode="before")
+    @classmethod
+    def _goal(cls, value: object) -> object:
+        aliases = {"min": "minimize", "max": "maximize", "minimise": "minimize", "maximise": "maximize"}
+        return aliases.get(str(value).lower(), str(value).lower()) if isinstance(value, str) else value
+
+    def better(self, a: float, b: float) -> bool:
+        """True when ``a`` is strictly better than ``b``."""
+        return a < b if self.goal == "minimize" else a > b
+
+    def sign(self) -> float:
+        """Multiply by this to turn the objective into 'lower is better'."""
+        return 1.0 if self.goal == "minimize" else -1.0
+
+
+class Trial(_Model):
+    command: str = Field(description="Command template; {param} is replaced by the trial's value of param, "
+                                     "{seed} by its seed, {trial_id} by its id.")
+    workdir: str = Field(".", description="Directory the trial runs in, relative to the plan file.")
+    shell: bool = Field(False, description="Run through /bin/sh -c (pipes, &&); otherwise split like a shell.")
+    gpus: int = Field(0, ge=0)
+    cpus: float = Field(0, ge=0)
+    memory: int | str = 0
+    timeout: float | None = Field(None, description="Per attempt: seconds or '5m'.")
+    grace: float = Field(10.0, description="SIGTERM to SIGKILL when a trial is stopped early, seconds or '30s'.")
+    priority: Literal["critical", "normal", "best-effort"] = "normal"
+    max_retries: int = Field(2, ge=0, description="Retries after infrastructure failures (not user errors).")
+    env: dict[str, str] = Field(default_factory=dict)
+    checkpoint: bool | str = False
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _timeout(cls, value: object) -> float | None:
+        return parse_duration(value, "trial.timeout")
+
+    @field_validator("grace", mode="before")
+    @classmethod
+    def _grace(cls, value: object) -> float:
+        if value in (0, "0"):
+            return 0.0
+        return parse_duration(value, "trial.grace") or 10.0
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, value: object) -> object:
+        if isinstance(value, dict):
+            return {str(k): "" if v is None else str(v) for k, v in value.items()}
+        return value
+
+    def placeholders(self) -> list[str]:
+        names = []
+        for _, field, _, _ in string.Formatter().parse(self.command):
+            if field is not None:
+                names.append(field)
+        return names
+
+
+class Param(_Model):
+    """One dimension: a range (``low``/``high``, optionally ``log``/``step``) or ``choices``."""
+
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = Field(None, gt=0, description="Grid spacing; also makes an int range discrete.")
+    type: Literal["float", "int"] | None = Field(None, description="Inferred: int when low and high are integers.")
+    choices: list[Any] | None = None
+    grid: int | None = Field(None, ge=2, description="Points of a continuous range on a grid (default 5).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _infer_type(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("type") is None and "choices" not in data:
+            low, high = data.get("low"), data.get("high")
+            if isinstance(low, int) and isinstance(high, int) and not isinstance(low, bool):
+                data = {**data, "type": "int"}
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> Param:
+        if self.choices is not None:
+            if self.low is not None or self.high is not None:
+                raise ValueError("give either choices or low/high, not both")
+            if not self.choices:
+                raise ValueError("choices is empty; list at least one value")
+            return self
+        if self.low is None or self.high is None:
+            raise ValueError("a parameter needs low and high, or choices")
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low:g}) > high ({self.high:g}); swap them")
+        if self.log and self.low <= 0:
+            raise ValueError(f"log: true needs low > 0, got {self.low:g}")
+        if self.type is None:
+            self.type = "float"
+        return self
+
+    @property
+    def is_int(self) -> bool:
+        return self.type == "int"
+
+    def grid_values(self) -> list[Any]:
+        if self.choices is not None:
+            return list(self.choices)
+        assert self.low is not None and self.high is not None
+        if self.step is not None:
+            count = int(math.floor((self.high - self.low) / self.step + 1e-9)) + 1
+            values: list[Any] = [self.low + i * self.step for i in range(count)]
+        else:
+            n = self.grid or (min(5, int(self.high - self.low) + 1) if self.is_int else 5)
+            if n <= 1 or self.low == self.high:
+                values = [self.low]
+            elif self.log:
+                a, b = math.log(self.low), math.log(self.high)
+                values = [math.exp(a + (b - a) * i / (n - 1)) for i in range(n)]
+            else:
+                values = [self.low + (self.high - self.low) * i / (n - 1) for i in range(n)]
+        if self.is_int:
+            return list(dict.fromkeys(int(round(v)) for v in values))
+        return [float(f"{v:.6g}") for v in values]
+
+
+class Proposer(_Model):
+    kind: str = Field("tpe", description="random | grid | tpe | llm | agent (or a registered third-party kind).")
+    seed: int | None = Field(None, description="Seed of random/tpe sampling (reproducible plans).")
+    n_startup: int | None = Field(None, ge=0, description="tpe: random trials before the model kicks in.")
+    # LLM proposers (anthropic, openai or an OpenAI-compatible server such as vLLM or Ollama).
+    provider: str | None = Field(None, description="llm: anthropic | openai")
+    model: str | None = None
+    base_url: str | None = Field(None, description="llm: an OpenAI-compatible or Anthropic-compatible endpoint.")
+    temperature: float | None = Field(None, ge=0, le=2)
+    max_tokens: int | None = Field(None, ge=1)
+    api_key_env: str | None = Field(None, description="llm: the environment variable holding the API key.")
+    prompt: str | None = Field(None, description="llm: prompt template name under prompts/.")
+    batch: int | None = Field(None, ge=1, description="Most proposals asked for in one call.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Anything else a proposer kind reads.")
+
+
+class Budget(_Model):
+    trials: int = Field(20, ge=1, description="Trials to launch (repeats count; infra crashes do not).")
+    parallel: int = Field(4, ge=1, description="Trials in flight at once.")
+    wall: float | None = Field(None, description="Stop after this long, e.g. '2h' (running trials are stopped).")
+    gpu_hours: float | None = Field(None, gt=0, description="Stop launching once trials used this many GPU-hours.")
+    llm_usd: float | None = Field(None, gt=0, description="Stop proposing once LLM calls cost this much.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _zero(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key in ("trials", "parallel"):
+                if data.get(key) is not None and not isinstance(data[key], bool) and data[key] == 0:
+                    raise ValueError(f"{key} is 0: nothing would run; give a positive number")
+        return data
+
+    @field_validator("wall", mode="before")
+    @classmethod
+    def _wall(cls, value: object) -> float | None:
+        return parse_duration(value, "budget.wall")
+
+
+class EarlyStop(_Model):
+    kind: Literal["asha", "median"] = "asha"
+    min_steps: int = Field(1, ge=1, description="Never stop a trial before this step (ASHA's grace period).")
+    reduction_factor: int = Field(3, ge=2, description="asha: keep the top 1/reduction_factor at each rung.")
+    max_steps: int | None = Field(None, ge=1, description="asha: last rung (default: unbounded).")
+    min_trials: int = Field(3, ge=1, description="median: trials that must have reached a step before it applies.")
+
+
+class Repeats(_Model):
+    seeds: int = Field(3, ge=2, description="Runs of each new incumbent with different seeds (noise floor).")
+
+
+class BackendRef(_Model):
+    kind: str = "local"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class Code(_Model):
+    files: list[str] = Field(description="Files (relative to trial.workdir) the proposer may edit.")
+    instructions: str | None = Field(None, description="A file (program.md) with the human-written instructions.")
+
+    @field_validator("files")
+    @classmethod
+    def _files(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("files is empty; name the files the proposer may edit, e.g. [train.py]")
+        return value
+
+
+class Plan(_Model):
+    name: str = Field(description="Names the loop (resume key) and its MLflow experiment.")
+    description: str = ""
+    objective: Objective
+    trial: Trial
+    space: dict[str, Param] = Field(default_factory=dict)
+    proposer: Proposer = Field(default_factory=lambda: Proposer())
+    budget: Budget = Field(default_factory=lambda: Budget())
+    early_stop: EarlyStop | None = None
+    repeats: Repeats | None = None
+    backend: BackendRef = Field(default_factory=BackendRef)
+    code: Code | None = None
+    tags: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not NAME.match(value):
+            raise ValueError(f"name {value!r} must be 1-64 letters, digits, '.', '_' or '-'")
+        return value
+
+    @field_validator("proposer", mode="before")
+    @classmethod
+    def _proposer(cls, value: object) -> object:
+        return {"kind": value} if isinstance(value, str) else value
+
+    @field_validator("early_stop", mode="before")
+    @classmethod
+    def _early_stop(cls, value: object) -> object:
+        return {"kind": value} if isinstance(value, str) else value
+
+    @field_validator("space", mode="before")
+    @classmethod
+    def _space(cls, value: object) -> object:
+        if isinstance(value, dict):  # a bare list means choices
+            return {k: {"choices": v} if isinstance(v, list) else v for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> Plan:
+        known = set(self.space) | set(BUILTIN_PLACEHOLDERS)
+        for name in self.trial.placeholders():
+            if name == "":
+                raise ValueError("trial.command has an empty placeholder {}; write {param_name}")
+            if name not in known:
+                near = difflib.get_close_matches(name, sorted(known), n=1)
+                hint = f" (did you mean {{{near[0]}}}?)" if near else ""
+                raise ValueError(f"trial.command uses {{{name}}} but space has no parameter {name!r}{hint}")
+        if not self.space and self.code is None and self.proposer.kind not in ("agent", "llm"):
+            raise ValueError("space is empty: give at least one parameter, or a code: section for code-edit search")
+        return self
+
+    # -- helpers the controller uses --------------------------------------------------
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+    def render_command(self, params: dict[str, Any], seed: int, trial_id: int) -> list[str] | str:
+        values = {**{k: _fmt(v) for k, v in params.items()}, "seed": str(seed), "trial_id": str(trial_id),
+                  "loop": self.name}
+        if self.trial.shell:
+            return self.trial.command.format(**{k: shlex.quote(v) for k, v in values.items()})
+        # Split first, then fill each word, so a value with spaces stays one argument.
+        return [word.format(**values) for word in shlex.split(self.trial.command)]
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}" if value != int(value) or abs(value) >= 1e6 else repr(value)
+    return str(value)
+
+
+# -- loading --------------------------------------------------------------------------
+
+def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+    """The valid keys of the model found at ``loc`` (for 'did you mean')."""
+    model: Any = Plan
+    for part in loc[:-1]:
+        if isinstance(part, int) or model is None:
+            continue
+        if model is Plan and part == "space":
+            model = "space"
+            continue
+        if model == "space":
+            model = Param
+            continue
+        info = model.model_fields.get(part)
+        if info is None:
+            return []
+        annotation = info.annotation
+        args = getattr(annotation, "__args__", ())
+        candidates = [a for a in (annotation, *args) if isinstance(a, type) and issubclass(a, BaseModel)]
+        model = candidates[0] if candidates else None
+    return list(getattr(model, "model_fields", {})) if isinstance(model, type) else []
+
+
+def explain(err: ValidationError, source: str = "plan") -> PlanError:
+    first = err.errors()[0]
+    loc = tuple(first["loc"])
+    where = ".".join(str(p) for p in loc) or "plan"
+    if first["type"] == "extra_forbidden":
+        valid = _fields_at(loc)
+        near = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
+        what = f"did you mean {near[0]!r}? " if near else ""
+        return PlanError(f"{source}: unknown key {where!r}", hint=f"{what}valid keys here: {', '.join(valid)}")
+    if first["type"] == "missing":
+        return PlanError(f"{source}: {where} is required",
+                         hint="see `autoresearch schema plan`, or start from examples/digits/plan.yaml")
+    msg = first["msg"].removeprefix("Value error, ")
+    hints = {
+        "proposer": "kinds: random, grid, tpe, llm, agent",
+        "objective": "e.g. objective: {metric: val_loss, goal: minimize}",
+        "budget": "e.g. budget: {trials: 40, parallel: 4}",
+        "early_stop": "e.g. early_stop: {kind: asha, min_steps: 3, reduction_factor: 3}",
+    }
+    hint = hints.get(str(loc[0]) if loc else "", "see `autoresearch schema plan`")
+    if loc and loc[0] == "space":
+        hint = "a parameter is {low: 0.001, high: 0.1, log: true} or {choices: [32, 64]}"
+    if "placeholder" in msg or "{" in msg:
+        hint = "every {name} in trial.command must be a key of space (or seed, trial_id, loop)"
+    return PlanError(f"{source}: {where}: {msg}", hint=hint)
+
+
+def parse_plan(data: Any, source: str = "plan", base_dir: str | Path | None = None) -> Plan:
+    """Validate a dict into a :class:`Plan`; ``trial.workdir`` becomes absolute (relative to ``base_dir``)."""
+    if not isinstance(data, dict):
+        raise PlanError(f"{source} must be a mapping of keys (name, objective, trial, ...), got {type(data).__name__}",
+                        hint="start from examples/digits/plan.yaml")
+    try:
+        plan = Plan.model_validate(data)
+    except ValidationError as err:
+        raise explain(err, source) from None
+    except PlanError:
+        raise
+    from autoresearch.loop.proposers import check_kind
+
+    check_kind(plan.proposer.kind)
+    if base_dir is not None:
+        workdir = Path(plan.trial.workdir).expanduser()
+        if not workdir.is_absolute():
+            workdir = Path(base_dir) / workdir
+        if not workdir.is_dir():
+            raise PlanError(f"{source}: trial.workdir {str(workdir)!r} does not exist",
+                            hint="trial.workdir is relative to the plan file; point it at an existing directory")
+        plan.trial.workdir = str(workdir.resolve())
+    return plan
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read and validate plan.yaml; every problem is one :class:`PlanError` naming where it is."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise PlanError(f"cannot read {path}: {err.strerror}", hint="pass the path of an existing plan.yaml") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
+        raise PlanError(f"{path}: malformed YAML at {where}: {err.problem or err}",
+                        hint="fix the YAML there (quote values containing ':' or '#'; check brackets)") from None
+    except yaml.YAMLError as err:
+        raise PlanError(f"{path}: malformed YAML: {err}", hint="fix the YAML syntax") from None
+    return parse_plan(data, source=str(path), base_dir=path.resolve().parent)
+
+
+def plan_schema() -> dict[str, Any]:
+    schema = Plan.model_json_schema()
+    schema["title"] = "autoresearch plan"
+    return schema
+
+
+def plan_json(plan: Plan) -> str:
+    return json.dumps(plan.model_dump(mode="json"), sort_keys=True)
