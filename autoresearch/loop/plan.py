@@ -234,11 +234,11 @@ class Plan(_Model):
     objective: Objective
     trial: Trial
     space: dict[str, Param] = Field(default_factory=dict)
-    proposer: Proposer = Field(default_factory=lambda: Proposer())
-    budget: Budget = Field(default_factory=lambda: Budget())
+    proposer: Proposer = Field(default_factory=lambda: Proposer.model_validate({}))
+    budget: Budget = Field(default_factory=lambda: Budget.model_validate({}))
     early_stop: EarlyStop | None = None
     repeats: Repeats | None = None
-    backend: BackendRef = Field(default_factory=BackendRef)
+    backend: BackendRef = Field(default_factory=lambda: BackendRef.model_validate({}))
     code: Code | None = None
     tags: dict[str, str] = Field(default_factory=dict)
 
