@@ -184,6 +184,20 @@ MIGRATIONS: list[tuple[str, str]] = [
     );
     CREATE INDEX tracking_outbox_pending ON tracking_outbox(done_at, id);
     """),
+    ("loop-2", """
+    ALTER TABLE trials ADD COLUMN role TEXT NOT NULL DEFAULT 'explore';
+    ALTER TABLE trials ADD COLUMN rationale TEXT NOT NULL DEFAULT '';
+    ALTER TABLE trials ADD COLUMN failure TEXT;
+    ALTER TABLE trials ADD COLUMN metrics TEXT NOT NULL DEFAULT '{}';
+    ALTER TABLE trials ADD COLUMN workdir TEXT;
+    ALTER TABLE trials ADD COLUMN started_at REAL;
+    ALTER TABLE trials ADD COLUMN ended_at REAL;
+    ALTER TABLE decisions ADD COLUMN trial_id INTEGER;
+    ALTER TABLE loops ADD COLUMN digest TEXT NOT NULL DEFAULT '';
+    ALTER TABLE loops ADD COLUMN elapsed_s REAL NOT NULL DEFAULT 0;
+    ALTER TABLE loops ADD COLUMN ended_at REAL;
+    CREATE INDEX decisions_by_trial ON decisions(trial_id, kind);
+    """),
 ]
 
 
