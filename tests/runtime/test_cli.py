@@ -88,7 +88,7 @@ def test_status_shows_attempts_table(home: Path) -> None:
     job = cli("submit", "--gpus", "1", "--", "/bin/sh", "-c", "exit 2").stdout.strip()
     wait_for(lambda: status(job)["state"] == "failed")
     text = cli("status", job, env={**os.environ, "COLUMNS": "200"}).stdout
-    assert "failed" in text and "exit" in text and "ATTEMPT" in text
+    assert "failed" in text and "exit" in text and "REASON" in text and "PEAK MB" in text
 
 
 def test_list_filters_and_pages(home: Path) -> None:
