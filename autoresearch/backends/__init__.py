@@ -9,7 +9,6 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 from importlib import import_module
-from importlib.metadata import entry_points
 
 from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo
 from autoresearch.errors import SpecError
@@ -23,6 +22,8 @@ _BUILTIN: dict[str, str] = {
 
 
 def _entry_points() -> dict[str, str]:
+    from importlib.metadata import entry_points  # ~20 ms: only when a name is not built in
+
     return {ep.name: ep.value for ep in entry_points(group="autoresearch.backends")}
 
 
