@@ -1,0 +1,101 @@
+"""What every tool family shares: the facade, the caller's project, and error mapping.
+
+Tools never raise anything but :class:`ToolError` at a model: an
+:class:`AutoresearchError` becomes an ``is_error`` result carrying its message and
+hint; an unexpected exception is logged with its traceback on the server (stderr)
+and the model sees one line saying so.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, ParamSpec, TypeVar
+
+from mcp.server.mcpserver.exceptions import ToolError
+
+from autoresearch.errors import AuthError, AutoresearchError, SpecError
+
+log = logging.getLogger("autoresearch.tools")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass
+class ToolContext:
+    """Per-server state handed to each family's ``register``.
+
+    ``project`` is the fixed scope of a stdio server (``None``: every job). On an
+    HTTP server with tokens, the caller's token decides the project per request.
+    """
+
+    api: Any  # autoresearch.api.Api; Any so mypy does not chase the runtime import
+    read_only: bool = False
+    project: str | None = None
+    root: Path = field(default_factory=Path.cwd)
+    authenticated: bool = False
+
+    def caller_project(self) -> str | None:
+        """The project this request may see: the token's, else the server's."""
+        if not self.authenticated:
+            return self.project
+        from mcp.server.auth.middleware.auth_context import get_access_token
+
+        token = get_access_token()
+        if token is None:  # the bearer middleware refuses these before any tool runs
+            raise AuthError("this request carries no valid token", hint="send Authorization: Bearer <token>")
+        return token.client_id
+
+    def submit_project(self) -> str:
+        return self.caller_project() or ""
+
+    def require_write(self, tool: str) -> None:
+        if self.read_only:
+            raise AuthError(f"{tool} is refused: this server was started with --read-only",
+                            hint="use the read tools (status, logs, metrics, list_jobs, cluster_status), "
+                                 "or ask the operator for a server without --read-only")
+
+    def relative_path(self, value: str, argument: str) -> str:
+        """Resolve a path-like argument inside the server's root; refuse absolute paths and ``..``."""
+        text = value.strip()
+        if not text:
+            raise SpecError(f"{argument} is empty", hint=f"pass a path relative to {self.root}, e.g. '.'")
+        pure = PurePosixPath(text)
+        if text.startswith("~") or pure.is_absolute() or ".." in pure.parts:
+            raise SpecError(f"{argument} {value!r} must be a relative path without '..'",
+                            hint=f"paths are relative to the server's root {self.root}; e.g. 'src' or '.'")
+        resolved = (self.root / pure).resolve()
+        root = self.root.resolve()
+        if resolved != root and root not in resolved.parents:  # a symlink pointing out of the root
+            raise SpecError(f"{argument} {value!r} leads outside the server's root",
+                            hint=f"use a path that stays inside {root}")
+        return str(resolved)
+
+
+def tool_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn facade errors into ``is_error`` results with the hint; never show a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except AutoresearchError as err:
+            raise ToolError(f"[{err.code}] {err.render()}") from None
+        except ToolError:
+            raise
+        except Exception as err:  # noqa: BLE001 - a bug must not reach the model as a traceback
+            log.exception("tool %s crashed", fn.__name__)
+            raise ToolError(f"[internal] {fn.__name__} failed unexpectedly ({type(err).__name__}); "
+                            "the server log has the details\nhint: retry once; if it fails again, "
+                            "report it with the server's stderr") from None
+
+    return wrapper
+
+
+def home_hint() -> str:
+    return os.environ.get("AUTORESEARCH_HOME", "~/.autoresearch")

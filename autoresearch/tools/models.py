@@ -1,0 +1,131 @@
+"""Pydantic return models: the structured output every tool declares.
+
+Kept flat and small so a result fits in a model's context window: times are Unix
+seconds, lists are capped by the tools that fill them, and every model that can
+lead somewhere has a ``next_step`` telling the agent what to call next.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class Attempt(BaseModel):
+    n: int = Field(description="Attempt number, from 1.")
+    state: str
+    node: str | None
+    gpus: list[str] = Field(description="GPU slots it ran on.")
+    started_at: float | None
+    ended_at: float | None
+    exit_code: int | None
+    signal: int | None
+    end_reason: str | None = Field(description="exit | timeout | cancelled | preempted | infra")
+    detail: str | None
+
+
+class JobSummary(BaseModel):
+    id: int
+    name: str
+    state: str = Field(description="queued | starting | running | succeeded | failed | cancelled")
+    priority: str
+    gpus: int
+    attempts: int
+    exit_code: int | None
+    end_reason: str | None
+    experiment: str
+    submitted_at: float
+    started_at: float | None
+    ended_at: float | None
+    cancelling: bool = False
+
+
+class JobDetail(JobSummary):
+    command: str
+    workdir: str
+    tags: dict[str, str] = Field(default_factory=dict)
+    attempt_list: list[Attempt] = Field(default_factory=list)
+    failure_class: str | None = Field(default=None, description="On failure: 'user' (the program) or 'infra' (node, signal).")
+    log_excerpt: str | None = Field(default=None, description="On failure: the last lines of the failed attempt's log.")
+
+
+class SubmitResult(BaseModel):
+    id: int
+    state: str
+    name: str
+    next_step: str
+
+
+class StatusResult(BaseModel):
+    job: JobDetail | None = Field(default=None, description="The job asked for, in detail.")
+    jobs: list[JobSummary] = Field(default_factory=list, description="The recent jobs, when no job_id was given.")
+    next_step: str = ""
+
+
+class JobList(BaseModel):
+    jobs: list[JobSummary]
+    next_cursor: int | None = Field(description="Pass as cursor to get the next (older) page; null on the last page.")
+
+
+class LogResult(BaseModel):
+    job_id: int
+    attempt: int = Field(description="The attempt this text comes from (0: the job has not started).")
+    text: str
+    offset: int = Field(description="Byte offset of the first byte of text.")
+    next_offset: int = Field(description="Byte offset just after text: pass as offset to read on.")
+    size: int = Field(description="Bytes in the log so far.")
+    truncated: bool = Field(description="True when more text exists than was returned.")
+    hint: str = Field(default="", description="How to get the rest, when truncated.")
+
+
+class Metric(BaseModel):
+    name: str
+    last: float | None
+    best: float | None
+    step: int
+    count: int
+    mode: str = Field(description="'min' or 'max': which direction 'best' means.")
+    series: list[tuple[int, float | None]] | None = Field(default=None, description="(step, value), at most max_points.")
+
+
+class MetricsResult(BaseModel):
+    job_id: int
+    state: str
+    metrics: list[Metric]
+    next_step: str = ""
+
+
+class CancelResult(BaseModel):
+    id: int
+    state: str
+    cancelling: bool = Field(description="True while a running attempt is being stopped (SIGTERM, grace, SIGKILL).")
+    next_step: str
+
+
+class Node(BaseModel):
+    name: str
+    backend: str
+    state: str = Field(description="healthy | degraded | cordoned | down")
+    reason: str
+    gpus: int
+    gpus_free: int
+    running: int
+
+
+class ClusterResult(BaseModel):
+    nodes: list[Node]
+    gpus_total: int
+    gpus_free: int
+    gpus_used: int
+    running: int
+    queued: dict[str, int] = Field(description="Queued jobs per priority class (critical, normal, best-effort).")
+    cordoned: list[str] = Field(description="'node: reason' for each cordoned node.")
+
+
+def from_view(model: type[BaseModel], view: Any) -> Any:
+    """Build a model from a facade dataclass view, keeping only the model's fields."""
+    data = {name: getattr(view, name) for name in model.model_fields if hasattr(view, name)}
+    if "attempt_list" in data:
+        data["attempt_list"] = [from_view(Attempt, a) for a in data["attempt_list"]]
+    return model.model_validate(data)

@@ -1,0 +1,154 @@
+"""Compose the MCP server from the tool-family modules and run it over stdio or HTTP.
+
+Each module in :data:`FAMILIES` exposes ``register(server, ctx)``. A family whose
+module is absent (``loop`` until the loop package provides it) is skipped, so the
+server always starts with what is installed. Logging goes to stderr: on stdio,
+stdout belongs to the protocol.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import sys
+from importlib import import_module
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import ValidationError
+
+from autoresearch.errors import AuthError
+from autoresearch.tools._context import ToolContext
+
+FAMILIES = ("jobs", "logs", "metrics", "cluster", "prompts", "loop")
+INSTRUCTIONS = """\
+autoresearch runs ML jobs on GPUs. Typical flow: cluster_status (free GPUs) -> submit(command=[...], gpus=N)
+-> status(job_id) until it runs -> logs(job_id) / metrics(job_id) to follow it -> cancel(job_id) if needed.
+Jobs outlive this conversation. Every error says what to do next in its 'hint' line."""
+log = logging.getLogger("autoresearch.tools")
+
+
+class AutoresearchMCP(MCPServer[Any]):
+    """The SDK server, with argument-validation errors rewritten into message + hint."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None:
+            known = tool.parameters.get("properties", {})
+            unknown = sorted(set(arguments) - set(known))
+            if unknown:  # the SDK would drop them silently; a model should learn it misspelled one
+                raise ToolError(f"Error executing tool {name}: [spec_invalid] unknown argument(s) "
+                                f"{', '.join(unknown)}\nhint: valid arguments: {', '.join(known) or 'none'}")
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as err:
+            cause = err.__cause__
+            if isinstance(cause, ValidationError):
+                raise ToolError(self._explain(name, cause)) from None
+            if str(err).startswith("Unknown tool"):
+                tools = ", ".join(t.name for t in self._tool_manager.list_tools())
+                raise ToolError(f"{err}\nhint: the tools are {tools}") from None
+            raise
+
+    def _explain(self, name: str, error: ValidationError) -> str:
+        tool = self._tool_manager.get_tool(name)
+        properties = (tool.parameters if tool else {}).get("properties", {})
+        lines, hints = [], []
+        for item in error.errors()[:5]:
+            field = str(item["loc"][0]) if item["loc"] else ""
+            where = ".".join(str(p) for p in item["loc"]) or "arguments"
+            got = "" if item["type"] == "missing" else f" (got {repr(item.get('input'))[:60]})"
+            lines.append(f"{where}: {item['msg']}{got}")
+            described = properties.get(field, {}).get("description")
+            if described:
+                hints.append(f"{field}: {described}")
+            elif field and field not in properties:
+                hints.append(f"valid arguments: {', '.join(properties) or 'none'}")
+        hint = "; ".join(dict.fromkeys(hints)) or "check the tool's input schema"
+        return f"Error executing tool {name}: [spec_invalid] invalid arguments: " + "; ".join(lines) + f"\nhint: fix and call again. {hint}"
+
+
+def build_server(api: Any = None, *, home: str | os.PathLike[str] | None = None, read_only: bool = False,
+                 project: str | None = None, root: str | os.PathLike[str] | None = None,
+                 token_verifier: Any = None, resource_url: str = "http://127.0.0.1:8765/mcp",
+                 log_level: str = "WARNING") -> AutoresearchMCP:
+    """The server with every available tool family registered on one shared :class:`Api`."""
+    if api is None:
+        from autoresearch.api import Api
+
+        api = Api(home)
+    auth = None
+    if token_verifier is not None:
+        from mcp.server.auth.settings import AuthSettings
+        from pydantic import AnyHttpUrl
+
+        base = resource_url.rsplit("/mcp", 1)[0]
+        auth = AuthSettings(issuer_url=AnyHttpUrl(base), resource_server_url=AnyHttpUrl(resource_url),
+                            validate_token_resource=False)
+    server = AutoresearchMCP("autoresearch", instructions=INSTRUCTIONS, token_verifier=token_verifier, auth=auth,
+                             log_level=log_level.upper(), version=_version())  # type: ignore[arg-type]
+    ctx = ToolContext(api=api, read_only=read_only, project=project, root=Path(root or os.getcwd()).resolve(),
+                      authenticated=token_verifier is not None)
+    for family in available_families():
+        module = import_module(f"autoresearch.tools.{family}")
+        module.register(server, ctx)
+    return server
+
+
+def available_families() -> list[str]:
+    found = []
+    for family in FAMILIES:
+        try:
+            present = find_spec(f"autoresearch.tools.{family}") is not None
+        except ImportError:
+            present = False
+        if present:
+            found.append(family)
+    return found
+
+
+def _version() -> str:
+    from autoresearch import __version__
+
+    return __version__
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run_stdio(**options: Any) -> None:
+    import anyio
+
+    server = build_server(**options)
+    anyio.run(server.run_stdio_async)
+
+
+def run_http(host: str = "127.0.0.1", port: int = 8765, tokens_file: str | None = None, **options: Any) -> None:
+    """Streamable HTTP at ``/mcp``; bearer tokens when ``tokens_file`` is given."""
+    import uvicorn
+
+    verifier = None
+    if tokens_file:
+        from autoresearch.tools.auth import FileTokenVerifier
+
+        verifier = FileTokenVerifier(tokens_file)
+    elif not is_loopback(host):
+        raise AuthError(f"refusing to serve HTTP on {host} without tokens: anyone who can reach it could run jobs",
+                        hint="set AUTORESEARCH_TOKENS to a file of 'TOKEN PROJECT' lines, or bind --host 127.0.0.1")
+    server = build_server(token_verifier=verifier, resource_url=f"http://{host}:{port}/mcp", **options)
+    app = server.streamable_http_app(host=host, json_response=True)
+    level = str(options.get("log_level", "WARNING")).lower()
+    print(f"autoresearch MCP server on http://{host}:{port}/mcp"
+          f"{' (bearer tokens)' if verifier else ' (no auth: loopback only)'}"
+          f"{' read-only' if options.get('read_only') else ''}", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=host, port=port, log_level=level, access_log=False)
