@@ -182,9 +182,10 @@ class Api:
                 lines = lines[1:]  # drop the partial first line
             kept = lines[-tail_lines:]
             text, cut = _fit_tail("\n".join(kept), max_bytes)
-            first = size - len(text.encode())
+            first = max(0, size - len(text.encode()) - raw.endswith("\n"))  # the join dropped the last newline
             cut = cut or first > 0
-            hint = f"earlier output exists: call again with offset=0 (or offset={max(0, first - max_bytes)})" if cut else ""
+            back = f" (or offset={first - max_bytes} for the page before this one)" if first > max_bytes else ""
+            hint = f"earlier output exists: call again with offset=0{back}" if cut else ""
             return LogPage(job["id"], att["n"], text, first, size, size, cut, hint)
         start = offset or 0
         chunk = backend.read_log(ext, start, max_bytes)
