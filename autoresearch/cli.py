@@ -337,13 +337,14 @@ def _render_job(v: JobView) -> None:
     console.print(f"command: {v.command}", markup=False, highlight=False)
     console.print(f"workdir: {v.workdir}", markup=False, highlight=False)
     table = Table()
-    for col in ("#", "STATE", "NODE", "GPUS", "STARTED", "RAN", "EXIT", "REASON", "PEAK MB"):
+    for col in ("#", "STATE", "NODE", "GPUS", "STARTED", "ENDED", "RAN", "EXIT", "REASON", "PEAK MB"):
         table.add_column(col)
     notes = []
     for a in v.attempt_list:
         exit_text = str(a.exit_code) if a.exit_code is not None else (f"sig {a.signal}" if a.signal else "-")
         ran = (a.ended_at or time.time()) - a.started_at if a.started_at else None
-        table.add_row(str(a.n), a.state, a.node or "-", ",".join(a.gpus) or "-", _ago(a.started_at), _dur(ran),
+        table.add_row(str(a.n), a.state, a.node or "-", ",".join(a.gpus) or "-", _ago(a.started_at),
+                      _ago(a.ended_at), _dur(ran),
                       exit_text, a.end_reason or "-", f"{a.peak_rss_mb:.0f}" if a.peak_rss_mb else "-")
         if a.detail and not a.detail.startswith("exited "):
             notes.append(f"attempt {a.n}: {a.detail}")
