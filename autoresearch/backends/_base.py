@@ -62,6 +62,8 @@ class LaunchRequest:
     timeout: float | None = None
     grace: float = 10.0
     on_exit: list[str] | None = None  # argv to run once the attempt has ended (best effort)
+    # A FIFO a live watcher reads: when someone listens, poking it replaces running on_exit.
+    wake_fifo: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,6 +88,7 @@ class LocalBackend(Backend):
                 "timeout": request.timeout,
                 "grace": request.grace,
                 "on_exit": request.on_exit,
+                "wake_fifo": request.wake_fifo,
             }
         )
         return request.run_dir

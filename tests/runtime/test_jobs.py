@@ -138,3 +138,14 @@ def test_queue_drains_with_nobody_watching(api: Any) -> None:
     row = wait_for(lambda: (r := api.ledger.one("SELECT state FROM jobs WHERE id=?", (second,)))["state"]
                    == "succeeded" and r, timeout=20)
     assert row and api.status(first, refresh=False).state == "succeeded"
+
+
+def test_watcher_hears_endings_and_replaces_the_hook(api: Any, home: Path) -> None:
+    with api.runtime.watch() as watcher:
+        job = submit(api, ["true"])
+        assert watcher.wait(10.0), "the supervisor should poke the listening watcher"
+        assert not (home / "jobs" / str(job) / "attempt-1" / "on_exit.log").exists()  # no hook process ran
+        api.runtime.tick()
+        assert api.status(job, refresh=False).state == "succeeded"
+    job = submit(api, ["true"])  # nobody listens any more: the supervisor runs the pass itself
+    wait_for(lambda: api.status(job, refresh=False).state == "succeeded")
