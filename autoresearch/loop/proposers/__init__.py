@@ -31,6 +31,8 @@ _BUILTIN: dict[str, str] = {
     "random": "autoresearch.loop.proposers.random:RandomProposer",
     "grid": "autoresearch.loop.proposers.grid:GridProposer",
     "tpe": "autoresearch.loop.proposers.tpe:TPEProposer",
+    "llm": "autoresearch.loop.proposers.llm:LLMProposer",
+    "code": "autoresearch.loop.proposers.code:CodeProposer",
 }
 _REGISTERED: dict[str, Any] = {}
 
