@@ -229,10 +229,10 @@ class Runtime:
             retries = job["retries_used"]
             retryable = reason == "infra" or (
                 reason == "exit" and status.exit_code in (spec.get("retry_on_exit_codes") or []))
-            if job["cancel_requested"] or reason == "cancelled":
-                state = "cancelled"
-            elif reason == "exit" and status.exit_code == 0:
+            if reason == "exit" and status.exit_code == 0:
                 state = "succeeded"
+            elif job["cancel_requested"] or reason == "cancelled":
+                state = "cancelled"
             elif reason == "preempted":
                 state = "queued"
             elif retryable and retries < int(spec.get("max_retries", 2)):
@@ -350,8 +350,10 @@ class Watcher:
 
 def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
     """End reason (exit, timeout, cancelled, preempted, infra) and a one-line detail."""
-    stop_reason = att["stop_reason"]
-    if stop_reason == "cancelled" or att["cancel_requested"]:
+    # Why we stopped it wins — but only if our stop reached it: an attempt that ended on
+    # its own just before the SIGTERM keeps its own ending (a success stays a success).
+    stop_reason = att["stop_reason"] if (status.stopped or status.state == "lost") else None
+    if stop_reason == "cancelled" or (att["cancel_requested"] and status.stopped):
         return "cancelled", "cancelled by request"
     if stop_reason == "preempted":
         return "preempted", "stopped to make room for a higher-priority job"

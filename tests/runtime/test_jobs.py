@@ -149,3 +149,15 @@ def test_watcher_hears_endings_and_replaces_the_hook(api: Any, home: Path) -> No
         assert api.status(job, refresh=False).state == "succeeded"
     job = submit(api, ["true"])  # nobody listens any more: the supervisor runs the pass itself
     wait_for(lambda: api.status(job, refresh=False).state == "succeeded")
+
+
+def test_attempt_that_ends_before_the_stop_keeps_its_success(api: Any, home: Path) -> None:
+    with api.runtime.watch() as watcher:  # no on-exit pass: the test decides when the pass runs
+        job = submit(api, ["true"])
+        assert watcher.wait(10.0)
+        # a preemption decided just as it finished: the stop arrives too late to matter
+        with api.ledger.tx() as c:
+            c.execute("UPDATE attempts SET stop_reason='preempted' WHERE job_id=?", (job,))
+        api.runtime.tick()
+    view = api.status(job, refresh=False)
+    assert view.state == "succeeded" and view.attempts == 1 and view.attempt_list[0].end_reason == "exit"
