@@ -78,6 +78,12 @@ class Runtime:
     def refresh_nodes(self) -> None:
         now = time.time()
         seen = self.backend.nodes()
+        known = {r["name"]: (r["gpu_ids"], r["cpus"], r["memory"], r["state"])
+                 for r in self.ledger.query("SELECT * FROM nodes WHERE backend=?", (self.backend.name,))}
+        current = {n.name: (json.dumps(n.gpu_ids), n.cpus, n.memory) for n in seen}
+        if set(known) == set(current) and all(
+                known[k][:3] == v and known[k][3] != "down" for k, v in current.items()):
+            return  # nothing changed: no write on the read path
         with self.ledger.tx() as c:
             for node in seen:
                 c.execute(
