@@ -75,7 +75,7 @@ class AutoresearchMCP(MCPServer[Any]):
 def build_server(api: Any = None, *, home: str | os.PathLike[str] | None = None, read_only: bool = False,
                  project: str | None = None, root: str | os.PathLike[str] | None = None,
                  token_verifier: Any = None, resource_url: str = "http://127.0.0.1:8765/mcp",
-                 log_level: str = "WARNING") -> AutoresearchMCP:
+                 log_level: str = "WARNING", families: tuple[str, ...] | None = None) -> AutoresearchMCP:
     """The server with every available tool family registered on one shared :class:`Api`."""
     if api is None:
         from autoresearch.api import Api
@@ -93,21 +93,22 @@ def build_server(api: Any = None, *, home: str | os.PathLike[str] | None = None,
                              log_level=log_level.upper(), version=_version())  # type: ignore[arg-type]
     ctx = ToolContext(api=api, read_only=read_only, project=project, root=Path(root or os.getcwd()).resolve(),
                       authenticated=token_verifier is not None)
-    for family in available_families():
-        module = import_module(f"autoresearch.tools.{family}")
-        module.register(server, ctx)
+    for name in available_families(families):
+        import_module(name).register(server, ctx)
     return server
 
 
-def available_families() -> list[str]:
+def available_families(families: tuple[str, ...] | None = None) -> list[str]:
+    """Module names of the families that are installed (a bare name lives in this package)."""
     found = []
-    for family in FAMILIES:
+    for family in FAMILIES if families is None else families:
+        name = family if "." in family else f"autoresearch.tools.{family}"
         try:
-            present = find_spec(f"autoresearch.tools.{family}") is not None
+            present = find_spec(name) is not None
         except ImportError:
             present = False
         if present:
-            found.append(family)
+            found.append(name)
     return found
 
 
