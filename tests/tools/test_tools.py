@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import wait_for, wait_state
+from tests.conftest import wait_state
 from tests.tools.conftest import connect, text
 
 pytestmark = pytest.mark.anyio
