@@ -92,9 +92,12 @@ class Trial(_Model):
 
     def placeholders(self) -> list[str]:
         names = []
-        for _, field, _, _ in string.Formatter().parse(self.command):
-            if field is not None:
-                names.append(field)
+        try:
+            for _, field, _, _ in string.Formatter().parse(self.command):
+                if field is not None:
+                    names.append(field)
+        except ValueError as err:
+            raise ValueError(f"trial.command: {err}; write {{{{ and }}}} for literal braces") from None
         return names
 
 

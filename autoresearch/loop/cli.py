@@ -1,0 +1,124 @@
+"""CLI plugin of the loop: ``autoresearch plan.yaml``, ``run``, ``schema``, ``report``.
+
+Imported on every CLI call: argparse only at the top; everything else inside ``run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    r = sub.add_parser("run", help="run a research loop: autoresearch run plan.yaml (or just autoresearch plan.yaml)")
+    r.add_argument("plan", help="plan.yaml")
+    r.add_argument("--resume", action="store_true",
+                   help="continue the loop of this name even if the plan changed (same plan: implied)")
+    r.add_argument("--json", action="store_true", help="print one JSON object (the final loop view) for machines")
+    r.add_argument("--no-report", action="store_true", help="skip the plots and summary at the end")
+    r.set_defaults(plugin_run=run)
+
+    s = sub.add_parser("schema", help="print the JSON Schema of a plan (or a job spec)")
+    s.add_argument("what", choices=["plan", "job"])
+    s.set_defaults(plugin_run=run)
+
+    rp = sub.add_parser("report", help="plots and a Markdown summary of a loop, logged to MLflow")
+    rp.add_argument("name", help="the loop's name (name: in its plan)")
+    rp.add_argument("--out", help="directory (default $AUTORESEARCH_HOME/loops/NAME/report)")
+    rp.add_argument("--json", action="store_true")
+    rp.set_defaults(plugin_run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.cmd == "schema":
+        return _schema(args)
+    if args.cmd == "report":
+        return _report(args)
+    return _run(args)
+
+
+def _schema(args: argparse.Namespace) -> int:
+    if args.what == "plan":
+        from autoresearch.loop.plan import plan_schema
+
+        print(json.dumps(plan_schema(), indent=2))
+    else:
+        from autoresearch.spec import JobSpec
+
+        print(json.dumps(JobSpec.model_json_schema(), indent=2))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from autoresearch.ledger import Ledger
+    from autoresearch.loop.report import log_to_mlflow, write_report
+    from autoresearch.views import to_dict
+
+    ledger = Ledger(args.home)
+    view = write_report(ledger, args.name, args.out)
+    run_id = log_to_mlflow(ledger, view)
+    if args.json:
+        out = to_dict(view)
+        out["trials"] = len(view.trials)
+        out["mlflow_run_id"] = run_id
+        print(json.dumps(out, indent=2, default=str))
+        return 0
+    print(f"report: {view.report_dir}/summary.md" + (f" (logged to MLflow run {run_id})" if run_id else ""))
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from autoresearch.loop.controller import Controller, LoopInterrupted
+    from autoresearch.loop.plan import load_plan
+    from autoresearch.views import to_dict
+
+    plan = load_plan(args.plan)
+    live = None
+    on_update = None
+    if not args.json:
+        from autoresearch.loop.display import LiveTable
+
+        live = LiveTable(plan, interactive=sys.stdout.isatty())
+        on_update = live.update
+    controller = Controller(plan, home=args.home, resume=args.resume, on_update=on_update)
+    try:
+        if live is not None:
+            with live:
+                view = controller.run()
+        else:
+            view = controller.run()
+    except LoopInterrupted as err:
+        return _interrupted(controller, err, args)
+    if not args.no_report:
+        from autoresearch.loop.report import log_to_mlflow, write_report
+
+        view = write_report(controller.ledger, plan.name)
+        log_to_mlflow(controller.ledger, view)
+    if args.json:
+        out = to_dict(view)
+        out["trials"] = [t for t in out["trials"]]
+        print(json.dumps(out, default=str))
+    elif live is not None:
+        live.summary(view)
+    return 0
+
+
+def _interrupted(controller: Any, err: Any, args: argparse.Namespace) -> int:
+    jobs = err.running_jobs
+    stop = False
+    if jobs and sys.stdin.isatty() and not args.json:
+        try:
+            answer = input(f"\nstop the {len(jobs)} running trial(s) too? [y/N] ").strip().lower()
+        except (EOFError, KeyboardInterrupt):
+            answer = ""
+        stop = answer in ("y", "yes")
+    if stop:
+        stopped = controller.stop_running("stopped by the user after Ctrl-C")
+        print(f"stopped {len(stopped)} trial(s); resume later with: autoresearch run {args.plan} --resume",
+              file=sys.stderr)
+    else:
+        print(f"loop {err.view.name} interrupted; {len(jobs)} trial(s) left running.", file=sys.stderr)
+        print(f"hint: {err.hint}".replace("<plan.yaml>", args.plan), file=sys.stderr)
+    return 130

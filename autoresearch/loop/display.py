@@ -1,0 +1,113 @@
+"""The live table of ``autoresearch run`` (rich) and its final summary.
+
+On a terminal: a table refreshed in place (trial, params, state, metric, best so far,
+ETA). Without one (CI logs): one line per finished trial, then the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from autoresearch.loop.views import LoopView, TrialRow
+
+STYLE = {"proposed": "dim", "queued": "yellow", "running": "cyan", "succeeded": "green", "failed": "red",
+         "stopped": "magenta", "crashed": "red", "cancelled": "magenta", "skipped": "dim"}
+ROWS = 18
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.5g}"
+
+
+def _dur(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    return f"{seconds:.0f}s" if seconds < 90 else f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+
+
+def _params(params: dict[str, Any], width: int = 48) -> str:
+    text = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+class LiveTable:
+    def __init__(self, plan: Any, interactive: bool) -> None:
+        from rich.console import Console
+
+        self.plan = plan
+        self.interactive = interactive
+        self.console = Console()
+        self.live: Any = None
+        self.printed: set[int] = set()
+
+    def __enter__(self) -> LiveTable:
+        if self.interactive:
+            from rich.live import Live
+
+            self.live = Live(console=self.console, refresh_per_second=4, transient=False)
+            self.live.__enter__()
+        else:
+            self.console.print(f"loop {self.plan.name}: {self.plan.proposer.kind}, {self.plan.budget.trials} trials "
+                               f"at parallel {self.plan.budget.parallel}, {self.plan.objective.goal} "
+                               f"{self.plan.objective.metric}", highlight=False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)
+            self.live = None
+
+    def update(self, view: LoopView) -> None:
+        if self.live is not None:
+            self.live.update(self._table(view))
+            return
+        for t in view.trials:
+            if t.ended_at and t.trial_id not in self.printed:
+                self.printed.add(t.trial_id)
+                self.console.print(f"trial {t.trial_id} {t.state} {view.metric}={_num(t.objective)} "
+                                   f"best={_num(t.best_so_far)} {_params(t.params, 80)}", highlight=False,
+                                   markup=False)
+
+    def _table(self, view: LoopView) -> Any:
+        from rich.table import Table
+
+        done = sum(n for s, n in view.counts.items() if s not in ("proposed", "queued", "running"))
+        title = (f"[bold]{view.name}[/]  {view.goal} {view.metric}  trials {done}/{view.budget_trials}  "
+                 f"best {_num(view.best_value)}" + (f" (#{view.best_trial})" if view.best_trial else "")
+                 + (f" ±{view.noise_floor:.3g}" if view.noise_floor is not None else "")
+                 + f"  elapsed {_dur(view.elapsed_s)}  ETA {_dur(view.eta_s)}")
+        table = Table(title=title, title_justify="left")
+        for col in ("TRIAL", "PARAMS", "STATE", "STEP", view.metric.upper(), "BEST SO FAR", "TIME"):
+            table.add_column(col, no_wrap=True)
+        active = [t for t in view.trials if t.state in ("queued", "running", "proposed")]
+        ended = sorted((t for t in view.trials if t.ended_at), key=lambda t: t.ended_at or 0)[-max(0, ROWS - len(active)):]
+        for t in sorted(active + ended, key=lambda t: t.trial_id)[-ROWS:]:
+            table.add_row(*self._row(t))
+        return table
+
+    @staticmethod
+    def _row(t: TrialRow) -> list[str]:
+        value = t.objective if t.ended_at else t.value
+        now = t.ended_at or time.time()
+        runtime = now - t.started_at if t.started_at else None
+        tag = " (seed)" if t.role == "repeat" else ""
+        return [f"{t.trial_id}{tag}", _params(t.params), f"[{STYLE.get(t.state, 'white')}]{t.state}[/]",
+                "-" if t.step is None else str(t.step), _num(value), _num(t.best_so_far), _dur(runtime)]
+
+    def summary(self, view: LoopView) -> None:
+        c = self.console
+        c.print(f"[bold]loop {view.name} {view.state}[/]: {view.stop_reason or ''}")
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(view.counts.items()))
+        c.print(f"trials: {counts}; wall {_dur(view.elapsed_s)}; decisions {view.decisions}", highlight=False)
+        if view.best_trial is not None:
+            seeds = f" (mean of {view.best_seeds} seeds)" if view.best_seeds > 1 else ""
+            c.print(f"best: trial {view.best_trial} {view.metric}={_num(view.best_value)}{seeds} "
+                    f"{json.dumps(view.best_params, sort_keys=True)}", highlight=False, markup=False)
+        if view.noise_floor is not None:
+            c.print(f"noise floor: ±{view.noise_floor:.4g} ({view.rejected_as_noise} gain(s) within it not kept)",
+                    highlight=False)
+        if view.report_dir:
+            c.print(f"report: {view.report_dir}/summary.md", highlight=False, markup=False)

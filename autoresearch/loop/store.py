@@ -1,0 +1,140 @@
+"""The loop's state in the ledger: loops, trials, decisions (tables from migrations loop-1/2).
+
+Write-ahead: a decision row is written *before* the action it describes, and a
+proposal's trials are written in the same transaction as its decision, so a crash
+at any line leaves either nothing or a decision whose action the next run finishes.
+The tracking mirror reads these tables; nothing here imports MLflow.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from typing import Any
+
+from autoresearch.ledger import Ledger
+from autoresearch.loop.proposers._base import Proposal, ProposeResult, ProposerInfo, TrialRecord
+
+ACTIVE_TRIAL = ("proposed", "queued", "running")
+ENDED_TRIAL = ("succeeded", "failed", "stopped", "crashed", "cancelled", "skipped")
+
+
+def _j(value: Any) -> str:
+    return json.dumps(value, default=str, sort_keys=True)
+
+
+class LoopStore:
+    def __init__(self, ledger: Ledger, loop_id: int) -> None:
+        self.ledger = ledger
+        self.loop_id = loop_id
+
+    # -- loops --------------------------------------------------------------------------
+
+    @staticmethod
+    def find(ledger: Ledger, name: str) -> Any:
+        return ledger.one("SELECT * FROM loops WHERE name=?", (name,))
+
+    @staticmethod
+    def create(ledger: Ledger, name: str, plan_json: str, digest: str, experiment: str) -> LoopStore:
+        now = time.time()
+        with ledger.tx() as c:
+            cur = c.execute("INSERT INTO loops(name, plan, state, experiment, created_at, updated_at, digest) "
+                            "VALUES (?,?,?,?,?,?,?)", (name, plan_json, "running", experiment, now, now, digest))
+            return LoopStore(ledger, int(cur.lastrowid or 0))
+
+    def loop(self) -> Any:
+        return self.ledger.one("SELECT * FROM loops WHERE id=?", (self.loop_id,))
+
+    def set_loop(self, **fields: Any) -> None:
+        sets = ", ".join(f"{k}=?" for k in fields)
+        with self.ledger.tx() as c:
+            c.execute(f"UPDATE loops SET {sets}, updated_at=? WHERE id=?", (*fields.values(), time.time(), self.loop_id))
+
+    # -- decisions ----------------------------------------------------------------------
+
+    def decide(self, kind: str, *, inputs: Any = None, outputs: Any = None, rationale: str = "",
+               info: ProposerInfo | None = None, trial_id: int | None = None, conn: Any = None,
+               tokens_in: int = 0, tokens_out: int = 0, cost_usd: float = 0.0, latency_s: float = 0.0) -> int:
+        row = (self.loop_id, kind, _j(inputs or {}), _j(outputs or {}), rationale,
+               _j(asdict(info) if info else {"kind": "controller"}), tokens_in, tokens_out, cost_usd, latency_s,
+               time.time(), trial_id)
+        sql = ("INSERT INTO decisions(loop_id, kind, inputs, outputs, rationale, proposer, tokens_in, tokens_out, "
+               "cost_usd, latency_s, created_at, trial_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)")
+        if conn is not None:
+            return int(conn.execute(sql, row).lastrowid or 0)
+        with self.ledger.tx() as c:
+            return int(c.execute(sql, row).lastrowid or 0)
+
+    def has_decision(self, kind: str, trial_id: int) -> bool:
+        return self.ledger.one("SELECT 1 FROM decisions WHERE trial_id=? AND kind=? AND loop_id=?",
+                               (trial_id, kind, self.loop_id)) is not None
+
+    def decisions(self) -> list[Any]:
+        return self.ledger.query("SELECT * FROM decisions WHERE loop_id=? ORDER BY id", (self.loop_id,))
+
+    def llm_cost(self) -> float:
+        row = self.ledger.one("SELECT COALESCE(SUM(cost_usd), 0) AS c FROM decisions WHERE loop_id=?", (self.loop_id,))
+        return float(row["c"]) if row else 0.0
+
+    # -- trials -------------------------------------------------------------------------
+
+    def record_proposals(self, result: ProposeResult, proposals: list[Proposal], *, inputs: Any, role: str = "explore",
+                         seeds: list[int] | None = None) -> list[int]:
+        """One propose decision and its trials, atomically; returns the new trial ids."""
+        now = time.time()
+        ids: list[int] = []
+        with self.ledger.tx() as c:
+            decision = self.decide(
+                "propose", inputs=inputs, rationale=result.rationale, info=result.info, conn=c,
+                outputs={"proposals": [{"params": p.params, "rationale": p.rationale, "patch": bool(p.patch),
+                                        "parent_trial": p.parent_trial} for p in proposals]},
+                tokens_in=result.tokens_in, tokens_out=result.tokens_out, cost_usd=result.cost_usd,
+                latency_s=result.latency_s)
+            for i, p in enumerate(proposals):
+                cur = c.execute(
+                    "INSERT INTO trials(loop_id, decision_id, parent_trial, params, patch, seed, proposer, state, role, "
+                    "rationale, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (self.loop_id, decision, p.parent_trial, _j(p.params), p.patch, (seeds or [])[i] if seeds else 0,
+                     result.info.kind, "proposed", role, p.rationale, now, now))
+                ids.append(int(cur.lastrowid or 0))
+            c.execute("UPDATE decisions SET outputs=json_set(outputs, '$.trial_ids', json(?)) WHERE id=?",
+                      (_j(ids), decision))
+        return ids
+
+    def trials(self, states: tuple[str, ...] | None = None) -> list[Any]:
+        if states:
+            marks = ",".join("?" * len(states))
+            return self.ledger.query(f"SELECT * FROM trials WHERE loop_id=? AND state IN ({marks}) ORDER BY id",
+                                     (self.loop_id, *states))
+        return self.ledger.query("SELECT * FROM trials WHERE loop_id=? ORDER BY id", (self.loop_id,))
+
+    def trial(self, trial_id: int) -> Any:
+        return self.ledger.one("SELECT * FROM trials WHERE id=?", (trial_id,))
+
+    def update_trial(self, trial_id: int, **fields: Any) -> None:
+        sets = ", ".join(f"{k}=?" for k in fields)
+        with self.ledger.tx() as c:
+            c.execute(f"UPDATE trials SET {sets}, updated_at=? WHERE id=?", (*fields.values(), time.time(), trial_id))
+
+    def job_of_trial(self, trial_id: int) -> int | None:
+        """A job submitted for the trial whose id never reached the trials row (a crash in between)."""
+        row = self.ledger.one(
+            "SELECT id FROM jobs WHERE json_extract(spec, '$.tags.\"autoresearch.loop_id\"')=? AND "
+            "json_extract(spec, '$.tags.\"autoresearch.trial_id\"')=? ORDER BY id LIMIT 1",
+            (str(self.loop_id), str(trial_id)))
+        return int(row["id"]) if row else None
+
+    def counts(self) -> dict[str, int]:
+        rows = self.ledger.query("SELECT state, COUNT(*) AS n FROM trials WHERE loop_id=? GROUP BY state",
+                                 (self.loop_id,))
+        return {r["state"]: r["n"] for r in rows}
+
+
+def to_record(row: Any, intermediate: list[tuple[int, float]] | None = None) -> TrialRecord:
+    state = row["state"]
+    return TrialRecord(
+        trial_id=row["id"], params=json.loads(row["params"]), state=state, objective=row["objective"],
+        metrics=json.loads(row["metrics"] or "{}"), intermediate=intermediate or [], patch=row["patch"],
+        parent_trial=row["parent_trial"], seed=row["seed"], failure=row["failure"], rationale=row["rationale"],
+        role=row["role"], job_id=row["job_id"])
