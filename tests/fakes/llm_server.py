@@ -3,7 +3,7 @@
 The real ``anthropic`` and ``openai`` clients are pointed at these servers through
 ``base_url``: every byte goes over HTTP on 127.0.0.1, nothing in the SDKs is patched.
 Each server answers from a script of recorded responses (``recorded/*.json``), one
-per request, in order; when the script runs out it repeats the last answer. Every
+per request, in order; when the script runs out it repeats the last answer given. Every
 request is kept (path, headers, JSON body) so tests can check what was sent.
 
     with FakeLLMServer() as server:
@@ -119,6 +119,7 @@ class FakeLLMServer:
     def __init__(self) -> None:
         self.requests: list[Request] = []
         self._script: list[Answer] = []
+        self._last: Answer | None = None
         self._lock = threading.Lock()
         outer = self
 
@@ -172,9 +173,11 @@ class FakeLLMServer:
             self.requests.append(request)
             if not request.path.endswith(("/messages", "/chat/completions")):
                 return _json(404, {"error": {"message": f"no route {request.path}"}})
-            if not self._script:
+            if self._script:
+                self._last = self._script.pop(0)
+            if self._last is None:
                 return _json(500, {"error": {"message": "fake server: no scripted answer"}})
-            return self._script.pop(0) if len(self._script) > 1 else self._script[0]
+            return self._last
 
     def start(self) -> FakeLLMServer:
         self._thread.start()
