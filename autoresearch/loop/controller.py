@@ -306,7 +306,7 @@ class Controller:
             self._read_series(ended)
         others = {t: s for t, s in self.series.items()}
         for trial_id, series in fresh.items():
-            if trial_id in self.stopping or trial_id not in self.active:
+            if trial_id in self.stopping or trial_id not in self.active or self.active[trial_id]["role"] == "repeat":
                 continue
             verdict = self.stopper.check(trial_id, series, others)
             if verdict is not None:

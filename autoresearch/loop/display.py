@@ -69,7 +69,7 @@ class LiveTable:
                 self.printed.add(t.trial_id)
                 self.console.print(f"trial {t.trial_id} {t.state} {view.metric}={_num(t.objective)} "
                                    f"best={_num(t.best_so_far)} {_params(t.params, 80)}", highlight=False,
-                                   markup=False)
+                                   markup=False, soft_wrap=True)
 
     def _table(self, view: LoopView) -> Any:
         from rich.table import Table
@@ -105,7 +105,8 @@ class LiveTable:
         if view.best_trial is not None:
             seeds = f" (mean of {view.best_seeds} seeds)" if view.best_seeds > 1 else ""
             c.print(f"best: trial {view.best_trial} {view.metric}={_num(view.best_value)}{seeds} "
-                    f"{json.dumps(view.best_params, sort_keys=True)}", highlight=False, markup=False)
+                    f"{json.dumps(view.best_params, sort_keys=True)}", highlight=False, markup=False,
+                    soft_wrap=True)
         if view.noise_floor is not None:
             c.print(f"noise floor: ±{view.noise_floor:.4g} ({view.rejected_as_noise} gain(s) within it not kept)",
                     highlight=False)

@@ -100,14 +100,13 @@ def _plots(view: LoopView, out: Path) -> list[str]:
             columns.append([(v - lo) / (hi - lo) if hi > lo else 0.5 for v in vals])
         objectives = [t.objective or 0.0 for t in explore]
         lo, hi = min(objectives), max(objectives)
-        cmap = matplotlib.colormaps["viridis_r" if view.goal == "minimize" else "viridis"]
+        cmap = matplotlib.colormaps["viridis" if view.goal == "minimize" else "viridis_r"]  # better is darker
         for i, value in enumerate(objectives):
             shade = (value - lo) / (hi - lo) if hi > lo else 0.5
             ax.plot(range(len(names)), [col[i] for col in columns], color=cmap(shade), alpha=0.7, lw=1)
         ax.set_xticks(range(len(names)), labels, rotation=15)
         ax.set_yticks([])
-        ax.set_title(f"parameters (colour: {view.metric}, {'darker' if view.goal == 'minimize' else 'lighter'} "
-                     "is better)")
+        ax.set_title(f"parameters of finished trials (colour: {view.metric}, darker is better)")
         fig.tight_layout()
         fig.savefig(out / "parallel.png", dpi=100)
         plt.close(fig)
