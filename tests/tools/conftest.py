@@ -68,6 +68,7 @@ def http_server(home: Path, *args: str, tokens: Path | None = None, root: Path |
     import httpx
 
     port = free_port()
+    home.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "AUTORESEARCH_HOME": str(home), "AUTORESEARCH_GPUS": str(gpus)}
     env.pop("AUTORESEARCH_TOKENS", None)
     if tokens is not None:
