@@ -49,6 +49,9 @@ class Api:
             job_id = int(cur.lastrowid or 0)
             self.ledger.event(c, "submit", job_id, priority=job.priority, gpus=job.gpus)
         self.runtime.tick()
+        from autoresearch import tracking
+
+        tracking.kick(self.ledger.home)  # background MLflow mirror (no mlflow import here)
         view = self.status(job_id, project=project)
         assert isinstance(view, JobView)
         view.next_step = f"follow it with status/logs/metrics for job {job_id}; cancel it with cancel"

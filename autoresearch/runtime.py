@@ -187,7 +187,7 @@ class Runtime:
         env = {k: v for k, v in os.environ.items() if k not in _INTERNAL_ENV}
         from autoresearch.tracking import attempt_env  # stdlib only: MLFLOW_* from the ledger's run mapping
 
-        env.update(attempt_env(self.ledger, job_id))
+        env.update(attempt_env(self.ledger, job_id, spec))
         env.update(spec.get("env") or {})
         env.update(
             AUTORESEARCH_HOME=str(self.ledger.home), AUTORESEARCH_JOB_ID=str(job_id), AUTORESEARCH_ATTEMPT=str(n),

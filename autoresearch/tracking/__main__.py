@@ -1,0 +1,5 @@
+import sys
+
+from autoresearch.tracking._daemon import main
+
+sys.exit(main())
