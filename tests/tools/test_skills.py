@@ -30,6 +30,6 @@ def test_each_skill_has_valid_front_matter_and_a_short_body() -> None:
 def test_skills_name_only_tools_that_exist() -> None:
     text = (SKILLS / "autoresearch-run-jobs" / "SKILL.md").read_text()
     for tool in TOOLS:
-        assert f"`{tool}" in text, tool
+        assert re.search(rf"\b{tool}\b", text), tool
     called = set(re.findall(r"^([a-z_]+) \{", text, re.M))
     assert called <= set(TOOLS), called - set(TOOLS)
