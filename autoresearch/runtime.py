@@ -253,6 +253,9 @@ class Runtime:
             )
             Ledger.event(c, "end", job_id, n, reason=reason, exit_code=status.exit_code, job_state=state,
                          detail=detail)
+        from autoresearch import tracking
+
+        tracking.kick(self.ledger.home)  # mirror the ending to MLflow in the background (whichever process saw it)
 
     def watch(self) -> Watcher:
         """Open a :class:`Watcher` on this runtime's home."""
@@ -418,11 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", default="local")
     args = parser.parse_args(argv)
     try:
-        runtime = Runtime(args.home, args.backend)
-        runtime.tick()
-        from autoresearch import tracking
-
-        tracking.kick(runtime.ledger.home)  # mirror the ending to MLflow in the background
+        Runtime(args.home, args.backend).tick()
     except AutoresearchError as err:
         print(f"autoresearch pass failed: {err.render()}", file=sys.stderr)
         return 1

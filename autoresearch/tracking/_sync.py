@@ -329,8 +329,11 @@ class Syncer:
             raise err
         text = err.render() if isinstance(err, TrackingError) else f"{type(err).__name__}: {err}"
         text = text.strip().splitlines()[0] if not isinstance(err, TrackingError) else text
-        with self.ledger.tx() as c:
-            c.execute("UPDATE tracking_runs SET error=?, updated_at=? WHERE entity=?", (text, time.time(), entity))
+        now = time.time()
+        with self.ledger.tx() as c:  # a row even for a run never created: its points are backfilled once fixed
+            c.execute("INSERT OR IGNORE INTO tracking_runs(entity, created_at, updated_at) VALUES (?,?,?)",
+                      (entity, now, now))
+            c.execute("UPDATE tracking_runs SET error=?, updated_at=? WHERE entity=?", (text, now, entity))
         self.warn(f"{entity}:{text}", f"{entity}: {text}")
 
     def _clear_error(self, entity: str) -> bool:
