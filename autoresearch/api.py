@@ -52,7 +52,7 @@ class Api:
         from autoresearch import tracking
 
         tracking.kick(self.ledger.home)  # background MLflow mirror (no mlflow import here)
-        view = self.status(job_id, project=project)
+        view = self.status(job_id, project=project, refresh=False)  # the pass above just ran
         assert isinstance(view, JobView)
         view.next_step = f"follow it with status/logs/metrics for job {job_id}; cancel it with cancel"
         return view
