@@ -22,13 +22,21 @@ import json
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from autoresearch.errors import AutoresearchError, BackendError, PlanError, StateError
 from autoresearch.loop import evaluator as E
 from autoresearch.loop.plan import Plan, plan_json
-from autoresearch.loop.proposers import Proposal, ProposerContext, ProposeResult, ProposerInfo, make_proposer
+from autoresearch.loop.proposers import (
+    Proposal,
+    ProposerContext,
+    ProposeResult,
+    ProposerInfo,
+    TrialRecord,
+    make_proposer,
+)
 from autoresearch.loop.store import ACTIVE_TRIAL, LoopStore, to_record
 from autoresearch.loop.views import LoopView, incumbent_of, loop_view, seed_groups
 
@@ -99,6 +107,11 @@ class Controller:
         self._woke = True
         self._retry_tick = False
         self.already_finished = False
+        # An in-memory mirror of this loop's trial rows (the ledger stays the truth; this
+        # saves O(trials) queries per event, which a 500-trial sweep would feel).
+        self.rows: dict[int, dict[str, Any]] = {}
+        self.records: dict[int, TrialRecord] = {}
+        self.state_counts: Counter[str] = Counter()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -145,6 +158,7 @@ class Controller:
             self.store.set_loop(state="running", plan=plan_json(self.plan), digest=digest, ended_at=None)
             self._adopt(changed=existing["digest"] != digest and has_trials)
         self.ctx.loop_id = self.store.loop_id
+        self._reload()
         watch = getattr(self.api.runtime, "watch", None)
         if watch is not None:
             self.watcher = watch()
@@ -167,6 +181,31 @@ class Controller:
                                             "plan_changed": changed},
                           rationale=f"resumed: adopting {len(running)} running trial(s), {ended} already ended"
                                     + ("; the plan changed" if changed else ""))
+
+    def _reload(self, ids: list[int] | None = None) -> None:
+        """Refresh the mirror from the ledger: every trial, or just ``ids``."""
+        if ids is None:
+            fresh = self.store.trials()
+        elif ids:
+            fresh = self.ledger.query(f"SELECT * FROM trials WHERE id IN ({','.join('?' * len(ids))})", tuple(ids))
+        else:
+            return
+        for r in fresh:
+            row = dict(r)
+            old = self.rows.get(row["id"])
+            if old is not None:
+                self.state_counts[old["state"]] -= 1
+            self.rows[row["id"]] = row
+            self.state_counts[row["state"]] += 1
+            self.records[row["id"]] = to_record(row)
+
+    def _update_trial(self, trial_id: int, **fields: Any) -> dict[str, Any]:
+        self.store.update_trial(trial_id, **fields)
+        self._reload([trial_id])
+        return self.rows[trial_id]
+
+    def _pending(self) -> list[dict[str, Any]]:
+        return sorted((r for r in self.rows.values() if r["state"] == "proposed"), key=lambda r: r["id"])
 
     def _wait(self) -> None:
         """Sleep until an attempt ends (the runtime's watcher), a proposal is due, or the monitor is."""
@@ -261,8 +300,8 @@ class Controller:
                 if job["state"] in ("succeeded", "failed", "cancelled"):
                     self._ended(trial_id, row, job)
                 elif job["state"] in ("starting", "running") and row["state"] == "queued":
-                    self.store.update_trial(trial_id, state="running", started_at=job["started_at"] or time.time())
-                    self.active[trial_id] = self.store.trial(trial_id)
+                    self.active[trial_id] = self._update_trial(trial_id, state="running",
+                                                               started_at=job["started_at"] or time.time())
         now = time.monotonic()
         if self.watch_metrics and self.active and now - self._last_monitor >= self.monitor_every_s:
             self._last_monitor = now
@@ -302,7 +341,8 @@ class Controller:
             return
         if not getattr(self, "_history_loaded", False):  # ended trials' curves, once (after a resume)
             self._history_loaded = True
-            ended = [r for r in self.store.trials(("succeeded", "stopped")) if r["id"] not in self.series]
+            ended = [r for r in self.rows.values()
+                     if r["state"] in ("succeeded", "stopped") and r["id"] not in self.series]
             self._read_series(ended)
         others = {t: s for t, s in self.series.items()}
         for trial_id, series in fresh.items():
@@ -347,8 +387,7 @@ class Controller:
             why = "timed out" if job["end_reason"] == "timeout" else f"exited {job['exit_code']}"
             failure = f"{why}\n" + self._log_tail(job["id"])
         self.stopping.discard(trial_id)
-        self.store.update_trial(trial_id, state=state, objective=value, failure=failure, **fields)
-        fresh = self.store.trial(trial_id)
+        fresh = self._update_trial(trial_id, state=state, objective=value, failure=failure, **fields)
         record = to_record(fresh, self.series.get(trial_id))
         if record.intermediate:
             record.intermediate = [(s, v * self.sign) for s, v in record.intermediate]
@@ -365,7 +404,7 @@ class Controller:
 
     def _judge(self, row: Any) -> None:
         """Keep or discard: a finished explore trial against the incumbent, beyond the noise floor."""
-        trials = self.store.trials()
+        trials = list(self.rows.values())
         groups = seed_groups(trials)
         noise = E.noise_floor(list(groups.values()))
         if row["role"] == "repeat":
@@ -395,15 +434,16 @@ class Controller:
             proposals = [Proposal(params, rationale=f"seed {s} of new incumbent #{row['id']} (noise floor)",
                                   patch=row["patch"], parent_trial=row["id"]) for s in seeds]
             info = ProposerInfo(kind="noise-floor")
-            self.store.record_proposals(
+            ids = self.store.record_proposals(
                 ProposeResult(proposals, info, rationale=f"re-run incumbent #{row['id']} with seeds {seeds} to "
                                                          "measure the noise floor"),
                 proposals, inputs={"incumbent": row["id"]}, role="repeat", seeds=seeds)
+            self._reload(ids)
 
     # -- budgets and the end ----------------------------------------------------------------
 
     def _launched(self) -> int:
-        return sum(n for s, n in self.store.counts().items() if s not in ("proposed", "crashed", "skipped"))
+        return sum(n for s, n in self.state_counts.items() if s not in ("proposed", "crashed", "skipped"))
 
     def _check_limits(self) -> None:
         b = self.plan.budget
@@ -414,8 +454,13 @@ class Controller:
             reason = f"gpu_hours budget {b.gpu_hours:g} used"
         if not reason and b.llm_usd is not None and self.store.llm_cost() >= b.llm_usd:
             reason = f"llm_usd budget ${b.llm_usd:g} used"
-        if not reason and self.store.counts().get("crashed", 0) >= b.trials:
+        if not reason and self.state_counts["crashed"] >= b.trials:
             reason = "every trial crashed on infrastructure failures; check `autoresearch nodes`"
+        if not reason:  # the MCP tool stop_loop (autoresearch/loop/proposers/agent.py) records this decision
+            stop = self.ledger.one("SELECT rationale FROM decisions WHERE loop_id=? AND kind='stop_loop' AND "
+                                   "created_at>=? LIMIT 1", (self.store.loop_id, time.time() - self.elapsed()
+                                                             + self.prior_elapsed))
+            reason = f"stopped by stop_loop: {stop['rationale']}" if stop is not None else ""
         if reason and not self.stop_reason:
             self.stop_reason = reason
         hard = self.stop_reason and not self.stop_reason.startswith(("llm_usd", "gpu_hours"))
@@ -433,11 +478,13 @@ class Controller:
         return float(row["s"] if row else 0.0) * self.plan.trial.gpus / 3600
 
     def _done(self) -> bool:
-        if self.active or self.call is not None:
+        if self.active:
             return False
-        if self.stop_reason:
-            return True
-        pending = self.store.trials(("proposed",))
+        if self.stop_reason:  # _fill no longer collects a call that ends after the stop: do not wait for it
+            return self.call is None or not self.call.is_alive()
+        if self.call is not None:
+            return False
+        pending = self._pending()
         if self._launched() >= self.plan.budget.trials:
             self.stop_reason = f"trial budget {self.plan.budget.trials} used"
             return True
@@ -447,8 +494,8 @@ class Controller:
         return False
 
     def _finish(self) -> LoopView:
-        for row in self.store.trials(("proposed",)):
-            self.store.update_trial(row["id"], state="skipped", failure=f"not launched: {self.stop_reason}")
+        for row in self._pending():
+            self._update_trial(row["id"], state="skipped", failure=f"not launched: {self.stop_reason}")
         view = self.view()
         self.store.decide("finish", inputs={"counts": view.counts, "elapsed_s": self.elapsed()},
                           outputs={"reason": self.stop_reason, "best_trial": view.best_trial,
@@ -467,7 +514,7 @@ class Controller:
             return
         budget_left = self.plan.budget.trials - self._launched()
         slots = self.plan.budget.parallel - len(self.active)
-        for row in self.store.trials(("proposed",)):
+        for row in self._pending():
             if slots <= 0 or budget_left <= 0:
                 return
             self._launch(row)
@@ -484,14 +531,14 @@ class Controller:
         n = min(slots, budget_left, self.plan.proposer.batch or slots)
         if n <= 0 or self.exhausted:
             return
-        history = [to_record(r) for r in self.store.trials()]
+        history = [self.records[t] for t in sorted(self.records)]
         if self.proposer.blocking:
             self.call = _Call(lambda: self._timed(history, n))
             self.call.n = n  # type: ignore[attr-defined]
             self.call.start()
             return
         self._accept(self._timed(history, n), call_n=n)
-        if self.store.trials(("proposed",)):
+        if self._pending():
             self._fill()
 
     def _timed(self, history: list[Any], n: int) -> ProposeResult:
@@ -506,8 +553,9 @@ class Controller:
         if not result.proposals:
             self.exhausted = True
         seed = 0
-        self.store.record_proposals(result, proposals, inputs={"asked": call_n, "history": self._launched()},
-                                    seeds=[seed] * len(proposals))
+        ids = self.store.record_proposals(result, proposals, inputs={"asked": call_n, "history": self._launched()},
+                                          seeds=[seed] * len(proposals))
+        self._reload(ids)
 
     def _launch(self, row: Any) -> None:
         trial_id = row["id"]
@@ -525,14 +573,14 @@ class Controller:
             try:
                 view = self.api.submit(spec)
             except AutoresearchError as err:
-                self.store.update_trial(trial_id, state="failed", failure=f"could not submit: {err.render()}",
-                                        ended_at=time.time(), workdir=workdir)
+                self._update_trial(trial_id, state="failed", failure=f"could not submit: {err.render()}",
+                                   ended_at=time.time(), workdir=workdir)
                 return
             job_id = view.id
-            self.store.update_trial(trial_id, job_id=job_id, state="queued", workdir=workdir)
+            row = self._update_trial(trial_id, job_id=job_id, state="queued", workdir=workdir)
         else:
-            self.store.update_trial(trial_id, job_id=job_id, state="queued")
-        self.active[trial_id] = self.store.trial(trial_id)
+            row = self._update_trial(trial_id, job_id=job_id, state="queued")
+        self.active[trial_id] = row
 
     def _spec(self, row: Any, params: dict[str, Any], command: list[str] | str, workdir: str) -> dict[str, Any]:
         t = self.plan.trial
