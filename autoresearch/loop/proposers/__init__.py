@@ -33,6 +33,7 @@ _BUILTIN: dict[str, str] = {
     "tpe": "autoresearch.loop.proposers.tpe:TPEProposer",
     "llm": "autoresearch.loop.proposers.llm:LLMProposer",
     "code": "autoresearch.loop.proposers.code:CodeProposer",
+    "agent": "autoresearch.loop.proposers.agent:AgentProposer",
 }
 _REGISTERED: dict[str, Any] = {}
 
