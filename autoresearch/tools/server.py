@@ -95,7 +95,12 @@ def build_server(api: Any = None, *, home: str | os.PathLike[str] | None = None,
                       authenticated=token_verifier is not None)
     for name in available_families(families):
         import_module(name).register(server, ctx)
+    server.autoresearch_ctx = ctx  # type: ignore[attr-defined]
     return server
+
+
+def server_api(server: AutoresearchMCP) -> Any:
+    return server.autoresearch_ctx.api  # type: ignore[attr-defined]
 
 
 def available_families(families: tuple[str, ...] | None = None) -> list[str]:
@@ -127,10 +132,34 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def run_passes(api: Any) -> Any:
+    """A daemon thread that hears attempt endings (the runtime's watcher) and runs the pass.
+
+    A long-lived server is the natural listener: while it runs, finishing attempts poke it
+    instead of each starting an interpreter for the pass (see docs/DESIGN-NOTES.md).
+    """
+    import threading
+
+    watcher = api.runtime.watch()
+
+    def loop() -> None:
+        while watcher.fd >= 0:  # close() ends the thread
+            try:
+                if watcher.wait(5.0):
+                    api.runtime.tick()
+            except Exception:  # noqa: BLE001 - keep listening; supervisors fall back on their own
+                log.exception("scheduling pass failed")
+
+    thread = threading.Thread(target=loop, name="autoresearch-passes", daemon=True)
+    thread.start()
+    return watcher
+
+
 def run_stdio(**options: Any) -> None:
     import anyio
 
     server = build_server(**options)
+    run_passes(server_api(server))
     anyio.run(server.run_stdio_async)
 
 
@@ -147,6 +176,7 @@ def run_http(host: str = "127.0.0.1", port: int = 8765, tokens_file: str | None 
         raise AuthError(f"refusing to serve HTTP on {host} without tokens: anyone who can reach it could run jobs",
                         hint="set AUTORESEARCH_TOKENS to a file of 'TOKEN PROJECT' lines, or bind --host 127.0.0.1")
     server = build_server(token_verifier=verifier, resource_url=f"http://{host}:{port}/mcp", **options)
+    run_passes(server_api(server))
     app = server.streamable_http_app(host=host, json_response=True)
     level = str(options.get("log_level", "WARNING")).lower()
     print(f"autoresearch MCP server on http://{host}:{port}/mcp"
