@@ -107,6 +107,7 @@ class Controller:
         self._woke = True
         self._retry_tick = False
         self.already_finished = False
+        self._external_stop: tuple[str, bool] | None = None
         # An in-memory mirror of this loop's trial rows (the ledger stays the truth; this
         # saves O(trials) queries per event, which a 500-trial sweep would feel).
         self.rows: dict[int, dict[str, Any]] = {}
@@ -247,6 +248,12 @@ class Controller:
             return view
         try:
             while True:
+                if self._external_stop is not None:
+                    reason, stop_trials = self._external_stop
+                    if not stop_trials:
+                        self.store.set_loop(state="interrupted", elapsed_s=self.elapsed())
+                        return self.view()
+                    self.stop_reason = self.stop_reason or reason
                 self._poll()
                 if self._done():
                     break
@@ -575,6 +582,7 @@ class Controller:
             except AutoresearchError as err:
                 self._update_trial(trial_id, state="failed", failure=f"could not submit: {err.render()}",
                                    ended_at=time.time(), workdir=workdir)
+                self.proposer.observe(self.records[trial_id])
                 return
             job_id = view.id
             row = self._update_trial(trial_id, job_id=job_id, state="queued", workdir=workdir)
@@ -593,6 +601,21 @@ class Controller:
                 "env": env, "gpus": t.gpus, "cpus": t.cpus, "memory": t.memory, "priority": t.priority,
                 "max_retries": t.max_retries, "timeout": t.timeout, "grace": t.grace, "checkpoint": t.checkpoint,
                 "experiment": self.plan.name, "tags": tags}
+
+    def request_stop(self, reason: str = "stopped by request", stop_trials: bool = True) -> None:
+        """Ask a running loop (in another thread, e.g. the MCP server's) to end within ~1 s.
+
+        ``stop_trials``: stop its running trials (recorded as stop decisions) and finish;
+        otherwise leave them running and return with the loop ``interrupted`` (resumable)."""
+        self._external_stop = (reason, stop_trials)
+        if self.watcher is not None:
+            with contextlib.suppress(OSError):
+                from autoresearch import runtime
+
+                fifo = self.ledger.home / getattr(runtime, "WAKE_FIFO", "wake.fifo")
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                os.write(fd, b"x")
+                os.close(fd)
 
     def stop_running(self, reason: str = "stopped by the user") -> list[int]:
         """Stop every running trial of this loop (after an interrupt); returns their job ids."""

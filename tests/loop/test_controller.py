@@ -217,3 +217,22 @@ def test_cli_json_report_and_ctrl_c_without_a_terminal(api: Any, work: Path, hom
     assert len(running) == 2  # left running, and told how to stop them
     assert f"autoresearch cancel {' '.join(map(str, sorted(running)))}" in err and "--resume" in err
     api.cancel(running)
+
+
+def test_request_stop_from_another_thread_stops_trials_and_finishes(api: Any, work: Path) -> None:
+    import threading
+
+    plan = make_plan(work, {"x": {"choices": [0.1, 0.2, 0.3]}}, steps=1, pause=30.0)
+    controller = Controller(plan, api=api)
+    result: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: result.setdefault("view", controller.run()))
+    thread.start()
+    wait_for(lambda: len(rows(api, "SELECT id FROM jobs WHERE state='running'")) == 2, timeout=30)
+    t0 = time.monotonic()
+    controller.request_stop("enough", stop_trials=True)
+    thread.join(timeout=30)
+    assert not thread.is_alive() and time.monotonic() - t0 < 15
+    view = result["view"]
+    assert view.state == "finished" and view.stop_reason == "enough"
+    assert view.counts == {"stopped": 2}
+    assert len(rows(api, "SELECT id FROM decisions WHERE kind='stop'")) == 2
