@@ -208,23 +208,34 @@ def write_report(ledger: Ledger, name: str, out_dir: str | Path | None = None, p
     return view
 
 
-def log_to_mlflow(ledger: Ledger, view: LoopView) -> str | None:
-    """Attach the report to the loop's MLflow run; returns the run id (None when tracking is off or fails)."""
+def log_to_mlflow(ledger: Ledger, view: LoopView, attempts: int = 3) -> str | None:
+    """Attach the report to the loop's MLflow run; returns the run id (None when tracking is off or fails).
+
+    The background syncer may be creating the MLflow database at the same moment (the
+    first loop in a fresh home), so a failure is retried after a pause."""
+    import logging
+    import sys
+    import time
+
     from autoresearch import tracking
 
     if not tracking.tracking_enabled() or view.report_dir is None:
         return None
-    try:
-        tracking.sync(ledger.home)
-        row = ledger.one("SELECT run_id FROM tracking_runs WHERE entity=?", (f"loop:{view.loop_id}",))
-        if row is None or not row["run_id"]:
-            return None
-        from mlflow import MlflowClient
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    error: Exception | None = None
+    for attempt in range(attempts):
+        try:
+            tracking.sync(ledger.home)
+            row = ledger.one("SELECT run_id FROM tracking_runs WHERE entity=?", (f"loop:{view.loop_id}",))
+            if row is None or not row["run_id"]:
+                return None
+            from mlflow import MlflowClient
 
-        MlflowClient(tracking.tracking_uri(ledger.home)).log_artifacts(row["run_id"], view.report_dir, "report")
-        return str(row["run_id"])
-    except Exception as err:  # noqa: BLE001 - the report on disk is what matters; MLflow catches up later
-        import sys
-
-        print(f"autoresearch: could not log the report to MLflow: {err}", file=sys.stderr)
-        return None
+            MlflowClient(tracking.tracking_uri(ledger.home)).log_artifacts(row["run_id"], view.report_dir, "report")
+            return str(row["run_id"])
+        except Exception as err:  # noqa: BLE001 - the report on disk is what matters; retried, then reported
+            error = err
+            time.sleep(1.0 + attempt)
+    print(f"autoresearch: could not log the report to MLflow ({error}); it is on disk, and "
+          f"`autoresearch report {view.name}` logs it again", file=sys.stderr)
+    return None
