@@ -123,14 +123,23 @@ def complete(*, provider: str, model: str, system: str, user: str, schema: dict[
     return result
 
 
+_CLIENTS: dict[tuple[str, str, str | None, float], Any] = {}
+
+
 def _client(provider: str, key: str, base_url: str | None, timeout_s: float) -> Any:
-    if provider == "anthropic":
-        import anthropic
+    """One SDK client per (provider, key, endpoint): they pool connections, so reuse them."""
+    cache_key = (provider, key, base_url, timeout_s)
+    if cache_key not in _CLIENTS:
+        if provider == "anthropic":
+            import anthropic
 
-        return anthropic.Anthropic(api_key=key, base_url=base_url, max_retries=0, timeout=timeout_s)
-    import openai
+            client: Any = anthropic.Anthropic(api_key=key, base_url=base_url, max_retries=0, timeout=timeout_s)
+        else:
+            import openai
 
-    return openai.OpenAI(api_key=key, base_url=base_url, max_retries=0, timeout=timeout_s)
+            client = openai.OpenAI(api_key=key, base_url=base_url, max_retries=0, timeout=timeout_s)
+        _CLIENTS[cache_key] = client
+    return _CLIENTS[cache_key]
 
 
 def _anthropic_call(client: Any, model: str, system: str, user: str, schema: dict[str, Any],

@@ -42,7 +42,7 @@ from autoresearch.loop.proposers._base import (
     TrialRecord,
 )
 
-POLL_S = 0.25
+POLL_S = 0.1
 IDLE_TIMEOUT_S = 1800.0
 STOP_DECISION = "stop_loop"
 SUBMIT_DECISION = "agent_submit"
