@@ -71,3 +71,21 @@ def test_tpe_beats_random_on_a_quadratic_and_replays_history() -> None:
     proposals = fresh.propose(history, 8).proposals
     assert sum(1 for prop in proposals if prop.params["k"] == "b") >= 5
     assert sum(1 for prop in proposals if abs(prop.params["x"] - 1.3) < 0.8) >= 5
+
+
+def test_tpe_journal_storage_survives_a_restart(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    p = plan("tpe")
+    p.proposer.options = {"storage": "journal"}
+    ctx = ProposerContext(p, loop_id=1, loop_name="j", home=tmp_path)
+    first = make_proposer(ctx)
+    history: list[TrialRecord] = []
+    for prop in first.propose(history, 3).proposals:
+        finished(history, prop.params, prop.params["x"] ** 2)
+    first.propose(history, 1)  # tells the three finished trials
+    first.close()
+    assert (tmp_path / "loops" / "j" / "optuna-journal.log").exists()
+    again = make_proposer(ProposerContext(p, loop_id=1, loop_name="j", home=tmp_path))
+    told = [t for t in again.study.trials if "ar_trial" in t.user_attrs]  # type: ignore[attr-defined]
+    assert sorted(t.user_attrs["ar_trial"] for t in told) == [1, 2, 3]
+    again.propose(history, 1)  # nothing is told twice
+    assert len([t for t in again.study.trials if "ar_trial" in t.user_attrs]) == 3  # type: ignore[attr-defined]
