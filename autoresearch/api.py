@@ -199,8 +199,10 @@ class Api:
         return LogPage(job["id"], att["n"], text, start, end, size, cut, hint)
 
     def metrics(self, job_id: int | str, names: list[str] | None = None, series: bool = False,
-                max_points: int = 200, project: str | None = None) -> list[MetricView]:
+                max_points: int = 200, project: str | None = None, refresh: bool = True) -> list[MetricView]:
         """Per metric: last, best, step, count; optionally the series downsampled."""
+        if refresh:
+            self.runtime.tick(wait=False)  # callers read the job's state beside its metrics
         job = self._job_row(job_id, project)
         self.runtime.ingest(job["id"])
         rows = self.ledger.query(

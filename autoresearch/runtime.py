@@ -253,6 +253,7 @@ class Runtime:
             )
             Ledger.event(c, "end", job_id, n, reason=reason, exit_code=status.exit_code, job_state=state,
                          detail=detail)
+        self.backend.release(att["external_id"])
         from autoresearch import tracking
 
         tracking.kick(self.ledger.home)  # mirror the ending to MLflow in the background (whichever process saw it)

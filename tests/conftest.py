@@ -20,6 +20,9 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("AUTORESEARCH_GPUS", "2")
     monkeypatch.delenv("AUTORESEARCH_BACKEND", raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    # No background MLflow syncer (an mlflow import per home) unless a test asks for one:
+    # tests/tracking/ turns it on where the mirror is what is tested.
+    monkeypatch.setenv("AUTORESEARCH_SYNC", "off")
     return path
 
 

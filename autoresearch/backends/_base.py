@@ -109,6 +109,9 @@ class Backend(abc.ABC):
     def stop(self, external_id: str, grace: float | None = None) -> None:
         """SIGTERM now, SIGKILL after ``grace`` seconds (the request's grace when None)."""
 
+    def release(self, external_id: str) -> None:  # noqa: B027 - optional hook
+        """The runtime has recorded this attempt's ending; the backend may let go of it."""
+
     def log_size(self, external_id: str) -> int:
         """Bytes of log written so far (for paging from the end)."""
         return len(self.read_log(external_id, 0, 1 << 62))

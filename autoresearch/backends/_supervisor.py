@@ -11,7 +11,8 @@ the attempt's run dir::
     exit.json    {"exit_code", "signal", "timed_out", "stopped", "ended_at", "peak_rss_mb"}
 
 After the command ends it pokes ``wake_fifo`` when a live process listens there (a
-loop controller or server that runs the pass itself), and otherwise execs ``on_exit``
+loop controller or server that runs the pass itself, and acknowledges with a ``reaped``
+file within a few seconds), and otherwise execs ``on_exit``
 (the runtime's reconcile pass, ~150 ms of CPU), so a finishing attempt starts the
 next queued one with nobody watching.
 
@@ -29,7 +30,8 @@ import signal
 import time
 from typing import Any, NoReturn
 
-STATE, STOP, EXIT = "state.json", "stop.json", "exit.json"
+STATE, STOP, EXIT, REAPED = "state.json", "stop.json", "exit.json", "reaped"
+ACK_WAIT_S = 3.0  # how long a poked watcher has to record the ending before we do it ourselves
 
 
 def write_json(path: str, data: dict[str, Any]) -> None:
@@ -201,7 +203,14 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
         },
     )
     if _poke(req.get("wake_fifo")):
-        os._exit(0)
+        # A watcher that dies right after our poke would leave the ending unrecorded until
+        # somebody's next call: wait for its acknowledgement, else run the pass ourselves.
+        reaped = os.path.join(run_dir, REAPED)
+        deadline = time.time() + ACK_WAIT_S
+        while time.time() < deadline:
+            if os.path.exists(reaped):
+                os._exit(0)
+            time.sleep(0.02)
     hook = req.get("on_exit")
     if hook:
         out = os.open(os.path.join(run_dir, "on_exit.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

@@ -137,22 +137,35 @@ def run_passes(api: Any) -> Any:
 
     A long-lived server is the natural listener: while it runs, finishing attempts poke it
     instead of each starting an interpreter for the pass (see docs/DESIGN-NOTES.md).
+    Returns the stop event; the thread closes its watcher itself once it is set.
     """
+    import atexit
     import threading
 
     watcher = api.runtime.watch()
+    stop = threading.Event()
 
     def loop() -> None:
-        while watcher.fd >= 0:  # close() ends the thread
-            try:
-                if watcher.wait(5.0):
-                    api.runtime.tick()
-            except Exception:  # noqa: BLE001 - keep listening; supervisors fall back on their own
-                log.exception("scheduling pass failed")
+        try:
+            while not stop.is_set():
+                try:
+                    if watcher.wait(0.5):
+                        api.runtime.tick()
+                except Exception:  # noqa: BLE001 - keep listening; supervisors fall back on their own
+                    log.exception("scheduling pass failed")
+        finally:
+            watcher.close()
 
-    thread = threading.Thread(target=loop, name="autoresearch-passes", daemon=True)
-    thread.start()
-    return watcher
+    def last_pass() -> None:  # endings we were poked about must not wait for the next caller
+        stop.set()
+        try:
+            api.runtime.tick(wait=False)
+        except Exception:  # noqa: BLE001 - exiting anyway; supervisors fall back after ACK_WAIT_S
+            pass
+
+    atexit.register(last_pass)
+    threading.Thread(target=loop, name="autoresearch-passes", daemon=True).start()
+    return stop
 
 
 def run_stdio(**options: Any) -> None:

@@ -13,7 +13,7 @@ from tests.conftest import wait_for
 def test_server_runs_the_pass_when_attempts_end(home: Path) -> None:
     server = build_server(home=home)
     api: Any = server_api(server)
-    watcher = run_passes(api)
+    stop = run_passes(api)
     try:
         first = api.submit({"command": ["sleep", "0.2"], "gpus": 2, "workdir": os.getcwd()}).id
         second = api.submit({"command": ["true"], "gpus": 2, "workdir": os.getcwd()}).id
@@ -23,4 +23,4 @@ def test_server_runs_the_pass_when_attempts_end(home: Path) -> None:
         # the server's thread ran the passes: no supervisor needed a fresh interpreter for it
         assert not (home / "jobs" / str(first) / "attempt-1" / "on_exit.log").exists()
     finally:
-        watcher.close()
+        stop.set()
