@@ -239,7 +239,11 @@ class Controller:
         return self.prior_elapsed + time.monotonic() - self.started
 
     def run(self) -> LoopView:
-        self.open()
+        try:
+            self.open()
+        except BaseException:
+            self.close()  # release the lock: the user fixes the plan and runs again
+            raise
         if self.already_finished:
             self.close()
             view = loop_view(self.ledger, self.plan.name)

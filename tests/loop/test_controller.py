@@ -82,6 +82,14 @@ def test_loop_runs_trials_in_parallel_with_decisions_written_first(api: Any, wor
     changed = make_plan(work, {"x": {"choices": [0.5, 0.1]}})
     with pytest.raises(PlanError, match="already exists"):
         Controller(changed, api=api).run()
+    # --resume continues under the new plan: a larger budget runs only the new trials
+    bigger = make_plan(work, {"x": {"choices": [0.5, 0.25, 0.75, 1.0, 0.1, 2.0]}}, steps=2,
+                       budget={"trials": 6, "parallel": 2})
+    more = Controller(bigger, api=api, resume=True).run()
+    assert more.counts == {"succeeded": 6} and more.best_params == {"x": 0.1}
+    assert len(rows(api, "SELECT id FROM jobs")) == 6
+    replan = rows(api, "SELECT inputs FROM decisions WHERE kind='replan'")
+    assert len(replan) == 1 and json.loads(replan[0]["inputs"])["plan_changed"] is True
 
 
 class Recorder(Proposer):
