@@ -15,7 +15,8 @@ MCP tools return them as an ``is_error`` result, and the Python API raises them.
     ├── BackendError                  backend         1   backend unavailable or failed
     ├── BudgetError                   budget          2   budget or quota exhausted
     ├── AuthError                     auth            2   missing key, token, permission
-    └── TrackingError                 tracking        1   MLflow unreachable or rejected a write
+    ├── TrackingError                 tracking        1   MLflow unreachable or rejected a write
+    └── ProposerError                 proposer        1   an LLM provider failed or answered nonsense
 
 Nothing in this module imports anything heavy: it is on every fast path.
 """
@@ -92,3 +93,9 @@ class AuthError(AutoresearchError):
 
 class TrackingError(AutoresearchError):
     code = "tracking"
+
+
+class ProposerError(AutoresearchError):
+    """The LLM provider failed or answered nonsense after all retries."""
+
+    code = "proposer"

@@ -20,18 +20,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from autoresearch.errors import AuthError, AutoresearchError
+from autoresearch.errors import AuthError, AutoresearchError, ProposerError
 
 PROVIDERS = ("anthropic", "openai")
 KEY_ENV = {"anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"), "openai": ("OPENAI_API_KEY",)}
 TOOL_NAME = "propose_trials"
 MAX_RETRY_AFTER_S = 60.0
-
-
-class ProposerError(AutoresearchError):
-    """The LLM provider failed or answered nonsense after all retries."""
-
-    code = "proposer"
 
 
 class MalformedAnswer(Exception):
