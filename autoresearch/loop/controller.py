@@ -294,7 +294,7 @@ class Controller:
 
     def _poll(self) -> None:
         runtime = self.api.runtime
-        if self.active and self._woke:
+        if self._woke:  # also for other jobs: while our watcher is open their supervisors poke us too
             # With a watcher open, supervisors poke us instead of running the pass: we run it.
             self._retry_tick = not runtime.tick(wait=False)
             self._last_tick = time.monotonic()
