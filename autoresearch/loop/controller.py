@@ -222,7 +222,8 @@ class Controller:
             timeout = self.safety_poll_s
         if self.on_update is not None:
             timeout = min(timeout, self.update_every_s)
-        self._woke = bool(self.watcher.wait(timeout)) or time.monotonic() - self._last_tick >= self.safety_poll_s
+        self._woke = (bool(self.watcher.wait(timeout)) or self._retry_tick
+                      or time.monotonic() - self._last_tick >= self.safety_poll_s)
 
     def close(self) -> None:
         if self.watcher is not None:
