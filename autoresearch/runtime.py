@@ -27,11 +27,11 @@ from autoresearch import scheduler as S
 from autoresearch.backends import AttemptStatus, Backend, LaunchRequest, get_backend
 from autoresearch.errors import AutoresearchError
 from autoresearch.ledger import Ledger
+from autoresearch.watcher import WAKE_FIFO, Watcher
 
 ACTIVE = ("starting", "running")
 FINAL = ("succeeded", "failed", "cancelled")
 LOG_CHUNK = 4 << 20
-WAKE_FIFO = "wake.fifo"
 _INTERNAL_ENV = ("AUTORESEARCH_JOB_ID", "AUTORESEARCH_ATTEMPT", "AUTORESEARCH_METRICS_FILE",
                  "AUTORESEARCH_CHECKPOINT_DIR", "AUTORESEARCH_NODE", "CUDA_VISIBLE_DEVICES")
 
@@ -306,56 +306,6 @@ class Runtime:
             fresh = self.ledger.one("SELECT * FROM attempts WHERE job_id=? AND n=?", (att["job_id"], att["n"]))
             if fresh is not None:
                 self.ingest_attempt(fresh, final)
-
-
-class Watcher:
-    """Hear attempt endings, so a long-lived process (a loop, a server) runs the pass.
-
-    While a watcher is open, a finishing supervisor pokes ``$AUTORESEARCH_HOME/wake.fifo``
-    instead of starting a fresh interpreter for the pass (~150 ms of CPU each): at 16
-    parallel short trials that is the difference between keeping up and not. When the
-    watcher's process dies nobody reads the FIFO, and supervisors go back to running
-    the pass themselves — nothing depends on the watcher staying alive.
-
-        watcher = runtime.watch()
-        while running:
-            if watcher.wait(0.5):
-                runtime.tick()
-    """
-
-    def __init__(self, home: Path) -> None:
-        path = home / WAKE_FIFO
-        try:
-            os.mkfifo(path, 0o600)
-        except FileExistsError:
-            pass
-        # O_RDWR: we are also a writer, so the FIFO never reports EOF and select() blocks.
-        self.fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
-
-    def wait(self, timeout: float) -> bool:
-        """True when at least one attempt ended since the last call (pokes are coalesced)."""
-        import select
-
-        ready, _, _ = select.select([self.fd], [], [], timeout)
-        if not ready:
-            return False
-        try:
-            while os.read(self.fd, 4096):
-                pass
-        except BlockingIOError:
-            pass
-        return True
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def __enter__(self) -> Watcher:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
