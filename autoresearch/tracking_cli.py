@@ -134,5 +134,6 @@ def _ui(ledger: Any, args: argparse.Namespace) -> int:
     if root:
         argv += ["--default-artifact-root", root]
     print(f"MLflow UI on http://{args.host}:{args.port} (store {uri}); Ctrl-C to stop", flush=True)
+    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")  # no background job-runner processes
     os.execv(sys.executable, argv)
     return 0  # pragma: no cover

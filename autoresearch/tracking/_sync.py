@@ -30,6 +30,7 @@ import json
 import math
 import os
 import re
+import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
@@ -50,7 +51,8 @@ LOOP_FINAL = {"done": "FINISHED", "finished": "FINISHED", "completed": "FINISHED
 DEFAULT_EXPERIMENT = "Default"
 URI_HINT = "set MLFLOW_TRACKING_URI to http(s)://HOST:PORT or sqlite:///ABSOLUTE/PATH.db, or unset it for the default"
 # A job belongs to a trial by trials.job_id, or (before the loop wrote it back) by its spec tag.
-TRIAL_JOIN = ("(t.job_id=j.id OR t.id=CAST(json_extract(j.spec, '$.tags.\"autoresearch.trial_id\"') AS INTEGER))")
+TRIAL_JOIN = ("t.id=COALESCE((SELECT x.id FROM trials x WHERE x.job_id=j.id LIMIT 1), "
+              "CAST(json_extract(j.spec, '$.tags.\"autoresearch.trial_id\"') AS INTEGER))")
 ENTITY = "(CASE WHEN t.id IS NULL THEN 'job:' || j.id ELSE 'trial:' || t.id END)"
 _BAD_NAME = re.compile(r"[^\w\-. /:]")
 
@@ -130,6 +132,7 @@ class Syncer:
         self.secrets = secret_values(dict(os.environ))
         self._experiments: dict[str, str] = {}
         self._warned: set[str] = set()
+        self._runtimes: dict[str, Any] = {}
         self.client = self._make_client()
 
     # -- setup ------------------------------------------------------------------------------
@@ -177,6 +180,9 @@ class Syncer:
             try:
                 with _critical(self.ledger.home):
                     SqlAlchemyStore(self.uri, root)
+                    # WAL: the UI reads while the syncer writes, and a commit costs no fsync of the whole journal.
+                    with contextlib.closing(sqlite3.connect(self.uri[len("sqlite:///"):])) as db:
+                        db.execute("PRAGMA journal_mode=WAL")
             except Exception as err:
                 raise TrackingError(f"cannot create the MLflow database {self.uri}: {str(err).splitlines()[0]}",
                                     hint=URI_HINT) from None
@@ -251,7 +257,9 @@ class Syncer:
                                  "WHERE a.state IN ('starting','running')")
         for row in rows:
             try:
-                runtime = Runtime(self.ledger.home, get_backend(row["backend"]))
+                runtime = self._runtimes.get(row["backend"])
+                if runtime is None:
+                    runtime = self._runtimes[row["backend"]] = Runtime(self.ledger.home, get_backend(row["backend"]))
                 for att in self.ledger.query("SELECT a.* FROM attempts a JOIN jobs j ON j.id=a.job_id "
                                              "WHERE a.state='running' AND j.backend=?", (row["backend"],)):
                     runtime.ingest_attempt(att)
@@ -284,16 +292,16 @@ class Syncer:
         return str(exp_id)
 
     def _ensure_run(self, entity: str, experiment: str, run_name: str, parent: str | None,
-                    report: SyncReport | None = None) -> tuple[str, bool]:
+                    report: SyncReport | None = None, started: float | None = None) -> tuple[str, bool]:
         """The run of ``entity`` (created if needed, exactly once). Returns (run id, created)."""
         row = self.ledger.one("SELECT run_id, experiment_id FROM tracking_runs WHERE entity=?", (entity,))
         if row is not None and row["run_id"]:
             return str(row["run_id"]), False
         with _critical(self.ledger.home):
-            return self._create_run(entity, experiment, run_name, parent, report)
+            return self._create_run(entity, experiment, run_name, parent, report, started)
 
     def _create_run(self, entity: str, experiment: str, run_name: str, parent: str | None,
-                    report: SyncReport | None) -> tuple[str, bool]:
+                    report: SyncReport | None, started: float | None) -> tuple[str, bool]:
         row = self.ledger.one("SELECT run_id, experiment_id FROM tracking_runs WHERE entity=?", (entity,))
         if row is not None and row["run_id"]:
             return str(row["run_id"]), False  # another process created it while we waited
@@ -315,7 +323,8 @@ class Syncer:
             tags = {"autoresearch.entity": key, "autoresearch.home": str(self.ledger.home)}
             if parent:
                 tags["mlflow.parentRunId"] = parent
-            run_id = self.client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
+            start_ms = int((started or time.time()) * 1000)  # when it began in the ledger, not when mirrored
+            run_id = self.client.create_run(exp_id, start_time=start_ms, run_name=run_name, tags=tags).info.run_id
             if report is not None:
                 report.runs_created += 1
         with self.ledger.tx() as c:
@@ -371,7 +380,8 @@ class Syncer:
     def _sync_loop(self, loop: Any, report: SyncReport) -> str | None:
         entity = f"loop:{loop['id']}"
         try:
-            run_id, created = self._ensure_run(entity, self._loop_experiment(loop), loop["name"], None, report)
+            run_id, created = self._ensure_run(entity, self._loop_experiment(loop), loop["name"], None, report,
+                                               loop["created_at"])
             tags = {"autoresearch.loop_id": str(loop["id"]), "autoresearch.loop": loop["name"],
                     "autoresearch.state": loop["state"], "autoresearch.kind": "loop"}
             params: dict[str, str] = {}
@@ -381,7 +391,7 @@ class Syncer:
                 except ValueError:
                     plan = {"plan": loop["plan"]}
                 params = {k: v for k, v in _flatten(plan if isinstance(plan, dict) else {"plan": plan}).items()
-                          if not is_secret(k.rsplit(".", 1)[-1])}
+                          if not is_secret(k.rsplit(".", 1)[-1]) and v not in ("null", "{}", "[]", "")}
                 params = dict(list(params.items())[:300])
                 self.client.log_text(run_id, redact(json.dumps(plan, indent=2, default=str), self.secrets),
                                      "plan.json")
@@ -432,7 +442,8 @@ class Syncer:
         entity = f"trial:{trial['id']}" if trial is not None else f"job:{job['id']}"
         try:
             entity, experiment, name, parent = self._job_target(job, trial)
-            run_id, created = self._ensure_run(entity, experiment, name, parent, report)
+            run_id, created = self._ensure_run(entity, experiment, name, parent, report,
+                                               job["started_at"] or job["submitted_at"])
             spec = json.loads(job["spec"])
             last = self.ledger.one("SELECT node FROM attempts WHERE job_id=? ORDER BY n DESC LIMIT 1", (job["id"],))
             tags = {k: v for k, v in (spec.get("tags") or {}).items() if not is_secret(k)}
@@ -457,8 +468,11 @@ class Syncer:
                 })
                 if trial["objective"] is not None:
                     tags["autoresearch.objective"] = repr(trial["objective"])
-                if decision is not None and decision["rationale"]:
-                    tags["mlflow.note.content"] = decision["rationale"]
+                rationale = trial["rationale"] if "rationale" in trial.keys() else ""
+                if not rationale and decision is not None:
+                    rationale = decision["rationale"]
+                if rationale:  # shown as the run's description: why this was tried
+                    tags["mlflow.note.content"] = rationale
                 if first:
                     params = {k: v for k, v in _flatten(json.loads(trial["params"] or "{}")).items()
                               if not is_secret(k)}
@@ -509,7 +523,7 @@ class Syncer:
             entity = f"trial:{trial_id}"
             try:
                 out[trial_id], _ = self._ensure_run(entity, self._loop_experiment(loop), f"trial-{trial_id}",
-                                                    parent, report)
+                                                    parent, report, trial["created_at"])
             except Exception as err:
                 self._blocked(entity, err)
         return out

@@ -42,7 +42,8 @@ class MlflowServer:
             [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
              "--artifacts-destination", str(self.root / "artifacts"), "--host", "127.0.0.1",
              "--port", str(self.port), "--workers", "1"],
-            stdout=log, stderr=log, start_new_session=True, cwd=self.root)
+            stdout=log, stderr=log, start_new_session=True, cwd=self.root,
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})  # no job-runner processes
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

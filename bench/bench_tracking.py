@@ -1,0 +1,186 @@
+"""Benchmark: 100,000 metric points from 16 concurrent trials into MLflow.
+
+Measures the time from the trials' end (all 16 jobs final, points in the ledger) to
+everything mirrored (runs created, all points, logs, runs terminated), for the embedded
+SQLite store and a real `mlflow server` on 127.0.0.1, beside naive per-point
+``log_metric`` (timed on a sample and scaled to 100,000 points: the full run would take
+minutes to hours). "cold" starts the sync when the trials have ended (everything to
+send); "live" has the background syncer running beside the trials, as in production,
+and measures only what is left at their end. Prints a table. Not a test.
+
+    python bench/bench_tracking.py [--points 100000] [--trials 16] [--naive-sample 1000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+TRIAL = ("from autoresearch import report\nn = {n}\nfor i in range(n):\n"
+         "    report(step=i, loss=1.0 / (i + 1), acc=i / n)\n")
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(root: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = _port()
+    log = open(root / "server.log", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
+                             f"sqlite:///{root / 'server.db'}", "--artifacts-destination", str(root / "artifacts"),
+                             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                            stdout=log, stderr=log, start_new_session=True, cwd=root,
+                            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+    uri = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            with urllib.request.urlopen(f"{uri}/health", timeout=1):
+                return proc, uri
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError("mlflow server did not start")
+
+
+def run_trials(home: Path, points: int, trials: int) -> float:
+    """Run the trials to the end; returns the wall time they took."""
+    from autoresearch.api import Api
+
+    api = Api(home)
+    per = points // trials // 2  # two metrics per report() call
+    t0 = time.monotonic()
+    ids = [api.submit({"command": [sys.executable, "-c", TRIAL.format(n=per)], "workdir": str(home)}).id
+           for _ in range(trials)]
+    while True:
+        views = [api.status(i) for i in ids]
+        if all(v.state in ("succeeded", "failed", "cancelled") for v in views):
+            break
+        time.sleep(0.2)
+    assert all(v.state == "succeeded" for v in views), [v.state for v in views]
+    n = api.ledger.one("SELECT COUNT(*) AS n FROM metrics")
+    assert n is not None and n["n"] == per * 2 * trials, n["n"] if n else None
+    return time.monotonic() - t0
+
+
+def live(home: Path, uri: str, points: int, trials: int) -> tuple[float, float]:
+    """The background syncer runs while the trials do (production). Returns (trials s, end → all mirrored s)."""
+    from autoresearch.api import Api
+
+    os.environ["AUTORESEARCH_SYNC"] = "on"
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    try:
+        trials_s = run_trials(home, points, trials)
+        end = time.monotonic()
+        api = Api(home)
+        while True:
+            cursor = api.ledger.one("SELECT value FROM tracking_state WHERE name='metrics'")
+            last = api.ledger.one("SELECT MAX(rowid) AS m FROM metrics")
+            done = api.ledger.one("SELECT COUNT(*) AS n FROM tracking_runs WHERE finished=1")
+            if cursor and last and int(cursor["value"]) >= last["m"] and done and done["n"] >= trials:
+                return trials_s, time.monotonic() - end
+            time.sleep(0.05)
+    finally:
+        os.environ["AUTORESEARCH_SYNC"] = "off"
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+
+
+def batched(home: Path, uri: str) -> tuple[float, float, int]:
+    """(seconds to import mlflow and open the store, seconds to mirror everything, points sent)."""
+    from autoresearch.tracking._sync import Syncer
+
+    t0 = time.monotonic()
+    syncer = Syncer(home, uri=uri)
+    syncer.check()
+    t1 = time.monotonic()
+    sent = 0
+    while True:
+        report = syncer.run_once()
+        sent += report.metrics
+        if not report.pending:
+            break
+    return t1 - t0, time.monotonic() - t1, sent
+
+
+def naive(uri: str, sample: int) -> float:
+    """Seconds per point with one log_metric call per point."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    exp = client.create_experiment(f"naive-{time.time_ns()}")
+    run = client.create_run(exp).info.run_id
+    t0 = time.monotonic()
+    for i in range(sample):
+        client.log_metric(run, "loss", 1.0 / (i + 1), step=i)
+    return (time.monotonic() - t0) / sample
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--points", type=int, default=100_000)
+    ap.add_argument("--trials", type=int, default=16)
+    ap.add_argument("--naive-sample", type=int, default=1000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    os.environ["AUTORESEARCH_SYNC"] = "off"  # measure the catch-up from the end, not a race with a live syncer
+    os.environ["AUTORESEARCH_GPUS"] = "2"
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        server_proc, server_uri = start_server(Path(tmp))
+        try:
+            for store in ("sqlite", "server"):
+                opens, syncs, trial_s = [], [], []
+                for r in range(args.repeat):
+                    home = Path(tmp) / f"{store}-{r}"
+                    home.mkdir()
+                    trial_s.append(run_trials(home, args.points, args.trials))
+                    uri = f"sqlite:///{home / 'mlflow.db'}" if store == "sqlite" else server_uri
+                    opened, synced, sent = batched(home, uri)
+                    assert sent == args.points, sent
+                    opens.append(opened)
+                    syncs.append(synced)
+                lives = []
+                for r in range(args.repeat):
+                    home = Path(tmp) / f"{store}-live-{r}"
+                    home.mkdir()
+                    uri = f"sqlite:///{home / 'mlflow.db'}" if store == "sqlite" else server_uri
+                    lives.append(live(home, uri, args.points, args.trials)[1])
+                per_point = naive(f"sqlite:///{Path(tmp) / 'naive.db'}" if store == "sqlite" else server_uri,
+                                  args.naive_sample)
+                batched_s = statistics.median(syncs)
+                rows.append((store, statistics.median(trial_s), statistics.median(opens), batched_s,
+                             statistics.median(lives), per_point * 1000, per_point * args.points,
+                             per_point * args.points / batched_s))
+                print(rows[-1], flush=True)
+        finally:
+            os.killpg(server_proc.pid, signal.SIGTERM)
+            try:
+                server_proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(server_proc.pid, signal.SIGKILL)
+                server_proc.wait(5)
+    print(f"\n{args.points:,} points from {args.trials} concurrent trials; medians of {args.repeat} runs; "
+          f"naive = one log_metric per point, timed on {args.naive_sample} points and scaled\n")
+    head = ("store", "trials s", "open s", "cold sync s (end→all in)", "live syncer: end→all in s", "naive ms/pt",
+            "naive s (scaled)", "cold speed-up")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join("---" for _ in head) + "|")
+    for store, trials_s, opened, synced, live_s, ms, naive_s, ratio in rows:
+        print(f"| {store} | {trials_s:.1f} | {opened:.1f} | {synced:.2f} | {live_s:.2f} | {ms:.2f} | {naive_s:.0f} "
+              f"| {ratio:.0f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
