@@ -5,12 +5,19 @@ Owned by the lead; add fixtures of a subsystem to tests/<subsystem>/conftest.py.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # For every test and every process a test starts: no background MLflow syncer (an
+    # mlflow import per throwaway home) unless a test turns it on (tests/tracking/).
+    os.environ["AUTORESEARCH_SYNC"] = "off"
 
 
 @pytest.fixture
@@ -20,9 +27,6 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("AUTORESEARCH_GPUS", "2")
     monkeypatch.delenv("AUTORESEARCH_BACKEND", raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    # No background MLflow syncer (an mlflow import per home) unless a test asks for one:
-    # tests/tracking/ turns it on where the mirror is what is tested.
-    monkeypatch.setenv("AUTORESEARCH_SYNC", "off")
     return path
 
 

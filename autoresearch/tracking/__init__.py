@@ -88,14 +88,11 @@ def tracking_enabled() -> bool:
 def background_enabled() -> bool:
     """``AUTORESEARCH_SYNC=off`` keeps the mirror but runs it only on `autoresearch sync`.
 
-    Under pytest the background syncer is off unless ``AUTORESEARCH_SYNC=on``: a test
-    suite submits jobs into hundreds of throwaway homes, and a syncer per home (each
-    importing mlflow) would swamp the machine.
+    (The test suite sets it off for the whole session — a syncer per throwaway home,
+    each importing mlflow, would swamp the machine — and on where the mirror is tested.)
     """
     value = os.environ.get("AUTORESEARCH_SYNC", "").strip().lower()
-    if value in ("1", "on", "true", "yes"):
-        return tracking_enabled()
-    return tracking_enabled() and value not in _OFF and "PYTEST_CURRENT_TEST" not in os.environ
+    return tracking_enabled() and value not in _OFF
 
 
 def kick(home: str | os.PathLike[str] | None = None) -> bool:
