@@ -65,6 +65,9 @@ class ProposeResult:
     tokens_out: int = 0
     cost_usd: float = 0.0
     latency_s: float = 0.0
+    # The model calls behind this result, for tracing (tracking.record_llm_call's keywords:
+    # name, model, provider, inputs, outputs, started_at, ended_at, tokens_in/out, cost_usd).
+    calls: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

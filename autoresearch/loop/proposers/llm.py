@@ -171,6 +171,7 @@ class LLMProposer(Proposer):
         rejected: list[str] = []
         for _ in range(2):  # one repair round when nothing valid came back
             user = self._render(history, n, base, base_code, rejected)
+            called_at = time.time()
             answer = _providers.complete(
                 provider=self.provider, model=self.model, system=self.system, user=user, schema=self._schema(n),
                 api_key=self.api_key, base_url=self.base_url, temperature=self.temperature,
@@ -179,6 +180,11 @@ class LLMProposer(Proposer):
             result.tokens_out += answer.tokens_out
             dollars, price_note = cost_usd(answer.model or self.model, answer.tokens_in, answer.tokens_out, self.price)
             result.cost_usd += dollars
+            result.calls.append({
+                "name": f"propose/{self.provider}", "model": answer.model or self.model, "provider": self.provider,
+                "inputs": {"system": self.system, "user": user}, "outputs": answer.data or answer.text,
+                "started_at": called_at, "ended_at": time.time(), "tokens_in": answer.tokens_in,
+                "tokens_out": answer.tokens_out, "cost_usd": dollars})
             if price_note and price_note not in notes:
                 notes.append(price_note)
             result.rationale = str(answer.data.get("rationale") or answer.text or "").strip()
