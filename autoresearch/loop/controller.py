@@ -160,6 +160,8 @@ class Controller:
             self._adopt(changed=existing["digest"] != digest and has_trials)
         self.ctx.loop_id = self.store.loop_id
         self._reload()
+        self.launch_decided = {r["trial_id"] for r in self.ledger.query(
+            "SELECT trial_id FROM decisions WHERE loop_id=? AND kind='launch'", (self.store.loop_id,))}
         watch = getattr(self.api.runtime, "watch", None)
         if watch is not None:
             self.watcher = watch()
@@ -202,8 +204,13 @@ class Controller:
 
     def _update_trial(self, trial_id: int, **fields: Any) -> dict[str, Any]:
         self.store.update_trial(trial_id, **fields)
-        self._reload([trial_id])
-        return self.rows[trial_id]
+        row = dict(self.rows[trial_id])  # the ledger now holds exactly this (plus updated_at)
+        row.update(fields, updated_at=time.time())
+        self.state_counts[self.rows[trial_id]["state"]] -= 1
+        self.state_counts[row["state"]] += 1
+        self.rows[trial_id] = row
+        self.records[trial_id] = to_record(row)
+        return row
 
     def _pending(self) -> list[dict[str, Any]]:
         return sorted((r for r in self.rows.values() if r["state"] == "proposed"), key=lambda r: r["id"])
@@ -572,13 +579,14 @@ class Controller:
     def _launch(self, row: Any) -> None:
         trial_id = row["id"]
         params = json.loads(row["params"])
-        job_id = self.store.job_of_trial(trial_id) if self.store.has_decision("launch", trial_id) else None
+        job_id = self.store.job_of_trial(trial_id) if trial_id in self.launch_decided else None
         if job_id is None:
             workdir = self.proposer.workdir_for(trial_id, Proposal(params, row["rationale"], row["patch"],
                                                                    row["parent_trial"])) or self.plan.trial.workdir
             command = self.plan.render_command(params, int(row["seed"] or 0), trial_id)
             spec = self._spec(row, params, command, workdir)
-            if not self.store.has_decision("launch", trial_id):
+            if trial_id not in self.launch_decided:
+                self.launch_decided.add(trial_id)
                 self.store.decide("launch", trial_id=trial_id, rationale=row["rationale"],
                                   inputs={"params": params, "seed": row["seed"], "role": row["role"],
                                           "workdir": workdir, "command": command})
