@@ -382,7 +382,7 @@ class Controller:
 
     def _ended(self, trial_id: int, row: Any, job: Any) -> None:
         del self.active[trial_id]
-        summary = {m.name: m.last for m in self.api.metrics(job["id"])}
+        summary = self._final_metrics(job["id"])
         value = summary.get(self.plan.objective.metric)
         failure = None
         fields: dict[str, Any] = {"metrics": json.dumps(summary), "ended_at": job["ended_at"] or time.time(),
@@ -414,6 +414,19 @@ class Controller:
         if state == "succeeded" and value is not None:
             self._judge(fresh)
         self._update(force=True)
+
+    def _final_metrics(self, job_id: int) -> dict[str, float | None]:
+        """Last value of every metric of an ended job (what Api.metrics reports as ``last``;
+        the runtime ingested everything when the attempt ended, so one query suffices)."""
+        points = self.ledger.query("SELECT name, value, source FROM metrics WHERE job_id=? "
+                                   "ORDER BY attempt, step, rowid", (job_id,))
+        reported = {p["name"] for p in points if p["source"] == "report"}
+        out: dict[str, float | None] = {}
+        for p in points:
+            if p["source"] == "log" and p["name"] in reported:
+                continue
+            out[p["name"]] = p["value"]
+        return out
 
     def _log_tail(self, job_id: int) -> str:
         try:
