@@ -64,8 +64,9 @@ def _stop_hint(name: str, jobs: list[int]) -> str:
 class _Call(threading.Thread):
     """A propose() call off the main thread (LLMs and agents block)."""
 
-    def __init__(self, fn: Callable[[], ProposeResult]) -> None:
+    def __init__(self, fn: Callable[[], ProposeResult], n: int) -> None:
         super().__init__(daemon=True, name="autoresearch-propose")
+        self.n = n
         self.fn, self.result, self.error = fn, None, None  # type: Callable[[], ProposeResult], ProposeResult | None, BaseException | None
 
     def run(self) -> None:
@@ -558,15 +559,14 @@ class Controller:
             if call.error is not None:
                 raise call.error
             assert call.result is not None
-            self._accept(call.result, call_n=getattr(call, "n", 0))
+            self._accept(call.result, call_n=call.n)
             return self._fill()
         n = min(slots, budget_left, self.plan.proposer.batch or slots)
         if n <= 0 or self.exhausted:
             return
         history = [self.records[t] for t in sorted(self.records)]
         if self.proposer.blocking:
-            self.call = _Call(lambda: self._timed(history, n))
-            self.call.n = n  # type: ignore[attr-defined]
+            self.call = _Call(lambda: self._timed(history, n), n)
             self.call.start()
             return
         self._accept(self._timed(history, n), call_n=n)
@@ -581,7 +581,8 @@ class Controller:
         return result
 
     def _accept(self, result: ProposeResult, call_n: int) -> None:
-        proposals = result.proposals[: max(0, self.plan.budget.trials - self._launched())]
+        room = self.plan.budget.trials - self._launched() - len(self._pending())
+        proposals = result.proposals[: max(0, room)]
         if not result.proposals:
             self.exhausted = True
         seed = 0
