@@ -198,6 +198,9 @@ MIGRATIONS: list[tuple[str, str]] = [
     ALTER TABLE loops ADD COLUMN ended_at REAL;
     CREATE INDEX decisions_by_trial ON decisions(trial_id, kind);
     """),
+    ("loop-3", """
+    ALTER TABLE loops ADD COLUMN project TEXT NOT NULL DEFAULT '';
+    """),
 ]
 
 
@@ -209,7 +212,8 @@ class Ledger:
     """A handle on ``$AUTORESEARCH_HOME/ledger.db``; one SQLite connection per thread."""
 
     def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
-        self.home = Path(home).expanduser() if home else default_home()
+        # Absolute: attempt supervisors change directory, and hand this path to their hooks.
+        self.home = (Path(home).expanduser() if home else default_home()).absolute()
         self.path = self.home / "ledger.db"
         self._local = threading.local()
         try:

@@ -104,6 +104,9 @@ class Runtime:
 
     def schedule(self) -> S.Decisions:
         now = time.time()
+        if self.ledger.one("SELECT 1 FROM jobs WHERE state='queued' AND backend=? LIMIT 1",
+                           (self.backend.name,)) is None:
+            return S.Decisions()  # most passes (an attempt ended) have nothing to place
         nodes = [
             S.NodeState(r["name"], tuple(json.loads(r["gpu_ids"])), r["cpus"], r["memory"],
                         r["state"] in ("healthy", "degraded"))

@@ -14,6 +14,7 @@ import signal
 import socket
 import time
 from functools import lru_cache
+from typing import Any
 
 from autoresearch.backends import _supervisor as sup
 from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo
@@ -64,6 +65,7 @@ class LocalBackend(Backend):
 
     def __init__(self, node_name: str | None = None) -> None:
         self.node_name = node_name or os.environ.get("AUTORESEARCH_NODE") or socket.gethostname() or "local"
+        self._states: dict[str, dict[str, Any]] = {}  # external id -> its state.json
 
     def nodes(self) -> list[NodeInfo]:
         return [NodeInfo(self.node_name, local_gpu_ids(), float(os.cpu_count() or 1), _memory_mb())]
@@ -97,6 +99,7 @@ class LocalBackend(Backend):
     def poll(self, external_id: str) -> AttemptStatus:
         done = sup.read_json(os.path.join(external_id, sup.EXIT))
         if done is not None:
+            self._states.pop(external_id, None)
             return AttemptStatus(
                 "exited",
                 exit_code=done.get("exit_code"),
@@ -107,8 +110,10 @@ class LocalBackend(Backend):
                 ended_at=done.get("ended_at"),
                 peak_rss_mb=done.get("peak_rss_mb"),
             )
-        state = sup.read_json(os.path.join(external_id, sup.STATE))
-        if state is None:
+        state = self._states.get(external_id) or sup.read_json(os.path.join(external_id, sup.STATE))
+        if state is not None:
+            self._states[external_id] = state  # written once, never changed: no need to read it again
+        else:
             try:  # the file's mtime, not its content: it may be half-written right now
                 created = os.path.getmtime(os.path.join(external_id, "request.json"))
             except OSError:
@@ -119,6 +124,7 @@ class LocalBackend(Backend):
         if sup.is_alive(int(state["supervisor_pid"]), state.get("supervisor_start")):
             return AttemptStatus("running", started_at=state.get("started_at"))
         # The supervisor may have finished between our two reads.
+        self._states.pop(external_id, None)
         done = sup.read_json(os.path.join(external_id, sup.EXIT))
         if done is not None:
             return self.poll(external_id)
