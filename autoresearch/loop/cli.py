@@ -18,6 +18,9 @@ def add_parser(sub: Any) -> None:
                    help="continue the loop of this name even if the plan changed (same plan: implied)")
     r.add_argument("--json", action="store_true", help="print one JSON object (the final loop view) for machines")
     r.add_argument("--no-report", action="store_true", help="skip the plots and summary at the end")
+    r.add_argument("--project", default=None,
+                   help="the project a new loop and its trial jobs belong to (default ''; MCP tokens see only "
+                        "their project's loops and jobs); an existing loop keeps its own")
     r.set_defaults(plugin_run=run)
 
     s = sub.add_parser("schema", help="print the JSON Schema of a plan (or a job spec)")
@@ -82,7 +85,7 @@ def _run(args: argparse.Namespace) -> int:
 
         live = LiveTable(plan, interactive=sys.stdout.isatty())
         on_update = live.update
-    controller = Controller(plan, home=args.home, resume=args.resume, on_update=on_update)
+    controller = Controller(plan, home=args.home, resume=args.resume, on_update=on_update, project=args.project)
     try:
         if live is not None:
             with live:

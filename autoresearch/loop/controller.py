@@ -12,6 +12,15 @@ experiment = plan name); early stopping is ``Api.cancel`` with the plan's grace.
 Infra failures are retried by the runtime; a trial whose job still ends ``infra``
 is ``crashed`` and does not count against the trial budget. User failures are
 ``failed`` and reach the proposer with their log tail.
+
+A loop belongs to a project (``loops.project``; MCP tokens see their own project's
+loops) and submits its trials as that project's jobs.
+
+With tracking on, each batch of new trials gets its MLflow runs (and the loop's parent
+run) from :func:`autoresearch.tracking.prepare_runs` before the trials launch (in a helper
+process, :mod:`autoresearch.loop._prepare_runs`, driven from a worker thread), so their
+attempts get ``MLFLOW_RUN_ID``. A trial waits for that at most ``PREPARE_HOLD_S``; a tracking failure or a slow store only means later trials launch
+without the variable (the background syncer still mirrors them).
 """
 
 from __future__ import annotations
@@ -20,10 +29,13 @@ import contextlib
 import fcntl
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from autoresearch.errors import AutoresearchError, BackendError, PlanError, StateError
@@ -41,6 +53,7 @@ from autoresearch.loop.store import ACTIVE_TRIAL, LoopStore, to_record
 from autoresearch.loop.views import LoopView, incumbent_of, loop_view, seed_groups
 
 LOG_TAIL_LINES = 30
+PREPARE_HOLD_S = 30.0  # longest a trial waits for its MLflow run before it launches without MLFLOW_RUN_ID
 
 
 class LoopInterrupted(AutoresearchError):
@@ -76,12 +89,75 @@ class _Call(threading.Thread):
             self.error = err
 
 
+class _RunMaker:
+    """The helper process that creates trials' MLflow runs (:mod:`autoresearch.loop._prepare_runs`),
+    started on first use; one request at a time (from one :class:`_Prepare` thread)."""
+
+    def __init__(self, home: Any) -> None:
+        self.home = home
+        self.proc: subprocess.Popen[str] | None = None
+
+    def ask(self, ids: list[int]) -> dict[int, str]:
+        if self.proc is None:  # its messages (mlflow's too) go where the syncer's go, not over the live table
+            with open(Path(self.home) / "tracking.log", "ab") as log:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "autoresearch.loop._prepare_runs", str(self.home)],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(ids) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise OSError(f"the helper exited with code {self.proc.wait()}")
+        return {int(k): str(v) for k, v in json.loads(line).items()}
+
+    def close(self, wait_s: float = 5.0) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError):
+            assert proc.stdin is not None
+            proc.stdin.close()  # it exits at the end of its input
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+class _Prepare(threading.Thread):
+    """One batch of trials' MLflow runs, asked of the helper off the event loop.
+    An empty batch only warms the helper up: the mlflow import, the store, the binding."""
+
+    def __init__(self, maker: _RunMaker, ids: list[int]) -> None:
+        super().__init__(daemon=True, name="autoresearch-prepare-runs")
+        self.maker, self.ids = maker, ids
+        self.failed = False
+
+    def run(self) -> None:
+        prepared: dict[int, str] = {}
+        try:
+            prepared = self.maker.ask(self.ids)
+        except Exception as err:  # noqa: BLE001 - tracking never stops the loop
+            print(f"autoresearch: tracking: cannot create the trials' MLflow runs ({type(err).__name__}: {err}); "
+                  "trials run without MLFLOW_RUN_ID, the background sync mirrors them later", file=sys.stderr)
+            self.failed = True
+        self.failed = self.failed or len(prepared) < len(self.ids)
+
+
 class Controller:
     def __init__(self, plan: Plan, *, api: Any = None, home: str | os.PathLike[str] | None = None,
                  resume: bool = False, on_update: Callable[[LoopView], None] | None = None,
-                 poll_s: float = 0.01, update_every_s: float = 0.25, monitor_every_s: float = 0.5) -> None:
+                 poll_s: float = 0.01, update_every_s: float = 0.25, monitor_every_s: float = 0.5,
+                 project: str | None = None) -> None:
+        """``project``: the project a new loop belongs to (None: ''); an existing loop keeps its own,
+        and a loop of another project is refused."""
         self.plan = plan
         self.resume = resume
+        self.project = project
+        self.loop_project = project or ""
         self.on_update = on_update
         self.poll_s, self.update_every_s, self.monitor_every_s = poll_s, update_every_s, monitor_every_s
         if api is None:
@@ -114,6 +190,13 @@ class Controller:
         self.rows: dict[int, dict[str, Any]] = {}
         self.records: dict[int, TrialRecord] = {}
         self.state_counts: Counter[str] = Counter()
+        # MLflow runs created ahead of launch (tracking on): one worker at a time, batches queued.
+        self.tracking = False
+        self._prep: _Prepare | None = None
+        self._run_maker: _RunMaker | None = None
+        self._prep_queue: list[int] = []
+        self._held: dict[int, float] = {}  # trial id -> monotonic deadline: waiting for its MLflow run
+        self._prep_hold_s = PREPARE_HOLD_S
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -139,13 +222,19 @@ class Controller:
                              hint="watch it there, or stop that process first (Ctrl-C)") from None
         self._lock_fd = fd
         existing = LoopStore.find(self.ledger, self.plan.name)
+        if existing is not None:
+            if self.project is not None and existing["project"] != self.project:
+                raise StateError(f"the loop name {self.plan.name!r} is taken by another project",
+                                 hint="change name: in the plan")
+            self.loop_project = existing["project"]
         self.ctx = ProposerContext(self.plan, existing["id"] if existing else 0, self.plan.name, self.ledger.home,
                                    self.api)
         self.proposer = make_proposer(self.ctx)  # may raise (missing key): nothing exists yet
         self.started = time.monotonic()
         digest = self.plan.digest()
         if existing is None:
-            self.store = LoopStore.create(self.ledger, self.plan.name, plan_json(self.plan), digest, self.plan.name)
+            self.store = LoopStore.create(self.ledger, self.plan.name, plan_json(self.plan), digest, self.plan.name,
+                                          project=self.loop_project)
             self.prior_elapsed = 0.0
         else:
             self.store = LoopStore(self.ledger, existing["id"])
@@ -161,6 +250,11 @@ class Controller:
             self._adopt(changed=existing["digest"] != digest and has_trials)
         self.ctx.loop_id = self.store.loop_id
         self._reload()
+        from autoresearch import tracking
+
+        self.tracking = tracking.tracking_enabled()
+        # Warm up (mlflow import, the store) while the first proposal is made; runs for resumed trials.
+        self._prepare([r["id"] for r in self._pending()], warm=True)
         self.launch_decided = {r["trial_id"] for r in self.ledger.query(
             "SELECT trial_id FROM decisions WHERE loop_id=? AND kind='launch'", (self.store.loop_id,))}
         watch = getattr(self.api.runtime, "watch", None)
@@ -222,7 +316,7 @@ class Controller:
             time.sleep(self.poll_s)
             self._woke = True
             return
-        if self.call is not None or self._retry_tick:
+        if self.call is not None or self._retry_tick or self._held:
             timeout = self.poll_s
         elif self.watch_metrics and self.active:
             timeout = max(self.poll_s, self.monitor_every_s - (time.monotonic() - self._last_monitor))
@@ -234,6 +328,10 @@ class Controller:
                       or time.monotonic() - self._last_tick >= self.safety_poll_s)
 
     def close(self) -> None:
+        if self._prep is not None:  # a run being created now: let it finish (bounded; it is a daemon thread)
+            self._prep.join(timeout=5)
+        if self._run_maker is not None:
+            self._run_maker.close(wait_s=0 if self._prep is not None and self._prep.is_alive() else 5)
         if self.watcher is not None:
             with contextlib.suppress(Exception):
                 self.watcher.close()
@@ -472,6 +570,7 @@ class Controller:
                                                          "measure the noise floor"),
                 proposals, inputs={"incumbent": row["id"]}, role="repeat", seeds=seeds)
             self._reload(ids)
+            self._prepare(ids)
 
     # -- budgets and the end ----------------------------------------------------------------
 
@@ -545,12 +644,14 @@ class Controller:
     def _fill(self) -> None:
         if self.stop_reason:
             return
+        self._pump_prep()
         budget_left = self.plan.budget.trials - self._launched()
         slots = self.plan.budget.parallel - len(self.active)
         for row in self._pending():
             if slots <= 0 or budget_left <= 0:
                 return
-            self._launch(row)
+            if row["id"] not in self._held:  # held: its MLflow run is being created; it keeps its slot
+                self._launch(row)
             slots, budget_left = slots - 1, budget_left - 1
         if self.call is not None:
             if self.call.is_alive():
@@ -589,6 +690,42 @@ class Controller:
         ids = self.store.record_proposals(result, proposals, inputs={"asked": call_n, "history": self._launched()},
                                           seeds=[seed] * len(proposals))
         self._reload(ids)
+        self._prepare(ids)
+
+    def _prepare(self, ids: list[int], warm: bool = False) -> None:
+        """Have the MLflow runs of new trials created (one worker thread, batches queued) and
+        hold their launch until then, at most ``PREPARE_HOLD_S``. ``warm``: start the worker
+        even with no trial, to pay the mlflow import and open the store early."""
+        if not self.tracking or not (ids or warm):
+            return
+        if ids and self._prep_hold_s > 0:
+            self._held.update(dict.fromkeys(ids, time.monotonic() + self._prep_hold_s))
+        self._prep_queue.extend(ids)
+        self._pump_prep(start=warm)
+
+    def _pump_prep(self, start: bool = False) -> None:
+        """Collect a finished worker, start the next batch, release trials held too long."""
+        if self._prep is not None and not self._prep.is_alive():
+            done, self._prep = self._prep, None
+            for trial_id in done.ids:
+                self._held.pop(trial_id, None)
+            if done.failed:  # the store is unusable: stop trying in this run; the syncer catches up later
+                self.tracking = False
+                self._prep_queue.clear()
+                self._held.clear()
+        if self._prep is None and self.tracking and (self._prep_queue or start):
+            ids, self._prep_queue = self._prep_queue, []
+            if self._run_maker is None:
+                self._run_maker = _RunMaker(self.ledger.home)
+            self._prep = _Prepare(self._run_maker, ids)
+            self._prep.start()
+        if self._held:
+            now = time.monotonic()
+            late = [t for t, deadline in self._held.items() if deadline <= now]
+            for trial_id in late:
+                del self._held[trial_id]
+            if late:  # a slow store: these launch without MLFLOW_RUN_ID, and no later trial waits
+                self._prep_hold_s = 0.0
 
     def _launch(self, row: Any) -> None:
         trial_id = row["id"]
@@ -605,7 +742,7 @@ class Controller:
                                   inputs={"params": params, "seed": row["seed"], "role": row["role"],
                                           "workdir": workdir, "command": command})
             try:
-                view = self.api.submit(spec)
+                view = self.api.submit(spec, project=self.loop_project)
             except AutoresearchError as err:
                 self._update_trial(trial_id, state="failed", failure=f"could not submit: {err.render()}",
                                    ended_at=time.time(), workdir=workdir)

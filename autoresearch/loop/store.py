@@ -1,4 +1,4 @@
-"""The loop's state in the ledger: loops, trials, decisions (tables from migrations loop-1/2).
+"""The loop's state in the ledger: loops, trials, decisions (tables from migrations loop-1/2/3).
 
 Write-ahead: a decision row is written *before* the action it describes, and a
 proposal's trials are written in the same transaction as its decision, so a crash
@@ -9,6 +9,7 @@ The tracking mirror reads these tables; nothing here imports MLflow.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import asdict
 from typing import Any
@@ -36,11 +37,14 @@ class LoopStore:
         return ledger.one("SELECT * FROM loops WHERE name=?", (name,))
 
     @staticmethod
-    def create(ledger: Ledger, name: str, plan_json: str, digest: str, experiment: str) -> LoopStore:
+    def create(ledger: Ledger, name: str, plan_json: str, digest: str, experiment: str,
+               project: str = "") -> LoopStore:
+        """A new loop row; ``project`` scopes the loop and its trial jobs (MCP tokens see their own)."""
         now = time.time()
         with ledger.tx() as c:
-            cur = c.execute("INSERT INTO loops(name, plan, state, experiment, created_at, updated_at, digest) "
-                            "VALUES (?,?,?,?,?,?,?)", (name, plan_json, "running", experiment, now, now, digest))
+            cur = c.execute("INSERT INTO loops(name, plan, state, experiment, created_at, updated_at, digest, project) "
+                            "VALUES (?,?,?,?,?,?,?,?)",
+                            (name, plan_json, "running", experiment, now, now, digest, project))
             return LoopStore(ledger, int(cur.lastrowid or 0))
 
     def loop(self) -> Any:
@@ -100,7 +104,25 @@ class LoopStore:
                 ids.append(int(cur.lastrowid or 0))
             c.execute("UPDATE decisions SET outputs=json_set(outputs, '$.trial_ids', json(?)) WHERE id=?",
                       (_j(ids), decision))
+        if result.calls:
+            self.record_calls(decision, result)
         return ids
+
+    def record_calls(self, decision_id: int, result: ProposeResult) -> None:
+        """The model calls behind a propose decision, for the tracking mirror (one ledger insert
+        each; the syncer turns them into MLflow traces linked to the loop's run). Never raises:
+        the decision is written, and a lost trace must not stop the loop."""
+        from autoresearch import tracking
+
+        info = result.info
+        for call in result.calls:
+            try:
+                tracking.record_llm_call(self.ledger, loop_id=self.loop_id, decision_id=decision_id,
+                                         **{"prompt_name": info.prompt_name or "",
+                                            "prompt_sha256": info.prompt_sha256 or "",
+                                            "temperature": info.temperature, **call})
+            except Exception as err:  # noqa: BLE001 - see the docstring
+                print(f"autoresearch: could not record an LLM call of decision {decision_id}: {err}", file=sys.stderr)
 
     def trials(self, states: tuple[str, ...] | None = None) -> list[Any]:
         if states:
