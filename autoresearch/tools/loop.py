@@ -1,6 +1,10 @@
 """Loop tools: the coding agent runs research loops and, with ``proposer: {kind: agent}``,
 is their proposer: start_loop, loop_status, propose_trials, leaderboard, trial_patch, stop_loop.
 
+Every tool is scoped to the caller's project (``ctx.caller_project()``): a loop started
+over MCP belongs to the caller's project and its trials are that project's jobs; a loop
+of another project is reported exactly like a missing one.
+
 The operations live in :mod:`autoresearch.loop.proposers.agent`; this module is the
 MCP face (typed parameters, small structured results, errors with hints).
 """
@@ -140,7 +144,8 @@ def register(server: Any, ctx: ToolContext) -> None:
         missing API key, ...) come back at once. Follow it with loop_status and leaderboard.
         """
         ctx.require_write("start_loop")
-        name, pid, log = ops.start_loop(ctx.api, ctx.relative_path(plan, "plan"), resume=resume)
+        name, pid, log = ops.start_loop(ctx.api, ctx.relative_path(plan, "plan"), resume=resume,
+                                        project=ctx.caller_project())
         from autoresearch.loop.views import loop_view
 
         view = loop_view(ctx.api.ledger, name)
@@ -161,6 +166,7 @@ def register(server: Any, ctx: ToolContext) -> None:
         """
         from autoresearch.loop.views import loop_view
 
+        ops.find_loop(ctx.api.ledger, loop, ctx.caller_project())
         view = loop_view(ctx.api.ledger, loop)
         running = ops.controller_running(ctx.api.ledger.home, loop)
         briefs = [TrialBrief(trial_id=t.trial_id, job_id=t.job_id, state=t.state, params=t.params,
@@ -202,7 +208,7 @@ def register(server: Any, ctx: ToolContext) -> None:
         for item in items:
             if "edits" in item:
                 item["edits"] = [dict(e) for e in item["edits"]]
-        out = ops.submit_proposals(ctx.api, loop, items, rationale, agent=agent)
+        out = ops.submit_proposals(ctx.api, loop, items, rationale, agent=agent, project=ctx.caller_project())
         if out.accepted:
             step = f"they launch as slots free up; check loop_status(loop={loop!r}) or leaderboard"
             if not out.controller_running:
@@ -224,7 +230,7 @@ def register(server: Any, ctx: ToolContext) -> None:
         built on and a one-line summary of their code patch. Use it to pick the parent of your next
         code edit or the region of the space to refine.
         """
-        view, rows = ops.leaderboard(ctx.api, loop, top)
+        view, rows = ops.leaderboard(ctx.api, loop, top, project=ctx.caller_project())
         return LeaderboardResult(loop=loop, metric=view.metric, goal=view.goal, incumbent=view.best_trial,
                                  noise_floor=view.noise_floor, rows=[LeaderRow(**r) for r in rows],
                                  next_step="full diff of a trial: trial_patch(loop, trial_id)")
@@ -239,7 +245,7 @@ def register(server: Any, ctx: ToolContext) -> None:
         """The unified diff a code-edit trial ran with (cumulative, against the workdir's committed base),
         capped at 16,000 characters. Empty for trials that changed no code.
         """
-        patch = ops.trial_patch(ctx.api, loop, trial_id)
+        patch = ops.trial_patch(ctx.api, loop, trial_id, project=ctx.caller_project())
         return TrialPatchResult(loop=loop, trial_id=trial_id, patch=patch[:MAX_PATCH_CHARS],
                                 truncated=len(patch) > MAX_PATCH_CHARS)
 
@@ -255,7 +261,7 @@ def register(server: Any, ctx: ToolContext) -> None:
         finishes. The results stay readable with loop_status and leaderboard.
         """
         ctx.require_write("stop_loop")
-        decision, jobs = ops.stop_loop(ctx.api, loop, rationale=rationale)
+        decision, jobs = ops.stop_loop(ctx.api, loop, rationale=rationale, project=ctx.caller_project())
         return StopLoopResult(loop=loop, decision_id=decision, stopped_jobs=jobs,
                               next_step=f"see leaderboard(loop={loop!r}); `autoresearch report {loop}` writes plots")
 

@@ -15,7 +15,8 @@ used, or the agent stayed silent for ``proposer.options.idle_timeout`` (default
 30 min).
 
 The functions below are the operations behind the MCP tools (``autoresearch/tools/loop.py``);
-Python callers use the same ones.
+Python callers use the same ones. Their ``project`` argument is the caller's scope (None:
+every loop): a loop of another project is reported exactly like a missing one.
 """
 
 from __future__ import annotations
@@ -162,17 +163,19 @@ def _plan_of(loop: Any) -> Any:
     return Plan.model_validate(json.loads(loop["plan"]))
 
 
-def _find(ledger: Any, name: str) -> Any:
+def find_loop(ledger: Any, name: str, project: str | None = None) -> Any:
+    """The loop row, if ``project`` (None: any) may see it; else NotFoundError naming the visible loops."""
     loop = _loop_row(ledger, name)
-    if loop is None:
-        names = [r["name"] for r in ledger.query("SELECT name FROM loops ORDER BY id DESC LIMIT 10")]
+    if loop is None or (project is not None and loop["project"] != project):
+        names = [r["name"] for r in ledger.query(
+            "SELECT name FROM loops WHERE ? IS NULL OR project=? ORDER BY id DESC LIMIT 10", (project, project))]
         raise NotFoundError(f"no loop named {name!r}",
                             hint=(f"loops: {', '.join(names)}; " if names else "") + "start one with start_loop")
     return loop
 
 
 def submit_proposals(api: Any, name: str, proposals: list[dict[str, Any]], rationale: str,
-                     agent: str = "") -> Submitted:
+                     agent: str = "", project: str | None = None) -> Submitted:
     """Validate the agent's proposals against the loop's plan and record them as one decision.
 
     Each proposal is ``{params, rationale?, patch? | edits?, parent_trial?}``. ``edits`` are
@@ -185,7 +188,7 @@ def submit_proposals(api: Any, name: str, proposals: list[dict[str, Any]], ratio
     from autoresearch.loop.views import incumbent_of
 
     ledger = api.ledger
-    loop = _find(ledger, name)
+    loop = find_loop(ledger, name, project)
     if loop["state"] == "finished":
         raise StateError(f"loop {name!r} has finished; it launches nothing more",
                          hint="start_loop(plan, resume=true) with a larger budget.trials, or start a new loop")
@@ -269,13 +272,13 @@ def _one(item: Any, space: dict[str, dict[str, Any]], code: Any, trials: dict[in
     return Proposal(params, str(item.get("rationale") or ""), patch, parent_id), notes
 
 
-def stop_loop(api: Any, name: str, rationale: str = "") -> tuple[int, list[int]]:
+def stop_loop(api: Any, name: str, rationale: str = "", project: str | None = None) -> tuple[int, list[int]]:
     """Record a ``stop_loop`` decision (the controller finishes on it), skip trials not yet
     launched and stop the running ones; returns (decision id, stopped job ids)."""
     from autoresearch.loop.store import LoopStore
 
     ledger = api.ledger
-    loop = _find(ledger, name)
+    loop = find_loop(ledger, name, project)
     store = LoopStore(ledger, loop["id"])
     why = rationale or "stopped by the agent"
     jobs = [r for r in store.trials(("queued", "running")) if r["job_id"] is not None]
@@ -293,9 +296,13 @@ def stop_loop(api: Any, name: str, rationale: str = "") -> tuple[int, list[int]]
     return decision, [r["job_id"] for r in jobs]
 
 
-def start_loop(api: Any, plan_path: str | Path, resume: bool = False, wait_s: float = 10.0) -> tuple[str, int, Path]:
+def start_loop(api: Any, plan_path: str | Path, resume: bool = False, wait_s: float = 10.0,
+               project: str | None = None) -> tuple[str, int, Path]:
     """Validate a plan here (one clear error before anything launches), then run its controller
-    in a detached process that outlives the caller; returns (loop name, pid, controller log)."""
+    in a detached process that outlives the caller; returns (loop name, pid, controller log).
+
+    ``project``: the caller's project; a new loop and its trial jobs belong to it (None: '').
+    A loop of that name in another project is refused."""
     from autoresearch.loop.plan import load_plan
     from autoresearch.loop.proposers import resolve_kind
 
@@ -306,6 +313,9 @@ def start_loop(api: Any, plan_path: str | Path, resume: bool = False, wait_s: fl
 
         LLMProposer.check(plan)
     home = Path(api.ledger.home)
+    existing = _loop_row(api.ledger, plan.name)
+    if existing is not None and project is not None and existing["project"] != project:
+        raise StateError(f"the loop name {plan.name!r} is taken by another project", hint="change name: in the plan")
     if controller_running(home, plan.name):
         raise StateError(f"loop {plan.name!r} is already running", hint="follow it with loop_status / leaderboard")
     state_dir = home / "loops" / plan.name
@@ -315,6 +325,8 @@ def start_loop(api: Any, plan_path: str | Path, resume: bool = False, wait_s: fl
             "--json", "--no-report"]
     if resume:
         argv.append("--resume")
+    if project is not None:
+        argv += ["--project", project]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=str(Path(plan_path).resolve().parent))
@@ -336,10 +348,11 @@ def start_loop(api: Any, plan_path: str | Path, resume: bool = False, wait_s: fl
     return plan.name, proc.pid, log_path
 
 
-def leaderboard(api: Any, name: str, top: int = 10) -> tuple[Any, list[dict[str, Any]]]:
+def leaderboard(api: Any, name: str, top: int = 10, project: str | None = None) -> tuple[Any, list[dict[str, Any]]]:
     """The loop's view and its best ``top`` succeeded trials, best first (patch summaries, not patches)."""
     from autoresearch.loop.views import loop_view
 
+    find_loop(api.ledger, name, project)
     view = loop_view(api.ledger, name)
     sign = 1.0 if view.goal == "minimize" else -1.0
     done = sorted((t for t in view.trials if t.state == "succeeded" and t.objective is not None),
@@ -371,8 +384,8 @@ def patch_summary(patch: str | None) -> str:
     return ", ".join(f"{f} +{a} -{d}" for f, (a, d) in files.items())
 
 
-def trial_patch(api: Any, name: str, trial_id: int) -> str:
-    loop = _find(api.ledger, name)
+def trial_patch(api: Any, name: str, trial_id: int, project: str | None = None) -> str:
+    loop = find_loop(api.ledger, name, project)
     row = api.ledger.one("SELECT patch FROM trials WHERE id=? AND loop_id=?", (trial_id, loop["id"]))
     if row is None:
         raise NotFoundError(f"loop {name!r} has no trial {trial_id}", hint="see leaderboard or loop_status")
