@@ -87,9 +87,13 @@ def _status(ledger: Any, as_json: bool) -> int:
 
 
 def _sync(ledger: Any, args: argparse.Namespace) -> int:
-    from autoresearch.tracking._sync import Syncer
+    from autoresearch.tracking._sync import Syncer, fail_fast_http
 
-    syncer = Syncer(ledger, uri=args.uri)
+    with fail_fast_http():  # our back-off, not MLflow's ~2 min of retries per request
+        return _sync_loop(Syncer(ledger, uri=args.uri), args)
+
+
+def _sync_loop(syncer: Any, args: argparse.Namespace) -> int:
     syncer.check()
     started = time.monotonic()
     total: dict[str, int] = {"runs_created": 0, "metrics": 0, "decisions": 0, "traces": 0, "artifacts": 0,
@@ -106,7 +110,7 @@ def _sync(ledger: Any, args: argparse.Namespace) -> int:
     else:
         print(f"synced to {syncer.uri} in {seconds:.1f}s: " + ", ".join(f"{v} {k.replace('_', ' ')}"
                                                                         for k, v in total.items()))
-    blocked = status(ledger)["blocked"]
+    blocked = status(syncer.ledger)["blocked"]
     for item in blocked:
         print(f"blocked: {item['entity']}: {item['error']}", file=sys.stderr)
     return 1 if blocked else 0

@@ -204,9 +204,10 @@ def sync(home: str | os.PathLike[str] | None = None, *, uri: str | None = None,
          max_batches: int | None = None) -> SyncReport:
     """One foreground pass of the mirror (imports mlflow). Raises TrackingError on an
     unusable tracking URI; everything else is retried by the next pass."""
-    from autoresearch.tracking._sync import Syncer
+    from autoresearch.tracking._sync import Syncer, fail_fast_http
 
-    return Syncer(home, uri=uri).run_once(max_batches=max_batches)
+    with fail_fast_http():
+        return Syncer(home, uri=uri).run_once(max_batches=max_batches)
 
 
 def prepare_runs(home: str | os.PathLike[str] | Ledger | None, trial_ids: list[int]) -> dict[int, str]:
@@ -215,10 +216,11 @@ def prepare_runs(home: str | os.PathLike[str] | Ledger | None, trial_ids: list[i
     thread, between writing the trial row and submitting its job. Returns trial → run id;
     a tracking failure returns {} (the trial still runs; the syncer catches up)."""
     from autoresearch.errors import TrackingError
-    from autoresearch.tracking._sync import Syncer
+    from autoresearch.tracking._sync import Syncer, fail_fast_http
 
     try:
-        return Syncer(home).prepare_trials(trial_ids)
+        with fail_fast_http():  # a tracking outage must not hold trials for MLflow's retries
+            return Syncer(home).prepare_trials(trial_ids)
     except TrackingError as err:
         print(f"autoresearch: tracking: {err.render()}", file=sys.stderr)
         return {}

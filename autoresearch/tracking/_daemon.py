@@ -119,9 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle", type=float, default=IDLE_EXIT_S)
     args = parser.parse_args(argv)
     home = Path(args.home)
+
     with contextlib.suppress(OSError):
         if (home / LOG_FILE).stat().st_size > LOG_MAX:
             os.truncate(home / LOG_FILE, 0)
     with contextlib.suppress(OSError):
         os.nice(5)  # mirroring must not slow the trials down
-    return serve(home, args.idle)
+    from autoresearch.tracking._sync import fail_fast_http
+
+    with fail_fast_http():
+        return serve(home, args.idle)

@@ -119,14 +119,30 @@ def _critical(home: Path) -> Iterator[None]:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def fail_fast_http() -> Iterator[None]:
+    """While mirroring: our own back-off (tenacity) decides when to retry, not MLflow's
+    ~2 min of retries per request. Scoped, not set by :class:`Syncer` for good: a Syncer
+    also runs inside trials (``start_run``), whose own MLflow calls keep MLflow's retries."""
+    names = ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")
+    before = {name: os.environ.get(name) for name in names}
+    os.environ.setdefault(names[0], "0")
+    os.environ.setdefault(names[1], "10")
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 class Syncer:
     """One handle on the mirror: a ledger, an MLflow client and the mapping between them."""
 
     def __init__(self, home: str | os.PathLike[str] | Ledger | None = None, uri: str | None = None) -> None:
         self.ledger = home if isinstance(home, Ledger) else Ledger(home)
-        # Our own back-off (tenacity, in the daemon) decides when to retry, not MLflow's ~2 min default.
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
         self.uri = self._bind_uri(uri)
         self.home_id = self._state("home_id") or self._init_home_id()
         self.secrets = secret_values(dict(os.environ))
