@@ -49,6 +49,20 @@ def parse_duration(value: object, field: str = "duration") -> float | None:
     return seconds
 
 
+def parse_grace(value: object, field: str = "grace") -> float:
+    """Seconds between SIGTERM and SIGKILL: ``0`` means at once; empty means the 10 s default."""
+    if value in (0, "0"):
+        return 0.0
+    return parse_duration(value, field) or 10.0
+
+
+def str_values(value: object) -> object:
+    """A mapping's values as strings (YAML gives ints and bools); anything else as is."""
+    if isinstance(value, dict):
+        return {str(k): "" if v is None else str(v) for k, v in value.items()}
+    return value
+
+
 def parse_memory_mb(value: object) -> int:
     """``4096`` (MB), ``"16G"``, ``"512M"``, ``"1.5GiB"`` → MB."""
     if value is None or value == "":
@@ -111,9 +125,7 @@ class JobSpec(BaseModel):
     @field_validator("grace", mode="before")
     @classmethod
     def _grace(cls, value: object) -> float:
-        if value in (0, "0"):
-            return 0.0
-        return parse_duration(value, "grace") or 10.0
+        return parse_grace(value)
 
     @field_validator("memory", mode="before")
     @classmethod
@@ -123,9 +135,7 @@ class JobSpec(BaseModel):
     @field_validator("env", "tags", mode="before")
     @classmethod
     def _str_values(cls, value: object) -> object:
-        if isinstance(value, dict):
-            return {str(k): "" if v is None else str(v) for k, v in value.items()}
-        return value
+        return str_values(value)
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:

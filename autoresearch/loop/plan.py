@@ -25,7 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autoresearch.errors import PlanError
-from autoresearch.spec import parse_duration
+from autoresearch.spec import parse_duration, parse_grace, str_values
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Placeholders the controller fills in besides the space's parameters.
@@ -79,16 +79,12 @@ class Trial(_Model):
     @field_validator("grace", mode="before")
     @classmethod
     def _grace(cls, value: object) -> float:
-        if value in (0, "0"):
-            return 0.0
-        return parse_duration(value, "trial.grace") or 10.0
+        return parse_grace(value, "trial.grace")
 
     @field_validator("env", mode="before")
     @classmethod
     def _env(cls, value: object) -> object:
-        if isinstance(value, dict):
-            return {str(k): "" if v is None else str(v) for k, v in value.items()}
-        return value
+        return str_values(value)
 
     def placeholders(self) -> list[str]:
         names = []
