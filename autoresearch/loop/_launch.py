@@ -1,0 +1,83 @@
+"""Proposing and launching, for the controller: the propose() call off the main thread,
+and a proposed trial turned into a submitted job (decision first, then ``Api.submit``)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from autoresearch.errors import AutoresearchError
+from autoresearch.loop.plan import Plan
+from autoresearch.loop.proposers import Proposal, ProposeResult
+
+if TYPE_CHECKING:
+    from autoresearch.loop.controller import Controller
+
+
+class ProposeCall(threading.Thread):
+    """A propose() call off the main thread (LLMs and agents block)."""
+
+    def __init__(self, fn: Callable[[], ProposeResult], n: int) -> None:
+        super().__init__(daemon=True, name="autoresearch-propose")
+        self.n = n
+        self.fn, self.result, self.error = fn, None, None  # type: Callable[[], ProposeResult], ProposeResult | None, BaseException | None
+
+    def run(self) -> None:
+        try:
+            self.result = self.fn()
+        except BaseException as err:  # noqa: BLE001 - handed to the main thread
+            self.error = err
+
+
+def timed(proposer: Any, history: list[Any], n: int) -> ProposeResult:
+    t0 = time.perf_counter()
+    result = proposer.propose(history, n)
+    if not result.latency_s:
+        result.latency_s = time.perf_counter() - t0
+    return result
+
+
+def launch(c: Controller, row: Any) -> None:
+    """Submit a proposed trial's job (or adopt the one a launch decided before a crash did submit)."""
+    trial_id = row["id"]
+    params = json.loads(row["params"])
+    job_id = c.store.job_of_trial(trial_id) if trial_id in c.launch_decided else None
+    if job_id is None:
+        workdir = c.proposer.workdir_for(trial_id, Proposal(params, row["rationale"], row["patch"],
+                                                            row["parent_trial"])) or c.plan.trial.workdir
+        command = c.plan.render_command(params, int(row["seed"] or 0), trial_id)
+        spec = trial_spec(c.plan, c.store.loop_id, row, params, command, workdir)
+        if trial_id not in c.launch_decided:
+            c.launch_decided.add(trial_id)
+            c.store.decide("launch", trial_id=trial_id, rationale=row["rationale"],
+                           inputs={"params": params, "seed": row["seed"], "role": row["role"],
+                                   "workdir": workdir, "command": command})
+        try:
+            view = c.api.submit(spec, project=c.loop_project)
+        except AutoresearchError as err:
+            c._update_trial(trial_id, state="failed", failure=f"could not submit: {err.render()}",
+                            ended_at=time.time(), workdir=workdir)
+            c.proposer.observe(c.records[trial_id])
+            return
+        job_id = view.id
+        row = c._update_trial(trial_id, job_id=job_id, state="queued", workdir=workdir)
+    else:
+        row = c._update_trial(trial_id, job_id=job_id, state="queued")
+    c.active[trial_id] = row
+
+
+def trial_spec(plan: Plan, loop_id: int, row: Any, params: dict[str, Any], command: list[str] | str,
+               workdir: str) -> dict[str, Any]:
+    t = plan.trial
+    env = {**t.env, "AUTORESEARCH_LOOP": plan.name, "AUTORESEARCH_TRIAL_ID": str(row["id"]),
+           "AUTORESEARCH_SEED": str(row["seed"] or 0), "AUTORESEARCH_PARAMS": json.dumps(params)}
+    tags = {**plan.tags, "autoresearch.loop": plan.name, "autoresearch.loop_id": str(loop_id),
+            "autoresearch.trial_id": str(row["id"]), "autoresearch.decision_id": str(row["decision_id"]),
+            "autoresearch.role": row["role"]}
+    return {"name": f"{plan.name}-t{row['id']}", "command": command, "shell": t.shell, "workdir": workdir,
+            "env": env, "gpus": t.gpus, "cpus": t.cpus, "memory": t.memory, "priority": t.priority,
+            "max_retries": t.max_retries, "timeout": t.timeout, "grace": t.grace, "checkpoint": t.checkpoint,
+            "experiment": plan.name, "tags": tags}

@@ -1,0 +1,135 @@
+"""Trials' MLflow runs, created ahead of their launch (tracking on), for the controller.
+
+Each batch of new trials gets its MLflow runs (and the loop's parent run) from
+:func:`autoresearch.tracking.prepare_runs` in a helper process
+(:mod:`autoresearch.loop._prepare_runs`), driven from a worker thread so the event loop
+never blocks on mlflow. A trial waits for its run at most ``PREPARE_HOLD_S``; a tracking
+failure or a slow store only means later trials launch without ``MLFLOW_RUN_ID`` (the
+background syncer still mirrors them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+PREPARE_HOLD_S = 30.0  # longest a trial waits for its MLflow run before it launches without MLFLOW_RUN_ID
+
+
+class RunMaker:
+    """The helper process that creates trials' MLflow runs (:mod:`autoresearch.loop._prepare_runs`),
+    started on first use; one request at a time (from one :class:`Prepare` thread)."""
+
+    def __init__(self, home: Any) -> None:
+        self.home = home
+        self.proc: subprocess.Popen[str] | None = None
+
+    def ask(self, ids: list[int]) -> dict[int, str]:
+        if self.proc is None:  # its messages (mlflow's too) go where the syncer's go, not over the live table
+            with open(Path(self.home) / "tracking.log", "ab") as log:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "autoresearch.loop._prepare_runs", str(self.home)],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(ids) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise OSError(f"the helper exited with code {self.proc.wait()}")
+        return {int(k): str(v) for k, v in json.loads(line).items()}
+
+    def close(self, wait_s: float = 5.0) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError):
+            assert proc.stdin is not None
+            proc.stdin.close()  # it exits at the end of its input
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+class Prepare(threading.Thread):
+    """One batch of trials' MLflow runs, asked of the helper off the event loop.
+    An empty batch only warms the helper up: the mlflow import, the store, the binding."""
+
+    def __init__(self, maker: RunMaker, ids: list[int]) -> None:
+        super().__init__(daemon=True, name="autoresearch-prepare-runs")
+        self.maker, self.ids = maker, ids
+        self.failed = False
+
+    def run(self) -> None:
+        prepared: dict[int, str] = {}
+        try:
+            prepared = self.maker.ask(self.ids)
+        except Exception as err:  # noqa: BLE001 - tracking never stops the loop
+            print(f"autoresearch: tracking: cannot create the trials' MLflow runs ({type(err).__name__}: {err}); "
+                  "trials run without MLFLOW_RUN_ID, the background sync mirrors them later", file=sys.stderr)
+            self.failed = True
+        self.failed = self.failed or len(prepared) < len(self.ids)
+
+
+class RunPreparer:
+    """One worker at a time, batches queued; ``held``: trial id -> monotonic deadline, the
+    trials waiting for their MLflow run (they keep their slot meanwhile)."""
+
+    def __init__(self, ledger: Any) -> None:
+        self.ledger = ledger
+        self.enabled = False  # tracking on (set when the loop opens; off for good after a failure)
+        self.worker: Prepare | None = None
+        self.maker: RunMaker | None = None
+        self.queue: list[int] = []
+        self.held: dict[int, float] = {}
+        self.hold_s = PREPARE_HOLD_S
+
+    def prepare(self, ids: list[int], warm: bool = False) -> None:
+        """Have the MLflow runs of new trials created (one worker thread, batches queued) and
+        hold their launch until then, at most ``PREPARE_HOLD_S``. ``warm``: start the worker
+        even with no trial, to pay the mlflow import and open the store early."""
+        if not self.enabled or not (ids or warm):
+            return
+        if ids and self.hold_s > 0:
+            self.held.update(dict.fromkeys(ids, time.monotonic() + self.hold_s))
+        self.queue.extend(ids)
+        self.pump(start=warm)
+
+    def pump(self, start: bool = False) -> None:
+        """Collect a finished worker, start the next batch, release trials held too long."""
+        if self.worker is not None and not self.worker.is_alive():
+            done, self.worker = self.worker, None
+            for trial_id in done.ids:
+                self.held.pop(trial_id, None)
+            if done.failed:  # the store is unusable: stop trying in this run; the syncer catches up later
+                self.enabled = False
+                self.queue.clear()
+                self.held.clear()
+        if self.worker is None and self.enabled and (self.queue or start):
+            ids, self.queue = self.queue, []
+            if self.maker is None:
+                self.maker = RunMaker(self.ledger.home)
+            self.worker = Prepare(self.maker, ids)
+            self.worker.start()
+        if self.held:
+            now = time.monotonic()
+            late = [t for t, deadline in self.held.items() if deadline <= now]
+            for trial_id in late:
+                del self.held[trial_id]
+            if late:  # a slow store: these launch without MLFLOW_RUN_ID, and no later trial waits
+                self.hold_s = 0.0
+
+    def close(self) -> None:
+        if self.worker is not None:  # a run being created now: let it finish (bounded; it is a daemon thread)
+            self.worker.join(timeout=5)
+        if self.maker is not None:
+            self.maker.close(wait_s=0 if self.worker is not None and self.worker.is_alive() else 5)
