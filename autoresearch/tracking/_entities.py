@@ -1,0 +1,203 @@
+"""Loops, jobs and trials → MLflow runs: their params, tags, plan and patch.
+
+One parent run per loop, one nested run per trial, one run per standalone job (see
+:mod:`autoresearch.tracking._sync`). Each row is mirrored again when its ``updated_at``
+passes the run's ``synced_version``; params and artifacts go up only the first time.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from autoresearch.errors import TrackingError
+from autoresearch.tracking import is_secret, redact
+from autoresearch.tracking._common import DEFAULT_EXPERIMENT, ENTITY, TRIAL_JOIN, SyncReport
+from autoresearch.tracking._metrics import backfill
+
+if TYPE_CHECKING:
+    from autoresearch.tracking._sync import Syncer
+
+
+def _flatten(params: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value if isinstance(value, str) else json.dumps(value, default=str)
+    return out
+
+
+# -- loops ------------------------------------------------------------------------------
+
+def loop_experiment(loop: Any) -> str:
+    return loop["experiment"] or loop["name"]
+
+
+def sync_loops(syncer: Syncer, report: SyncReport) -> None:
+    rows = syncer.ledger.query(
+        "SELECT l.*, r.synced_version, r.run_id, r.finished, r.error FROM loops l LEFT JOIN tracking_runs r "
+        "ON r.entity='loop:' || l.id WHERE r.run_id IS NULL OR r.synced_version < l.updated_at "
+        "OR r.error IS NOT NULL ORDER BY l.id")
+    for loop in rows:
+        sync_loop(syncer, loop, report)
+
+
+def sync_loop(syncer: Syncer, loop: Any, report: SyncReport) -> str | None:
+    entity = f"loop:{loop['id']}"
+    try:
+        run_id, created = syncer._ensure_run(entity, loop_experiment(loop), loop["name"], None, report,
+                                             loop["created_at"])
+        tags = {"autoresearch.loop_id": str(loop["id"]), "autoresearch.loop": loop["name"],
+                "autoresearch.state": loop["state"], "autoresearch.kind": "loop"}
+        params: dict[str, str] = {}
+        if created or loop["synced_version"] is None or loop["synced_version"] < 0:
+            try:
+                plan = json.loads(loop["plan"])
+            except ValueError:
+                plan = {"plan": loop["plan"]}
+            params = {k: v for k, v in _flatten(plan if isinstance(plan, dict) else {"plan": plan}).items()
+                      if not is_secret(k.rsplit(".", 1)[-1]) and v not in ("null", "{}", "[]", "")}
+            params = dict(list(params.items())[:300])
+            syncer.client.log_text(run_id, redact(json.dumps(plan, indent=2, default=str), syncer.secrets),
+                                   "plan.json")
+            report.artifacts += 1
+        syncer._log(run_id, params=params, tags=tags)
+        with syncer.ledger.tx() as c:
+            c.execute("UPDATE tracking_runs SET synced_version=?, error=NULL WHERE entity=?",
+                      (loop["updated_at"], entity))
+        return run_id
+    except Exception as err:
+        syncer._blocked(entity, err)
+        return None
+
+
+def loop_run(syncer: Syncer, loop_id: int, report: SyncReport | None = None) -> str | None:
+    row = syncer.ledger.one("SELECT run_id FROM tracking_runs WHERE entity=? AND error IS NULL", (f"loop:{loop_id}",))
+    if row is not None and row["run_id"]:
+        return str(row["run_id"])
+    loop = syncer.ledger.one("SELECT l.*, -1 AS synced_version FROM loops l WHERE l.id=?", (loop_id,))
+    return sync_loop(syncer, loop, report or SyncReport()) if loop is not None else None
+
+
+# -- jobs and trials --------------------------------------------------------------------
+
+def _job_target(syncer: Syncer, job: Any, trial: Any) -> tuple[str, str, str, str | None]:
+    """(entity, experiment, run name, parent run id) of a job's run."""
+    if trial is not None:
+        loop = syncer.ledger.one("SELECT * FROM loops WHERE id=?", (trial["loop_id"],))
+        parent = loop_run(syncer, trial["loop_id"])
+        experiment = loop_experiment(loop) if loop is not None else DEFAULT_EXPERIMENT
+        if parent is None:
+            raise TrackingError(f"the parent run of loop {trial['loop_id']} is not available",
+                                hint="see the loop's error in `autoresearch sync --status`")
+        return f"trial:{trial['id']}", experiment, f"trial-{trial['id']}", parent
+    return f"job:{job['id']}", job["experiment"] or DEFAULT_EXPERIMENT, f"{job['name']}-{job['id']}", None
+
+
+def sync_jobs(syncer: Syncer, report: SyncReport) -> None:
+    rows = syncer.ledger.query(
+        "SELECT j.*, t.id AS trial_id, r.synced_version, r.run_id, r.error, r.metric_rowid FROM jobs j "
+        f"LEFT JOIN trials t ON {TRIAL_JOIN} "
+        f"LEFT JOIN tracking_runs r ON r.entity={ENTITY} "
+        "WHERE r.run_id IS NULL OR r.synced_version < MAX(j.updated_at, COALESCE(t.updated_at, 0)) "
+        "OR r.error IS NOT NULL ORDER BY j.id")
+    for job in rows:
+        sync_job(syncer, job, report)
+
+
+def sync_job(syncer: Syncer, job: Any, report: SyncReport) -> str | None:
+    trial = (syncer.ledger.one("SELECT * FROM trials WHERE id=?", (job["trial_id"],))
+             if job["trial_id"] is not None else None)
+    entity = f"trial:{trial['id']}" if trial is not None else f"job:{job['id']}"
+    try:
+        entity, experiment, name, parent = _job_target(syncer, job, trial)
+        run_id, created = syncer._ensure_run(entity, experiment, name, parent, report,
+                                             job["started_at"] or job["submitted_at"])
+        spec = json.loads(job["spec"])
+        last = syncer.ledger.one("SELECT node FROM attempts WHERE job_id=? ORDER BY n DESC LIMIT 1", (job["id"],))
+        tags = {k: v for k, v in (spec.get("tags") or {}).items() if not is_secret(k)}
+        tags.update({
+            "autoresearch.job_id": str(job["id"]), "autoresearch.state": job["state"],
+            "autoresearch.attempts": str(job["attempts"]),
+            "autoresearch.node": (last["node"] or "") if last else "",
+            "autoresearch.end_reason": job["end_reason"] or "", "autoresearch.priority": job["priority"],
+            "autoresearch.kind": "trial" if trial is not None else "job",
+        })
+        params: dict[str, str] = {}
+        first = created or job["synced_version"] is None or job["synced_version"] < 0
+        if trial is not None:
+            decision = (syncer.ledger.one("SELECT * FROM decisions WHERE id=?", (trial["decision_id"],))
+                        if trial["decision_id"] is not None else None)
+            tags.update({
+                "autoresearch.trial_id": str(trial["id"]), "autoresearch.loop_id": str(trial["loop_id"]),
+                "autoresearch.decision_id": str(trial["decision_id"] or ""),
+                "autoresearch.parent_trial": str(trial["parent_trial"] or ""),
+                "autoresearch.proposer": trial["proposer"] or "", "autoresearch.trial_state": trial["state"],
+                "autoresearch.seed": "" if trial["seed"] is None else str(trial["seed"]),
+            })
+            if trial["objective"] is not None:
+                tags["autoresearch.objective"] = repr(trial["objective"])
+            rationale = trial["rationale"] if "rationale" in trial.keys() else ""
+            if not rationale and decision is not None:
+                rationale = decision["rationale"]
+            if rationale:  # shown as the run's description: why this was tried
+                tags["mlflow.note.content"] = rationale
+            if first:
+                params = {k: v for k, v in _flatten(json.loads(trial["params"] or "{}")).items()
+                          if not is_secret(k)}
+                if trial["patch"]:
+                    syncer.client.log_text(run_id, redact(trial["patch"], syncer.secrets), "patch.diff")
+                    report.artifacts += 1
+        elif first:
+            command = spec.get("command")
+            params = {"command": command if isinstance(command, str) else " ".join(command or []),
+                      "gpus": str(spec.get("gpus", 0)), "nodes": str(spec.get("nodes", 1)),
+                      "priority": str(spec.get("priority", "")), "workdir": str(spec.get("workdir", ""))}
+            params.update({f"env.{k}": v for k, v in (spec.get("env") or {}).items() if not is_secret(k)})
+        syncer._log(run_id, params=dict(list(params.items())[:500]), tags=tags)
+        if syncer._clear_error(entity):
+            backfill(syncer, job["id"], run_id, report)
+        with syncer.ledger.tx() as c:
+            c.execute("UPDATE tracking_runs SET synced_version=? WHERE entity=?",
+                      (max(job["updated_at"], trial["updated_at"] if trial is not None else 0), entity))
+        return run_id
+    except Exception as err:
+        syncer._blocked(entity, err)
+        return None
+
+
+def ensure_job_run(syncer: Syncer, job_id: int) -> str:
+    job = syncer.ledger.one("SELECT j.*, t.id AS trial_id, -1 AS synced_version FROM jobs j "
+                            f"LEFT JOIN trials t ON {TRIAL_JOIN} WHERE j.id=?", (job_id,))
+    if job is None:
+        raise TrackingError(f"no job {job_id}", hint="AUTORESEARCH_JOB_ID names a job of this ledger")
+    run_id = sync_job(syncer, job, SyncReport())
+    if run_id is None:
+        row = syncer.ledger.one("SELECT error FROM tracking_runs WHERE entity IN (?, ?)",
+                                (f"job:{job_id}", f"trial:{job['trial_id']}"))
+        raise TrackingError(f"no MLflow run for job {job_id}: {row['error'] if row else 'unknown error'}",
+                            hint="check `autoresearch sync --status`")
+    return run_id
+
+
+def prepare_trials(syncer: Syncer, trial_ids: list[int]) -> dict[int, str]:
+    out: dict[int, str] = {}
+    report = SyncReport()
+    for trial_id in trial_ids:
+        trial = syncer.ledger.one("SELECT * FROM trials WHERE id=?", (trial_id,))
+        if trial is None:
+            continue
+        parent = loop_run(syncer, trial["loop_id"], report)
+        loop = syncer.ledger.one("SELECT * FROM loops WHERE id=?", (trial["loop_id"],))
+        if parent is None or loop is None:
+            continue
+        entity = f"trial:{trial_id}"
+        try:
+            out[trial_id], _ = syncer._ensure_run(entity, loop_experiment(loop), f"trial-{trial_id}",
+                                                  parent, report, trial["created_at"])
+        except Exception as err:
+            syncer._blocked(entity, err)
+    return out

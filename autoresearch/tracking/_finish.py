@@ -1,0 +1,87 @@
+"""Logs of ended attempts, and the end of runs once their jobs (or loops) are final."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from autoresearch.tracking import redact, secret_values
+from autoresearch.tracking._common import ENTITY, TRIAL_JOIN, SyncReport
+
+if TYPE_CHECKING:
+    from autoresearch.tracking._sync import Syncer
+
+LOG_HEAD, LOG_TAIL = 256 << 10, 768 << 10  # attempt logs are capped at 1 MiB: head + tail
+FINAL = {"succeeded": "FINISHED", "failed": "FAILED", "cancelled": "KILLED"}
+LOOP_FINAL = {"done": "FINISHED", "finished": "FINISHED", "completed": "FINISHED", "succeeded": "FINISHED",
+              "failed": "FAILED", "stopped": "KILLED", "cancelled": "KILLED", "killed": "KILLED"}
+
+
+def finish(syncer: Syncer, report: SyncReport) -> None:
+    """Upload logs of ended attempts; terminate runs of final jobs once all their points are in."""
+    cursor = int(syncer._state("metrics") or 0)
+    if syncer.ledger.one("SELECT 1 FROM metrics WHERE rowid > ? LIMIT 1", (cursor,)) is not None:
+        return  # points still waiting: finish later, or a run would end before its last point
+    rows = syncer.ledger.query(
+        "SELECT r.entity, r.run_id, r.logs_done, j.id AS job_id, j.state, j.ended_at, j.spec, "
+        "(SELECT MAX(n) FROM attempts a WHERE a.job_id=j.id AND a.state='ended') AS ended_n FROM jobs j "
+        f"LEFT JOIN trials t ON {TRIAL_JOIN} JOIN tracking_runs r ON r.entity={ENTITY} "
+        "WHERE r.run_id IS NOT NULL AND r.error IS NULL AND r.finished=0 "
+        "AND (r.logs_done < COALESCE(ended_n, 0) OR j.state IN ('succeeded','failed','cancelled'))")
+    for row in rows:
+        try:
+            _upload_logs(syncer, row, report)
+            if row["state"] in FINAL:
+                syncer.client.set_terminated(row["run_id"], FINAL[row["state"]],
+                                             int((row["ended_at"] or time.time()) * 1000))
+                with syncer.ledger.tx() as c:
+                    c.execute("UPDATE tracking_runs SET finished=1 WHERE entity=?", (row["entity"],))
+                report.finished += 1
+        except Exception as err:
+            syncer._blocked(row["entity"], err)
+    for loop in syncer.ledger.query(
+            "SELECT l.id, l.state, l.updated_at, r.entity, r.run_id FROM loops l JOIN tracking_runs r "
+            "ON r.entity='loop:' || l.id WHERE r.run_id IS NOT NULL AND r.finished=0 AND r.error IS NULL"):
+        status = LOOP_FINAL.get(str(loop["state"]).lower())
+        if status is None:
+            continue
+        if syncer.ledger.one("SELECT 1 FROM tracking_runs r JOIN trials t ON r.entity='trial:' || t.id "
+                             "WHERE t.loop_id=? AND r.finished=0 LIMIT 1", (loop["id"],)) is not None:
+            continue
+        syncer.client.set_terminated(loop["run_id"], status, int(loop["updated_at"] * 1000))
+        with syncer.ledger.tx() as c:
+            c.execute("UPDATE tracking_runs SET finished=1 WHERE entity=?", (loop["entity"],))
+        report.finished += 1
+
+
+def _upload_logs(syncer: Syncer, row: Any, report: SyncReport) -> None:
+    spec = json.loads(row["spec"])
+    secrets = secret_values(dict(os.environ), spec.get("env") or {})
+    upto = row["ended_n"] or 0
+    for att in syncer.ledger.query("SELECT n, log_path FROM attempts WHERE job_id=? AND n > ? AND n <= ? "
+                                   "ORDER BY n", (row["job_id"], row["logs_done"], upto)):
+        text = _read_capped(att["log_path"])
+        syncer.client.log_text(row["run_id"], redact(text, secrets), f"logs/attempt-{att['n']}.log")
+        report.artifacts += 1
+        with syncer.ledger.tx() as c:
+            c.execute("UPDATE tracking_runs SET logs_done=? WHERE entity=?", (att["n"], row["entity"]))
+
+
+def _read_capped(path: str) -> str:
+    """An attempt log for MLflow: whole up to 1 MiB, else its head and its tail."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(0)
+            if size <= LOG_HEAD + LOG_TAIL:
+                return f.read().decode("utf-8", "replace")
+            head = f.read(LOG_HEAD)
+            f.seek(size - LOG_TAIL)
+            tail = f.read()
+    except OSError:
+        return ""
+    cut = size - LOG_HEAD - LOG_TAIL
+    return (head.decode("utf-8", "replace") + f"\n[... {cut} bytes cut by autoresearch ...]\n"
+            + tail.decode("utf-8", "replace"))

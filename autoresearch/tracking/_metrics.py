@@ -1,0 +1,109 @@
+"""Ledger metrics → MLflow, batched: the ``metrics`` cursor and each run's ``metric_rowid``.
+
+The cursor moves only after MLflow accepted the batch; a replay sends the very same
+points (timestamps come from the ledger), which MLflow's SQL store drops as duplicates.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import TYPE_CHECKING, Any
+
+from autoresearch.tracking._common import ENTITY, TRIAL_JOIN, SyncReport
+
+if TYPE_CHECKING:
+    from autoresearch.tracking._sync import Syncer
+
+METRIC_WINDOW = 20_000  # ledger rows read per pass step
+BATCH = 1_000  # MLflow's limit per log_batch
+_BAD_NAME = re.compile(r"[^\w\-. /:]")
+
+
+def _metric_name(name: str) -> str:
+    return _BAD_NAME.sub("_", name)[:250] or "_"
+
+
+def _run_of_job(syncer: Syncer, job_id: int, report: SyncReport) -> tuple[str | None, str]:
+    row = syncer.ledger.one(
+        f"SELECT {ENTITY} AS entity, r.run_id, r.error FROM jobs j LEFT JOIN trials t ON {TRIAL_JOIN} "
+        f"LEFT JOIN tracking_runs r ON r.entity={ENTITY} WHERE j.id=?", (job_id,))
+    if row is None:
+        return None, f"job:{job_id}"
+    if row is not None and row["run_id"] and row["error"] is None:
+        return str(row["run_id"]), row["entity"]
+    if row is not None and row["error"] is not None:
+        return None, row["entity"]
+    job = syncer.ledger.one("SELECT j.*, t.id AS trial_id, -1 AS synced_version FROM jobs j "
+                            f"LEFT JOIN trials t ON {TRIAL_JOIN} WHERE j.id=?", (job_id,))
+    run_id = syncer.sync_job(job, report) if job is not None else None
+    return run_id, row["entity"]
+
+
+def _points(syncer: Syncer, rows: list[Any], job_id: int) -> list[Any]:
+    from mlflow.entities import Metric
+
+    reported = {r["name"] for r in syncer.ledger.query(
+        "SELECT DISTINCT name FROM metrics WHERE job_id=? AND source='report'", (job_id,))}
+    points = []
+    for r in rows:
+        if r["source"] == "log" and r["name"] in reported:
+            continue  # the facade's rule: report() wins over a parsed log line of the same name
+        value = r["value"]
+        try:
+            number = math.nan if value is None else float(value)
+        except (TypeError, ValueError):
+            syncer.warn(f"value:{job_id}:{r['name']}",
+                        f"job {job_id}: metric {r['name']!r} has a non-numeric value {value!r}; skipped "
+                        "(report numbers only)")
+            continue
+        points.append(Metric(_metric_name(r["name"]), number, int(r["ts"] * 1000), int(r["step"])))
+    return points
+
+
+def sync_metrics(syncer: Syncer, report: SyncReport, max_batches: int | None = None) -> None:
+    cursor = int(syncer._state("metrics") or 0)
+    while True:
+        rows = syncer.ledger.query("SELECT rowid AS rid, * FROM metrics WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                                   (cursor, METRIC_WINDOW))
+        if not rows:
+            return
+        by_job: dict[int, list[Any]] = {}
+        for r in rows:
+            by_job.setdefault(r["job_id"], []).append(r)
+        for job_id, job_rows in by_job.items():
+            run_id, entity = _run_of_job(syncer, job_id, report)
+            if run_id is None:
+                continue  # blocked: its points wait in the ledger and are backfilled once it is fixed
+            points = _points(syncer, job_rows, job_id)
+            try:
+                syncer._log(run_id, metrics=points)
+            except Exception as err:
+                syncer._blocked(entity, err)
+                continue
+            report.metrics += len(points)
+            report.batches += (len(points) + BATCH - 1) // BATCH
+            with syncer.ledger.tx() as c:
+                c.execute("UPDATE tracking_runs SET metric_rowid=MAX(metric_rowid, ?) WHERE entity=?",
+                          (job_rows[-1]["rid"], entity))
+        cursor = rows[-1]["rid"]
+        syncer._set_state("metrics", cursor)
+        if max_batches is not None and report.batches >= max_batches:
+            report.pending = True
+            return
+
+
+def backfill(syncer: Syncer, job_id: int, run_id: str, report: SyncReport) -> None:
+    """A run that was blocked is writable again: send the points that waited for it."""
+    row = syncer.ledger.one("SELECT metric_rowid, entity FROM tracking_runs WHERE run_id=?", (run_id,))
+    upto = int(syncer._state("metrics") or 0)
+    if row is None:
+        return
+    rows = syncer.ledger.query("SELECT rowid AS rid, * FROM metrics WHERE job_id=? AND rowid > ? AND rowid <= ? "
+                               "ORDER BY rowid", (job_id, row["metric_rowid"], upto))
+    if rows:
+        points = _points(syncer, rows, job_id)
+        syncer._log(run_id, metrics=points)
+        report.metrics += len(points)
+        with syncer.ledger.tx() as c:
+            c.execute("UPDATE tracking_runs SET metric_rowid=? WHERE entity=?", (rows[-1]["rid"], row["entity"]))

@@ -1,0 +1,96 @@
+"""Decisions (an artifact and metrics on the loop's run) and LLM calls (traces, from the outbox)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from autoresearch.tracking import redact
+from autoresearch.tracking._common import DEFAULT_EXPERIMENT, SyncReport, _critical
+from autoresearch.tracking._entities import loop_experiment, loop_run
+
+if TYPE_CHECKING:
+    from autoresearch.tracking._sync import Syncer
+
+
+def sync_decisions(syncer: Syncer, report: SyncReport) -> None:
+    from mlflow.entities import Metric
+
+    cursor = int(syncer._state("decisions") or 0)
+    for d in syncer.ledger.query("SELECT * FROM decisions WHERE id > ? ORDER BY id LIMIT 500", (cursor,)):
+        run_id = loop_run(syncer, d["loop_id"], report)
+        if run_id is None:
+            return  # the parent run is blocked; decisions wait in order
+        record = {k: d[k] for k in d.keys()}
+        for key in ("inputs", "outputs", "proposer"):
+            try:
+                record[key] = json.loads(record[key] or "{}")
+            except ValueError:
+                pass
+        record["trials"] = [r["id"] for r in syncer.ledger.query(
+            "SELECT id FROM trials WHERE decision_id=? ORDER BY id", (d["id"],))]
+        text = redact(json.dumps(record, indent=2, default=str), syncer.secrets)
+        syncer.client.log_text(run_id, text, f"decisions/{d['id']:06d}-{d['kind']}.json")
+        ts = int(d["created_at"] * 1000)
+        syncer._log(run_id, metrics=[Metric(f"decision.{k}", float(d[k] or 0), ts, int(d["id"]))
+                                     for k in ("tokens_in", "tokens_out", "cost_usd", "latency_s")],
+                    tags={"autoresearch.decisions": str(d["id"])})
+        report.decisions += 1
+        report.artifacts += 1
+        syncer._set_state("decisions", d["id"])
+
+
+def sync_outbox(syncer: Syncer, report: SyncReport) -> None:
+    rows = syncer.ledger.query("SELECT * FROM tracking_outbox WHERE done_at IS NULL AND kind='llm_call' "
+                               "ORDER BY id LIMIT 200")
+    if not rows:
+        return
+    import mlflow
+
+    mlflow.set_tracking_uri(syncer.uri)  # tracing exports through the global URI
+    for row in rows:
+        run_id = loop_run(syncer, row["loop_id"], report) if row["loop_id"] is not None else None
+        loop = syncer.ledger.one("SELECT * FROM loops WHERE id=?", (row["loop_id"],))
+        exp_id = syncer.experiment_id(loop_experiment(loop) if loop is not None else DEFAULT_EXPERIMENT)
+        with _critical(syncer.ledger.home):
+            _send_llm_call(syncer, row, exp_id, run_id)
+        report.traces += 1
+
+
+def _send_llm_call(syncer: Syncer, row: Any, exp_id: str, run_id: str | None) -> None:
+    fresh = syncer.ledger.one("SELECT done_at, sent_ref FROM tracking_outbox WHERE id=?", (row["id"],))
+    if fresh is None or fresh["done_at"] is not None:
+        return  # sent by another process meanwhile
+    key = f"{syncer.home_id}/llm_call:{row['id']}"
+    trace_id = None
+    if fresh["sent_ref"] == "sending":  # a previous pass may have created it: adopt, never duplicate
+        found = syncer.client.search_traces(locations=[exp_id],
+                                            filter_string=f"tags.`autoresearch.llm_call` = '{key}'",
+                                            max_results=1)
+        trace_id = found[0].info.trace_id if found else None
+    if trace_id is None:
+        with syncer.ledger.tx() as c:
+            c.execute("UPDATE tracking_outbox SET sent_ref='sending' WHERE id=?", (row["id"],))
+        trace_id = _emit_trace(syncer, row, exp_id, run_id, key)
+    with syncer.ledger.tx() as c:
+        c.execute("UPDATE tracking_outbox SET sent_ref=?, done_at=? WHERE id=?",
+                  (trace_id, time.time(), row["id"]))
+
+
+def _emit_trace(syncer: Syncer, row: Any, exp_id: str, run_id: str | None, key: str) -> str:
+    import mlflow
+
+    call = json.loads(row["payload"])
+    attributes = {k: call.get(k) for k in ("model", "provider", "prompt_name", "prompt_sha256", "temperature",
+                                           "tokens_in", "tokens_out", "cost_usd") if call.get(k) is not None}
+    tags = {"autoresearch.llm_call": key, "autoresearch.decision_id": str(row["decision_id"] or ""),
+            "autoresearch.loop_id": str(row["loop_id"] or "")}
+    span = syncer.client.start_trace(call.get("name") or "llm_call", span_type="LLM", inputs=call.get("inputs"),
+                                     attributes=attributes, tags=tags, experiment_id=exp_id,
+                                     start_time_ns=int(float(call["started_at"]) * 1e9), run_id=run_id)
+    syncer.client.end_trace(span.trace_id, outputs=call.get("outputs"),
+                            status="ERROR" if call.get("error") else "OK",
+                            end_time_ns=int(float(call["ended_at"]) * 1e9))
+    mlflow.flush_trace_async_logging()
+    return str(span.trace_id)
