@@ -7,25 +7,18 @@ LLM proposers' templates, which are not for agents.
 from __future__ import annotations
 
 import json
-import os
 import string
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field
 
 from autoresearch.errors import AutoresearchError
+from autoresearch.paths import prompts_dir
 from autoresearch.tools._context import ToolContext
 
 PROMPTS = ("diagnose_failed_job",)
 FALLBACK = ("Diagnose why autoresearch job $job_id failed.\n\n$status\n\nLog tail:\n$log_excerpt\n\n"
             "Metrics:\n$metrics\n\nFind the first real error, name the cause, propose the smallest fix.")
-
-
-def prompts_dir() -> Path:
-    """``$AUTORESEARCH_PROMPTS``, else the repository's ``prompts/`` next to the package."""
-    configured = os.environ.get("AUTORESEARCH_PROMPTS")
-    return Path(configured) if configured else Path(__file__).resolve().parents[2] / "prompts"
 
 
 def load_template(name: str) -> str:

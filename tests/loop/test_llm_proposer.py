@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -219,3 +220,10 @@ def test_bad_proposer_config_is_a_plan_error() -> None:
     with pytest.raises(PlanError) as err:
         LLMProposer.check({"proposer": {"kind": "llm", "provider": "openai", "base_url": "http://127.0.0.1:1/v1"}})
     assert "model" in err.value.message
+
+
+def test_prompts_are_found_in_the_checkout_or_where_configured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AUTORESEARCH_PROMPTS", raising=False)
+    assert (prompts_dir() / "propose_params.md").is_file()
+    monkeypatch.setenv("AUTORESEARCH_PROMPTS", str(tmp_path))
+    assert prompts_dir() == tmp_path

@@ -36,6 +36,7 @@ from autoresearch.loop.proposers._base import (
 )
 from autoresearch.loop.proposers._pricing import cost_usd
 from autoresearch.loop.proposers._providers import ProposerError
+from autoresearch.paths import prompts_dir
 
 if TYPE_CHECKING:
     from autoresearch.loop.proposers.code import CodeSearch
@@ -45,12 +46,6 @@ USER_MARK = "=== user ==="
 FAILURE_CHARS = 1500
 MAX_FAILURES = 3
 BEST_SHOWN = 8
-
-
-def prompts_dir() -> Path:
-    """``$AUTORESEARCH_PROMPTS`` or the repository's ``prompts/``."""
-    env = os.environ.get("AUTORESEARCH_PROMPTS")
-    return Path(env) if env else Path(__file__).resolve().parents[3] / "prompts"
 
 
 def load_prompt(name_or_path: str) -> tuple[str, str, str, str]:

@@ -1,0 +1,25 @@
+"""Where autoresearch finds files that live beside the package rather than inside it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+SHARE = Path("share") / "autoresearch"  # where `pip install .` puts prompts/ (pyproject data-files)
+
+
+def prompts_dir() -> Path:
+    """The prompt templates: ``$AUTORESEARCH_PROMPTS``, else the checkout's ``prompts/``
+    (an editable install), else the copy a regular install put under ``<prefix>/share``."""
+    configured = os.environ.get("AUTORESEARCH_PROMPTS")
+    if configured:
+        return Path(configured)
+    checkout = Path(__file__).resolve().parent.parent / "prompts"
+    if checkout.is_dir():
+        return checkout
+    for prefix in (sys.prefix, sys.base_prefix, os.path.expanduser("~/.local")):
+        installed = Path(prefix) / SHARE / "prompts"
+        if installed.is_dir():
+            return installed
+    return checkout
