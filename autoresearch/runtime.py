@@ -32,8 +32,12 @@ from autoresearch.watcher import WAKE_FIFO, Watcher
 ACTIVE = ("starting", "running")
 FINAL = ("succeeded", "failed", "cancelled")
 LOG_CHUNK = 4 << 20
+# Per-attempt variables never inherited from the launching process (a trial that submits
+# a job of its own must not hand it its own ids, checkpoint dir, GPUs or MLflow run).
 _INTERNAL_ENV = ("AUTORESEARCH_JOB_ID", "AUTORESEARCH_ATTEMPT", "AUTORESEARCH_METRICS_FILE",
-                 "AUTORESEARCH_CHECKPOINT_DIR", "AUTORESEARCH_NODE", "CUDA_VISIBLE_DEVICES")
+                 "AUTORESEARCH_CHECKPOINT_DIR", "AUTORESEARCH_NODE", "CUDA_VISIBLE_DEVICES",
+                 "AUTORESEARCH_TRIAL_ID", "AUTORESEARCH_LOOP", "AUTORESEARCH_SEED", "AUTORESEARCH_PARAMS",
+                 "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID")
 
 
 class Runtime:

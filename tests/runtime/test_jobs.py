@@ -161,3 +161,14 @@ def test_attempt_that_ends_before_the_stop_keeps_its_success(api: Any, home: Pat
         api.runtime.tick()
     view = api.status(job, refresh=False)
     assert view.state == "succeeded" and view.attempts == 1 and view.attempt_list[0].end_reason == "exit"
+
+
+def test_a_job_submitted_from_a_trial_does_not_inherit_its_ids(api: Any, monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    for name, value in (("AUTORESEARCH_JOB_ID", "99"), ("MLFLOW_RUN_ID", "parent-run"),
+                        ("AUTORESEARCH_CHECKPOINT_DIR", str(tmp_path)), ("AUTORESEARCH_TRIAL_ID", "7")):
+        monkeypatch.setenv(name, value)  # as inside a running trial
+    job = submit(api, ["/bin/sh", "-c", 'echo "job=$AUTORESEARCH_JOB_ID run=${MLFLOW_RUN_ID:-none} '
+                                         'ckpt=${AUTORESEARCH_CHECKPOINT_DIR:-none} trial=${AUTORESEARCH_TRIAL_ID:-none}"'])
+    wait_state(api, job, "succeeded")
+    assert f"job={job} run=none ckpt=none trial=none" in api.logs(job).text
