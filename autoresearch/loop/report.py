@@ -51,30 +51,22 @@ def _plots(view: LoopView, out: Path) -> list[str]:
     curve = _best_curve(view, done)
     start = min((t.created_at for t in view.trials), default=0.0)
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.scatter(range(1, len(done) + 1), [float(t.objective or 0.0) for t in done], s=12, alpha=0.5, label="trial")
-    ax.step(range(1, len(done) + 1), curve, where="post", color="C3", label="best so far")
-    ax.set_xlabel("finished trials")
-    ax.set_ylabel(view.metric)
-    ax.set_title(f"{view.name}: best {view.metric} vs trials")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "best_vs_trials.png", dpi=100)
-    plt.close(fig)
-    files.append("best_vs_trials.png")
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    values = [float(t.objective or 0.0) for t in done]
+    trials = list(range(1, len(done) + 1))
     times = [(t.ended_at or start) - start for t in done]
-    ax.scatter(times, [float(t.objective or 0.0) for t in done], s=12, alpha=0.5, label="trial")
-    ax.step(times, curve, where="post", color="C3", label="best so far")
-    ax.set_xlabel("seconds since the loop started")
-    ax.set_ylabel(view.metric)
-    ax.set_title(f"{view.name}: best {view.metric} vs wall time")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "best_vs_time.png", dpi=100)
-    plt.close(fig)
-    files.append("best_vs_time.png")
+    for xs, xlabel, what, name in ((trials, "finished trials", "trials", "best_vs_trials.png"),
+                                   (times, "seconds since the loop started", "wall time", "best_vs_time.png")):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.scatter(xs, values, s=12, alpha=0.5, label="trial")
+        ax.step(xs, curve, where="post", color="C3", label="best so far")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(view.metric)
+        ax.set_title(f"{view.name}: best {view.metric} vs {what}")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=100)
+        plt.close(fig)
+        files.append(name)
 
     explore = [t for t in done if t.role == "explore" and t.params]
     names = sorted({k for t in explore for k in t.params})
