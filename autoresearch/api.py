@@ -15,6 +15,7 @@ import shlex
 import time
 from typing import Any
 
+from autoresearch import isolation
 from autoresearch import metrics as M
 from autoresearch.errors import CapacityError, NotFoundError, SpecError
 from autoresearch.runtime import ACTIVE, FINAL, Runtime
@@ -38,13 +39,14 @@ class Api:
 
         job = spec if isinstance(spec, JobSpec) else make_spec(dict(spec))
         self._check_capacity(job.gpus, job.nodes)
+        policy = isolation.job_policy(self.ledger, project, self.runtime.backend)  # fails closed
         now = time.time()
         with self.ledger.tx() as c:
             cur = c.execute(
                 "INSERT INTO jobs(name, state, priority, spec, gpus, nodes, cpus, memory, experiment, project, "
-                "backend, submitted_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "backend, submitted_at, updated_at, isolation) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (job.name, "queued", job.priority, job.model_dump_json(), job.gpus, job.nodes, job.cpus, job.memory,
-                 job.experiment, project, self.runtime.backend.name, now, now),
+                 job.experiment, project, self.runtime.backend.name, now, now, policy),
             )
             job_id = int(cur.lastrowid or 0)
             self.ledger.event(c, "submit", job_id, priority=job.priority, gpus=job.gpus)

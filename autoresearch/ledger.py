@@ -201,6 +201,16 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("loop-3", """
     ALTER TABLE loops ADD COLUMN project TEXT NOT NULL DEFAULT '';
     """),
+    # autoresearch/isolation.py: a job's isolation policy, recorded at submit ('' inherits the
+    # submitter's environment), and the projects served by a tokened (multi-tenant) server.
+    ("isolation-1", """
+    ALTER TABLE jobs ADD COLUMN isolation TEXT NOT NULL DEFAULT '';
+    CREATE TABLE tenants (
+        project TEXT PRIMARY KEY,
+        policy TEXT NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    """),
 ]
 
 
@@ -217,7 +227,9 @@ class Ledger:
         self.path = self.home / "ledger.db"
         self._local = threading.local()
         try:
-            self.home.mkdir(parents=True, exist_ok=True)
+            self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # Private before SQLite creates it: it holds every job's env (its -wal/-shm copy the mode).
+            os.close(os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
         except OSError as err:
             raise LedgerError(
                 f"cannot create {self.home}: {err.strerror}", hint="set AUTORESEARCH_HOME to a writable directory"
@@ -303,6 +315,18 @@ class Ledger:
                             c.execute(statement)
                     c.execute("INSERT INTO migrations(name, applied_at) VALUES (?,?)", (name, time.time()))
                 c.execute(f"PRAGMA user_version={len(MIGRATIONS)}")
+            self._make_private()
+        except sqlite3.Error as err:
+            raise self._explain(err) from None
+
+    def _make_private(self) -> None:
+        """Once per upgrade (when migrations ran): a home made before 0700 homes becomes private too."""
+        try:
+            for path, mode in ((self.home, 0o700), (self.path, 0o600)):
+                if path.stat().st_mode & 0o077 and path.stat().st_uid == os.getuid():
+                    path.chmod(mode)
+        except OSError:
+            pass
         except sqlite3.Error as err:
             raise self._explain(err) from None
 
@@ -315,7 +339,7 @@ class Ledger:
         Yields False (without the lock) when ``wait`` is False and another process holds it:
         that process is doing the same pass right now.
         """
-        fd = os.open(self.home / "pass.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(self.home / "pass.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)

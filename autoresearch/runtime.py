@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autoresearch import isolation
 from autoresearch import metrics as M
 from autoresearch import scheduler as S
 from autoresearch.backends import AttemptStatus, Backend, LaunchRequest, get_backend
@@ -166,8 +167,9 @@ class Runtime:
             c.execute("UPDATE jobs SET state='starting', attempts=?, updated_at=? WHERE id=?", (n, time.time(), job_id))
             Ledger.event(c, "launch", job_id, n, node=node, gpus=list(gpu_ids))
         spec: dict[str, Any] = json.loads(job["spec"])
-        env = self._attempt_env(job_id, n, spec, node, gpu_ids, metrics_path)
-        job_dir.mkdir(parents=True, exist_ok=True)
+        policy = isolation.load(job["isolation"])  # recorded at submit: never the launching process's say
+        env = self._attempt_env(job_id, n, spec, node, gpu_ids, metrics_path, policy)
+        job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         request = LaunchRequest(
             key=f"{job_id}.{n}", argv=_argv(spec), env=env, workdir=spec["workdir"], log_path=log_path,
             run_dir=run_dir, node=node, gpu_ids=tuple(gpu_ids), nodes=int(spec.get("nodes", 1)),
@@ -178,7 +180,7 @@ class Runtime:
         )
         try:
             _prepare_mounts(spec)
-            external_id = self.backend.start(request)
+            external_id = self.backend.start(isolation.apply(request, policy, self.ledger.home, spec))
         except (AutoresearchError, OSError) as err:
             row = self.ledger.one("SELECT a.*, j.priority, j.spec, j.retries_used, j.cancel_requested FROM attempts a "
                                   "JOIN jobs j ON j.id=a.job_id WHERE a.job_id=? AND a.n=?", (job_id, n))
@@ -190,8 +192,8 @@ class Runtime:
                 c.execute("UPDATE attempts SET external_id=? WHERE job_id=? AND n=?", (external_id, job_id, n))
 
     def _attempt_env(self, job_id: int, n: int, spec: dict[str, Any], node: str | None, gpu_ids: tuple[str, ...],
-                     metrics_path: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in _INTERNAL_ENV}
+                     metrics_path: str, policy: dict[str, Any] | None = None) -> dict[str, str]:
+        env = isolation.base_env(policy, os.environ, _INTERNAL_ENV)
         from autoresearch.tracking import attempt_env  # stdlib only: MLFLOW_* from the ledger's run mapping
 
         env.update(attempt_env(self.ledger, job_id, spec))

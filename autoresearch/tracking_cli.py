@@ -54,7 +54,7 @@ def status(ledger: Any) -> dict[str, Any]:
                for r in ledger.query("SELECT entity, error FROM tracking_runs WHERE error IS NOT NULL")]
     runs = ledger.one("SELECT COUNT(*) AS n FROM tracking_runs WHERE run_id IS NOT NULL")
     running = False
-    fd = os.open(ledger.home / tracking.LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(ledger.home / tracking.LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

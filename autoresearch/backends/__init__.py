@@ -10,10 +10,10 @@ import difflib
 from collections.abc import Callable
 from importlib import import_module
 
-from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo
+from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo, Sandbox
 from autoresearch.errors import SpecError
 
-__all__ = ["AttemptStatus", "Backend", "Capabilities", "LaunchRequest", "NodeInfo", "get_backend", "backend_names"]
+__all__ = ["AttemptStatus", "Backend", "Capabilities", "LaunchRequest", "NodeInfo", "Sandbox", "get_backend", "backend_names"]
 
 # name -> "module:Class", imported only when asked for.
 _BUILTIN: dict[str, str] = {

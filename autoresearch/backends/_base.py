@@ -37,6 +37,7 @@ class Capabilities:
     containers: bool = False
     logs_follow: bool = False
     places: bool = True  # True: our scheduler picks node + GPU slots; False: the engine schedules
+    sandbox: bool = False  # runs tenant jobs in a LaunchRequest.sandbox (docs/security.md); else refuses them
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,15 @@ class NodeInfo:
     cpus: float = 0.0
     memory: int = 0  # MB
     labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Sandbox:
+    """What a tenant job must not see, and the paths it may still write (docs/security.md)."""
+
+    hidden: tuple[str, ...] = ()  # absent or empty inside (the autoresearch home, the tokens file)
+    writable: tuple[str, ...] = ()  # besides the workdir: mount sources, a checkpoint dir outside the home
+    own: tuple[str, ...] = ()  # the job's own files under a hidden path (metrics file, checkpoint dir)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +74,7 @@ class LaunchRequest:
     on_exit: list[str] | None = None  # argv to run once the attempt has ended (best effort)
     # A FIFO a live watcher reads: when someone listens, poking it replaces running on_exit.
     wake_fifo: str | None = None
+    sandbox: Sandbox | None = None  # None: run as the launching user sees the machine
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ import time
 from functools import lru_cache
 from typing import Any
 
+from autoresearch.backends import _sandbox
 from autoresearch.backends import _supervisor as sup
 from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo
 from autoresearch.errors import BackendError, SpecError
@@ -61,7 +62,8 @@ def _memory_mb() -> int:
 
 class LocalBackend(Backend):
     name = "local"
-    capabilities = Capabilities(gpus=True, preemption=True, multi_node=False, logs_follow=True, places=True)
+    capabilities = Capabilities(gpus=True, preemption=True, multi_node=False, logs_follow=True, places=True,
+                                sandbox=True)
 
     def __init__(self, node_name: str | None = None) -> None:
         self.node_name = node_name or os.environ.get("AUTORESEARCH_NODE") or socket.gethostname() or "local"
@@ -73,17 +75,20 @@ class LocalBackend(Backend):
     def start(self, request: LaunchRequest) -> str:
         if request.nodes > 1:
             raise BackendError("the local backend runs single-node jobs", hint="use nodes: 1, or a multi-node backend")
-        os.makedirs(request.run_dir, exist_ok=True)
-        os.makedirs(os.path.dirname(request.log_path), exist_ok=True)
+        argv = _sandbox.wrap(request.argv, request.workdir, request.sandbox) if request.sandbox else request.argv
+        os.makedirs(request.run_dir, mode=0o700, exist_ok=True)
+        os.makedirs(os.path.dirname(request.log_path), mode=0o700, exist_ok=True)
         try:  # O_EXCL makes the launch of one key happen at most once, whoever races
-            fd = os.open(os.path.join(request.run_dir, "request.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(os.path.join(request.run_dir, "request.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             return request.run_dir
         with os.fdopen(fd, "w") as f:
-            json.dump({"key": request.key, "created_at": time.time(), "log_path": request.log_path}, f)
+            json.dump({"key": request.key, "created_at": time.time(), "log_path": request.log_path,
+                       "sandbox": request.sandbox is not None}, f)
         sup.launch(
             {
-                "argv": request.argv,
+                "argv": argv,
+                "sandbox": request.sandbox is not None,
                 "env": request.env,
                 "workdir": request.workdir,
                 "log_path": request.log_path,
@@ -100,10 +105,13 @@ class LocalBackend(Backend):
         done = sup.read_json(os.path.join(external_id, sup.EXIT))
         if done is not None:
             self._states.pop(external_id, None)
+            code, sig = done.get("exit_code"), done.get("signal")
+            if isinstance(code, int) and 128 < code <= 128 + 64 and self._sandboxed(external_id):
+                sig, code = code - 128, None  # bwrap reports its child's death by signal N as exit 128+N
             return AttemptStatus(
                 "exited",
-                exit_code=done.get("exit_code"),
-                signal=done.get("signal"),
+                exit_code=code,
+                signal=sig,
                 timed_out=bool(done.get("timed_out")),
                 stopped=bool(done.get("stopped")),
                 started_at=done.get("started_at"),
@@ -170,6 +178,10 @@ class LocalBackend(Backend):
                 os.killpg(int(state["pgid"]), signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+    @staticmethod
+    def _sandboxed(external_id: str) -> bool:
+        return bool((sup.read_json(os.path.join(external_id, "request.json")) or {}).get("sandbox"))
 
     @staticmethod
     def _log_path(external_id: str) -> str:

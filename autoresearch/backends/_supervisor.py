@@ -37,7 +37,7 @@ ACK_WAIT_S = 3.0  # how long a poked watcher has to record the ending before we 
 def write_json(path: str, data: dict[str, Any]) -> None:
     """Atomic write: readers see the old file or the new one, never half of it."""
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         json.dump(data, f)
     os.replace(tmp, path)
 
@@ -168,7 +168,7 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    log_fd = os.open(req["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    log_fd = os.open(req["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     keep = {0, 1, 2, log_fd}
     for fd in _open_fds():
         if fd not in keep:
@@ -192,11 +192,20 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
 
     started = time.time()
-    child = _spawn(req["argv"], req["env"], req["workdir"], log_fd)
+    argv, info = req["argv"], None
+    if req.get("sandbox"):  # argv[0] is bwrap: it tells us its child's pid, whose session we signal
+        info, info_w = os.pipe()
+        os.set_inheritable(info_w, True)
+        argv = [argv[0], "--info-fd", str(info_w), *argv[1:]]
+    child = _spawn(argv, req["env"], req["workdir"], log_fd)
+    group = child
+    if info is not None:
+        os.close(info_w)
+        group = _sandbox_child(info) or child
     me = os.getpid()
     write_json(
         os.path.join(run_dir, STATE),
-        {"supervisor_pid": me, "supervisor_start": proc_start_time(me), "pid": child, "pgid": child,
+        {"supervisor_pid": me, "supervisor_start": proc_start_time(me), "pid": child, "pgid": group,
          "started_at": started},
     )
     if os.path.exists(os.path.join(run_dir, STOP)):
@@ -217,13 +226,13 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
             stopped = True
             grace = float((read_json(os.path.join(run_dir, STOP)) or {}).get("grace", grace))
             kill_at = now + grace
-            _signal_group(child, signal.SIGTERM)
+            _signal_group(group, signal.SIGTERM, group != child)
         if deadline is not None and now >= deadline and not stopped and not timed_out:
             timed_out = True
             kill_at = now + grace
-            _signal_group(child, signal.SIGTERM)
+            _signal_group(group, signal.SIGTERM, group != child)
         if kill_at is not None and now >= kill_at:
-            _signal_group(child, signal.SIGKILL)
+            _signal_group(group, signal.SIGKILL, group != child)
             kill_at = None
         waits = [t - now for t in (deadline if not (timed_out or stopped) else None, kill_at) if t is not None]
         try:
@@ -234,7 +243,8 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
             os.read(wake_r, 512)
         except OSError:
             pass  # nothing to drain: the select timed out
-    _signal_group(child, signal.SIGKILL)  # leftovers of the group, as Slurm does at job end
+    for pgid in {child, group}:
+        _signal_group(pgid, signal.SIGKILL)  # leftovers of the group, as Slurm does at job end
     code = os.waitstatus_to_exitcode(status) if status is not None else None
     write_json(
         os.path.join(run_dir, EXIT),
@@ -260,7 +270,7 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
     hook = req.get("on_exit")
     if hook:
         os.chdir(run_dir)  # not the user's workdir: `python -m` would import from there
-        out = os.open(os.path.join(run_dir, "on_exit.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        out = os.open(os.path.join(run_dir, "on_exit.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(out, 1)
         os.dup2(out, 2)
         signal.set_wakeup_fd(-1)
@@ -292,10 +302,35 @@ def _poke(fifo: str | None) -> bool:
         os.close(fd)
 
 
-def _signal_group(pgid: int, sig: int) -> None:
+def _sandbox_child(info: int) -> int | None:
+    """The sandboxed child's pid from bwrap's ``--info-fd`` JSON (None if bwrap failed first)."""
+    data = b""
+    deadline = time.time() + 10
+    try:
+        while time.time() < deadline and select.select([info], [], [], max(0.0, deadline - time.time()))[0]:
+            chunk = os.read(info, 4096)
+            if not chunk:
+                break
+            data += chunk
+        pid = json.loads(data or b"{}").get("child-pid")
+    except (OSError, ValueError, AttributeError):
+        pid = None
+    finally:
+        os.close(info)
+    return pid if isinstance(pid, int) and pid > 0 else None
+
+
+def _signal_group(pgid: int, sig: int, or_pid: bool = False) -> None:
     try:
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
+    except ProcessLookupError:
+        if not or_pid:
+            return
+        try:  # a sandboxed child that has not made its own session yet
+            os.kill(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    except PermissionError:
         pass
 
 

@@ -121,7 +121,7 @@ class Controller:
             self.api._check_capacity(self.plan.trial.gpus, 1)
         lock_dir = self.ledger.home / "loops" / self.plan.name
         lock_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock_dir / "controller.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(lock_dir / "controller.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -39,6 +39,9 @@ class ToolContext:
     project: str | None = None
     root: Path = field(default_factory=Path.cwd)
     authenticated: bool = False
+    # Paths a tenant's jobs must not see (the tokens file); docs/security.md.
+    tenant_hide: tuple[str, ...] = ()
+    _tenants: set[str] = field(default_factory=set)
 
     def caller_project(self) -> str | None:
         """The project this request may see: the token's, else the server's."""
@@ -49,6 +52,13 @@ class ToolContext:
         token = get_access_token()
         if token is None:  # the bearer middleware refuses these before any tool runs
             raise AuthError("this request carries no valid token", hint="send Authorization: Bearer <token>")
+        if token.client_id not in self._tenants and not self.read_only:
+            from autoresearch import isolation
+
+            # Before anything of this project can run: its jobs (and its loops' trials) are tenant jobs.
+            with self.api.ledger.tx() as c:
+                isolation.register_tenant(c, token.client_id, isolation.tenant_policy(self.tenant_hide))
+            self._tenants.add(token.client_id)
         return token.client_id
 
     def submit_project(self) -> str:

@@ -92,7 +92,8 @@ def build_server(api: Any = None, *, home: str | os.PathLike[str] | None = None,
     server = AutoresearchMCP("autoresearch", instructions=INSTRUCTIONS, token_verifier=token_verifier, auth=auth,
                              log_level=log_level.upper(), version=_version())  # type: ignore[arg-type]
     ctx = ToolContext(api=api, read_only=read_only, project=project, root=Path(root or os.getcwd()).resolve(),
-                      authenticated=token_verifier is not None)
+                      authenticated=token_verifier is not None,
+                      tenant_hide=tuple(str(p) for p in [getattr(token_verifier, "path", None)] if p))
     for name in available_families(families):
         import_module(name).register(server, ctx)
     server.autoresearch_ctx = ctx  # type: ignore[attr-defined]

@@ -110,7 +110,7 @@ def kick(home: str | os.PathLike[str] | None = None) -> bool:
 
         root = Path(home).expanduser() if home else default_home()
         (root / KICK_FILE).touch()  # the syncer re-checks this before it exits: no kick is lost
-        fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -134,7 +134,7 @@ def _spawn_detached(argv: list[str], log_path: Path) -> None:
         if os.fork():
             os._exit(0)
         devnull = os.open(os.devnull, os.O_RDWR)
-        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
         os.dup2(log, 2)

@@ -45,7 +45,7 @@ def _critical(home: Path) -> Iterator[None]:
     """Serializes what must happen once across processes (a foreground `sync`, the
     background syncer, the loop's :func:`prepare_runs`): creating the database, a run,
     a trace. Held for one MLflow call or two, never across a pass."""
-    fd = os.open(home / "tracking.create.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(home / "tracking.create.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

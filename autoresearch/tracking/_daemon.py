@@ -32,7 +32,7 @@ LOG_MAX = 1 << 20
 
 @contextlib.contextmanager
 def _lock(home: Path) -> Iterator[int | None]:
-    fd = os.open(home / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(home / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

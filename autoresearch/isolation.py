@@ -1,0 +1,137 @@
+"""How much of its launcher a job sees: the isolation policy (docs/security.md).
+
+Two policies, recorded on the job's row (``jobs.isolation``) when it is submitted,
+because any process may launch a queued job later — the server, a CLI call, an
+attempt supervisor's on-exit pass — and the launcher's own environment must not
+decide what the job gets:
+
+* ``''`` (inherit): single-user use (CLI, stdio MCP, Python API). The job inherits
+  the submitting user's environment, like Slurm's ``--export=ALL``.
+* a tenant policy (JSON ``{"mode": "tenant", "hide": [...]}``): jobs of a project
+  served by a tokened HTTP server. The job gets a clean environment (:data:`ALLOWED_ENV`
+  plus its own ``env`` and the per-attempt variables) and, on the local backend, a
+  sandbox in which the autoresearch home (but for its own metrics file and checkpoint
+  dir) and the ``hide`` paths (the tokens file) do not exist.
+
+A project becomes a tenant project the first time a tokened server acts for it
+(:func:`register_tenant`); from then on every job of that project is a tenant job,
+whoever submits it (the server, a loop it started, the CLI): fail closed.
+
+Stdlib only: the launch path imports this.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+TENANT = "tenant"
+# What a tenant job keeps of the launching process's environment: where programs are,
+# who and where it is, and how to print text. Never tokens, keys or AUTORESEARCH_TOKENS.
+ALLOWED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "SHELL")
+ALLOWED_PREFIXES = ("LC_",)
+
+
+def tenant_policy(hide: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """The policy of a project served over tokened HTTP; ``hide``: paths its jobs must not see."""
+    paths: list[str] = []
+    for path in hide:
+        for variant in (os.path.abspath(os.path.expanduser(str(path))), os.path.realpath(os.path.expanduser(str(path)))):
+            if variant not in paths:
+                paths.append(variant)
+    return {"mode": TENANT, "hide": paths}
+
+
+def load(recorded: str | None) -> dict[str, Any] | None:
+    """The policy recorded on a job row: None to inherit, else the tenant policy.
+
+    A value we cannot read is treated as a tenant policy (fail closed), never as inherit.
+    """
+    if not recorded:
+        return None
+    try:
+        policy = json.loads(recorded)
+    except ValueError:
+        return tenant_policy()
+    if not isinstance(policy, dict):
+        return tenant_policy()
+    hide = policy.get("hide")
+    return {"mode": TENANT, "hide": [str(p) for p in hide] if isinstance(hide, list) else []}
+
+
+def base_env(policy: dict[str, Any] | None, environ: Mapping[str, str], internal: tuple[str, ...]) -> dict[str, str]:
+    """The launching process's variables a job starts from, before its own env is laid on top."""
+    if policy is None:
+        return {k: v for k, v in environ.items() if k not in internal}
+    env = {k: v for k, v in environ.items() if k in ALLOWED_ENV or k.startswith(ALLOWED_PREFIXES)}
+    env["TMPDIR"] = "/tmp"  # a private tmpfs in the sandbox
+    return env
+
+
+def register_tenant(conn: sqlite3.Connection, project: str, policy: dict[str, Any]) -> None:
+    """Record ``project`` as served by a tokened server (inside the caller's transaction)."""
+    conn.execute("INSERT INTO tenants(project, policy, updated_at) VALUES (?,?,?) ON CONFLICT(project) DO UPDATE "
+                 "SET policy=excluded.policy, updated_at=excluded.updated_at WHERE tenants.policy!=excluded.policy",
+                 (project, json.dumps(policy), time.time()))
+
+
+def policy_for(conn: sqlite3.Connection, project: str) -> str:
+    """What to record on a new job of ``project``: its tenant policy, or '' to inherit."""
+    if not project:
+        return ""
+    row = conn.execute("SELECT policy FROM tenants WHERE project=?", (project,)).fetchone()
+    return str(row[0]) if row is not None else ""
+
+
+def job_policy(ledger: Any, project: str, backend: Any) -> str:
+    """The policy to record on a new job of ``project``; refuses one the backend cannot isolate."""
+    recorded = policy_for(ledger._connect(), project)
+    if recorded:
+        check(backend)
+    return recorded
+
+
+def check(backend: Any) -> None:
+    """Fail closed: a tenant job on a backend that cannot sandbox it is refused, never run bare."""
+    from autoresearch.errors import BackendError
+
+    if not getattr(backend.capabilities, "sandbox", False):
+        raise BackendError(f"the {backend.name} backend cannot sandbox jobs, and this project's jobs must run "
+                           "in a sandbox (it is served by a multi-tenant HTTP server)",
+                           hint="use the local backend with bubblewrap installed; see docs/security.md")
+    if backend.name == "local":
+        from autoresearch.backends import _sandbox
+
+        _sandbox.bwrap()
+
+
+def apply(request: Any, policy: dict[str, Any] | None, home: Path, spec: dict[str, Any]) -> Any:
+    """The launch request with its sandbox (tenant jobs), and the job's metrics file made private."""
+    metrics = request.env.get("AUTORESEARCH_METRICS_FILE")
+    if metrics:
+        os.close(os.open(metrics, os.O_WRONLY | os.O_CREAT, 0o600))  # before the job opens it (and to bind it)
+    if policy is None:
+        return request
+    from autoresearch.backends import Sandbox
+
+    home = home.absolute()
+    own_dir = Path(os.path.realpath(Path(request.run_dir).parent))  # home/jobs/<id>: all of the home it may see
+    hidden = [str(home), os.path.realpath(home), *policy["hide"]]
+    own, writable = [p for p in (metrics,) if p], []
+    checkpoint = request.env.get("AUTORESEARCH_CHECKPOINT_DIR")
+    if checkpoint:
+        real = Path(os.path.realpath(checkpoint))
+        if real == own_dir / "checkpoint" or own_dir in real.parents:
+            own.append(checkpoint)
+        elif not any(Path(h) == real or Path(h) in real.parents for h in hidden):
+            writable.append(checkpoint)
+    for source in (spec.get("mounts") or {}).values():
+        writable.append(os.path.realpath(os.path.expanduser(str(source))))
+    sandbox = Sandbox(hidden=tuple(dict.fromkeys(hidden)), writable=tuple(writable), own=tuple(own))
+    return dataclasses.replace(request, sandbox=sandbox)

@@ -1,0 +1,144 @@
+"""Isolation between projects (docs/security.md): on a tokened HTTP server a project's job
+sees neither another project's files, nor the ledger, nor the tokens file, nor the
+server's environment; single-user jobs keep inheriting the caller's environment; the
+home and its files are private to their owner."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import wait_state
+from tests.tools.conftest import connect, http_server, text
+from tests.tools.test_transports import TOKEN_A, TOKEN_B, ok, wait_job
+
+SECRET = "server-secret-value-7f3a9c"
+B_TEXT = "team-b-private-output-5521"
+
+
+def _log(home: Path, job_id: int) -> str:
+    return (home / "jobs" / str(job_id) / "attempt-1.log").read_text()
+
+
+@pytest.mark.anyio
+async def test_a_tenant_job_sees_nothing_of_another_project_nor_the_servers_secrets(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tokens = tmp_path / "auth" / "tokens"
+    tokens.parent.mkdir()
+    tokens.write_text(f"{TOKEN_A} team-a\n{TOKEN_B} team-b\n")
+    root = tmp_path / "root"
+    root.mkdir()
+    home = tmp_path / "home"
+    monkeypatch.setenv("MY_SECRET_KEY", SECRET)  # the server's environment: never a tenant's
+    with http_server(home, tokens=tokens, root=root) as url:
+        async with connect(url, TOKEN_A) as a, connect(url, TOKEN_B) as b:
+            theirs = await ok(b, "submit", {"command": ["sh", "-c", f"echo {B_TEXT}"], "checkpoint": True})
+            await wait_job(b, theirs["id"], ("succeeded",))
+            assert B_TEXT in _log(home, theirs["id"])
+            probe = "; ".join([
+                f"cat $AUTORESEARCH_HOME/jobs/{theirs['id']}/attempt-1.log",
+                "cat $AUTORESEARCH_TOKENS", f"cat {tokens}", "cat $AUTORESEARCH_HOME/ledger.db | head -c 200",
+                f"ls $AUTORESEARCH_HOME/jobs/{theirs['id']}", "cat /proc/*/environ | tr '\\0' '\\n'", "env",
+                f"{sys.executable} -c 'from autoresearch import report; report(3, acc=0.5)'",
+                "echo saved > $AUTORESEARCH_CHECKPOINT_DIR/ckpt", "echo probe-done",
+            ])
+            mine = await ok(a, "submit", {"command": ["sh", "-c", probe], "checkpoint": True})
+            done = await wait_job(a, mine["id"], ("succeeded", "failed"))
+            assert "probe-done" in text(await a.call_tool("logs", {"job_id": mine["id"], "tail_lines": 5}))
+            log = _log(home, mine["id"])
+            assert done["state"] == "succeeded", log
+            for leaked in (B_TEXT, TOKEN_A, TOKEN_B, SECRET, "AUTORESEARCH_TOKENS", "SQLite format"):
+                assert leaked not in log, (leaked, log)
+            assert "AUTORESEARCH_JOB_ID=" in log and "PATH=" in log  # what a job needs, it still gets
+            # Its own metrics file and checkpoint dir work inside the sandbox.
+            metrics = (await ok(a, "metrics", {"job_id": mine["id"], "names": ["acc"]}))["metrics"]
+            assert [(m["name"], m["last"], m["step"]) for m in metrics] == [("acc", 0.5, 3)]
+            assert (home / "jobs" / str(mine["id"]) / "checkpoint" / "ckpt").read_text() == "saved\n"
+            # And nothing of A's leaked the other way round either: B's job was a tenant job too.
+            assert SECRET not in _log(home, theirs["id"])
+
+
+def test_the_recorded_policy_holds_whichever_process_launches_the_job(
+        api: Any, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tenant job queued behind another starts from that job's supervisor pass (not the
+    server): it is still sandboxed, with a clean environment."""
+    from autoresearch import isolation
+
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{TOKEN_A} team-a\n")
+    with api.ledger.tx() as c:
+        isolation.register_tenant(c, "team-a", isolation.tenant_policy([str(tokens)]))
+    monkeypatch.setenv("MY_SECRET_KEY", SECRET)
+    blocker = api.submit({"command": ["sleep", "1"], "gpus": 2})
+    queued = api.submit({"command": ["sh", "-c", f"env; cat {tokens}; ls {home}; echo done"], "gpus": 2},
+                        project="team-a")
+    assert api.status(queued.id).state == "queued"
+    row = api.ledger.one("SELECT isolation FROM jobs WHERE id=?", (queued.id,))
+    assert json.loads(row["isolation"])["mode"] == "tenant"
+    wait_state(api, blocker.id, "succeeded")
+    wait_state(api, queued.id, "succeeded")
+    log = _log(home, queued.id)
+    assert "done" in log and SECRET not in log and TOKEN_A not in log and "ledger.db" not in log, log
+    assert SECRET in os.environ["MY_SECRET_KEY"]
+
+
+def test_single_user_jobs_still_inherit_the_callers_environment(api: Any, home: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_SECRET_KEY", SECRET)
+    job = api.submit({"command": ["sh", "-c", "echo key=$MY_SECRET_KEY; ls $AUTORESEARCH_HOME"]})
+    wait_state(api, job.id, "succeeded")
+    log = _log(home, job.id)
+    assert f"key={SECRET}" in log and "ledger.db" in log
+
+
+def test_a_tenant_job_is_refused_when_no_sandbox_can_be_made(api: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoresearch import isolation
+    from autoresearch.backends import _sandbox
+    from autoresearch.errors import BackendError
+
+    with api.ledger.tx() as c:
+        isolation.register_tenant(c, "team-a", isolation.tenant_policy())
+    monkeypatch.setenv("PATH", "/nonexistent")  # bubblewrap not installed
+    _sandbox._probe.cache_clear()
+    try:
+        with pytest.raises(BackendError, match="must run in a sandbox") as err:
+            api.submit({"command": ["/bin/true"]}, project="team-a")
+        assert "apt-get install -y bubblewrap" in err.value.hint
+        assert api.ledger.one("SELECT COUNT(*) AS n FROM jobs")["n"] == 0  # nothing recorded, nothing run
+    finally:
+        _sandbox._probe.cache_clear()
+
+
+def test_a_tenant_job_stopped_gets_its_grace_period(api: Any, home: Path) -> None:
+    """bwrap itself dies on SIGTERM: the stop must reach the job, which exits on its own terms."""
+    from autoresearch import isolation
+
+    with api.ledger.tx() as c:
+        isolation.register_tenant(c, "team-a", isolation.tenant_policy())
+    job = api.submit({"command": ["sh", "-c", "trap 'echo got-term; exit 7' TERM; echo up; "
+                                              "while :; do sleep 0.1; done"], "grace": "20s"}, project="team-a")
+    from tests.conftest import wait_for
+
+    log = home / "jobs" / str(job.id) / "attempt-1.log"
+    wait_for(lambda: log.exists() and "up" in log.read_text())
+    api.cancel([job.id])
+    view = wait_state(api, job.id, "cancelled")
+    assert "got-term" in _log(home, job.id)
+    assert view.exit_code == 7 and view.attempt_list[-1].signal is None, view
+
+
+def test_the_home_and_its_files_are_private(api: Any, home: Path) -> None:
+    job = api.submit({"command": [sys.executable, "-c", "from autoresearch import report; report(1, x=1)"]})
+    wait_state(api, job.id, "succeeded")
+    job_dir = home / "jobs" / str(job.id)
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    for path in (home / "ledger.db", job_dir / "attempt-1.log", job_dir / "attempt-1.metrics.jsonl",
+                 job_dir / "attempt-1" / "exit.json", job_dir / "attempt-1" / "request.json"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    assert stat.S_IMODE(job_dir.stat().st_mode) == 0o700
