@@ -111,8 +111,15 @@ def check(backend: Any) -> None:
         _sandbox.bwrap()
 
 
-def apply(request: Any, policy: dict[str, Any] | None, home: Path, spec: dict[str, Any]) -> Any:
-    """The launch request with its sandbox (tenant jobs), and the job's metrics file made private."""
+def apply(request: Any, policy: dict[str, Any] | None, ledger: Any, project: str, spec: dict[str, Any]) -> Any:
+    """The launch request with its sandbox (tenant jobs), and the job's metrics file made private.
+
+    Inside a tenant's sandbox everything is read-only but what is the job's or its
+    project's own: its metrics file and checkpoint dir, ``$AUTORESEARCH_PROJECT_DIR``
+    (``home/projects/<project>``, shared by the project's jobs), and a workdir that is a
+    trial worktree of one of the project's loops. The server's root is shared by every
+    project, so a tenant may run code from it but not change it.
+    """
     metrics = request.env.get("AUTORESEARCH_METRICS_FILE")
     if metrics:
         os.close(os.open(metrics, os.O_WRONLY | os.O_CREAT, 0o600))  # before the job opens it (and to bind it)
@@ -120,18 +127,25 @@ def apply(request: Any, policy: dict[str, Any] | None, home: Path, spec: dict[st
         return request
     from autoresearch.backends import Sandbox
 
-    home = home.absolute()
-    own_dir = Path(os.path.realpath(Path(request.run_dir).parent))  # home/jobs/<id>: all of the home it may see
-    hidden = [str(home), os.path.realpath(home), *policy["hide"]]
-    own, writable = [p for p in (metrics,) if p], []
+    home = Path(os.path.realpath(ledger.home))
+    own_dir = Path(os.path.realpath(Path(request.run_dir).parent))  # home/jobs/<id>
+    project_dir = home / "projects" / (project or "_")
+    project_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    own = [p for p in (metrics, str(project_dir)) if p]
     checkpoint = request.env.get("AUTORESEARCH_CHECKPOINT_DIR")
-    if checkpoint:
-        real = Path(os.path.realpath(checkpoint))
-        if real == own_dir / "checkpoint" or own_dir in real.parents:
-            own.append(checkpoint)
-        elif not any(Path(h) == real or Path(h) in real.parents for h in hidden):
-            writable.append(checkpoint)
-    for source in (spec.get("mounts") or {}).values():
-        writable.append(os.path.realpath(os.path.expanduser(str(source))))
-    sandbox = Sandbox(hidden=tuple(dict.fromkeys(hidden)), writable=tuple(writable), own=tuple(own))
-    return dataclasses.replace(request, sandbox=sandbox)
+    if checkpoint and _under(Path(os.path.realpath(checkpoint)), own_dir):
+        own.append(checkpoint)  # a checkpoint path of the job's choosing elsewhere stays read-only
+    workdir = Path(os.path.realpath(request.workdir))
+    loops = home / "loops"
+    if _under(workdir, loops) and workdir != loops:
+        name = workdir.relative_to(loops).parts[0]
+        if ledger.one("SELECT 1 FROM loops WHERE name=? AND project=?", (name, project)) is not None:
+            own.append(str(workdir))  # a trial worktree of this project's loop
+    hidden = [str(ledger.home), str(home), *policy["hide"]]
+    sources = tuple(os.path.realpath(os.path.expanduser(str(s))) for s in (spec.get("mounts") or {}).values())
+    sandbox = Sandbox(hidden=tuple(dict.fromkeys(hidden)), visible=sources, own=tuple(own))
+    return dataclasses.replace(request, sandbox=sandbox, env={**request.env, "AUTORESEARCH_PROJECT_DIR": str(project_dir)})
+
+
+def _under(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents

@@ -180,7 +180,7 @@ class Runtime:
         )
         try:
             _prepare_mounts(spec)
-            external_id = self.backend.start(isolation.apply(request, policy, self.ledger.home, spec))
+            external_id = self.backend.start(isolation.apply(request, policy, self.ledger, job["project"], spec))
         except (AutoresearchError, OSError) as err:
             row = self.ledger.one("SELECT a.*, j.priority, j.spec, j.retries_used, j.cancel_requested FROM attempts a "
                                   "JOIN jobs j ON j.id=a.job_id WHERE a.job_id=? AND a.n=?", (job_id, n))

@@ -51,11 +51,14 @@ class NodeInfo:
 
 @dataclass(frozen=True, slots=True)
 class Sandbox:
-    """What a tenant job must not see, and the paths it may still write (docs/security.md)."""
+    """What a tenant job must not see, and the only paths it may write (docs/security.md).
 
-    hidden: tuple[str, ...] = ()  # absent or empty inside (the autoresearch home, the tokens file)
-    writable: tuple[str, ...] = ()  # besides the workdir: mount sources, a checkpoint dir outside the home
-    own: tuple[str, ...] = ()  # the job's own files under a hidden path (metrics file, checkpoint dir)
+    Everything else is read-only; temporary directories are private to the attempt.
+    """
+
+    hidden: tuple[str, ...] = ()  # empty inside (the autoresearch home, the tokens file)
+    visible: tuple[str, ...] = ()  # read-only, unless hidden: mount sources (the workdir always is)
+    own: tuple[str, ...] = ()  # the only writable paths, even under a hidden one (its metrics file, ...)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """The local backend's sandbox: bubblewrap (``bwrap``) mount and pid namespaces.
 
-Inside, the host's file system is read-only; the job's workdir, mount sources,
-checkpoint dir and metrics file are writable; ``/tmp`` and ``/dev/shm`` are private;
+Inside, the host's file system is read-only but for the paths the runtime names as
+the job's own (``Sandbox.own``); ``/tmp`` and ``/dev/shm`` are private and empty;
 ``/proc`` shows the job's own processes only (so no other process's environ); and
 the hidden paths (the autoresearch home, the tokens file) are empty or ``/dev/null``.
 Same uid, same network, same GPUs (``CUDA_VISIBLE_DEVICES`` only): see docs/security.md.
@@ -53,16 +53,16 @@ def wrap(argv: list[str], workdir: str, sandbox: Sandbox) -> list[str]:
     """``argv`` inside a fresh sandbox (the supervisor inserts ``--info-fd N`` after ``argv[0]``)."""
     out = [bwrap(), "--new-session", "--unshare-pid", "--die-with-parent", "--ro-bind", "/", "/",
            "--dev-bind", "/dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc", "--tmpfs", "/tmp"]
-    for path in (workdir, *sandbox.writable):  # before the hiding: a path under the home stays hidden
-        if os.path.isdir(path):
-            out += ["--bind", path, path]
+    for path in (workdir, *sandbox.visible):  # read-only, and there even under the private /tmp
+        if os.path.exists(path):
+            out += ["--ro-bind", path, path]
     for path in sandbox.hidden:
         # A directory becomes an empty tmpfs, a file /dev/null: the job sees no content.
         if os.path.isdir(path):
             out += ["--tmpfs", path]
         elif os.path.lexists(path):
             out += ["--ro-bind", "/dev/null", path]
-    for path in sandbox.own:  # the job's own files under the home, bound back on top
+    for path in sandbox.own:  # what the job may write, bound on top of the hidden paths
         if os.path.exists(path):
             out += ["--bind", path, path]
     return [*out, "--chdir", workdir, "--", *argv]

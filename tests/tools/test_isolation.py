@@ -142,3 +142,38 @@ def test_the_home_and_its_files_are_private(api: Any, home: Path) -> None:
                  job_dir / "attempt-1" / "exit.json", job_dir / "attempt-1" / "request.json"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     assert stat.S_IMODE(job_dir.stat().st_mode) == 0o700
+
+
+def test_a_tenant_writes_only_its_own_places(api: Any, home: Path, tmp_path: Path) -> None:
+    """The shared root is read-only to tenants; the project dir is theirs alone; a trial
+    worktree of the project's own loop is writable, another project's is not there at all."""
+    import time
+
+    from autoresearch import isolation
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    with api.ledger.tx() as c:
+        for project in ("team-a", "team-b"):
+            isolation.register_tenant(c, project, isolation.tenant_policy())
+            c.execute("INSERT INTO loops(name, plan, state, created_at, updated_at, project) VALUES (?,?,?,?,?,?)",
+                      (f"loop-{project}", "{}", "running", time.time(), time.time(), project))
+    worktrees = {p: home / "loops" / f"loop-{p}" / "worktrees" / "trial-1" for p in ("team-a", "team-b")}
+    for path in worktrees.values():
+        path.mkdir(parents=True)
+    a = api.submit({"command": ["sh", "-c", "echo x > mine.txt; echo a-data > $AUTORESEARCH_PROJECT_DIR/a.txt; "
+                                            "echo project-a-wrote"], "workdir": str(worktrees["team-a"])},
+                   project="team-a")
+    wait_state(api, a.id, "succeeded")
+    assert (worktrees["team-a"] / "mine.txt").read_text() == "x\n"
+    assert (home / "projects" / "team-a" / "a.txt").read_text() == "a-data\n"
+    b = api.submit({"command": ["sh", "-c", f"cat {home}/projects/team-a/a.txt; echo y > taken.txt; "
+                                            "echo b-ran"], "workdir": str(shared)}, project="team-b")
+    wait_state(api, b.id, ("succeeded", "failed"))
+    log = _log(home, b.id)
+    assert "b-ran" in log and "a-data" not in log and "Read-only file system" in log, log
+    assert not (shared / "taken.txt").exists()
+    c_job = api.submit({"command": ["sh", "-c", "echo z > stolen.txt"], "workdir": str(worktrees["team-a"]),
+                        "max_retries": 0}, project="team-b")
+    assert wait_state(api, c_job.id, ("succeeded", "failed")).state == "failed"
+    assert not (worktrees["team-a"] / "stolen.txt").exists()
