@@ -177,3 +177,32 @@ def test_a_tenant_writes_only_its_own_places(api: Any, home: Path, tmp_path: Pat
                         "max_retries": 0}, project="team-b")
     assert wait_state(api, c_job.id, ("succeeded", "failed")).state == "failed"
     assert not (worktrees["team-a"] / "stolen.txt").exists()
+
+
+def test_a_home_made_before_private_homes_is_tightened_on_upgrade(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoresearch import ledger as ledger_module
+    from autoresearch.ledger import Ledger
+
+    home = tmp_path / "old-home"
+    full = list(ledger_module.MIGRATIONS)
+    monkeypatch.setattr(ledger_module, "MIGRATIONS", [m for m in full if m[0] != "isolation-1"])
+    Ledger(home)  # what an earlier version left: a world-readable home and ledger
+    home.chmod(0o755)
+    (home / "ledger.db").chmod(0o644)
+    monkeypatch.setattr(ledger_module, "MIGRATIONS", full)
+    ledger = Ledger(home)
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    assert stat.S_IMODE((home / "ledger.db").stat().st_mode) == 0o600
+    assert ledger.one("SELECT COUNT(*) AS n FROM tenants")["n"] == 0
+
+
+def test_a_sandboxed_death_by_signal_is_recorded_as_a_signal(api: Any) -> None:
+    from autoresearch import isolation
+
+    with api.ledger.tx() as c:
+        isolation.register_tenant(c, "team-a", isolation.tenant_policy())
+    job = api.submit({"command": ["sh", "-c", "kill -KILL $$"], "max_retries": 0}, project="team-a")
+    view = wait_state(api, job.id, "failed")
+    attempt = view.attempt_list[-1]
+    assert (attempt.exit_code, attempt.signal, attempt.end_reason) == (None, 9, "infra"), attempt
