@@ -228,12 +228,14 @@ class Ledger:
         self._local = threading.local()
         try:
             self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
-            # Private before SQLite creates it: it holds every job's env (its -wal/-shm copy the mode).
-            os.close(os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
         except OSError as err:
             raise LedgerError(
                 f"cannot create {self.home}: {err.strerror}", hint="set AUTORESEARCH_HOME to a writable directory"
             ) from None
+        # Private before SQLite creates it: it holds every job's env (its -wal/-shm copy the mode).
+        # O_EXCL: never open (and close) a file SQLite has open here, as the close would drop its locks.
+        with contextlib.suppress(OSError):
+            os.close(os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
         self._migrate()
 
     # -- connections and transactions -------------------------------------------------
