@@ -40,6 +40,7 @@ _ASSIGN = re.compile(r"(?<![\w.$-])([A-Za-z_]\w*)=" + _VALUE)
 _ARG_FLAG = re.compile(r"^--?([A-Za-z][\w.-]*)(?:=(.*))?$", re.S)
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret(name: str) -> bool:
     """A name one of whose words (split at ``_``, ``-``, ``.`` and camelCase) ends with KEY,
     TOKEN, SECRET, PASSWORD, PASSWD, PASSPHRASE or CREDENTIAL(S): ``OPENAI_API_KEY``,
