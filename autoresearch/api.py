@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import time
 from typing import Any
 
 from autoresearch import isolation
 from autoresearch import metrics as M
 from autoresearch.errors import CapacityError, NotFoundError, SpecError
+from autoresearch.redact import MARK, context, is_secret, job_secrets, mask, redact, redact_command
 from autoresearch.runtime import ACTIVE, FINAL, Runtime
 from autoresearch.views import AttemptView, ClusterView, JobPage, JobView, LogPage, MetricView, NodeView
 
@@ -166,13 +166,14 @@ class Api:
         backend = self.runtime.backend
         ext = att["external_id"]
         size = backend.log_size(ext)
+        secrets = job_secrets(json.loads(job["spec"]))  # masked with '*' of the same length: offsets stay exact
         if grep is not None:
             try:
                 pattern = re.compile(grep)
             except re.error as err:
                 raise SpecError(f"grep {grep!r} is not a valid regular expression: {err}",
                                 hint="escape special characters, e.g. 'loss\\\\s*='") from None
-            lines = backend.read_log(ext, 0, 64 << 20).decode("utf-8", "replace").splitlines()
+            lines = mask(backend.read_log(ext, 0, 64 << 20), secrets).decode("utf-8", "replace").splitlines()
             hits = [f"{i + 1}: {line}" for i, line in enumerate(lines) if pattern.search(line)]
             if tail_lines:
                 hits = hits[-tail_lines:]
@@ -181,7 +182,7 @@ class Api:
             return LogPage(job["id"], att["n"], text, 0, size, size, cut, hint)
         if offset is None and tail_lines is not None:
             start = max(0, size - max(max_bytes, 1) * 4)
-            raw = backend.read_log(ext, start, size - start).decode("utf-8", "replace")
+            raw = mask(backend.read_log(ext, start, size - start), secrets).decode("utf-8", "replace")
             lines = raw.splitlines()
             if start > 0 and lines:
                 lines = lines[1:]  # drop the partial first line
@@ -193,7 +194,10 @@ class Api:
             hint = f"earlier output exists: call again with offset=0{back}" if cut else ""
             return LogPage(job["id"], att["n"], text, first, size, size, cut, hint)
         start = offset or 0
-        chunk = backend.read_log(ext, start, max_bytes)
+        margin = context(secrets) + 1 if secrets else 0  # a secret cut by the page's edge is still seen whole
+        before = min(start, margin)
+        window = mask(backend.read_log(ext, start - before, before + max_bytes + margin), secrets)
+        chunk = window[before:before + max_bytes]
         text = chunk.decode("utf-8", "replace")
         end = start + len(chunk)
         cut = end < size
@@ -278,20 +282,23 @@ class Api:
 
     def _view(self, job: Any, detail: bool) -> JobView:
         spec = json.loads(job["spec"])
-        command = spec["command"] if isinstance(spec["command"], str) else shlex.join(spec["command"])
+        secrets = job_secrets(spec)
+        command = redact_command(spec["command"], secrets)
+        tags = {k: MARK if is_secret(k) else redact(str(v), secrets) for k, v in (spec.get("tags") or {}).items()}
         view = JobView(
             id=job["id"], name=job["name"], state=job["state"], priority=job["priority"], gpus=job["gpus"],
             command=command, workdir=spec.get("workdir", ""), experiment=job["experiment"],
             submitted_at=job["submitted_at"], started_at=job["started_at"], ended_at=job["ended_at"],
             attempts=job["attempts"], exit_code=job["exit_code"], end_reason=job["end_reason"],
-            cancelling=bool(job["cancel_requested"]) and job["state"] not in FINAL, tags=spec.get("tags") or {},
+            cancelling=bool(job["cancel_requested"]) and job["state"] not in FINAL, tags=tags,
         )
         if not detail:
             return view
         for a in self.ledger.query("SELECT * FROM attempts WHERE job_id=? ORDER BY n", (job["id"],)):
             view.attempt_list.append(AttemptView(
                 a["n"], a["state"], a["node"], json.loads(a["gpu_ids"]), a["started_at"], a["ended_at"],
-                a["exit_code"], a["signal"], a["end_reason"], a["detail"], a["peak_rss_mb"]))
+                a["exit_code"], a["signal"], a["end_reason"], a["detail"] and redact(a["detail"], secrets),
+                a["peak_rss_mb"]))
         if job["state"] == "failed" and view.attempt_list:
             last = view.attempt_list[-1]
             view.failure_class = "infra" if last.end_reason == "infra" else "user"

@@ -309,6 +309,13 @@ def _console() -> Any:
     return Console()
 
 
+def _esc(text: object) -> str:
+    """User text (names, commands, tags, reasons) inside rich markup: shown, never parsed."""
+    from rich.markup import escape
+
+    return escape(str(text))
+
+
 def _state(v: JobView) -> str:
     label = "cancelling" if v.cancelling else v.state
     return f"[{STATE_STYLE.get(v.state, 'white')}]{label}[/]"
@@ -323,8 +330,8 @@ def _render_jobs(jobs: list[JobView]) -> None:
     for v in jobs:
         runtime = (v.ended_at or time.time()) - v.started_at if v.started_at else None
         exit_text = f"{v.exit_code} ({v.end_reason})" if v.end_reason else "-"
-        table.add_row(str(v.id), v.name, _state(v), v.priority, str(v.gpus), str(v.attempts), _ago(v.submitted_at),
-                      _dur(runtime), exit_text)
+        table.add_row(str(v.id), _esc(v.name), _state(v), v.priority, str(v.gpus), str(v.attempts),
+                      _ago(v.submitted_at), _dur(runtime), _esc(exit_text))
     _console().print(table)
 
 
@@ -332,8 +339,8 @@ def _render_job(v: JobView) -> None:
     from rich.table import Table
 
     console = _console()
-    console.print(f"[bold]job {v.id}[/] {v.name}  {_state(v)}  priority={v.priority} gpus={v.gpus}"
-                  + (f" experiment={v.experiment}" if v.experiment else ""))
+    console.print(f"[bold]job {v.id}[/] {_esc(v.name)}  {_state(v)}  priority={v.priority} gpus={v.gpus}"
+                  + (f" experiment={_esc(v.experiment)}" if v.experiment else ""))
     console.print(f"command: {v.command}", markup=False, highlight=False)
     console.print(f"workdir: {v.workdir}", markup=False, highlight=False)
     table = Table()
@@ -343,9 +350,9 @@ def _render_job(v: JobView) -> None:
     for a in v.attempt_list:
         exit_text = str(a.exit_code) if a.exit_code is not None else (f"sig {a.signal}" if a.signal else "-")
         ran = (a.ended_at or time.time()) - a.started_at if a.started_at else None
-        table.add_row(str(a.n), a.state, a.node or "-", ",".join(a.gpus) or "-", _ago(a.started_at),
+        table.add_row(str(a.n), a.state, _esc(a.node or "-"), _esc(",".join(a.gpus) or "-"), _ago(a.started_at),
                       _ago(a.ended_at), _dur(ran),
-                      exit_text, a.end_reason or "-", f"{a.peak_rss_mb:.0f}" if a.peak_rss_mb else "-")
+                      exit_text, _esc(a.end_reason or "-"), f"{a.peak_rss_mb:.0f}" if a.peak_rss_mb else "-")
         if a.detail and not a.detail.startswith("exited "):
             notes.append(f"attempt {a.n}: {a.detail}")
     if v.attempt_list:
@@ -364,7 +371,7 @@ def _render_metrics(rows: list[Any]) -> None:
     for col in ("METRIC", "LAST", "BEST", "STEP", "COUNT"):
         table.add_column(col)
     for m in rows:
-        table.add_row(m.name, _num(m.last), f"{_num(m.best)} ({m.mode})", str(m.step), str(m.count))
+        table.add_row(_esc(m.name), _num(m.last), f"{_num(m.best)} ({m.mode})", str(m.step), str(m.count))
     _console().print(table)
 
 
@@ -379,7 +386,8 @@ def _render_nodes(cluster: Any) -> None:
     for col in ("NODE", "BACKEND", "STATE", "GPUS FREE/TOTAL", "RUNNING", "REASON"):
         table.add_column(col)
     for n in cluster.nodes:
-        table.add_row(n.name, n.backend, n.state, f"{n.gpus_free}/{n.gpus}", str(n.running), n.reason or "-")
+        table.add_row(_esc(n.name), _esc(n.backend), n.state, f"{n.gpus_free}/{n.gpus}", str(n.running),
+                      _esc(n.reason or "-"))
     console = _console()
     console.print(table)
     queued = ", ".join(f"{k}={v}" for k, v in cluster.queued.items())

@@ -10,6 +10,8 @@ import json
 import time
 from typing import Any
 
+from rich.markup import escape
+
 from autoresearch.loop.views import LoopView, TrialRow
 
 STYLE = {"proposed": "dim", "queued": "yellow", "running": "cyan", "succeeded": "green", "failed": "red",
@@ -52,7 +54,7 @@ class LiveTable:
         else:
             self.console.print(f"loop {self.plan.name}: {self.plan.proposer.kind}, {self.plan.budget.trials} trials "
                                f"at parallel {self.plan.budget.parallel}, {self.plan.objective.goal} "
-                               f"{self.plan.objective.metric}", highlight=False)
+                               f"{self.plan.objective.metric}", highlight=False, markup=False)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -75,13 +77,13 @@ class LiveTable:
         from rich.table import Table
 
         done = sum(n for s, n in view.counts.items() if s not in ("proposed", "queued", "running"))
-        title = (f"[bold]{view.name}[/]  {view.goal} {view.metric}  trials {done}/{view.budget_trials}  "
+        title = (f"[bold]{escape(view.name)}[/]  {view.goal} {escape(view.metric)}  trials {done}/{view.budget_trials}  "
                  f"best {_num(view.best_value)}" + (f" (#{view.best_trial})" if view.best_trial else "")
                  + (f" ±{view.noise_floor:.3g}" if view.noise_floor is not None else "")
                  + f"  elapsed {_dur(view.elapsed_s)}  ETA {_dur(view.eta_s)}")
         table = Table(title=title, title_justify="left")
         for col in ("TRIAL", "PARAMS", "STATE", "STEP", view.metric.upper(), "BEST SO FAR", "TIME"):
-            table.add_column(col, no_wrap=True)
+            table.add_column(escape(col), no_wrap=True)
         active = [t for t in view.trials if t.state in ("queued", "running", "proposed")]
         ended = sorted((t for t in view.trials if t.ended_at), key=lambda t: t.ended_at or 0)[-max(0, ROWS - len(active)):]
         for t in sorted(active + ended, key=lambda t: t.trial_id)[-ROWS:]:
@@ -94,12 +96,12 @@ class LiveTable:
         now = t.ended_at or time.time()
         runtime = now - t.started_at if t.started_at else None
         tag = " (seed)" if t.role == "repeat" else ""
-        return [f"{t.trial_id}{tag}", _params(t.params), f"[{STYLE.get(t.state, 'white')}]{t.state}[/]",
+        return [f"{t.trial_id}{tag}", escape(_params(t.params)), f"[{STYLE.get(t.state, 'white')}]{t.state}[/]",
                 "-" if t.step is None else str(t.step), _num(value), _num(t.best_so_far), _dur(runtime)]
 
     def summary(self, view: LoopView) -> None:
         c = self.console
-        c.print(f"[bold]loop {view.name} {view.state}[/]: {view.stop_reason or ''}")
+        c.print(f"[bold]loop {escape(view.name)} {view.state}[/]: {escape(view.stop_reason or '')}")
         counts = ", ".join(f"{k} {v}" for k, v in sorted(view.counts.items()))
         c.print(f"trials: {counts}; wall {_dur(view.elapsed_s)}; decisions {view.decisions}", highlight=False)
         if view.best_trial is not None:

@@ -35,33 +35,12 @@ if TYPE_CHECKING:
     from autoresearch.ledger import Ledger
     from autoresearch.tracking._sync import SyncReport
 
-__all__ = ["attempt_env", "is_secret", "kick", "prepare_runs", "record_llm_call", "redact", "start_run", "sync",
-           "tracking_uri"]
+__all__ = ["attempt_env", "kick", "prepare_runs", "record_llm_call", "start_run", "sync", "tracking_uri"]
 
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 LOCK_FILE = "tracking.lock"
 KICK_FILE = "tracking.kick"
 LOG_FILE = "tracking.log"
 _OFF = ("0", "off", "false", "no")
-
-
-def is_secret(name: str) -> bool:
-    """Env var names containing KEY, TOKEN, SECRET or PASSWORD never leave the ledger."""
-    upper = name.upper()
-    return any(word in upper for word in SECRET_WORDS)
-
-
-def secret_values(*envs: dict[str, str]) -> list[str]:
-    """Values of secret-named variables, longest first (so a prefix never hides a longer one)."""
-    values = {v for env in envs for k, v in env.items() if is_secret(k) and v and len(v) >= 4}
-    return sorted(values, key=len, reverse=True)
-
-
-def redact(text: str, secrets: list[str]) -> str:
-    for value in secrets:
-        if value in text:
-            text = text.replace(value, "[REDACTED]")
-    return text
 
 
 def default_uri(home: Path) -> str:
@@ -182,9 +161,11 @@ def record_llm_call(home: str | os.PathLike[str] | Ledger | None, *, loop_id: in
     linked to the loop's parent run. Cheap (one ledger insert); returns its outbox id.
 
     ``inputs``/``outputs`` are anything JSON-able (messages, the response text);
-    values of secret-named env vars are redacted before they are stored.
+    secrets of the loop's plan and of this process's environment are redacted before
+    they are stored.
     """
     from autoresearch.ledger import Ledger
+    from autoresearch.redact import ambient_secrets, plan_secrets, redact
 
     ledger = home if isinstance(home, Ledger) else Ledger(home)
     payload = {
@@ -193,11 +174,20 @@ def record_llm_call(home: str | os.PathLike[str] | Ledger | None, *, loop_id: in
         "started_at": started_at, "ended_at": ended_at, "tokens_in": tokens_in, "tokens_out": tokens_out,
         "cost_usd": cost_usd, "error": error,
     }
-    text = redact(json.dumps(payload, default=str), secret_values(dict(os.environ)))
+    plan = ledger.one("SELECT plan FROM loops WHERE id=?", (loop_id,)) if loop_id is not None else None
+    secrets = plan_secrets(_json(plan["plan"]), ambient=False) if plan is not None else []
+    text = redact(json.dumps(payload, default=str), secrets + ambient_secrets())
     with ledger.tx() as c:
         cur = c.execute("INSERT INTO tracking_outbox(kind, loop_id, decision_id, payload, created_at) "
                         "VALUES ('llm_call',?,?,?,?)", (loop_id, decision_id, text, time.time()))
         return int(cur.lastrowid or 0)
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {}
 
 
 def sync(home: str | os.PathLike[str] | None = None, *, uri: str | None = None,

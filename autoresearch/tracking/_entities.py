@@ -11,7 +11,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from autoresearch.errors import TrackingError
-from autoresearch.tracking import is_secret, redact
+from autoresearch.redact import is_secret, job_secrets, plan_secrets, redact, redact_command, redact_obj
 from autoresearch.tracking._common import DEFAULT_EXPERIMENT, ENTITY, TRIAL_JOIN, SyncReport
 from autoresearch.tracking._metrics import backfill
 
@@ -53,18 +53,16 @@ def sync_loop(syncer: Syncer, loop: Any, report: SyncReport) -> str | None:
         tags = {"autoresearch.loop_id": str(loop["id"]), "autoresearch.loop": loop["name"],
                 "autoresearch.state": loop["state"], "autoresearch.kind": "loop"}
         params: dict[str, str] = {}
+        secrets = loop_secrets(syncer, loop)
         if created or loop["synced_version"] is None or loop["synced_version"] < 0:
-            try:
-                plan = json.loads(loop["plan"])
-            except ValueError:
-                plan = {"plan": loop["plan"]}
-            params = {k: v for k, v in _flatten(plan if isinstance(plan, dict) else {"plan": plan}).items()
+            plan = _plan(loop)
+            params = {k: redact_command(v, secrets) if k.endswith("command") else v
+                      for k, v in _flatten(plan if isinstance(plan, dict) else {"plan": plan}).items()
                       if not is_secret(k.rsplit(".", 1)[-1]) and v not in ("null", "{}", "[]", "")}
             params = dict(list(params.items())[:300])
-            syncer.client.log_text(run_id, redact(json.dumps(plan, indent=2, default=str), syncer.secrets),
-                                   "plan.json")
+            syncer.client.log_text(run_id, json.dumps(redact_obj(plan, secrets), indent=2, default=str), "plan.json")
             report.artifacts += 1
-        syncer._log(run_id, params=params, tags=tags)
+        syncer._log(run_id, params=params, tags=tags, secrets=secrets)
         with syncer.ledger.tx() as c:
             c.execute("UPDATE tracking_runs SET synced_version=?, error=NULL WHERE entity=?",
                       (loop["updated_at"], entity))
@@ -72,6 +70,18 @@ def sync_loop(syncer: Syncer, loop: Any, report: SyncReport) -> str | None:
     except Exception as err:
         syncer._blocked(entity, err)
         return None
+
+
+def _plan(loop: Any) -> Any:
+    try:
+        return json.loads(loop["plan"])
+    except ValueError:
+        return {"plan": loop["plan"]}
+
+
+def loop_secrets(syncer: Syncer, loop: Any) -> list[str]:
+    """What to redact in a loop's run, its decisions and its LLM calls: its plan's secrets (and ours)."""
+    return plan_secrets(_plan(loop), ambient=False) + syncer.secrets if loop is not None else syncer.secrets
 
 
 def loop_run(syncer: Syncer, loop_id: int, report: SyncReport | None = None) -> str | None:
@@ -117,6 +127,7 @@ def sync_job(syncer: Syncer, job: Any, report: SyncReport) -> str | None:
         run_id, created = syncer._ensure_run(entity, experiment, name, parent, report,
                                              job["started_at"] or job["submitted_at"])
         spec = json.loads(job["spec"])
+        secrets = job_secrets(spec, ambient=False) + syncer.secrets  # the job's own, from the ledger
         last = syncer.ledger.one("SELECT node FROM attempts WHERE job_id=? ORDER BY n DESC LIMIT 1", (job["id"],))
         tags = {k: v for k, v in (spec.get("tags") or {}).items() if not is_secret(k)}
         tags.update({
@@ -149,15 +160,15 @@ def sync_job(syncer: Syncer, job: Any, report: SyncReport) -> str | None:
                 params = {k: v for k, v in _flatten(json.loads(trial["params"] or "{}")).items()
                           if not is_secret(k)}
                 if trial["patch"]:
-                    syncer.client.log_text(run_id, redact(trial["patch"], syncer.secrets), "patch.diff")
+                    syncer.client.log_text(run_id, redact(trial["patch"], secrets), "patch.diff")
                     report.artifacts += 1
         elif first:
             command = spec.get("command")
-            params = {"command": command if isinstance(command, str) else " ".join(command or []),
+            params = {"command": redact_command(command if isinstance(command, str) else command or [], secrets),
                       "gpus": str(spec.get("gpus", 0)), "nodes": str(spec.get("nodes", 1)),
                       "priority": str(spec.get("priority", "")), "workdir": str(spec.get("workdir", ""))}
             params.update({f"env.{k}": v for k, v in (spec.get("env") or {}).items() if not is_secret(k)})
-        syncer._log(run_id, params=dict(list(params.items())[:500]), tags=tags)
+        syncer._log(run_id, params=dict(list(params.items())[:500]), tags=tags, secrets=secrets)
         if syncer._clear_error(entity):
             backfill(syncer, job["id"], run_id, report)
         with syncer.ledger.tx() as c:

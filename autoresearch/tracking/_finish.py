@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from autoresearch.tracking import redact, secret_values
+from autoresearch.redact import job_secrets, redact
 from autoresearch.tracking._common import ENTITY, TRIAL_JOIN, SyncReport
 
 if TYPE_CHECKING:
@@ -58,7 +57,7 @@ def finish(syncer: Syncer, report: SyncReport) -> None:
 
 def _upload_logs(syncer: Syncer, row: Any, report: SyncReport) -> None:
     spec = json.loads(row["spec"])
-    secrets = secret_values(dict(os.environ), spec.get("env") or {})
+    secrets = job_secrets(spec)  # from the ledger, whichever process mirrors it
     upto = row["ended_n"] or 0
     for att in syncer.ledger.query("SELECT n, log_path FROM attempts WHERE job_id=? AND n > ? AND n <= ? "
                                    "ORDER BY n", (row["job_id"], row["logs_done"], upto)):

@@ -40,7 +40,8 @@ from typing import Any
 
 from autoresearch.errors import TrackingError
 from autoresearch.ledger import Ledger
-from autoresearch.tracking import _entities, _finish, _metrics, _traces, redact, secret_values, tracking_uri
+from autoresearch.redact import ambient_secrets, redact
+from autoresearch.tracking import _entities, _finish, _metrics, _traces, tracking_uri
 from autoresearch.tracking._common import SyncReport, _critical
 from autoresearch.tracking._metrics import BATCH
 
@@ -91,7 +92,7 @@ class Syncer:
         self.ledger = home if isinstance(home, Ledger) else Ledger(home)
         self.uri = self._bind_uri(uri)
         self.home_id = self._state("home_id") or self._init_home_id()
-        self.secrets = secret_values(dict(os.environ))
+        self.secrets = ambient_secrets()  # a supplement: each entity adds its own (redact.job_secrets)
         self._experiments: dict[str, str] = {}
         self._warned: set[str] = set()
         self._runtimes: dict[str, Any] = {}
@@ -316,11 +317,12 @@ class Syncer:
         return True
 
     def _log(self, run_id: str, metrics: list[Any] = (), params: dict[str, str] | None = None,  # type: ignore[assignment]
-             tags: dict[str, str] | None = None) -> None:
+             tags: dict[str, str] | None = None, secrets: list[str] | None = None) -> None:
         from mlflow.entities import Param, RunTag
 
-        plist = [Param(k[:250], redact(v, self.secrets)[:6000]) for k, v in (params or {}).items()]
-        tlist = [RunTag(k[:250], redact(v, self.secrets)[:8000]) for k, v in (tags or {}).items()]
+        known = self.secrets if secrets is None else secrets
+        plist = [Param(k[:250], redact(v, known)[:6000]) for k, v in (params or {}).items()]
+        tlist = [RunTag(k[:250], redact(v, known)[:8000]) for k, v in (tags or {}).items()]
         for i in range(0, max(len(plist), len(tlist)), 100):
             self.client.log_batch(run_id, params=plist[i:i + 100], tags=tlist[i:i + 100])
         for i in range(0, len(metrics), BATCH):

@@ -6,9 +6,9 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from autoresearch.tracking import redact
+from autoresearch.redact import redact_obj
 from autoresearch.tracking._common import DEFAULT_EXPERIMENT, SyncReport, _critical
-from autoresearch.tracking._entities import loop_experiment, loop_run
+from autoresearch.tracking._entities import loop_experiment, loop_run, loop_secrets
 
 if TYPE_CHECKING:
     from autoresearch.tracking._sync import Syncer
@@ -30,7 +30,8 @@ def sync_decisions(syncer: Syncer, report: SyncReport) -> None:
                 pass
         record["trials"] = [r["id"] for r in syncer.ledger.query(
             "SELECT id FROM trials WHERE decision_id=? ORDER BY id", (d["id"],))]
-        text = redact(json.dumps(record, indent=2, default=str), syncer.secrets)
+        loop = syncer.ledger.one("SELECT * FROM loops WHERE id=?", (d["loop_id"],))
+        text = json.dumps(redact_obj(record, loop_secrets(syncer, loop)), indent=2, default=str)
         syncer.client.log_text(run_id, text, f"decisions/{d['id']:06d}-{d['kind']}.json")
         ts = int(d["created_at"] * 1000)
         syncer._log(run_id, metrics=[Metric(f"decision.{k}", float(d[k] or 0), ts, int(d["id"]))
