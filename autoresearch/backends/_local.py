@@ -163,6 +163,7 @@ class LocalBackend(Backend):
         stop: dict[str, float] = {"requested_at": time.time()}
         if grace is not None:
             stop["grace"] = grace
+        os.makedirs(external_id, exist_ok=True)  # a launcher killed before it made the run dir: the stop waits there
         sup.write_json(os.path.join(external_id, sup.STOP), stop)
         state = sup.read_json(os.path.join(external_id, sup.STATE))
         if state is None or os.path.exists(os.path.join(external_id, sup.EXIT)):

@@ -96,12 +96,18 @@ def launch(request: dict[str, Any]) -> None:
     """Start a detached supervisor for ``request`` and return at once."""
     os.makedirs(request["run_dir"], exist_ok=True)
     reap()
+    # A Ctrl-C that lands in the fork's after-fork callbacks (logging's) is "ignored" by Python
+    # and lost: hold SIGINT until the fork is done; the parent then gets it right here.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     pid = os.fork()
     if pid:
         _children.add(pid)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return
     try:
         os.setsid()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # drops a Ctrl-C meant for our caller, pending since the fork
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         _supervise(request)
     except BaseException:  # noqa: BLE001 - a forked child must never return into the caller
         pass

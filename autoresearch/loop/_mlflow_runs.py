@@ -29,23 +29,46 @@ class RunMaker:
     def __init__(self, home: Any) -> None:
         self.home = home
         self.proc: subprocess.Popen[str] | None = None
+        self.closed = False
+        self._asking = False  # an answer is awaited: its stdout is then the worker's to close
+        self._lock = threading.Lock()  # close() (the event loop) vs ask() (the worker): one owner of proc
 
     def ask(self, ids: list[int]) -> dict[int, str]:
-        if self.proc is None:  # its messages (mlflow's too) go where the syncer's go, not over the live table
-            with open(Path(self.home) / "tracking.log", "ab") as log:
-                self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "autoresearch.loop._prepare_runs", str(self.home)],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(ids) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
+        """Trial id -> run id; {} once :meth:`close` has begun (the loop is ending: no message)."""
+        with self._lock:
+            if self.closed:
+                return {}
+            if self.proc is None:  # its messages (mlflow's too) go where the syncer's go, not over the live table
+                with open(Path(self.home) / "tracking.log", "ab") as log:
+                    self.proc = subprocess.Popen(
+                        [sys.executable, "-m", "autoresearch.loop._prepare_runs", str(self.home)],
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
+            proc = self.proc
+            self._asking = True
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(json.dumps(ids) + "\n")
+            proc.stdin.flush()
+            line = proc.stdout.readline()
+        except (OSError, ValueError):  # ValueError: close() closed stdin under us
+            line = ""
+            if not self.closed:
+                raise
+        finally:
+            with self._lock:
+                self._asking = False
         if not line:
-            raise OSError(f"the helper exited with code {self.proc.wait()}")
+            if self.closed:  # the helper was closed (ended) while we waited for its answer
+                proc.stdout.close()
+                return {}
+            raise OSError(f"the helper exited with code {proc.wait()}")
         return {int(k): str(v) for k, v in json.loads(line).items()}
 
     def close(self, wait_s: float = 5.0) -> None:
-        proc, self.proc = self.proc, None
+        with self._lock:
+            self.closed = True
+            proc, self.proc = self.proc, None
+            asking = self._asking
         if proc is None:
             return
         with contextlib.suppress(OSError):
@@ -56,7 +79,7 @@ class RunMaker:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        if proc.stdout is not None:
+        if proc.stdout is not None and not asking:
             proc.stdout.close()
 
 

@@ -44,7 +44,7 @@ from autoresearch.errors import AutoresearchError, BackendError, PlanError, Stat
 from autoresearch.loop import _evaluate, _limits
 from autoresearch.loop import evaluator as E
 from autoresearch.loop._evaluate import LOG_TAIL_LINES as LOG_TAIL_LINES
-from autoresearch.loop._interrupt import LoopInterrupted, wake
+from autoresearch.loop._interrupt import LoopInterrupted, SigintFlag, wake
 from autoresearch.loop._launch import ProposeCall, launch, timed
 from autoresearch.loop._mlflow_runs import PREPARE_HOLD_S as PREPARE_HOLD_S
 from autoresearch.loop._mlflow_runs import RunPreparer
@@ -100,6 +100,7 @@ class Controller:
         self._history_loaded = False  # ended trials' curves read for the stopper (once, after a resume)
         # MLflow runs created ahead of launch (tracking on): one worker at a time, batches queued.
         self.runs = RunPreparer(self.ledger)
+        self.sigint = SigintFlag()  # a Ctrl-C that something swallowed still stops the loop
 
     @property
     def tracking(self) -> bool:
@@ -263,7 +264,9 @@ class Controller:
                 self.on_update(view)
             return view
         try:
+            self.sigint.install()
             while True:
+                self.sigint.check()
                 if self._external_stop is not None:
                     reason, stop_trials = self._external_stop
                     if not stop_trials:
@@ -286,6 +289,7 @@ class Controller:
                 self.store.set_loop(state="failed", elapsed_s=self.elapsed())
             raise
         finally:
+            self.sigint.restore()
             self.close()
 
     def view(self) -> LoopView:
@@ -369,6 +373,7 @@ class Controller:
             if slots <= 0 or budget_left <= 0:
                 return
             if row["id"] not in self.runs.held:  # held: its MLflow run is being created; it keeps its slot
+                self.sigint.check()
                 launch(self, row)
             slots, budget_left = slots - 1, budget_left - 1
         if self.call is not None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from autoresearch.errors import TrackingError
 from autoresearch.redact import is_secret, job_secrets, plan_secrets, redact, redact_command, redact_obj
 from autoresearch.tracking._common import DEFAULT_EXPERIMENT, ENTITY, TRIAL_JOIN, SyncReport
+from autoresearch.tracking._finish import LOOP_FINAL
 from autoresearch.tracking._metrics import backfill
 
 if TYPE_CHECKING:
@@ -63,9 +64,12 @@ def sync_loop(syncer: Syncer, loop: Any, report: SyncReport) -> str | None:
             syncer.client.log_text(run_id, json.dumps(redact_obj(plan, secrets), indent=2, default=str), "plan.json")
             report.artifacts += 1
         syncer._log(run_id, params=params, tags=tags, secrets=secrets)
+        reopen = bool(loop["finished"]) and str(loop["state"]).lower() not in LOOP_FINAL
+        if reopen:  # an ended loop resumed (--resume): its run is live again, and ends again with it
+            syncer.client.update_run(run_id, status="RUNNING")
         with syncer.ledger.tx() as c:
-            c.execute("UPDATE tracking_runs SET synced_version=?, error=NULL WHERE entity=?",
-                      (loop["updated_at"], entity))
+            c.execute("UPDATE tracking_runs SET synced_version=?, error=NULL, finished=finished AND ? WHERE entity=?",
+                      (loop["updated_at"], not reopen, entity))
         return run_id
     except Exception as err:
         syncer._blocked(entity, err)
@@ -88,7 +92,7 @@ def loop_run(syncer: Syncer, loop_id: int, report: SyncReport | None = None) -> 
     row = syncer.ledger.one("SELECT run_id FROM tracking_runs WHERE entity=? AND error IS NULL", (f"loop:{loop_id}",))
     if row is not None and row["run_id"]:
         return str(row["run_id"])
-    loop = syncer.ledger.one("SELECT l.*, -1 AS synced_version FROM loops l WHERE l.id=?", (loop_id,))
+    loop = syncer.ledger.one("SELECT l.*, -1 AS synced_version, 0 AS finished FROM loops l WHERE l.id=?", (loop_id,))
     return sync_loop(syncer, loop, report or SyncReport()) if loop is not None else None
 
 

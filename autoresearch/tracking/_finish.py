@@ -1,4 +1,10 @@
-"""Logs of ended attempts, and the end of runs once their jobs (or loops) are final."""
+"""Logs of ended attempts, and the end of runs once their jobs (or loops) are final.
+
+A trial that will never run (skipped when its loop ended, refused at submit) has a run
+(created ahead of its launch) but no job: its run ends ``KILLED`` (``FAILED`` for a refused
+submit) with the tags ``autoresearch.trial_state`` and ``autoresearch.skipped`` (why), so
+that the loop's parent run, which waits for its trials' runs, ends with the loop too.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ if TYPE_CHECKING:
 
 LOG_HEAD, LOG_TAIL = 256 << 10, 768 << 10  # attempt logs are capped at 1 MiB: head + tail
 FINAL = {"succeeded": "FINISHED", "failed": "FAILED", "cancelled": "KILLED"}
+NEVER_RAN = {"failed": "FAILED"}  # a trial ended without a job: refused at submit; else skipped (KILLED)
 LOOP_FINAL = {"done": "FINISHED", "finished": "FINISHED", "completed": "FINISHED", "succeeded": "FINISHED",
               "failed": "FAILED", "stopped": "KILLED", "cancelled": "KILLED", "killed": "KILLED"}
 
@@ -40,6 +47,7 @@ def finish(syncer: Syncer, report: SyncReport) -> None:
                 report.finished += 1
         except Exception as err:
             syncer._blocked(row["entity"], err)
+    _end_never_ran(syncer, report)
     for loop in syncer.ledger.query(
             "SELECT l.id, l.state, l.updated_at, r.entity, r.run_id FROM loops l JOIN tracking_runs r "
             "ON r.entity='loop:' || l.id WHERE r.run_id IS NOT NULL AND r.finished=0 AND r.error IS NULL"):
@@ -53,6 +61,27 @@ def finish(syncer: Syncer, report: SyncReport) -> None:
         with syncer.ledger.tx() as c:
             c.execute("UPDATE tracking_runs SET finished=1 WHERE entity=?", (loop["entity"],))
         report.finished += 1
+
+
+def _end_never_ran(syncer: Syncer, report: SyncReport) -> None:
+    """End the runs of trials that ended without ever having a job (none will come)."""
+    rows = syncer.ledger.query(
+        "SELECT r.entity, r.run_id, t.state, t.failure, COALESCE(t.ended_at, t.updated_at) AS ended_at "
+        "FROM tracking_runs r JOIN trials t ON r.entity='trial:' || t.id "
+        "WHERE r.run_id IS NOT NULL AND r.finished=0 AND t.job_id IS NULL "
+        "AND t.state NOT IN ('proposed','queued','running') AND NOT EXISTS (SELECT 1 FROM jobs j WHERE "
+        "json_extract(j.spec, '$.tags.\"autoresearch.trial_id\"')=CAST(t.id AS TEXT))")
+    for row in rows:
+        try:
+            syncer._log(row["run_id"], tags={"autoresearch.trial_state": row["state"],
+                                             "autoresearch.skipped": row["failure"] or "not launched"})
+            syncer.client.set_terminated(row["run_id"], NEVER_RAN.get(row["state"], "KILLED"),
+                                         int((row["ended_at"] or time.time()) * 1000))
+            with syncer.ledger.tx() as c:
+                c.execute("UPDATE tracking_runs SET finished=1 WHERE entity=?", (row["entity"],))
+            report.finished += 1
+        except Exception as err:
+            syncer._blocked(row["entity"], err)
 
 
 def _upload_logs(syncer: Syncer, row: Any, report: SyncReport) -> None:

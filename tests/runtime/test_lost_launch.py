@@ -1,0 +1,37 @@
+"""A process killed between recording an attempt and starting it (kill -9 of a loop controller
+or a CLI mid-submit) leaves an attempt without a run dir: the next pass ends it as lost and
+retries the job, instead of failing on the missing directory in every pass."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import wait_state
+
+KILLED_MID_LAUNCH = textwrap.dedent("""\
+    import os, sys
+    from autoresearch.api import Api
+    from autoresearch.backends._local import LocalBackend
+
+    LocalBackend.start = lambda self, request: os._exit(9)  # dies after the attempt row, before the run dir
+    Api().submit({"command": ["true"], "workdir": sys.argv[1]})
+""")
+
+
+def test_an_attempt_whose_launcher_died_before_its_run_dir_is_retried(api: Any, home: Path, tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", KILLED_MID_LAUNCH, str(tmp_path)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 9, done.stderr
+    attempt = api.ledger.one("SELECT * FROM attempts")
+    assert attempt["state"] == "starting" and not Path(attempt["external_id"]).exists()
+
+    api.runtime.tick()  # (today: FileNotFoundError here, in every pass after)
+
+    view = wait_state(api, 1, "succeeded")
+    assert view.attempts == 2
+    ended = api.ledger.one("SELECT state, end_reason FROM attempts WHERE n=1")
+    assert ended["state"] == "ended" and ended["end_reason"] == "infra"
