@@ -118,3 +118,51 @@ def test_a_giant_line_is_consumed_and_dropped_whole() -> None:
     assert lines == ['{"metrics": {"b": 2}}'] and used == 47 and drops.count == 1
     # Without a full read, a partial last line waits for more bytes.
     assert M.complete_lines(b'{"metr', counters, "r", drops) == ([], 0)
+
+
+hypothesis = pytest.importorskip("hypothesis")
+st = hypothesis.strategies
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+                     max_leaves=12)
+
+
+def _storable(points: list[M.Point]) -> None:
+    """What the parsers return always fits the ledger's metrics table (no OverflowError, no encoding error)."""
+    import sqlite3
+
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE metrics (name TEXT NOT NULL, step INTEGER NOT NULL, value REAL, ts REAL NOT NULL)")
+    db.executemany("INSERT INTO metrics VALUES (?,?,?,?)", [(p.name, p.step, p.value, p.ts) for p in points])
+    for p in points:
+        assert 0 <= p.step <= MAX_STEP and math.isfinite(p.ts)
+        assert p.value is None or math.isfinite(p.value)
+
+
+@hypothesis.given(st.binary(max_size=2000), st.booleans())
+@hypothesis.settings(max_examples=300, deadline=None)
+def test_any_bytes_parse_without_raising(chunk: bytes, full: bool) -> None:
+    counters: dict[str, int] = {}
+    drops = M.Drops()
+    lines, used = M.complete_lines(chunk, counters, "r", drops, full=full)
+    assert 0 <= used <= len(chunk)
+    _storable(M.parse_report_lines(lines, counters, NOW, drops) + M.parse_log_lines(lines, counters, NOW, drops))
+
+
+@hypothesis.given(_json, _json, _json)
+@hypothesis.settings(max_examples=300, deadline=None)
+def test_any_json_record_parses_without_raising(metrics: object, step: object, ts: object) -> None:
+    for record in ({"metrics": metrics, "step": step, "ts": ts}, {"metrics": metrics}, metrics):
+        drops = M.Drops()
+        points = M.parse_report_lines([json.dumps(record)], {}, NOW, drops)
+        _storable(points)
+        if isinstance(metrics, dict) and metrics and record is not metrics:
+            assert len(points) + drops.count == len(metrics)  # each metric is stored or counted as dropped
+        elif not isinstance(record, dict) or not isinstance(record.get("metrics"), dict):
+            assert (points, drops.count) == ([], 1)  # a line that is not a report record is one drop
+
+
+@hypothesis.given(st.text(alphabet="stepoclsr_=: .-+eE0123456789naif\t", max_size=80))
+@hypothesis.settings(max_examples=300, deadline=None)
+def test_any_log_line_parses_without_raising(line: str) -> None:
+    _storable(M.parse_log_lines([line], {}, NOW, M.Drops()))
