@@ -12,7 +12,9 @@ A trial that prints a million bad lines adds one row (see :func:`autoresearch.gu
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import stat
 import time
 from typing import Any
 
@@ -23,11 +25,17 @@ from autoresearch.guard import note
 from autoresearch.ledger import Ledger
 
 LOG_CHUNK = 4 << 20
+MAX_CHUNKS = 16  # per call: 64 MiB of each source
+_UNREADABLE = "!unreadable:r"  # counters key: the metrics file's trouble was reported
 
 
 def ingest_attempt(ledger: Ledger, backend: Backend, att: Any, final: bool = False) -> None:
-    """Move new metric points of one attempt into the ledger; safe to call from anywhere."""
-    while True:
+    """Move new metric points of one attempt into the ledger; safe to call from anywhere.
+
+    Reads at most ``MAX_CHUNKS`` chunks per call, so one pass is never held for long by an
+    enormous (or endless) output: a running attempt's next pass reads on from there.
+    """
+    for _ in range(MAX_CHUNKS):
         try:
             more = _ingest_chunk(ledger, backend, att, final)
         except LedgerError:
@@ -40,29 +48,41 @@ def ingest_attempt(ledger: Ledger, backend: Backend, att: Any, final: bool = Fal
         if fresh is None:
             return
         att = fresh
+    if final:
+        with ledger.tx() as c:
+            note(c, "metrics_dropped", att["job_id"], att["n"],
+                 f"output past the first {MAX_CHUNKS * LOG_CHUNK >> 20} MiB read at its end was not read")
 
 
-def _read(ledger: Ledger, backend: Backend, att: Any) -> tuple[bytes, bytes]:
-    try:
-        with open(att["metrics_path"], "rb") as f:
-            f.seek(att["metrics_offset"])
-            m_chunk = f.read(LOG_CHUNK)
-    except (FileNotFoundError, IsADirectoryError, PermissionError):
-        m_chunk = b""
+def _read(ledger: Ledger, backend: Backend, att: Any) -> tuple[bytes, bytes, str]:
+    """The next chunk of the metrics file and of the log, and why the metrics file cannot be read."""
     l_chunk = backend.read_log(att["external_id"], att["log_offset"], LOG_CHUNK) if att["external_id"] else b""
-    return m_chunk, l_chunk
+    try:  # the trial owns this path: no blocking on a FIFO, no following a link elsewhere
+        fd = os.open(att["metrics_path"], os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return b"", l_chunk, ""
+    except OSError as err:
+        return b"", l_chunk, f"its metrics file cannot be opened ({err.strerror}; a link?)"
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b"", l_chunk, "its metrics file is not a regular file"
+        f.seek(att["metrics_offset"])
+        return f.read(LOG_CHUNK), l_chunk, ""
 
 
 def _ingest_chunk(ledger: Ledger, backend: Backend, att: Any, final: bool) -> bool:
     """One chunk of each source; True when there is more to read right away."""
     m_off, l_off = att["metrics_offset"], att["log_offset"]
-    m_chunk, l_chunk = _read(ledger, backend, att)
+    m_chunk, l_chunk, problem = _read(ledger, backend, att)
     counters: dict[str, int] = json.loads(att["log_steps"] or "{}")
     drops = M.Drops()
+    if problem and not counters.get(_UNREADABLE):
+        counters[_UNREADABLE] = 1  # said once per attempt, not once per pass
+        drops.add(problem)
     m_full, l_full = len(m_chunk) >= LOG_CHUNK, len(l_chunk) >= LOG_CHUNK
     m_lines, m_used = _lines(m_chunk, counters, "r", drops, m_full, final)
     l_lines, l_used = _lines(l_chunk, counters, "l", None, l_full, final)
-    if not m_used and not l_used:
+    if not m_used and not l_used and not drops.count:
         return False
     now = time.time()
     rows = [(att["job_id"], att["n"], p.name, p.step, p.value, p.ts, "report")
@@ -94,7 +114,7 @@ def _skip_chunk(ledger: Ledger, backend: Backend, att: Any, reason: str) -> bool
     """Record that a chunk could not be read and move past it, so the next read does not fail again."""
     m_off, l_off = att["metrics_offset"], att["log_offset"]
     try:
-        m_chunk, l_chunk = _read(ledger, backend, att)
+        m_chunk, l_chunk, _ = _read(ledger, backend, att)
     except Exception as err:  # the backend cannot read its log now: nothing to move past
         reason, m_chunk, l_chunk = f"{reason}; then {type(err).__name__}: {err}", b"", b""
     with ledger.tx() as c:

@@ -199,3 +199,20 @@ def test_ingestion_is_not_blocked_by_a_line_without_newline(api: Any) -> None:
     job = submit(api, [PY, "-c", "import sys; sys.stdout.write('x' * (5 << 20)); print(); print('loss=0.5')"])
     wait_state(api, job, "succeeded")
     wait_for(lambda: [(m.name, m.last) for m in api.metrics(job)] == [("loss", 0.5)])
+
+
+@pytest.mark.parametrize(("trick", "reason"), [
+    ("mkfifo \"$F\"", "not a regular file"),  # reading it would block every pass forever
+    ("ln -s /dev/zero \"$F\"", "cannot be opened"),  # an endless file, through a link
+])
+def test_a_metrics_file_that_is_not_a_file_is_not_read(api: Any, trick: str, reason: str) -> None:
+    job = submit(api, ["/bin/sh", "-c", f'F="$AUTORESEARCH_METRICS_FILE"; rm -f "$F"; {trick}; echo loss=1'])
+
+    def ended() -> dict[str, Any] | None:  # through the CLI, with a timeout: a hung pass fails, not hangs
+        shown = dict(json.loads(cli("status", str(job), "--json").stdout))
+        return shown if shown["state"] == "succeeded" else None
+
+    shown = wait_for(ended, timeout=30, interval=0.3)
+    assert len(shown["warnings"]) == 1 and reason in shown["warnings"][0], shown["warnings"]
+    assert [(m.name, m.last) for m in api.metrics(job)] == [("loss", 1.0)]
+    assert_home_still_works(api, job)
