@@ -17,8 +17,9 @@ from typing import Any
 from autoresearch import isolation
 from autoresearch import metrics as M
 from autoresearch.errors import CapacityError, NotFoundError, SpecError
+from autoresearch.guard import warnings_of
 from autoresearch.redact import MARK, context, is_secret, job_secrets, mask, redact, redact_command
-from autoresearch.runtime import ACTIVE, FINAL, Runtime
+from autoresearch.runtime import ACTIVE, FINAL, Runtime, checkpoint_dir, checkpoint_problem
 from autoresearch.views import AttemptView, ClusterView, JobPage, JobView, LogPage, MetricView, NodeView
 
 LIST_HINT = "list jobs with `autoresearch list` (MCP: list_jobs)"
@@ -40,6 +41,11 @@ class Api:
         job = spec if isinstance(spec, JobSpec) else make_spec(dict(spec))
         self._check_capacity(job.gpus, job.nodes)
         policy = isolation.job_policy(self.ledger, project, self.runtime.backend)  # fails closed
+        checkpoint = checkpoint_dir(self.ledger.home, 0, job.model_dump())
+        problem = checkpoint_problem(checkpoint) if checkpoint else None
+        if problem:
+            raise SpecError(f"checkpoint directory {checkpoint} cannot be created: {problem}",
+                            hint="pass --checkpoint a writable directory, or --checkpoint alone for a per-job one")
         now = time.time()
         with self.ledger.tx() as c:
             cur = c.execute(
@@ -299,6 +305,7 @@ class Api:
                 a["n"], a["state"], a["node"], json.loads(a["gpu_ids"]), a["started_at"], a["ended_at"],
                 a["exit_code"], a["signal"], a["end_reason"], a["detail"] and redact(a["detail"], secrets),
                 a["peak_rss_mb"]))
+        view.warnings = warnings_of(self.ledger, job["id"])
         if job["state"] == "failed" and view.attempt_list:
             last = view.attempt_list[-1]
             view.failure_class = "infra" if last.end_reason == "infra" else "user"

@@ -357,7 +357,7 @@ def _render_job(v: JobView) -> None:
             notes.append(f"attempt {a.n}: {a.detail}")
     if v.attempt_list:
         console.print(table)
-    for note in notes:
+    for note in notes + [f"warning: {w}" for w in v.warnings]:
         console.print(note, markup=False, highlight=False)
     if v.log_excerpt:
         console.print(f"[red]failed ({v.failure_class} error); last lines of the log:[/]")

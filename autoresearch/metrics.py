@@ -10,6 +10,12 @@ same transaction as the inserted points, so reading twice never duplicates a poi
   same line gives the step; otherwise each name counts its own steps.
 
 When a name comes from both sources, ``report()`` wins (see :func:`best_source`).
+
+Whatever a trial writes is untrusted (DESIGN.md invariant 8): the parsers never raise.
+A point they cannot store (a step that is not a whole number in ``0..MAX_STEP``, a
+value that is not a number, a name that is empty, too long or not text, a line that is
+not a JSON object) is dropped and counted in :class:`Drops`, which the runtime turns
+into one warning per attempt. Non-finite values (NaN, inf, 1e400) are kept as gaps.
 """
 
 from __future__ import annotations
@@ -19,10 +25,16 @@ import math
 import re
 from dataclasses import dataclass
 
+from autoresearch.report import MAX_STEP
+
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)"
 _PAIR = re.compile(rf"([A-Za-z_][\w./-]{{0,80}})\s*(?::|=)\s*({_NUMBER})(?![\w.:/-])", re.IGNORECASE)
 _LINE = re.compile(rf"^\s*(?:[A-Za-z_][\w./-]{{0,80}}\s*(?::|=)\s*(?:{_NUMBER})[\s,|;]*)+$", re.IGNORECASE)
 STEP_KEYS = ("step", "epoch", "iter", "iteration")
+MAX_NAME = 250  # MLflow's limit on a metric name
+MAX_NAMES = 1000  # distinct metric names per attempt and source; more is a runaway loop, not a metric
+MAX_LINE = 1 << 20  # a metrics-file line longer than this is dropped unread
+_SKIP = "!skip"  # counters key: the next bytes are the rest of an over-long line (see complete_lines)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,53 +45,187 @@ class Point:
     ts: float
 
 
+class Drops:
+    """What a read dropped: how many points or lines, and the first reason (a sample)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.reason = ""
+
+    def add(self, reason: str, count: int = 1) -> None:
+        if not self.reason:
+            self.reason = reason
+        self.count += count
+
+
+def _short(raw: object, limit: int = 60) -> str:
+    text = repr(raw)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def as_step(raw: object) -> int:
+    """A step as the ledger stores it, or ValueError saying why not (never OverflowError)."""
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+        raise ValueError(f"step {_short(raw)} is not a number")
+    try:
+        number = raw if isinstance(raw, int) else float(raw)
+    except ValueError:
+        raise ValueError(f"step {_short(raw)} is not a number") from None
+    if isinstance(number, float) and not math.isfinite(number):
+        raise ValueError(f"step {_short(raw)} is not a finite number")
+    if not 0 <= number <= MAX_STEP:
+        raise ValueError(f"step {_short(raw)} is outside 0..{MAX_STEP}")
+    return int(number)
+
+
+def _value(raw: object) -> float | None:
+    """A metric value: a finite float, or None for NaN/inf (a gap); ValueError if not a number."""
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise ValueError(f"value {_short(raw)} is not a number")
+    try:
+        value = float(raw)
+    except OverflowError:  # an int past 1e308
+        return None
+    return value if math.isfinite(value) else None
+
+
 def _number(text: str) -> float | None:
     value = float(text)
     return value if math.isfinite(value) else None
 
 
-def complete_lines(chunk: bytes) -> tuple[list[str], int]:
-    """Whole lines in ``chunk`` and how many bytes they span (a partial tail waits)."""
+def _name_problem(name: str, counters: dict[str, int], key: str) -> str | None:
+    if not name or len(name) > MAX_NAME:
+        return f"metric name {_short(name)} is empty or longer than {MAX_NAME} characters"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"metric name {_short(name)} is not valid text"
+    if key not in counters and sum(1 for k in counters if k[:2] == key[:2]) >= MAX_NAMES:
+        return f"more than {MAX_NAMES} metric names in one attempt"
+    return None
+
+
+def complete_lines(chunk: bytes, counters: dict[str, int] | None = None, source: str = "",
+                   drops: Drops | None = None, full: bool = False) -> tuple[list[str], int]:
+    """Whole lines in ``chunk`` and how many bytes they span (a partial tail waits).
+
+    With ``counters`` (the attempt's persisted state): a ``full`` chunk (as many bytes
+    as were asked for) without a newline is one over-long line, consumed and dropped
+    whole, and so is the rest of it in the next chunk, so a giant line neither blocks
+    the reader nor turns into metrics halfway through.
+    """
+    skip_key = f"{_SKIP}:{source}"
+    used = 0
+    if counters is not None and counters.get(skip_key):
+        end = chunk.find(b"\n")
+        if end < 0:
+            if full:
+                return [], len(chunk)
+            return [], 0
+        counters.pop(skip_key)
+        used = end + 1
+        chunk = chunk[used:]
     end = chunk.rfind(b"\n")
     if end < 0:
-        return [], 0
-    return chunk[: end + 1].decode("utf-8", "replace").splitlines(), end + 1
+        if full and counters is not None and chunk:
+            counters[skip_key] = 1
+            if drops is not None:
+                drops.add(f"a line longer than {len(chunk)} bytes")
+            return [], used + len(chunk)
+        return [], used
+    lines = chunk[: end + 1].decode("utf-8", "replace").splitlines()
+    return lines, used + end + 1
 
 
-def parse_report_lines(lines: list[str], counters: dict[str, int], now: float) -> list[Point]:
+def _ts(raw: object, now: float) -> float:
+    """A point's time: the record's own if it is a plausible Unix time, else now."""
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        try:
+            ts = float(raw)
+        except OverflowError:
+            return now
+        if 0 < ts < 1e11:  # MLflow keeps milliseconds in an int64; year 5138 is plenty
+            return ts
+    return now
+
+
+def parse_report_lines(lines: list[str], counters: dict[str, int], now: float,
+                       drops: Drops | None = None) -> list[Point]:
+    """Points of ``report()`` JSON lines; anything else is dropped into ``drops``."""
+    drops = drops if drops is not None else Drops()
     points: list[Point] = []
     for line in lines:
+        if not line.strip():
+            continue
+        if len(line) > MAX_LINE:
+            drops.add(f"a line longer than {MAX_LINE} characters")
+            continue
         try:
             record = json.loads(line)
-            values = record["metrics"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, RecursionError):
+            drops.add(f"not a JSON line: {_short(line)}")
             continue
-        ts = float(record.get("ts") or now)
-        for name, value in values.items():
-            step = record.get("step")
-            if step is None:
-                step = counters.get("r:" + name, 0)
-            counters["r:" + name] = int(step) + 1
-            points.append(Point(str(name), int(step), value if value is None else float(value), ts))
+        values = record.get("metrics") if isinstance(record, dict) else None
+        if not isinstance(values, dict):
+            drops.add(f"not a {{\"metrics\": {{name: number}}}} object: {_short(line)}")
+            continue
+        step: int | None = None
+        if record.get("step") is not None:
+            try:
+                step = as_step(record["step"])
+            except ValueError as err:
+                drops.add(str(err), max(len(values), 1))
+                continue
+        ts = _ts(record.get("ts"), now)
+        for name, raw in values.items():
+            key = "r:" + name
+            problem = _name_problem(name, counters, key)
+            if problem is None:
+                try:
+                    value = _value(raw)
+                except ValueError as err:
+                    problem = f"metric {_short(name, 40)}: {err}"
+            if problem is not None:
+                drops.add(problem)
+                continue
+            point_step = step if step is not None else min(counters.get(key, 0), MAX_STEP)
+            counters[key] = min(point_step + 1, MAX_STEP)
+            points.append(Point(name, point_step, value, ts))
     return points
 
 
-def parse_log_lines(lines: list[str], counters: dict[str, int], now: float) -> list[Point]:
+def parse_log_lines(lines: list[str], counters: dict[str, int], now: float,
+                    drops: Drops | None = None) -> list[Point]:
+    """Points of log lines made only of ``name: value`` pairs; other lines are plain output."""
+    drops = drops if drops is not None else Drops()
     points: list[Point] = []
     for line in lines:
         if len(line) > 2000 or not _LINE.match(line):
             continue
         pairs = [(name, _number(value)) for name, value in _PAIR.findall(line)]
-        step_value = next((v for n, v in pairs if n.lower() in STEP_KEYS and v is not None), None)
-        for name, value in pairs:
-            if step_value is not None and name.lower() in STEP_KEYS:
+        step_pair = next(((n, v) for n, v in pairs if n.lower() in STEP_KEYS and v is not None), None)
+        step: int | None = None
+        if step_pair is not None:
+            try:
+                step = as_step(step_pair[1])
+            except ValueError:
+                drops.add(f"{step_pair[0]} {step_pair[1]:g} is outside 0..{MAX_STEP} in log line {_short(line)}",
+                          max(len(pairs) - 1, 1))
                 continue
-            if step_value is not None:
-                step = int(step_value)
-            else:
-                step = counters.get("l:" + name, 0)
-            counters["l:" + name] = step + 1
-            points.append(Point(name, step, value, now))
+        for name, value in pairs:
+            if step is not None and name.lower() in STEP_KEYS:
+                continue
+            key = "l:" + name
+            problem = _name_problem(name, counters, key)
+            if problem is not None:
+                drops.add(problem)
+                continue
+            point_step = step if step is not None else min(counters.get(key, 0), MAX_STEP)
+            counters[key] = min(point_step + 1, MAX_STEP)
+            points.append(Point(name, point_step, value, now))
     return points
 
 

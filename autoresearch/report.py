@@ -4,6 +4,10 @@ Stdlib only and cheap to import (it is loaded inside every trial). Each call
 appends one JSON line to ``$AUTORESEARCH_METRICS_FILE``, which the runtime reads
 incrementally. Outside autoresearch (no such variable) it prints ``name: value``
 lines instead, which the runtime also understands, so a script runs either way.
+
+A bad argument never crashes the trial: a value that is not a number, or a step
+that is not a whole number in ``0..MAX_STEP``, is left out with a warning on
+stderr (the first few only); NaN and infinities are recorded as gaps.
 """
 
 from __future__ import annotations
@@ -11,33 +15,76 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 
 __all__ = ["report"]
 
+MAX_STEP = 2**53  # steps are exact in a float64 and fit SQLite's and MLflow's int64
+_MAX_WARNINGS = 5
+
 _file = None
 _path = None
+_warned = 0
+
+
+def _warn(message: str) -> None:
+    global _warned
+    _warned += 1
+    if _warned <= _MAX_WARNINGS:
+        more = "" if _warned < _MAX_WARNINGS else " (further warnings are not shown)"
+        print(f"autoresearch.report: {message}{more}", file=sys.stderr, flush=True)
+
+
+def _step(step: object) -> int | None:
+    if isinstance(step, bool):
+        return None
+    try:
+        number = step if isinstance(step, int) else float(step)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    if isinstance(number, float) and not math.isfinite(number):
+        return None
+    return int(number) if 0 <= number <= MAX_STEP else None
 
 
 def report(step: int | None = None, **metrics: float) -> None:
     """Record metrics for ``step`` (a counter per metric name when omitted)."""
     global _file, _path
+    record_step = None
+    if step is not None:
+        record_step = _step(step)
+        if record_step is None:
+            _warn(f"step={step!r} is not a whole number in 0..{MAX_STEP}; these metrics were not recorded")
+            return
     clean: dict[str, float | None] = {}
     for name, raw in metrics.items():
         try:
             value = float(raw)
+        except OverflowError:  # an int past 1e308: as good as infinite
+            value = math.inf
         except (TypeError, ValueError):
-            raise TypeError(f"metric {name!r} must be a number, got {raw!r}") from None
+            _warn(f"metric {name!r} must be a number, got {raw!r}; not recorded")
+            continue
         clean[name] = value if math.isfinite(value) else None
+    if not clean:
+        return
     path = os.environ.get("AUTORESEARCH_METRICS_FILE")
+    if path and (_file is None or _path != path):
+        try:
+            _file = open(path, "a", buffering=1)  # line-buffered: every report is visible at once
+            _path = path
+        except OSError as err:
+            _warn(f"cannot open {path} ({err.strerror}); printing metrics instead")
+            path = None
     if not path:
         for name, shown in clean.items():
             print(f"{name}: {shown}", flush=True)
         return
-    if _file is None or _path != path:
-        _file = open(path, "a", buffering=1)  # line-buffered: every report is visible at once
-        _path = path
-    record = {"ts": time.time(), "metrics": clean}
-    if step is not None:
-        record["step"] = int(step)
-    _file.write(json.dumps(record) + "\n")
+    record: dict[str, object] = {"ts": time.time(), "metrics": clean}
+    if record_step is not None:
+        record["step"] = record_step
+    try:
+        _file.write(json.dumps(record) + "\n")  # type: ignore[union-attr]
+    except (OSError, ValueError) as err:  # a full disk, or a closed file, must not end the run
+        _warn(f"cannot write to {path} ({err}); these metrics were not recorded")

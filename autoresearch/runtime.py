@@ -23,22 +23,28 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch import isolation
-from autoresearch import metrics as M
 from autoresearch import scheduler as S
 from autoresearch.backends import AttemptStatus, Backend, LaunchRequest, get_backend
-from autoresearch.errors import AutoresearchError
+from autoresearch.errors import AutoresearchError, LedgerError, SpecError
+from autoresearch.guard import surviving
+from autoresearch.ingest import ingest_attempt
 from autoresearch.ledger import Ledger
 from autoresearch.watcher import WAKE_FIFO, Watcher
 
 ACTIVE = ("starting", "running")
 FINAL = ("succeeded", "failed", "cancelled")
-LOG_CHUNK = 4 << 20
 # Per-attempt variables never inherited from the launching process (a trial that submits
 # a job of its own must not hand it its own ids, checkpoint dir, GPUs or MLflow run).
 _INTERNAL_ENV = ("AUTORESEARCH_JOB_ID", "AUTORESEARCH_ATTEMPT", "AUTORESEARCH_METRICS_FILE",
                  "AUTORESEARCH_CHECKPOINT_DIR", "AUTORESEARCH_NODE", "CUDA_VISIBLE_DEVICES",
                  "AUTORESEARCH_TRIAL_ID", "AUTORESEARCH_LOOP", "AUTORESEARCH_SEED", "AUTORESEARCH_PARAMS",
                  "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID")
+
+# Signals a program raises on itself when it crashes (they dump core): its own fault, not
+# the node's. SIGKILL (the OOM killer, a node going away) and SIGTERM/SIGINT/SIGHUP
+# (someone else) stay infrastructure.
+CRASH_SIGNALS = frozenset({_signal.SIGSEGV, _signal.SIGABRT, _signal.SIGBUS, _signal.SIGFPE, _signal.SIGILL,
+                           _signal.SIGTRAP, _signal.SIGSYS})
 
 
 class Runtime:
@@ -66,19 +72,26 @@ class Runtime:
             "JOIN jobs j ON j.id = a.job_id WHERE a.state IN ('starting','running')"
         )
         for att in rows:
-            status = self.backend.poll(att["external_id"])
-            if status.ended:
-                if status.state == "lost":
+            with surviving(self.ledger, self.backend, "reconcile", att["job_id"], att["n"]):
+                self._reconcile_attempt(att)
+
+    def _reconcile_attempt(self, att: Any) -> None:
+        status = self.backend.poll(att["external_id"])
+        if status.ended:
+            if status.state == "lost":
+                try:
                     self.backend.stop(att["external_id"], 0)  # end orphans nobody supervises
-                self.finalize(att, status)
-            elif status.state == "running" and att["state"] == "starting":
-                with self.ledger.tx() as c:
-                    now = time.time()
-                    started = status.started_at or now
-                    c.execute("UPDATE attempts SET state='running', started_at=? WHERE job_id=? AND n=? "
-                              "AND state='starting'", (started, att["job_id"], att["n"]))
-                    c.execute("UPDATE jobs SET state='running', started_at=COALESCE(started_at, ?), updated_at=? "
-                              "WHERE id=? AND state='starting'", (started, now, att["job_id"]))
+                except OSError:
+                    pass  # its run dir was never made (a launch that failed early): nothing to stop
+            self.finalize(att, status)
+        elif status.state == "running" and att["state"] == "starting":
+            with self.ledger.tx() as c:
+                now = time.time()
+                started = status.started_at or now
+                c.execute("UPDATE attempts SET state='running', started_at=? WHERE job_id=? AND n=? "
+                          "AND state='starting'", (started, att["job_id"], att["n"]))
+                c.execute("UPDATE jobs SET state='running', started_at=COALESCE(started_at, ?), updated_at=? "
+                          "WHERE id=? AND state='starting'", (started, now, att["job_id"]))
 
     def refresh_nodes(self) -> None:
         now = time.time()
@@ -140,9 +153,11 @@ class Runtime:
         else:
             decisions = S.schedule(pending, nodes, running)
         for pre in decisions.preemptions:
-            self.request_stop(pre.job_id, pre.attempt, "preempted", for_job=pre.for_job)
+            with surviving(self.ledger, self.backend, "preempt", pre.job_id, pre.attempt):
+                self.request_stop(pre.job_id, pre.attempt, "preempted", for_job=pre.for_job)
         for placement in decisions.placements:
-            self.launch(placement)
+            with surviving(self.ledger, self.backend, "launch", placement.job_id):
+                self.launch(placement)
         return decisions
 
     # -- actions ------------------------------------------------------------------------
@@ -166,26 +181,30 @@ class Runtime:
             )
             c.execute("UPDATE jobs SET state='starting', attempts=?, updated_at=? WHERE id=?", (n, time.time(), job_id))
             Ledger.event(c, "launch", job_id, n, node=node, gpus=list(gpu_ids))
-        spec: dict[str, Any] = json.loads(job["spec"])
-        policy = isolation.load(job["isolation"])  # recorded at submit: never the launching process's say
-        env = self._attempt_env(job_id, n, spec, node, gpu_ids, metrics_path, policy)
-        job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        request = LaunchRequest(
-            key=f"{job_id}.{n}", argv=_argv(spec), env=env, workdir=spec["workdir"], log_path=log_path,
-            run_dir=run_dir, node=node, gpu_ids=tuple(gpu_ids), nodes=int(spec.get("nodes", 1)),
-            timeout=spec.get("timeout"), grace=float(spec.get("grace", 10.0)),
-            on_exit=[sys.executable, "-m", "autoresearch.runtime", "--home", str(self.ledger.home),
-                     "--backend", self.backend.name],
-            wake_fifo=str(self.ledger.home / WAKE_FIFO),
-        )
-        try:
+        try:  # from here on, whatever fails ends this attempt (retried as infra), not the pass
+            spec: dict[str, Any] = json.loads(job["spec"])
+            policy = isolation.load(job["isolation"])  # recorded at submit: never the launching process's say
+            _prepare_checkpoint(self.ledger.home, job_id, spec)
+            env = self._attempt_env(job_id, n, spec, node, gpu_ids, metrics_path, policy)
+            job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            request = LaunchRequest(
+                key=f"{job_id}.{n}", argv=_argv(spec), env=env, workdir=spec["workdir"], log_path=log_path,
+                run_dir=run_dir, node=node, gpu_ids=tuple(gpu_ids), nodes=int(spec.get("nodes", 1)),
+                timeout=spec.get("timeout"), grace=float(spec.get("grace", 10.0)),
+                on_exit=[sys.executable, "-m", "autoresearch.runtime", "--home", str(self.ledger.home),
+                         "--backend", self.backend.name],
+                wake_fifo=str(self.ledger.home / WAKE_FIFO),
+            )
             _prepare_mounts(spec)
             external_id = self.backend.start(isolation.apply(request, policy, self.ledger, job["project"], spec))
-        except (AutoresearchError, OSError) as err:
+        except LedgerError:
+            raise
+        except Exception as err:
             row = self.ledger.one("SELECT a.*, j.priority, j.spec, j.retries_used, j.cancel_requested FROM attempts a "
                                   "JOIN jobs j ON j.id=a.job_id WHERE a.job_id=? AND a.n=?", (job_id, n))
             assert row is not None
-            self.finalize(row, AttemptStatus("lost", ended_at=time.time(), detail=f"could not start: {err}"))
+            detail = err.render().replace("\n", "; ") if isinstance(err, AutoresearchError) else str(err) or type(err).__name__
+            self.finalize(row, AttemptStatus("lost", ended_at=time.time(), detail=f"could not start: {detail}"))
             return
         if external_id != run_dir:
             with self.ledger.tx() as c:
@@ -243,7 +262,7 @@ class Runtime:
             )
             retries = job["retries_used"]
             retryable = reason == "infra" or (
-                reason == "exit" and status.exit_code in (spec.get("retry_on_exit_codes") or []))
+                reason == "exit" and exit_status(status) in (spec.get("retry_on_exit_codes") or []))
             if reason == "exit" and status.exit_code == 0:
                 state = "succeeded"
             elif job["cancel_requested"] or reason == "cancelled":
@@ -278,44 +297,8 @@ class Runtime:
             self.ingest_attempt(att)
 
     def ingest_attempt(self, att: Any, final: bool = False) -> None:
-        """Move new metric points of one attempt into the ledger; safe to call from anywhere."""
-        m_off, l_off = att["metrics_offset"], att["log_offset"]
-        try:
-            with open(att["metrics_path"], "rb") as f:
-                f.seek(m_off)
-                m_chunk = f.read()
-        except FileNotFoundError:
-            m_chunk = b""
-        m_lines, m_used = M.complete_lines(m_chunk)
-        l_chunk = self.backend.read_log(att["external_id"], l_off, LOG_CHUNK) if att["external_id"] else b""
-        if final and l_chunk and not l_chunk.endswith(b"\n") and len(l_chunk) < LOG_CHUNK:
-            l_chunk += b"\n"  # the attempt is over: its unterminated last line is complete
-            l_lines, l_used = M.complete_lines(l_chunk)
-            l_used -= 1
-        else:
-            l_lines, l_used = M.complete_lines(l_chunk)
-        if not m_used and not l_used:
-            return
-        counters: dict[str, int] = json.loads(att["log_steps"] or "{}")
-        now = time.time()
-        rows = [(att["job_id"], att["n"], p.name, p.step, p.value, p.ts, "report")
-                for p in M.parse_report_lines(m_lines, counters, now)]
-        rows += [(att["job_id"], att["n"], p.name, p.step, p.value, p.ts, "log")
-                 for p in M.parse_log_lines(l_lines, counters, now)]
-        with self.ledger.tx() as c:
-            row = c.execute("SELECT metrics_offset, log_offset FROM attempts WHERE job_id=? AND n=?",
-                            (att["job_id"], att["n"])).fetchone()
-            if row is None or (row["metrics_offset"], row["log_offset"]) != (m_off, l_off):
-                return  # another process ingested this chunk
-            c.executemany("INSERT INTO metrics(job_id, attempt, name, step, value, ts, source) "
-                          "VALUES (?,?,?,?,?,?,?)", rows)
-            c.execute("UPDATE attempts SET metrics_offset=?, log_offset=?, log_steps=? WHERE job_id=? AND n=?",
-                      (m_off + m_used, l_off + l_used, json.dumps(counters), att["job_id"], att["n"]))
-        if len(l_chunk) >= LOG_CHUNK:  # a long log: keep reading
-            fresh = self.ledger.one("SELECT * FROM attempts WHERE job_id=? AND n=?", (att["job_id"], att["n"]))
-            if fresh is not None:
-                self.ingest_attempt(fresh, final)
-
+        """Move new metric points of one attempt into the ledger; never raises but for the ledger."""
+        ingest_attempt(self.ledger, self.backend, att, final)
 
 def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
     """End reason (exit, timeout, cancelled, preempted, infra) and a one-line detail."""
@@ -335,11 +318,20 @@ def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
             name = _signal.Signals(status.signal).name
         except ValueError:
             name = f"signal {status.signal}"
+        if status.signal in CRASH_SIGNALS:  # the program's own fault (a segfault, abort()): the user's error
+            return "exit", f"crashed with {name} (signal {status.signal})"
         hint = " (out of memory?)" if status.signal == _signal.SIGKILL else ""
         return "infra", f"killed by {name} that autoresearch did not send{hint}"
     if status.exit_code == 0:
         return "exit", "exited 0"
     return "exit", f"exited {status.exit_code}"
+
+
+def exit_status(status: AttemptStatus) -> int | None:
+    """The exit code, or 128+N for a program killed by signal N (as a shell reports it)."""
+    if status.exit_code is None and status.signal is not None:
+        return 128 + status.signal
+    return status.exit_code
 
 
 def checkpoint_dir(home: Path, job_id: int, spec: dict[str, Any]) -> str | None:
@@ -350,6 +342,31 @@ def checkpoint_dir(home: Path, job_id: int, spec: dict[str, Any]) -> str | None:
         return str(home / "jobs" / str(job_id) / "checkpoint")
     path = Path(str(checkpoint)).expanduser()
     return str(path if path.is_absolute() else Path(spec["workdir"]) / path)
+
+
+def checkpoint_problem(path: str) -> str | None:
+    """Why ``path`` can never be a checkpoint directory here (a file on the way, no write access), if so."""
+    probe = Path(path)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return None
+
+
+def _prepare_checkpoint(home: Path, job_id: int, spec: dict[str, Any]) -> None:
+    checkpoint = checkpoint_dir(home, job_id, spec)
+    if not checkpoint:
+        return
+    try:
+        Path(checkpoint).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        why = checkpoint_problem(checkpoint) or err.strerror or str(err)
+        raise SpecError(f"cannot create the checkpoint directory {checkpoint}: {why}",
+                        hint="pass --checkpoint a writable directory (or --checkpoint alone for a per-job one)"
+                        ) from None
 
 
 def _argv(spec: dict[str, Any]) -> list[str]:

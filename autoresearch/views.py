@@ -48,6 +48,7 @@ class JobView:
     failure_class: str | None = None  # "user" or "infra", when the job failed
     log_excerpt: str | None = None  # last lines of the failed attempt's log
     next_step: str | None = None  # what to call next (for agents)
+    warnings: list[str] = field(default_factory=list)  # what was dropped or failed while handling it
 
 
 @dataclass

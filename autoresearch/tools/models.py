@@ -48,6 +48,8 @@ class JobDetail(JobSummary):
     attempt_list: list[Attempt] = Field(default_factory=list)
     failure_class: str | None = Field(default=None, description="On failure: 'user' (the program) or 'infra' (node, signal).")
     log_excerpt: str | None = Field(default=None, description="On failure: the last lines of the failed attempt's log.")
+    warnings: list[str] = Field(default_factory=list, description="Metrics the job wrote that were dropped "
+                                "(bad step or value), or errors autoresearch hit while handling it.")
 
 
 class SubmitResult(BaseModel):

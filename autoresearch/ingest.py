@@ -1,0 +1,132 @@
+"""Moving what an attempt wrote (its metrics file and its log) into the ledger, totally.
+
+Whatever a trial writes, :func:`ingest_attempt` stores the points it can and drops the
+rest, and never raises into the pass that called it (DESIGN.md invariant 8): a point
+the parsers refuse, or a chunk they choke on, becomes one ``metrics_dropped`` warning
+per attempt (a count and the first reason), shown by ``status`` under ``warnings``.
+Only a ledger failure (locked, corrupt) propagates: it is nobody's job in particular.
+
+A trial that prints a million bad lines adds one row (see :func:`autoresearch.guard.note`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+import time
+from typing import Any
+
+from autoresearch import metrics as M
+from autoresearch.backends import Backend
+from autoresearch.errors import LedgerError
+from autoresearch.guard import note
+from autoresearch.ledger import Ledger
+
+LOG_CHUNK = 4 << 20
+MAX_CHUNKS = 16  # per call: 64 MiB of each source
+_UNREADABLE = "!unreadable:r"  # counters key: the metrics file's trouble was reported
+
+
+def ingest_attempt(ledger: Ledger, backend: Backend, att: Any, final: bool = False) -> None:
+    """Move new metric points of one attempt into the ledger; safe to call from anywhere.
+
+    Reads at most ``MAX_CHUNKS`` chunks per call, so one pass is never held for long by an
+    enormous (or endless) output: a running attempt's next pass reads on from there.
+    """
+    for _ in range(MAX_CHUNKS):
+        try:
+            more = _ingest_chunk(ledger, backend, att, final)
+        except LedgerError:
+            raise
+        except Exception as err:  # a parser bug must not stop the pass: skip what we could not read
+            more = _skip_chunk(ledger, backend, att, f"{type(err).__name__}: {err}")
+        if not more:
+            return
+        fresh = ledger.one("SELECT * FROM attempts WHERE job_id=? AND n=?", (att["job_id"], att["n"]))
+        if fresh is None:
+            return
+        att = fresh
+    if final:
+        with ledger.tx() as c:
+            note(c, "metrics_dropped", att["job_id"], att["n"],
+                 f"output past the first {MAX_CHUNKS * LOG_CHUNK >> 20} MiB read at its end was not read")
+
+
+def _read(ledger: Ledger, backend: Backend, att: Any) -> tuple[bytes, bytes, str]:
+    """The next chunk of the metrics file and of the log, and why the metrics file cannot be read."""
+    l_chunk = backend.read_log(att["external_id"], att["log_offset"], LOG_CHUNK) if att["external_id"] else b""
+    try:  # the trial owns this path: no blocking on a FIFO, no following a link elsewhere
+        fd = os.open(att["metrics_path"], os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return b"", l_chunk, ""
+    except OSError as err:
+        return b"", l_chunk, f"its metrics file cannot be opened ({err.strerror}; a link?)"
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b"", l_chunk, "its metrics file is not a regular file"
+        f.seek(att["metrics_offset"])
+        return f.read(LOG_CHUNK), l_chunk, ""
+
+
+def _ingest_chunk(ledger: Ledger, backend: Backend, att: Any, final: bool) -> bool:
+    """One chunk of each source; True when there is more to read right away."""
+    m_off, l_off = att["metrics_offset"], att["log_offset"]
+    m_chunk, l_chunk, problem = _read(ledger, backend, att)
+    counters: dict[str, int] = json.loads(att["log_steps"] or "{}")
+    drops = M.Drops()
+    if problem and not counters.get(_UNREADABLE):
+        counters[_UNREADABLE] = 1  # said once per attempt, not once per pass
+        drops.add(problem)
+    m_full, l_full = len(m_chunk) >= LOG_CHUNK, len(l_chunk) >= LOG_CHUNK
+    m_lines, m_used = _lines(m_chunk, counters, "r", drops, m_full, final)
+    l_lines, l_used = _lines(l_chunk, counters, "l", None, l_full, final)
+    if not m_used and not l_used and not drops.count:
+        return False
+    now = time.time()
+    rows = [(att["job_id"], att["n"], p.name, p.step, p.value, p.ts, "report")
+            for p in M.parse_report_lines(m_lines, counters, now, drops)]
+    rows += [(att["job_id"], att["n"], p.name, p.step, p.value, p.ts, "log")
+             for p in M.parse_log_lines(l_lines, counters, now, drops)]
+    with ledger.tx() as c:
+        if not _still_at(c, att, m_off, l_off):
+            return False  # another process ingested this chunk
+        c.executemany("INSERT INTO metrics(job_id, attempt, name, step, value, ts, source) "
+                      "VALUES (?,?,?,?,?,?,?)", rows)
+        c.execute("UPDATE attempts SET metrics_offset=?, log_offset=?, log_steps=? WHERE job_id=? AND n=?",
+                  (m_off + m_used, l_off + l_used, json.dumps(counters), att["job_id"], att["n"]))
+        if drops.count:
+            note(c, "metrics_dropped", att["job_id"], att["n"], drops.reason, drops.count)
+    return m_full or l_full
+
+
+def _lines(chunk: bytes, counters: dict[str, int], source: str, drops: M.Drops | None, full: bool,
+           final: bool) -> tuple[list[str], int]:
+    if final and chunk and not chunk.endswith(b"\n") and not full:
+        # The attempt is over: its unterminated last line is complete.
+        lines, used = M.complete_lines(chunk + b"\n", counters, source, drops)
+        return lines, min(used, len(chunk))
+    return M.complete_lines(chunk, counters, source, drops, full=full)
+
+
+def _skip_chunk(ledger: Ledger, backend: Backend, att: Any, reason: str) -> bool:
+    """Record that a chunk could not be read and move past it, so the next read does not fail again."""
+    m_off, l_off = att["metrics_offset"], att["log_offset"]
+    try:
+        m_chunk, l_chunk, _ = _read(ledger, backend, att)
+    except Exception as err:  # the backend cannot read its log now: nothing to move past
+        reason, m_chunk, l_chunk = f"{reason}; then {type(err).__name__}: {err}", b"", b""
+    with ledger.tx() as c:
+        if not _still_at(c, att, m_off, l_off):
+            return False
+        c.execute("UPDATE attempts SET metrics_offset=?, log_offset=? WHERE job_id=? AND n=?",
+                  (m_off + len(m_chunk), l_off + len(l_chunk), att["job_id"], att["n"]))
+        note(c, "metrics_dropped", att["job_id"], att["n"], f"an unreadable chunk ({reason})")
+    return len(m_chunk) >= LOG_CHUNK or len(l_chunk) >= LOG_CHUNK
+
+
+def _still_at(c: sqlite3.Connection, att: Any, m_off: int, l_off: int) -> bool:
+    row = c.execute("SELECT metrics_offset, log_offset FROM attempts WHERE job_id=? AND n=?",
+                    (att["job_id"], att["n"])).fetchone()
+    return row is not None and (row["metrics_offset"], row["log_offset"]) == (m_off, l_off)
