@@ -218,14 +218,15 @@ def test_a_metrics_file_that_is_not_a_file_is_not_read(api: Any, trick: str, rea
     assert_home_still_works(api, job)
 
 
-def test_a_job_that_replaces_its_log_with_a_fifo_does_not_hang_the_passes(api: Any) -> None:
-    log = '"$AUTORESEARCH_HOME/jobs/$AUTORESEARCH_JOB_ID/attempt-$AUTORESEARCH_ATTEMPT.log"'
-    job = submit(api, ["/bin/sh", "-c", f"rm -f {log}; mkfifo {log}; echo done"])
+@pytest.mark.parametrize("name", ["attempt-$AUTORESEARCH_ATTEMPT.log", "attempt-$AUTORESEARCH_ATTEMPT/exit.json"])
+def test_a_job_that_replaces_its_files_with_a_fifo_does_not_hang_the_passes(api: Any, name: str) -> None:
+    log = f'"$AUTORESEARCH_HOME/jobs/$AUTORESEARCH_JOB_ID/{name}"'
+    job = submit(api, ["/bin/sh", "-c", f"rm -f {log}; mkfifo {log}; sleep 2; echo done"])
 
     def ended() -> dict[str, Any] | None:  # through the CLI, with a timeout: a hung pass fails, not hangs
         shown = dict(json.loads(cli("status", str(job), "--json").stdout))
         return shown if shown["state"] == "succeeded" else None
 
     wait_for(ended, timeout=30, interval=0.3)
-    assert api.logs(job).text == "" and api.metrics(job) == []
+    assert api.logs(job).text in ("", "done\n") and api.metrics(job) == []
     assert_home_still_works(api, job)
