@@ -300,6 +300,7 @@ class Runtime:
         """Move new metric points of one attempt into the ledger; never raises but for the ledger."""
         ingest_attempt(self.ledger, self.backend, att, final)
 
+
 def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
     """End reason (exit, timeout, cancelled, preempted, infra) and a one-line detail."""
     # Why we stopped it wins — but only if our stop reached it: an attempt that ended on

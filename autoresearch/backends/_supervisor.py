@@ -27,6 +27,7 @@ import json
 import os
 import select
 import signal
+import stat
 import time
 from typing import Any, NoReturn
 
@@ -43,11 +44,18 @@ def write_json(path: str, data: dict[str, Any]) -> None:
 
 
 def read_json(path: str) -> dict[str, Any] | None:
+    # A job can replace the files of its run dir: no following links, no blocking on a FIFO.
     try:
-        with open(path) as f:
-            data = json.load(f)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
+            data = json.loads(f.read(1 << 20))
         return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
 
 

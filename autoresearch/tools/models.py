@@ -46,7 +46,8 @@ class JobDetail(JobSummary):
     workdir: str
     tags: dict[str, str] = Field(default_factory=dict)
     attempt_list: list[Attempt] = Field(default_factory=list)
-    failure_class: str | None = Field(default=None, description="On failure: 'user' (the program) or 'infra' (node, signal).")
+    failure_class: str | None = Field(default=None, description="On failure: 'user' (the program: its exit code "
+                                      "or its own crash) or 'infra' (node, lost supervisor, a signal from outside).")
     log_excerpt: str | None = Field(default=None, description="On failure: the last lines of the failed attempt's log.")
     warnings: list[str] = Field(default_factory=list, description="Metrics the job wrote that were dropped "
                                 "(bad step or value), or errors autoresearch hit while handling it.")

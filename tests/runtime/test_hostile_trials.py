@@ -216,3 +216,43 @@ def test_a_metrics_file_that_is_not_a_file_is_not_read(api: Any, trick: str, rea
     assert len(shown["warnings"]) == 1 and reason in shown["warnings"][0], shown["warnings"]
     assert [(m.name, m.last) for m in api.metrics(job)] == [("loss", 1.0)]
     assert_home_still_works(api, job)
+
+
+@pytest.mark.parametrize("name", ["attempt-$AUTORESEARCH_ATTEMPT.log", "attempt-$AUTORESEARCH_ATTEMPT/exit.json"])
+def test_a_job_that_replaces_its_files_with_a_fifo_does_not_hang_the_passes(api: Any, name: str) -> None:
+    log = f'"$AUTORESEARCH_HOME/jobs/$AUTORESEARCH_JOB_ID/{name}"'
+    job = submit(api, ["/bin/sh", "-c", f"rm -f {log}; mkfifo {log}; sleep 2; echo done"])
+
+    def ended() -> dict[str, Any] | None:  # through the CLI, with a timeout: a hung pass fails, not hangs
+        shown = dict(json.loads(cli("status", str(job), "--json").stdout))
+        return shown if shown["state"] == "succeeded" else None
+
+    wait_for(ended, timeout=30, interval=0.3)
+    assert api.logs(job).text in ("", "done\n") and api.metrics(job) == []
+    assert_home_still_works(api, job)
+
+
+def test_a_loop_of_hostile_trials_runs_to_its_end(api: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoresearch.loop.controller import Controller
+    from autoresearch.loop.plan import parse_plan
+
+    monkeypatch.setenv("AUTORESEARCH_TRACKING", "off")
+    (tmp_path / "trial.py").write_text(
+        "import os, sys\n"
+        "from autoresearch import report\n"
+        "x = float(sys.argv[1])\n"
+        "print('step=1e19 loss=0.5')\n"
+        "with open(os.environ['AUTORESEARCH_METRICS_FILE'], 'a') as f:\n"
+        "    f.write('{\"metrics\": {\"loss\": \"abc\"}}\\n{\"step\": 1e19, \"metrics\": {\"loss\": 1}}\\n[1]\\n')\n"
+        "report(step=10**19, loss=0.0)\n"
+        "report(step=1, loss=x)\n")
+    plan = parse_plan({"name": "hostile", "objective": {"metric": "loss"},
+                       "trial": {"command": f"{PY} trial.py {{x}}", "grace": 1},
+                       "space": {"x": [1.0, 2.0, 3.0]}, "proposer": {"kind": "grid"},
+                       "budget": {"trials": 3, "parallel": 2}}, base_dir=tmp_path)
+    view = Controller(plan, api=api).run()
+    assert view.counts == {"succeeded": 3}
+    objectives = sorted(r["objective"] for r in api.ledger.query("SELECT objective FROM trials"))
+    assert objectives == [1.0, 2.0, 3.0]
+    for row in api.ledger.query("SELECT job_id FROM trials"):
+        assert len(api.status(row["job_id"]).warnings) == 1
