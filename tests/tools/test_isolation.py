@@ -206,3 +206,18 @@ def test_a_sandboxed_death_by_signal_is_recorded_as_a_signal(api: Any) -> None:
     view = wait_state(api, job.id, "failed")
     attempt = view.attempt_list[-1]
     assert (attempt.exit_code, attempt.signal, attempt.end_reason) == (None, 9, "infra"), attempt
+
+
+def test_a_project_name_cannot_lead_its_directory_out_of_projects(api: Any, home: Path) -> None:
+    from autoresearch import isolation
+
+    other = api.submit({"command": ["sh", "-c", f"echo {B_TEXT}"]})
+    wait_state(api, other.id, "succeeded")
+    with api.ledger.tx() as c:
+        isolation.register_tenant(c, "../jobs", isolation.tenant_policy())
+    job = api.submit({"command": ["sh", "-c", f"echo dir=$AUTORESEARCH_PROJECT_DIR; "
+                                              f"cat $AUTORESEARCH_PROJECT_DIR/{other.id}/attempt-1.log"]},
+                     project="../jobs")
+    wait_state(api, job.id, ("succeeded", "failed"))
+    log = _log(home, job.id)
+    assert f"dir={home}/projects/" in log and B_TEXT not in log, log
