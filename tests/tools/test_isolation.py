@@ -122,7 +122,8 @@ def test_a_tenant_job_stopped_gets_its_grace_period(api: Any, home: Path) -> Non
     with api.ledger.tx() as c:
         isolation.register_tenant(c, "team-a", isolation.tenant_policy())
     job = api.submit({"command": ["sh", "-c", "trap 'echo got-term; exit 7' TERM; echo up; "
-                                              "while :; do sleep 0.1; done"], "grace": "20s"}, project="team-a")
+                                              "while :; do sleep 0.1; done"], "grace": "20s", "timeout": "60s"},
+                     project="team-a")
     from tests.conftest import wait_for
 
     log = home / "jobs" / str(job.id) / "attempt-1.log"
