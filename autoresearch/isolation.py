@@ -23,8 +23,10 @@ Stdlib only: the launch path imports this.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Mapping
@@ -129,7 +131,7 @@ def apply(request: Any, policy: dict[str, Any] | None, ledger: Any, project: str
 
     home = Path(os.path.realpath(ledger.home))
     own_dir = Path(os.path.realpath(Path(request.run_dir).parent))  # home/jobs/<id>
-    project_dir = home / "projects" / (project or "_")
+    project_dir = home / "projects" / _dirname(project)
     project_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     own = [p for p in (metrics, str(project_dir)) if p]
     checkpoint = request.env.get("AUTORESEARCH_CHECKPOINT_DIR")
@@ -145,6 +147,14 @@ def apply(request: Any, policy: dict[str, Any] | None, ledger: Any, project: str
     sources = tuple(os.path.realpath(os.path.expanduser(str(s))) for s in (spec.get("mounts") or {}).values())
     sandbox = Sandbox(hidden=tuple(dict.fromkeys(hidden)), visible=sources, own=tuple(own))
     return dataclasses.replace(request, sandbox=sandbox, env={**request.env, "AUTORESEARCH_PROJECT_DIR": str(project_dir)})
+
+
+def _dirname(project: str) -> str:
+    """A directory name that is ``project`` when that is safe, never ``..`` or a path."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", project).lstrip(".") or "_"
+    if safe == project:
+        return safe
+    return f"{safe}-{hashlib.sha256(project.encode()).hexdigest()[:8]}"
 
 
 def _under(path: Path, folder: Path) -> bool:

@@ -14,8 +14,6 @@ on, which would cut the job's grace period short.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from functools import lru_cache
 
 from autoresearch.backends._base import Sandbox
@@ -27,6 +25,9 @@ INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install -y bubblewra
 
 @lru_cache(maxsize=1)
 def _probe() -> tuple[str | None, str]:
+    import shutil
+    import subprocess  # only when a tenant job is submitted or launched
+
     path = shutil.which("bwrap")
     if path is None:
         return None, "bubblewrap (bwrap) is not installed (not found on PATH)"

@@ -122,7 +122,8 @@ def test_a_tenant_job_stopped_gets_its_grace_period(api: Any, home: Path) -> Non
     with api.ledger.tx() as c:
         isolation.register_tenant(c, "team-a", isolation.tenant_policy())
     job = api.submit({"command": ["sh", "-c", "trap 'echo got-term; exit 7' TERM; echo up; "
-                                              "while :; do sleep 0.1; done"], "grace": "20s"}, project="team-a")
+                                              "while :; do sleep 0.1; done"], "grace": "20s", "timeout": "60s"},
+                     project="team-a")
     from tests.conftest import wait_for
 
     log = home / "jobs" / str(job.id) / "attempt-1.log"
@@ -206,3 +207,18 @@ def test_a_sandboxed_death_by_signal_is_recorded_as_a_signal(api: Any) -> None:
     view = wait_state(api, job.id, "failed")
     attempt = view.attempt_list[-1]
     assert (attempt.exit_code, attempt.signal, attempt.end_reason) == (None, 9, "infra"), attempt
+
+
+def test_a_project_name_cannot_lead_its_directory_out_of_projects(api: Any, home: Path) -> None:
+    from autoresearch import isolation
+
+    other = api.submit({"command": ["sh", "-c", f"echo {B_TEXT}"]})
+    wait_state(api, other.id, "succeeded")
+    with api.ledger.tx() as c:
+        isolation.register_tenant(c, "../jobs", isolation.tenant_policy())
+    job = api.submit({"command": ["sh", "-c", f"echo dir=$AUTORESEARCH_PROJECT_DIR; "
+                                              f"cat $AUTORESEARCH_PROJECT_DIR/{other.id}/attempt-1.log"]},
+                     project="../jobs")
+    wait_state(api, job.id, ("succeeded", "failed"))
+    log = _log(home, job.id)
+    assert f"dir={home}/projects/" in log and B_TEXT not in log, log
