@@ -14,7 +14,7 @@ any argument equal to a secret, become ``[REDACTED]`` whatever their length. In 
 (logs, artifacts), a value of 8 characters or more is redacted wherever it appears; a
 shorter one only as a whole word (not touching a letter, digit or ``_``), so a secret
 ``ab`` does not eat every ``ab`` in ``tab``. Logs served by byte offset are masked with
-``*`` of the same byte length, so their offsets stay exact. See docs/secrets.md.
+``*`` of the same byte length, so their offsets stay exact. See docs/security.md (Secrets).
 """
 
 from __future__ import annotations
