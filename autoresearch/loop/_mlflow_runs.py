@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -41,7 +42,7 @@ class RunMaker:
             if self.proc is None:  # its messages (mlflow's too) go where the syncer's go, not over the live table
                 with open(Path(self.home) / "tracking.log", "ab") as log:
                     self.proc = subprocess.Popen(
-                        [sys.executable, "-m", "autoresearch.loop._prepare_runs", str(self.home)],
+                        [sys.executable, "-m", "autoresearch.loop._prepare_runs", str(self.home), str(os.getpid())],
                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
             proc = self.proc
             self._asking = True

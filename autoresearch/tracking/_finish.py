@@ -64,24 +64,40 @@ def finish(syncer: Syncer, report: SyncReport) -> None:
 
 
 def _end_never_ran(syncer: Syncer, report: SyncReport) -> None:
-    """End the runs of trials that ended without ever having a job (none will come)."""
+    """End the runs of trials that ended without ever having a job (none will come), also a
+    run whose creation was cut short (the write-ahead row has no run id: look for it by tag)."""
     rows = syncer.ledger.query(
-        "SELECT r.entity, r.run_id, t.state, t.failure, COALESCE(t.ended_at, t.updated_at) AS ended_at "
-        "FROM tracking_runs r JOIN trials t ON r.entity='trial:' || t.id "
-        "WHERE r.run_id IS NOT NULL AND r.finished=0 AND t.job_id IS NULL "
+        "SELECT r.entity, r.run_id, r.experiment_id, t.state, t.failure, "
+        "COALESCE(t.ended_at, t.updated_at) AS ended_at FROM tracking_runs r JOIN trials t "
+        "ON r.entity='trial:' || t.id WHERE r.finished=0 AND r.error IS NULL AND t.job_id IS NULL "
         "AND t.state NOT IN ('proposed','queued','running') AND NOT EXISTS (SELECT 1 FROM jobs j WHERE "
         "json_extract(j.spec, '$.tags.\"autoresearch.trial_id\"')=CAST(t.id AS TEXT))")
     for row in rows:
         try:
-            syncer._log(row["run_id"], tags={"autoresearch.trial_state": row["state"],
-                                             "autoresearch.skipped": row["failure"] or "not launched"})
-            syncer.client.set_terminated(row["run_id"], NEVER_RAN.get(row["state"], "KILLED"),
-                                         int((row["ended_at"] or time.time()) * 1000))
+            run_id = row["run_id"] or _find_run(syncer, row["entity"], row["experiment_id"])
+            if run_id is not None:
+                syncer._log(run_id, tags={"autoresearch.trial_state": row["state"],
+                                          "autoresearch.skipped": row["failure"] or "not launched"})
+                syncer.client.set_terminated(run_id, NEVER_RAN.get(row["state"], "KILLED"),
+                                             int((row["ended_at"] or time.time()) * 1000))
+                report.finished += 1
             with syncer.ledger.tx() as c:
-                c.execute("UPDATE tracking_runs SET finished=1 WHERE entity=?", (row["entity"],))
-            report.finished += 1
+                c.execute("UPDATE tracking_runs SET finished=1, run_id=COALESCE(run_id, ?) WHERE entity=?",
+                          (run_id, row["entity"]))
         except Exception as err:
             syncer._blocked(row["entity"], err)
+
+
+def _find_run(syncer: Syncer, entity: str, experiment_id: str | None) -> str | None:
+    """The run a create cut short may have made (None: it made none)."""
+    if not experiment_id:
+        return None
+    from mlflow.entities import ViewType
+
+    found = syncer.client.search_runs([experiment_id],
+                                      filter_string=f"tags.`autoresearch.entity` = '{syncer.home_id}/{entity}'",
+                                      run_view_type=ViewType.ALL, max_results=1)
+    return str(found[0].info.run_id) if found else None
 
 
 def _upload_logs(syncer: Syncer, row: Any, report: SyncReport) -> None:

@@ -5,6 +5,7 @@ with the loop, also when the loop finished after a crash and a resume."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -77,3 +78,28 @@ def test_a_resumed_loop_reopens_its_parent_run_and_ends_it_again(api: Any, quiet
     assert again.info.status == "FINISHED"
     assert again.info.end_time > parent.info.end_time  # ended with the resumed loop, not the first run
     assert all(run.info.status != "RUNNING" for run in _runs(api, uri).values())
+
+
+def test_a_run_whose_creation_was_cut_short_ends_with_its_skipped_trial(api: Any, quiet: Path, tmp_path: Path) -> None:
+    # A controller killed -9 inside a run's creation: the write-ahead row has no run id, the
+    # MLflow run exists; the resumed loop then ended without launching that trial.
+    from autoresearch.tracking._sync import Syncer
+    from tests.tracking.conftest import make_decision, make_loop, make_trial
+
+    loop_id = make_loop(api, "cut-short")
+    trial = make_trial(api, loop_id, make_decision(api, loop_id), {"x": 1})
+    syncer = Syncer(quiet)
+    run_id, _ = syncer._ensure_run(f"trial:{trial}", "cut-short", f"trial-{trial}", None)
+    now = time.time()
+    with api.ledger.tx() as c:
+        c.execute("UPDATE tracking_runs SET run_id=NULL WHERE entity=?", (f"trial:{trial}",))
+        c.execute("UPDATE trials SET state='skipped', failure='not launched: trial budget 1 used', updated_at=? "
+                  "WHERE id=?", (now, trial))
+        c.execute("UPDATE loops SET state='finished', updated_at=? WHERE id=?", (now, loop_id))
+
+    tracking.sync()
+
+    uri = tracking.tracking_uri(quiet)
+    run = client(uri).get_run(run_id)
+    assert run.info.status == "KILLED" and run.data.tags["autoresearch.trial_state"] == "skipped"
+    assert all(r.info.status != "RUNNING" for r in _runs(api, uri).values())  # the loop's run too
