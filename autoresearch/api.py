@@ -39,6 +39,7 @@ class Api:
         from autoresearch.spec import JobSpec, make_spec  # pydantic stays off the read paths
 
         job = spec if isinstance(spec, JobSpec) else make_spec(dict(spec))
+        self.runtime.backend.check(job)  # what the backend cannot do is refused here, never retried
         self._check_capacity(job.gpus, job.nodes)
         policy = isolation.job_policy(self.ledger, project, self.runtime.backend)  # fails closed
         checkpoint = checkpoint_dir(self.ledger.home, 0, job.model_dump())

@@ -1,7 +1,8 @@
 """Backends: a registry from name to implementation (SkyPilot's registry idea).
 
 Third-party backends register under the ``autoresearch.backends`` entry point group
-and must pass ``tests/conformance.py:BackendConformance``.
+and must pass ``autoresearch.testing.backends.BackendConformance`` (the local and
+the in-memory fake backend do: tests/runtime/test_local_backend.py, test_fake_backend.py).
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from importlib import import_module
 from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo, Sandbox
 from autoresearch.errors import SpecError
 
-__all__ = ["AttemptStatus", "Backend", "Capabilities", "LaunchRequest", "NodeInfo", "Sandbox", "get_backend", "backend_names"]
+__all__ = ["AttemptStatus", "Backend", "Capabilities", "LaunchRequest", "NodeInfo", "Sandbox", "get_backend", "backend_names", "able"]
 
 # name -> "module:Class", imported only when asked for.
 _BUILTIN: dict[str, str] = {
     "local": "autoresearch.backends._local:LocalBackend",
+    "fake": "autoresearch.backends.fake:FakeBackend",  # in memory, for tests (backends/fake.py)
 }
 
 
@@ -31,7 +33,25 @@ def backend_names() -> list[str]:
     return sorted({**_entry_points(), **_BUILTIN})
 
 
-def get_backend(name: str = "local", **options: object) -> Backend:
+def able(flag: str) -> list[str]:
+    """Registered backends whose class declares capability ``flag``, for hints (imports each).
+
+    Simulated backends (the fake) run nothing and are never named; one that fails to
+    import, or whose factory is not a :class:`Backend` class, is left out.
+    """
+    out = []
+    for name in backend_names():
+        try:
+            factory = _factory(name)
+        except Exception:  # noqa: BLE001 - a broken plugin must not break an error message
+            continue
+        if isinstance(factory, type) and issubclass(factory, Backend) and not factory.simulated and getattr(
+                factory.capabilities, flag, False):
+            out.append(name)
+    return out
+
+
+def _factory(name: str) -> Callable[..., Backend]:
     target = _BUILTIN.get(name)
     if target is None:
         target = _entry_points().get(name)
@@ -42,4 +62,8 @@ def get_backend(name: str = "local", **options: object) -> Backend:
         raise SpecError(f"unknown backend {name!r}", hint=f"{hint}valid backends: {', '.join(names)}")
     module, _, attr = target.partition(":")
     factory: Callable[..., Backend] = getattr(import_module(module), attr)
-    return factory(**options)
+    return factory
+
+
+def get_backend(name: str = "local", **options: object) -> Backend:
+    return _factory(name)(**options)

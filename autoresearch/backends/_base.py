@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 AttemptState = Literal["starting", "running", "exited", "lost"]
 
@@ -102,6 +102,41 @@ class Backend(abc.ABC):
 
     name: str = "?"
     capabilities: Capabilities = Capabilities()
+    simulated: bool = False  # runs nothing (a test double): never suggested to a user in a hint
+
+    def check(self, spec: Any) -> None:
+        """Refuse, at submit, what this backend cannot run: a :class:`SpecError` whose hint
+        names a registered backend that can. Never an attempt that fails and is retried.
+
+        Reads ``gpus``, ``nodes`` and ``priority`` of a JobSpec, or of anything with such
+        attributes (a missing one asks for nothing, so a plan's ``trial`` is checked too):
+
+        * ``gpus > 0`` needs ``capabilities.gpus``;
+        * ``nodes > 1`` needs ``multi_node`` (gang: all nodes start together);
+        * ``priority: best-effort`` needs ``preemption``: a best-effort job is one that
+          yields its slots to higher-priority work, a promise a backend that cannot stop
+          attempts to make room does not keep (the scheduler only ever preempts those);
+        * ``containers``: no JobSpec field asks for an image today (``mounts`` are links
+          on the local backend), so nothing is refused for it yet;
+        * ``sandbox``: tenant jobs are refused by ``isolation.check`` (a project's
+          policy, not a spec field).
+
+        Capacity (is there a node with that many GPUs?) is the facade's check, after this.
+        """
+        from autoresearch.errors import SpecError
+
+        caps, name = self.capabilities, self.name
+        gpus, nodes = int(getattr(spec, "gpus", 0) or 0), int(getattr(spec, "nodes", 1) or 1)
+        if gpus > 0 and not caps.gpus:
+            raise SpecError(f"the {name} backend has no GPUs (the job asks for gpus: {gpus})",
+                            hint=_instead("use gpus: 0", "a backend with GPUs", "gpus"))
+        if nodes > 1 and not caps.multi_node:
+            raise SpecError(f"the {name} backend runs single-node jobs only (the job asks for nodes: {nodes})",
+                            hint=_instead("use nodes: 1", "a backend that runs multi-node (gang) jobs", "multi_node"))
+        if getattr(spec, "priority", "normal") == "best-effort" and not caps.preemption:
+            raise SpecError(f"the {name} backend cannot preempt, so it cannot run a best-effort job "
+                            "(one that gives its place up to higher-priority work)",
+                            hint=_instead("use priority: normal", "a backend that preempts", "preemption"))
 
     @abc.abstractmethod
     def nodes(self) -> list[NodeInfo]:
@@ -132,3 +167,13 @@ class Backend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients or connections the backend holds."""
+
+
+def _instead(fix: str, what: str, flag: str) -> str:
+    """A hint: ``fix``, or the registered backends that have ``flag`` (none: say so)."""
+    from autoresearch.backends import able  # the registry; only on this error path
+
+    names = able(flag)
+    if names:
+        return f"{fix}, or submit to {what}: {', '.join(names)} (AUTORESEARCH_BACKEND or a plan's backend.kind)"
+    return f"{fix} (no installed backend is {what})"

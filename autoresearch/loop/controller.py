@@ -118,6 +118,7 @@ class Controller:
         except Exception as err:  # noqa: BLE001 - any backend failure is "unreachable"
             raise BackendError(f"backend {self.plan.backend.kind!r} is unreachable: {err}",
                                hint="start it, fix backend.options, or use backend: {kind: local}") from None
+        self.api.runtime.backend.check(self.plan.trial)  # refuse the loop, not each of its trials
         if self.plan.trial.gpus:
             self.api._check_capacity(self.plan.trial.gpus, 1)
         lock_dir = self.ledger.home / "loops" / self.plan.name

@@ -12,6 +12,13 @@ needs one, ``launch_env``)::
 
 Each test launches small real processes (``/bin/sh``, ``python``) and checks only
 what the contract in ``autoresearch/backends/_base.py`` promises.
+
+A backend that runs nothing (the in-memory fake, ``autoresearch/backends/fake.py``)
+passes the same tests through two driver hooks instead of skipping any: every launch
+also says, as a :class:`~autoresearch.backends.fake.Script`, what its program does,
+and :meth:`BackendConformance.prepare` hands that to the backend before ``start``
+(process backends ignore it: the argv does it); :meth:`BackendConformance.fresh`
+builds "another process's" instance (``type(backend)()`` by default).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from typing import Any
 import pytest
 
 from autoresearch.backends import AttemptStatus, Backend, LaunchRequest
+from autoresearch.backends.fake import Script
 
 
 class BackendConformance:
@@ -41,7 +49,7 @@ class BackendConformance:
     def launch(self, backend: Backend, tmp_path: Path) -> Callable[..., tuple[str, LaunchRequest]]:
         counter = iter(range(1, 1_000_000))
 
-        def _launch(argv: list[str], **kw: Any) -> tuple[str, LaunchRequest]:
+        def _launch(argv: list[str], script: Script, **kw: Any) -> tuple[str, LaunchRequest]:
             n = next(counter)
             node = backend.nodes()[0] if backend.capabilities.places else None
             request = LaunchRequest(
@@ -49,9 +57,17 @@ class BackendConformance:
                 log_path=str(tmp_path / f"attempt-{n}.log"), run_dir=str(tmp_path / f"attempt-{n}"),
                 node=node.name if node else None, **kw,
             )
+            self.prepare(backend, request, script)
             return backend.start(request), request
 
         return _launch
+
+    def prepare(self, backend: Backend, request: LaunchRequest, script: Script) -> None:
+        """Driver hook: tell a backend that runs nothing what ``request``'s program does."""
+
+    def fresh(self, backend: Backend) -> Backend:
+        """Driver hook: the instance another process would build, sharing nothing in memory."""
+        return type(backend)()
 
     def wait_end(self, backend: Backend, external_id: str) -> AttemptStatus:
         deadline = time.monotonic() + self.timeout_s
@@ -70,28 +86,30 @@ class BackendConformance:
             assert len({n.name for n in nodes}) == len(nodes)
 
     def test_success_exit_code_and_log(self, backend: Backend, launch: Any) -> None:
-        ext, _ = launch([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"])
+        ext, _ = launch([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"],
+                        Script(b"out\nerr\n", exit_code=0))
         status = self.wait_end(backend, ext)
         assert (status.state, status.exit_code, status.signal) == ("exited", 0, None)
         log = backend.read_log(ext)
         assert b"out\n" in log and b"err\n" in log
 
     def test_failure_exit_code(self, backend: Backend, launch: Any) -> None:
-        ext, _ = launch(["/bin/sh", "-c", "exit 7"])
+        ext, _ = launch(["/bin/sh", "-c", "exit 7"], Script(exit_code=7))
         assert self.wait_end(backend, ext).exit_code == 7
 
     def test_missing_program_fails_not_hangs(self, backend: Backend, launch: Any) -> None:
-        ext, _ = launch(["/definitely/not/a/program"])
+        ext, _ = launch(["/definitely/not/a/program"], Script(b"not found\n", exit_code=127))
         status = self.wait_end(backend, ext)
         assert status.exit_code not in (0, None) or status.state == "lost"
 
     def test_env_and_workdir(self, backend: Backend, launch: Any, tmp_path: Path) -> None:
-        ext, _ = launch(["/bin/sh", "-c", 'echo "$CONFORMANCE_VAR $(pwd)"'], env={"CONFORMANCE_VAR": "hello"})
+        echo = Script(lambda r: f"{r.env['CONFORMANCE_VAR']} {r.workdir}\n".encode(), exit_code=0)
+        ext, _ = launch(["/bin/sh", "-c", 'echo "$CONFORMANCE_VAR $(pwd)"'], echo, env={"CONFORMANCE_VAR": "hello"})
         self.wait_end(backend, ext)
         assert f"hello {tmp_path}".encode() in backend.read_log(ext)
 
     def test_read_log_from_offset(self, backend: Backend, launch: Any) -> None:
-        ext, _ = launch(["/bin/sh", "-c", "printf 'abcdef\\nghij\\n'"])
+        ext, _ = launch(["/bin/sh", "-c", "printf 'abcdef\\nghij\\n'"], Script(b"abcdef\nghij\n", exit_code=0))
         self.wait_end(backend, ext)
         assert backend.read_log(ext, 0) == b"abcdef\nghij\n"
         assert backend.read_log(ext, 3, 4) == b"def\n"
@@ -99,13 +117,14 @@ class BackendConformance:
         assert backend.log_size(ext) == 12
 
     def test_poll_is_stable_after_end(self, backend: Backend, launch: Any) -> None:
-        ext, _ = launch(["/bin/sh", "-c", "exit 3"])
+        ext, _ = launch(["/bin/sh", "-c", "exit 3"], Script(exit_code=3))
         first = self.wait_end(backend, ext)
         assert backend.poll(ext) == first
 
     def test_stop_sends_sigterm_then_grace(self, backend: Backend, launch: Any) -> None:
         script = "import signal,sys,time\nsignal.signal(signal.SIGTERM, lambda *a: (print('got TERM', flush=True), sys.exit(0)))\nprint('ready', flush=True)\ntime.sleep(60)"
-        ext, _ = launch([sys.executable, "-c", script], grace=5.0)
+        ext, _ = launch([sys.executable, "-c", script], Script(b"ready\n", on_term="exit", term_output=b"got TERM\n"),
+                        grace=5.0)
         self._wait_log(backend, ext, b"ready")
         backend.stop(ext)
         status = self.wait_end(backend, ext)
@@ -114,7 +133,7 @@ class BackendConformance:
 
     def test_stop_kills_after_grace(self, backend: Backend, launch: Any) -> None:
         script = "import signal,time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(60)"
-        ext, _ = launch([sys.executable, "-c", script], grace=0.5)
+        ext, _ = launch([sys.executable, "-c", script], Script(b"ready\n", on_term="ignore"), grace=0.5)
         self._wait_log(backend, ext, b"ready")
         t0 = time.monotonic()
         backend.stop(ext)
@@ -124,20 +143,24 @@ class BackendConformance:
         assert time.monotonic() - t0 < 10
 
     def test_stop_is_idempotent_and_safe_after_end(self, backend: Backend, launch: Any) -> None:
-        ext, _ = launch(["/bin/sh", "-c", "exit 0"])
+        ext, _ = launch(["/bin/sh", "-c", "exit 0"], Script(exit_code=0))
         self.wait_end(backend, ext)
         backend.stop(ext)
         backend.stop(ext)
         assert backend.poll(ext).exit_code == 0
 
     def test_timeout(self, backend: Backend, launch: Any) -> None:
-        ext, _ = launch(["sleep", "60"], timeout=0.5, grace=0.5)
+        ext, _ = launch(["sleep", "60"], Script(), timeout=0.5, grace=0.5)
         status = self.wait_end(backend, ext)
         assert status.timed_out and status.exit_code != 0
 
     def test_same_key_launches_once(self, backend: Backend, launch: Any, tmp_path: Path) -> None:
         marker = tmp_path / "count"
-        ext, request = launch(["/bin/sh", "-c", f"echo x >> {marker}"])
+        def append(_: LaunchRequest) -> None:
+            with marker.open("a") as f:
+                f.write("x\n")
+
+        ext, request = launch(["/bin/sh", "-c", f"echo x >> {marker}"], Script(exit_code=0, on_start=append))
         again = backend.start(request)
         assert again == ext
         self.wait_end(backend, ext)
@@ -145,8 +168,8 @@ class BackendConformance:
         assert marker.read_text() == "x\n"
 
     def test_external_id_works_from_a_fresh_backend(self, backend: Backend, launch: Any) -> None:
-        ext, _ = launch(["/bin/sh", "-c", "echo fresh; exit 4"])
-        other = type(backend)()  # another process would build its own instance
+        ext, _ = launch(["/bin/sh", "-c", "echo fresh; exit 4"], Script(b"fresh\n", exit_code=4))
+        other = self.fresh(backend)
         assert self.wait_end(other, ext).exit_code == 4
         assert b"fresh" in other.read_log(ext)
 
