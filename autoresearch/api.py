@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import time
 from typing import Any
@@ -165,13 +164,12 @@ class Api:
         ext = att["external_id"]
         size = backend.log_size(ext)
         if grep is not None:
-            try:
-                pattern = re.compile(grep)
-            except re.error as err:
-                raise SpecError(f"grep {grep!r} is not a valid regular expression: {err}",
-                                hint="escape special characters, e.g. 'loss\\\\s*='") from None
-            lines = backend.read_log(ext, 0, 64 << 20).decode("utf-8", "replace").splitlines()
-            hits = [f"{i + 1}: {line}" for i, line in enumerate(lines) if pattern.search(line)]
+            from autoresearch._grep import compile_pattern, matching_lines
+
+            compile_pattern(grep)
+            data = backend.read_log(ext, 0, 64 << 20)
+            lines = data.decode("utf-8", "replace").splitlines()
+            hits = [f"{i + 1}: {lines[i]}" for i in matching_lines(grep, data) if i < len(lines)]
             if tail_lines:
                 hits = hits[-tail_lines:]
             text, cut = _fit_tail("\n".join(hits), max_bytes)
@@ -190,12 +188,14 @@ class Api:
             back = f" (or offset={first - max_bytes} for the page before this one)" if first > max_bytes else ""
             hint = f"earlier output exists: call again with offset=0{back}" if cut else ""
             return LogPage(job["id"], att["n"], text, first, size, size, cut, hint)
-        start = offset or 0
+        start = min(offset or 0, size)  # past the end: an empty page, not a seek error
         chunk = backend.read_log(ext, start, max_bytes)
         text = chunk.decode("utf-8", "replace")
         end = start + len(chunk)
         cut = end < size
         hint = f"more output: call again with offset={end}" if cut else ""
+        if offset is not None and offset > size:
+            hint = f"offset {offset} is past the end of the log ({size} bytes); read from offset={size} or less"
         return LogPage(job["id"], att["n"], text, start, end, size, cut, hint)
 
     def metrics(self, job_id: int | str, names: list[str] | None = None, series: bool = False,
