@@ -258,9 +258,9 @@ class Api:
 
     def _job_row(self, job_id: int | str, project: str | None) -> Any:
         text = str(job_id).strip()
-        if not text.isdigit():
+        if not (text.isascii() and text.isdigit()):  # '²'.isdigit() is true, int('²') raises
             raise NotFoundError(f"no job {job_id!r}: job ids are numbers", hint=LIST_HINT)
-        row = self.ledger.one("SELECT * FROM jobs WHERE id=?", (int(text),))
+        row = self.ledger.one("SELECT * FROM jobs WHERE id=?", (int(text),)) if len(text) < 19 else None
         if row is None or (project is not None and row["project"] != project):
             raise NotFoundError(f"no job {text}", hint=LIST_HINT)
         return row

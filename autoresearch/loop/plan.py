@@ -154,6 +154,9 @@ class Param(_Model):
             raise ValueError(f"low ({self.low:g}) > high ({self.high:g}); swap them")
         if self.log and self.low <= 0:
             raise ValueError(f"log: true needs low > 0, got {self.low:g}")
+        if self.step is not None and (self.low + self.step == self.low or self.high + self.step == self.high):
+            raise ValueError(f"step {self.step:g} is too small to move a value of {max(abs(self.low), abs(self.high)):g}; "
+                             "use a larger step, or leave it out")
         if self.step is not None and (self.high - self.low) / self.step > MAX_GRID_POINTS:
             raise ValueError(f"step {self.step:g} makes more than {MAX_GRID_POINTS} points in "
                              f"{self.low:g}..{self.high:g}; use a larger step, or leave it out")
