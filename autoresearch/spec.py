@@ -178,7 +178,12 @@ class JobSpec(BaseModel):
             raise ValueError("command is empty")
         if not self.name:
             first = self.command if isinstance(self.command, str) else self.command[0]
-            self.name = os.path.basename(shlex.split(first)[0] if isinstance(self.command, str) else first)[:64]
+            if isinstance(self.command, str):  # sh judges its own quoting; the name is only a label
+                try:
+                    first = (shlex.split(first) or [first])[0]
+                except ValueError:
+                    first = first.split()[0]
+            self.name = os.path.basename(first)[:64]
         return self
 
     def argv(self) -> list[str]:

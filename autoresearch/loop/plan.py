@@ -77,11 +77,17 @@ class Trial(_Model):
     def _command(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("is empty; give the program to run, e.g. python train.py")
-        try:
-            shlex.split(value)  # the controller splits it for every trial: refuse it here, once
-        except ValueError as err:
-            raise ValueError(f"cannot be split into arguments ({err})") from None
         return value
+
+    @model_validator(mode="after")
+    def _split(self) -> Trial:
+        if not self.shell:  # the controller splits it for every trial: refuse it here, once
+            try:
+                shlex.split(self.command)
+            except ValueError as err:
+                raise ValueError(f"trial.command cannot be split into arguments ({err}); close the quote, "
+                                 "or set shell: true") from None
+        return self
 
     @field_validator("memory", mode="before")
     @classmethod
@@ -380,8 +386,10 @@ def explain(err: ValidationError, source: str = "plan") -> PlanError:
         hint = "a parameter is {low: 0.001, high: 0.1, log: true} or {choices: [32, 64]}"
     if "placeholder" in msg or "{" in msg:
         hint = "every {name} in trial.command must be a key of space (or seed, trial_id, loop)"
-    elif loc[:2] == ("trial", "command"):
+    elif loc[:2] == ("trial", "command") or msg.startswith("trial.command"):
         hint = "write it like a shell line, e.g. python train.py --lr {lr}; close every quote"
+    if msg.startswith(f"{where}."):  # a section's own check names the field itself
+        return PlanError(f"{source}: {msg}", hint=hint)
     return PlanError(f"{source}: {where}: {msg}", hint=hint)
 
 
@@ -432,7 +440,7 @@ def _check_trial_spec(plan: Plan, source: str) -> None:
                              "{lr:.3f} do not apply") from None
     t = plan.trial
     try:
-        JobSpec.model_validate({"command": command or [""], "shell": t.shell, "env": t.env, "gpus": t.gpus,
+        JobSpec.model_validate({"name": plan.name, "command": command or [""], "shell": t.shell, "env": t.env, "gpus": t.gpus,
                                 "cpus": t.cpus, "memory": t.memory, "max_retries": t.max_retries,
                                 "tags": plan.tags})
     except ValidationError as err:

@@ -117,3 +117,10 @@ def test_malformed_ledger_timeout_is_a_warning_not_a_traceback(home: Path) -> No
 def test_sync_with_a_bad_uri_is_a_usage_error(home: Path, uri: str) -> None:
     proc = cli("sync", "--uri", uri, check=False)
     assert_refused(proc, "--uri: tracking URI")
+
+
+@pytest.mark.parametrize("job", ["99999999999999999999", "9223372036854775808", "²", "١"])
+def test_job_ids_beyond_sqlite_or_ascii_are_not_found(home: Path, job: str) -> None:
+    cli("submit", "--", "true")
+    assert_refused(cli("status", job, check=False), "no job")
+    assert_refused(cli("cancel", job, check=False), "no job")

@@ -86,3 +86,13 @@ async def test_grep_pattern_length_and_nul_are_refused(api: Any, finished_job: i
     with pytest.raises(SpecError, match="NUL byte"):
         api.logs(finished_job, grep="a\0")
     assert api.logs(finished_job, grep="\ud800|hello").text == "1: hello"  # a lone surrogate is no crash
+
+
+async def test_a_nul_byte_in_a_path_argument_is_refused(server: Any, api: Any) -> None:
+    async with connect(server) as client:
+        for args in ({"workdir": "a\0b"}, {"mounts": {"data": "a\0b"}}):
+            result = await client.call_tool("submit", {"command": ["true"], **args})
+            assert result.is_error and "[spec_invalid]" in text(result) and "NUL byte" in text(result)
+        result = await client.call_tool("start_loop", {"plan": "plan\0.yaml"})
+        assert result.is_error and "NUL byte" in text(result)
+    assert api.ledger.one("SELECT COUNT(*) AS n FROM jobs")["n"] == 0
