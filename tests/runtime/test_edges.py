@@ -124,3 +124,11 @@ def test_job_ids_beyond_sqlite_or_ascii_are_not_found(home: Path, job: str) -> N
     cli("submit", "--", "true")
     assert_refused(cli("status", job, check=False), "no job")
     assert_refused(cli("cancel", job, check=False), "no job")
+
+
+def test_shell_commands_are_judged_by_sh_not_shlex(api: Any, tmp_path: Path) -> None:
+    from tests.conftest import wait_state
+
+    view = api.submit({"command": "true # don't", "shell": True, "workdir": str(tmp_path)})
+    assert view.name == "true"
+    assert wait_state(api, view.id, ("succeeded", "failed")).state == "succeeded"
