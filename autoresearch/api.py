@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from typing import Any
 
@@ -175,13 +174,12 @@ class Api:
         size = backend.log_size(ext)
         secrets = job_secrets(json.loads(job["spec"]))  # masked with '*' of the same length: offsets stay exact
         if grep is not None:
-            try:
-                pattern = re.compile(grep)
-            except re.error as err:
-                raise SpecError(f"grep {grep!r} is not a valid regular expression: {err}",
-                                hint="escape special characters, e.g. 'loss\\\\s*='") from None
-            lines = mask(backend.read_log(ext, 0, 64 << 20), secrets).decode("utf-8", "replace").splitlines()
-            hits = [f"{i + 1}: {line}" for i, line in enumerate(lines) if pattern.search(line)]
+            from autoresearch._grep import compile_pattern, matching_lines
+
+            compile_pattern(grep)
+            data = mask(backend.read_log(ext, 0, 64 << 20), secrets)  # grep cannot probe for a secret
+            lines = data.decode("utf-8", "replace").splitlines()
+            hits = [f"{i + 1}: {lines[i]}" for i in matching_lines(grep, data) if i < len(lines)]
             if tail_lines:
                 hits = hits[-tail_lines:]
             text, cut = _fit_tail("\n".join(hits), max_bytes)
@@ -200,7 +198,7 @@ class Api:
             back = f" (or offset={first - max_bytes} for the page before this one)" if first > max_bytes else ""
             hint = f"earlier output exists: call again with offset=0{back}" if cut else ""
             return LogPage(job["id"], att["n"], text, first, size, size, cut, hint)
-        start = offset or 0
+        start = min(offset or 0, size)  # past the end: an empty page, not a seek error
         margin = context(secrets) + 1 if secrets else 0  # a secret cut by the page's edge is still seen whole
         before = min(start, margin)
         window = mask(backend.read_log(ext, start - before, before + max_bytes + margin), secrets)
@@ -209,6 +207,8 @@ class Api:
         end = start + len(chunk)
         cut = end < size
         hint = f"more output: call again with offset={end}" if cut else ""
+        if offset is not None and offset > size:
+            hint = f"offset {offset} is past the end of the log ({size} bytes); read from offset={size} or less"
         return LogPage(job["id"], att["n"], text, start, end, size, cut, hint)
 
     def metrics(self, job_id: int | str, names: list[str] | None = None, series: bool = False,
@@ -271,9 +271,9 @@ class Api:
 
     def _job_row(self, job_id: int | str, project: str | None) -> Any:
         text = str(job_id).strip()
-        if not text.isdigit():
+        if not (text.isascii() and text.isdigit()):  # '²'.isdigit() is true, int('²') raises
             raise NotFoundError(f"no job {job_id!r}: job ids are numbers", hint=LIST_HINT)
-        row = self.ledger.one("SELECT * FROM jobs WHERE id=?", (int(text),))
+        row = self.ledger.one("SELECT * FROM jobs WHERE id=?", (int(text),)) if len(text) < 19 else None
         if row is None or (project is not None and row["project"] != project):
             raise NotFoundError(f"no job {text}", hint=LIST_HINT)
         return row

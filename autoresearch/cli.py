@@ -210,12 +210,17 @@ def _submit(args: argparse.Namespace) -> int:
         import yaml
 
         try:
-            with open(args.file) as f:
+            with open(args.file, encoding="utf-8") as f:
                 spec = yaml.safe_load(f) or {}
         except OSError as err:
             raise SpecError(f"cannot read {args.file}: {err.strerror}", hint="pass an existing YAML file") from None
-        except yaml.YAMLError as err:
-            raise SpecError(f"{args.file} is not valid YAML: {err}", hint="fix the line it names") from None
+        except UnicodeDecodeError:
+            raise SpecError(f"{args.file} is not UTF-8 text", hint="save the job spec as UTF-8") from None
+        except (yaml.YAMLError, ValueError, RecursionError) as err:
+            raise SpecError(f"{args.file} is not valid YAML: {str(err)[:300]}", hint="fix the line it names") from None
+        if not isinstance(spec, dict):
+            raise SpecError(f"{args.file} must be a mapping of keys (command, gpus, ...), got {type(spec).__name__}",
+                            hint="write one job spec per file, e.g. command: [python, train.py]")
     if command:
         spec["command"] = " ".join(command) if args.shell and len(command) > 1 else (
             command[0] if args.shell else command)

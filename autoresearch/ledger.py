@@ -23,7 +23,27 @@ from typing import Any
 
 from autoresearch.errors import LedgerError
 
-BUSY_TIMEOUT_S = float(os.environ.get("AUTORESEARCH_LEDGER_TIMEOUT") or 15.0)
+
+def _busy_timeout(default: float = 15.0) -> float:
+    """``AUTORESEARCH_LEDGER_TIMEOUT`` in seconds; a value that is not a positive number is ignored
+    (with a warning): the ledger is on every path, including the one that would report the error."""
+    text = os.environ.get("AUTORESEARCH_LEDGER_TIMEOUT") or ""
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1e6:
+        import sys
+
+        print(f"warning: AUTORESEARCH_LEDGER_TIMEOUT={text!r} is not a number of seconds; using {default:g}",
+              file=sys.stderr)
+        return default
+    return value
+
+
+BUSY_TIMEOUT_S = _busy_timeout()
 
 # (name, SQL) pairs, applied once each in list order and remembered in the
 # ``migrations`` table. Append only; never edit one that has shipped. Components

@@ -6,6 +6,7 @@ everything after that reads plain rows, so status reads never import pydantic.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -17,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from autoresearch.errors import SpecError
 
 PRIORITIES = ("critical", "normal", "best-effort")
+MAX_COUNT = 2**31 - 1  # counts stay SQLite integers; no machine has more
+MAX_MEMORY_MB = 2**40  # an exabyte
 Priority = Literal["critical", "normal", "best-effort"]
 
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m(?!s))?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$")
@@ -31,7 +34,7 @@ def parse_duration(value: object, field: str = "duration") -> float | None:
     if isinstance(value, bool):
         raise SpecError(f"{field} must be a duration, not {value!r}", hint='write seconds (300) or "5m", "1h30m", "90s"')
     if isinstance(value, (int, float)):
-        seconds = float(value)
+        seconds = float(value) if not isinstance(value, int) or abs(value) < 10**300 else math.inf
     else:
         text = str(value).strip().lower()
         try:
@@ -44,6 +47,8 @@ def parse_duration(value: object, field: str = "duration") -> float | None:
                 ) from None
             h, m, s = (float(g) if g else 0.0 for g in match.groups())
             seconds = h * 3600 + m * 60 + s
+    if not math.isfinite(seconds):  # .nan would mean "no limit" by accident, .inf on purpose
+        raise SpecError(f"{field} must be a finite duration, got {value!r}", hint="leave it out for no limit")
     if seconds <= 0:
         raise SpecError(f"{field} must be positive, got {value!r}", hint="leave it out for no limit")
     return seconds
@@ -63,22 +68,24 @@ def str_values(value: object) -> object:
     return value
 
 
-def parse_memory_mb(value: object) -> int:
+def parse_memory_mb(value: object, field: str = "memory") -> int:
     """``4096`` (MB), ``"16G"``, ``"512M"``, ``"1.5GiB"`` → MB."""
     if value is None or value == "":
         return 0
     if isinstance(value, bool):
-        raise SpecError(f"memory must be a size, not {value!r}", hint='write MB (4096) or "16G", "512M"')
+        raise SpecError(f"{field} must be a size, not {value!r}", hint='write MB (4096) or "16G", "512M"')
     if isinstance(value, (int, float)):
-        mb = float(value)
+        mb = float(value) if not isinstance(value, int) or abs(value) < 10**300 else math.inf
     else:
         match = _MEMORY.match(str(value))
         if not match:
-            raise SpecError(f"memory {value!r} is not a size", hint='write MB (4096) or "16G", "512M"')
+            raise SpecError(f"{field} {value!r} is not a size", hint='write MB (4096) or "16G", "512M"')
         unit = (match.group(2) or "").upper()[:1]
         mb = float(match.group(1)) * _MEMORY_MB[unit]
+    if not math.isfinite(mb):
+        raise SpecError(f"{field} must be a finite size, got {value!r}", hint='write MB (4096) or "16G", "512M"')
     if mb < 0:
-        raise SpecError(f"memory must be >= 0, got {value!r}", hint="leave it out to reserve none")
+        raise SpecError(f"{field} must be >= 0, got {value!r}", hint="leave it out to reserve none")
     return int(round(mb))
 
 
@@ -92,12 +99,13 @@ class JobSpec(BaseModel):
     shell: bool = Field(False, description="Run command through /bin/sh -c.")
     workdir: str = Field(".", description="Directory the command runs in; must exist.")
     env: dict[str, str] = Field(default_factory=dict)
-    gpus: int = Field(0, ge=0, description="GPUs per node.")
-    cpus: float = Field(0, ge=0, description="CPU cores to reserve per node (0: none reserved).")
-    memory: int = Field(0, ge=0, description="Memory to reserve per node in MB (accepts '16G').")
-    nodes: int = Field(1, ge=1, description="Number of nodes.")
+    gpus: int = Field(0, ge=0, le=MAX_COUNT, description="GPUs per node.")
+    cpus: float = Field(0, ge=0, le=MAX_COUNT, allow_inf_nan=False,
+                        description="CPU cores to reserve per node (0: none reserved).")
+    memory: int = Field(0, ge=0, le=MAX_MEMORY_MB, description="Memory to reserve per node in MB (accepts '16G').")
+    nodes: int = Field(1, ge=1, le=MAX_COUNT, description="Number of nodes.")
     priority: Priority = "normal"
-    max_retries: int = Field(2, ge=0, description="Retries after infrastructure failures.")
+    max_retries: int = Field(2, ge=0, le=MAX_COUNT, description="Retries after infrastructure failures.")
     retry_on_exit_codes: list[int] = Field(default_factory=list)
     timeout: float | None = Field(None, description="Wall-clock limit per attempt, seconds (accepts '5m').")
     grace: float = Field(10.0, description="Seconds between SIGTERM and SIGKILL (accepts '30s').")
@@ -137,6 +145,28 @@ class JobSpec(BaseModel):
     def _str_values(cls, value: object) -> object:
         return str_values(value)
 
+    @field_validator("command", "workdir", "mounts", mode="after")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        # The OS cannot pass a NUL byte to a program: refused here, not three "infra" attempts later.
+        words = [value] if isinstance(value, str) else [*value.keys(), *value.values()] if isinstance(value, dict) \
+            else value
+        for i, word in enumerate(words):
+            if "\0" in word:
+                where = f" (word {i + 1})" if isinstance(value, list) else ""
+                raise ValueError(f"contains a NUL byte{where}")
+        return value
+
+    @field_validator("env", mode="after")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            if not name or "=" in name or "\0" in name:
+                raise ValueError(f"{name!r} is not a valid variable name (empty, '=' or NUL)")
+            if "\0" in text:
+                raise ValueError(f"the value of {name} contains a NUL byte")
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
         if isinstance(self.command, str):
@@ -148,7 +178,12 @@ class JobSpec(BaseModel):
             raise ValueError("command is empty")
         if not self.name:
             first = self.command if isinstance(self.command, str) else self.command[0]
-            self.name = os.path.basename(shlex.split(first)[0] if isinstance(self.command, str) else first)[:64]
+            if isinstance(self.command, str):  # sh judges its own quoting; the name is only a label
+                try:
+                    first = (shlex.split(first) or [first])[0]
+                except ValueError:
+                    first = first.split()[0]
+            self.name = os.path.basename(first)[:64]
         return self
 
     def argv(self) -> list[str]:
@@ -168,6 +203,10 @@ def _explain(err: ValidationError) -> SpecError:
         "extra_forbidden": f"valid keys: {', '.join(JobSpec.model_fields)}",
     }
     hint = hints.get("extra_forbidden" if first["type"] == "extra_forbidden" else loc.split(".")[0], "")
+    if loc.split(".")[0] == "env":
+        hint = "env names are letters, digits and '_' (no '=', no NUL), e.g. --env BATCH=64"
+    elif "NUL" in msg:
+        hint = "remove the NUL byte (\\0): a program's arguments, environment and paths cannot carry one"
     if not hint and "command" in msg:
         hint = hints["command"]
     return SpecError(f"invalid job spec: {loc}: {msg}", hint=hint or "see `autoresearch submit --help`")
@@ -180,11 +219,28 @@ def make_spec(data: dict[str, Any], *, check_paths: bool = True) -> JobSpec:
     except ValidationError as err:
         raise _explain(err) from None
     if check_paths:
-        workdir = Path(spec.workdir).expanduser()
-        if not workdir.is_dir():
-            raise SpecError(f"workdir {spec.workdir!r} does not exist", hint="create it, or pass an existing --workdir")
-        spec.workdir = str(workdir.resolve())
-        for target, source in spec.mounts.items():
-            if not Path(source).expanduser().exists():
-                raise SpecError(f"mount source {source!r} (for {target!r}) does not exist", hint="mount an existing path")
+        try:
+            _check_paths(spec)
+        except OSError as err:  # a name too long, a loop of links, no permission
+            name = str(err.filename or "a path")
+            name = name if len(name) <= 80 else name[:80] + "..."
+            raise SpecError(f"invalid job spec: {name}: {err.strerror}",
+                            hint="pass paths that exist and that you can read") from None
     return spec
+
+
+def _check_paths(spec: JobSpec) -> None:
+    workdir = Path(spec.workdir).expanduser()
+    if not workdir.is_dir():
+        raise SpecError(f"workdir {spec.workdir!r} does not exist", hint="create it, or pass an existing --workdir")
+    spec.workdir = str(workdir.resolve())
+    for target, source in spec.mounts.items():
+        src = Path(source).expanduser()
+        if not src.exists():
+            raise SpecError(f"mount source {source!r} (for {target!r}) does not exist", hint="mount an existing path")
+        # The same rule as the local backend's mount (a link at the target, made at launch):
+        # an existing target that is not that link would fail every attempt as "infra".
+        path = Path(target) if Path(target).is_absolute() else Path(spec.workdir) / target
+        if (path.exists() or path.is_symlink()) and path.resolve() != src.resolve():
+            raise SpecError(f"mount target {str(path)!r} exists and is not a link to {str(src.resolve())!r}",
+                            hint="mount onto a path that does not exist yet (a link is made there), or remove it")

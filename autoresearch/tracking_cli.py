@@ -87,7 +87,15 @@ def _status(ledger: Any, as_json: bool) -> int:
 
 
 def _sync(ledger: Any, args: argparse.Namespace) -> int:
-    from autoresearch.tracking._sync import Syncer, fail_fast_http
+    from autoresearch.errors import SpecError, TrackingError
+    from autoresearch.tracking._sync import Syncer, check_uri, fail_fast_http
+
+    if args.uri is not None:
+        try:
+            check_uri(args.uri)
+        except TrackingError as err:  # a bad --uri is a usage error (exit 2), not a failed sync
+            raise SpecError(f"--uri: {err.message}",
+                            hint="pass --uri http(s)://HOST:PORT or sqlite:///ABSOLUTE/PATH.db") from None
 
     with fail_fast_http():  # our back-off, not MLflow's ~2 min of retries per request
         return _sync_loop(Syncer(ledger, uri=args.uri), args)

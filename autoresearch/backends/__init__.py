@@ -14,7 +14,8 @@ from importlib import import_module
 from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo, Sandbox
 from autoresearch.errors import SpecError
 
-__all__ = ["AttemptStatus", "Backend", "Capabilities", "LaunchRequest", "NodeInfo", "Sandbox", "get_backend", "backend_names", "able"]
+__all__ = ["AttemptStatus", "Backend", "Capabilities", "LaunchRequest", "NodeInfo", "Sandbox", "get_backend",
+           "backend_names", "able", "check_options"]
 
 # name -> "module:Class", imported only when asked for.
 _BUILTIN: dict[str, str] = {
@@ -65,5 +66,27 @@ def _factory(name: str) -> Callable[..., Backend]:
     return factory
 
 
+def check_options(name: str, options: dict[str, object]) -> None:
+    """Refuse a backend name or option the backend does not take, before anything is recorded."""
+    import inspect
+
+    factory = _factory(name)
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C factory: let it judge its own options
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    valid = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for key in options:
+        if key not in valid:
+            near = difflib.get_close_matches(str(key), valid, n=1)
+            what = f"did you mean {near[0]!r}? " if near else ""
+            raise SpecError(f"backend.options: unknown key {key!r} for backend {name!r}",
+                            hint=f"{what}valid options: {', '.join(valid)}" if valid else
+                            f"the {name} backend takes no options; remove backend.options")
+
+
 def get_backend(name: str = "local", **options: object) -> Backend:
+    check_options(name, options)
     return _factory(name)(**options)

@@ -24,10 +24,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from autoresearch.errors import PlanError
-from autoresearch.spec import parse_duration, parse_grace, str_values
+from autoresearch.errors import PlanError, SpecError
+from autoresearch.spec import parse_duration, parse_grace, parse_memory_mb, str_values
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+MAX_GRID_POINTS = 100_000  # a range whose step makes more points than this is a typo, not a plan
 # Placeholders the controller fills in besides the space's parameters.
 BUILTIN_PLACEHOLDERS = ("seed", "trial_id", "loop")
 
@@ -62,7 +63,7 @@ class Trial(_Model):
     workdir: str = Field(".", description="Directory the trial runs in, relative to the plan file.")
     shell: bool = Field(False, description="Run through /bin/sh -c (pipes, &&); otherwise split like a shell.")
     gpus: int = Field(0, ge=0)
-    cpus: float = Field(0, ge=0)
+    cpus: float = Field(0, ge=0, allow_inf_nan=False)
     memory: int | str = 0
     timeout: float | None = Field(None, description="Per attempt: seconds or '5m'.")
     grace: float = Field(10.0, description="SIGTERM to SIGKILL when a trial is stopped early, seconds or '30s'.")
@@ -70,6 +71,29 @@ class Trial(_Model):
     max_retries: int = Field(2, ge=0, description="Retries after infrastructure failures (not user errors).")
     env: dict[str, str] = Field(default_factory=dict)
     checkpoint: bool | str = False
+
+    @field_validator("command", mode="after")
+    @classmethod
+    def _command(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("is empty; give the program to run, e.g. python train.py")
+        return value
+
+    @model_validator(mode="after")
+    def _split(self) -> Trial:
+        if not self.shell:  # the controller splits it for every trial: refuse it here, once
+            try:
+                shlex.split(self.command)
+            except ValueError as err:
+                raise ValueError(f"trial.command cannot be split into arguments ({err}); close the quote, "
+                                 "or set shell: true") from None
+        return self
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory(cls, value: object) -> object:
+        parse_memory_mb(value, "trial.memory")  # kept as written, so the plan's digest does not change
+        return value
 
     @field_validator("timeout", mode="before")
     @classmethod
@@ -127,10 +151,21 @@ class Param(_Model):
             return self
         if self.low is None or self.high is None:
             raise ValueError("a parameter needs low and high, or choices")
+        for key, number in (("low", self.low), ("high", self.high), ("step", self.step)):
+            if number is not None and not math.isfinite(number):
+                raise ValueError(f"{key} is {number}; give a finite number")
+        if not math.isfinite(self.high - self.low):
+            raise ValueError(f"the range {self.low:g}..{self.high:g} is too wide to sample; narrow it")
         if self.low > self.high:
             raise ValueError(f"low ({self.low:g}) > high ({self.high:g}); swap them")
         if self.log and self.low <= 0:
             raise ValueError(f"log: true needs low > 0, got {self.low:g}")
+        if self.step is not None and (self.low + self.step == self.low or self.high + self.step == self.high):
+            raise ValueError(f"step {self.step:g} is too small to move a value of {max(abs(self.low), abs(self.high)):g}; "
+                             "use a larger step, or leave it out")
+        if self.step is not None and (self.high - self.low) / self.step > MAX_GRID_POINTS:
+            raise ValueError(f"step {self.step:g} makes more than {MAX_GRID_POINTS} points in "
+                             f"{self.low:g}..{self.high:g}; use a larger step, or leave it out")
         if self.type is None:
             self.type = "float"
         return self
@@ -324,14 +359,18 @@ def _fields_at(loc: tuple[Any, ...]) -> list[str]:
 
 
 def explain(err: ValidationError, source: str = "plan") -> PlanError:
-    first = err.errors()[0]
+    errors = err.errors()
+    # A typo (comand) also makes its key missing (command): name the typo, the cause.
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = tuple(first["loc"])
     where = ".".join(str(p) for p in loc) or "plan"
     if first["type"] == "extra_forbidden":
         valid = _fields_at(loc)
         near = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
         what = f"did you mean {near[0]!r}? " if near else ""
-        return PlanError(f"{source}: unknown key {where!r}", hint=f"{what}valid keys here: {', '.join(valid)}")
+        mean = f" (did you mean {near[0]!r}?)" if near else ""
+        return PlanError(f"{source}: {where}: unknown key {str(loc[-1])!r}{mean}",
+                         hint=f"{what}valid keys here: {', '.join(valid)}")
     if first["type"] == "missing":
         return PlanError(f"{source}: {where} is required",
                          hint="see `autoresearch schema plan`, or start from examples/digits/plan.yaml")
@@ -347,6 +386,10 @@ def explain(err: ValidationError, source: str = "plan") -> PlanError:
         hint = "a parameter is {low: 0.001, high: 0.1, log: true} or {choices: [32, 64]}"
     if "placeholder" in msg or "{" in msg:
         hint = "every {name} in trial.command must be a key of space (or seed, trial_id, loop)"
+    elif loc[:2] == ("trial", "command") or msg.startswith("trial.command"):
+        hint = "write it like a shell line, e.g. python train.py --lr {lr}; close every quote"
+    if msg.startswith(f"{where}."):  # a section's own check names the field itself
+        return PlanError(f"{source}: {msg}", hint=hint)
     return PlanError(f"{source}: {where}: {msg}", hint=hint)
 
 
@@ -361,9 +404,17 @@ def parse_plan(data: Any, source: str = "plan", base_dir: str | Path | None = No
         raise explain(err, source) from None
     except PlanError:
         raise
+    except SpecError as err:  # a duration or size the shared parsers refused
+        raise PlanError(f"{source}: {err.message}", hint=err.hint) from None
+    from autoresearch.backends import check_options
     from autoresearch.loop.proposers import check_kind
 
     check_kind(plan.proposer.kind)
+    try:
+        check_options(plan.backend.kind, plan.backend.options)
+    except SpecError as err:
+        raise PlanError(f"{source}: {err.message}", hint=err.hint) from None
+    _check_trial_spec(plan, source)
     if base_dir is not None:
         workdir = Path(plan.trial.workdir).expanduser()
         if not workdir.is_absolute():
@@ -375,15 +426,48 @@ def parse_plan(data: Any, source: str = "plan", base_dir: str | Path | None = No
     return plan
 
 
+def _check_trial_spec(plan: Plan, source: str) -> None:
+    """What every trial will submit, checked once now (NUL bytes, env names, sizes, the command's
+    placeholders) instead of failing each trial at submit."""
+    from autoresearch.spec import JobSpec
+
+    sample = {name: p.grid_values()[0] for name, p in plan.space.items()}
+    try:
+        command = plan.render_command(sample, seed=0, trial_id=1)
+    except (ValueError, KeyError, IndexError, AttributeError) as err:
+        raise PlanError(f"{source}: trial.command cannot be filled in: {err}",
+                        hint="placeholders are plain {name}: values arrive as text, so format specs like "
+                             "{lr:.3f} do not apply") from None
+    t = plan.trial
+    try:
+        JobSpec.model_validate({"name": plan.name, "command": command or [""], "shell": t.shell, "env": t.env, "gpus": t.gpus,
+                                "cpus": t.cpus, "memory": t.memory, "max_retries": t.max_retries,
+                                "tags": plan.tags})
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        where = "tags" if where.startswith("tags") else f"trial.{where}" if where else "trial"
+        raise PlanError(f"{source}: {where}: {first['msg'].removeprefix('Value error, ')}",
+                        hint="see `autoresearch schema plan`") from None
+    except SpecError as err:
+        raise PlanError(f"{source}: trial: {err.message}", hint=err.hint) from None
+
+
 def load_plan(path: str | Path) -> Plan:
     """Read and validate plan.yaml; every problem is one :class:`PlanError` naming where it is."""
     import yaml
 
     path = Path(path)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as err:
         raise PlanError(f"cannot read {path}: {err.strerror}", hint="pass the path of an existing plan.yaml") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[:err.start].count(b"\n") + 1
+        raise PlanError(f"{path}: not UTF-8 text (byte {err.start}, line {line})",
+                        hint="save the plan as UTF-8") from None
     try:
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as err:
@@ -393,6 +477,8 @@ def load_plan(path: str | Path) -> Plan:
                         hint="fix the YAML there (quote values containing ':' or '#'; check brackets)") from None
     except yaml.YAMLError as err:
         raise PlanError(f"{path}: malformed YAML: {err}", hint="fix the YAML syntax") from None
+    except (ValueError, RecursionError) as err:  # an integer of 5,000 digits, brackets nested 10,000 deep
+        raise PlanError(f"{path}: unreadable YAML: {str(err)[:200]}", hint="fix the value it names") from None
     return parse_plan(data, source=str(path), base_dir=path.resolve().parent)
 
 

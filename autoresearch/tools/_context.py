@@ -75,14 +75,21 @@ class ToolContext:
         text = value.strip()
         if not text:
             raise SpecError(f"{argument} is empty", hint=f"pass a path relative to {self.root}, e.g. '.'")
+        if "\0" in text:
+            raise SpecError(f"{argument} contains a NUL byte", hint="pass a plain relative path, e.g. 'src'")
         pure = PurePosixPath(text)
         if text.startswith("~") or pure.is_absolute() or ".." in pure.parts:
             raise SpecError(f"{argument} {value!r} must be a relative path without '..'",
                             hint=f"paths are relative to the server's root {self.root}; e.g. 'src' or '.'")
-        resolved = (self.root / pure).resolve()
+        return self.inside_root(self.root / pure, argument, value)
+
+    def inside_root(self, path: str | Path, argument: str, value: object = None) -> str:
+        """``path`` resolved, or a :class:`SpecError` when it (or a symlink on the way) leaves the root."""
+        resolved = Path(path).resolve()
         root = self.root.resolve()
-        if resolved != root and root not in resolved.parents:  # a symlink pointing out of the root
-            raise SpecError(f"{argument} {value!r} leads outside the server's root",
+        if resolved != root and root not in resolved.parents:  # '..', an absolute path, or a symlink out
+            shown = value if value is not None else str(path)
+            raise SpecError(f"{argument} {shown!r} leads outside the server's root",
                             hint=f"use a path that stays inside {root}")
         return str(resolved)
 

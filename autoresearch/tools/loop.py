@@ -144,8 +144,11 @@ def register(server: Any, ctx: ToolContext) -> None:
         missing API key, ...) come back at once. Follow it with loop_status and leaderboard.
         """
         ctx.require_write("start_loop")
+        def inside_root(loaded: Any) -> None:  # the same rule as submit's workdir
+            ctx.inside_root(loaded.trial.workdir, "the plan's trial.workdir")
+
         name, pid, log = ops.start_loop(ctx.api, ctx.relative_path(plan, "plan"), resume=resume,
-                                        project=ctx.caller_project())
+                                        project=ctx.caller_project(), check=inside_root)
         from autoresearch.loop.views import loop_view
 
         view = loop_view(ctx.api.ledger, name)

@@ -10,6 +10,8 @@ import json
 import string
 from typing import Annotated, Any
 
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 from pydantic import Field
 
 from autoresearch.errors import AutoresearchError
@@ -45,7 +47,8 @@ def register(server: Any, ctx: ToolContext) -> None:
             view = ctx.api.status(job_id, project=project)
             rows = ctx.api.metrics(job_id, project=project)
         except AutoresearchError as err:
-            raise ValueError(err.render()) from None
+            # An MCPError reaches the client as is; any other exception becomes "Internal server error".
+            raise MCPError(code=INVALID_PARAMS, message=f"[{err.code}] {err.render()}") from None
         attempts = "\n".join(
             f"- attempt {a.n}: {a.state} on {a.node or '-'}, exit {a.exit_code}, signal {a.signal}, "
             f"end reason {a.end_reason}" + (f" ({a.detail})" if a.detail else "")

@@ -50,6 +50,17 @@ __all__ = ["SyncReport", "Syncer", "fail_fast_http", "is_transient"]
 URI_HINT = "set MLFLOW_TRACKING_URI to http(s)://HOST:PORT or sqlite:///ABSOLUTE/PATH.db, or unset it for the default"
 
 
+def check_uri(uri: str) -> None:
+    """Refuse a tracking URI that cannot be a store (before anything is bound to it)."""
+    if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", uri) or uri.startswith("sqlite:") and not uri.startswith(
+            "sqlite:///"):
+        raise TrackingError(f"tracking URI {uri!r} is malformed", hint=URI_HINT)
+    if uri.startswith("sqlite:///"):
+        path = Path(uri[len("sqlite:///"):])
+        if not path.parent.is_dir():
+            raise TrackingError(f"tracking URI {uri!r}: directory {path.parent} does not exist", hint=URI_HINT)
+
+
 def is_transient(err: BaseException) -> bool:
     """Worth retrying later (server down, DB busy) as opposed to a rejected write."""
     if isinstance(err, TrackingError):
@@ -105,13 +116,7 @@ class Syncer:
         bound = self._state("uri")
         if uri is None:
             uri = bound or tracking_uri(self.ledger.home)
-        if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", uri) or uri.startswith("sqlite:") and not uri.startswith(
-                "sqlite:///"):
-            raise TrackingError(f"tracking URI {uri!r} is malformed", hint=URI_HINT)
-        if uri.startswith("sqlite:///"):
-            path = Path(uri[len("sqlite:///"):])
-            if not path.parent.is_dir():
-                raise TrackingError(f"tracking URI {uri!r}: directory {path.parent} does not exist", hint=URI_HINT)
+        check_uri(uri)
         if bound and bound != uri:
             self._rebind(uri)
         elif not bound:

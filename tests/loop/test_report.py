@@ -55,8 +55,8 @@ def test_unknown_backend_fails_before_anything_launches(home: Path, tmp_path: Pa
     from autoresearch.loop.controller import Controller
     from autoresearch.loop.plan import parse_plan
 
-    plan = parse_plan({"name": "b", "objective": {"metric": "loss"}, "trial": {"command": "true {x}"},
-                       "space": {"x": [1]}, "backend": {"kind": "slurmm"}}, base_dir=tmp_path)
-    with pytest.raises(SpecError) as info:
+    with pytest.raises(SpecError) as info:  # refused when the plan is loaded, before any loop row
+        plan = parse_plan({"name": "b", "objective": {"metric": "loss"}, "trial": {"command": "true {x}"},
+                           "space": {"x": [1]}, "backend": {"kind": "slurmm"}}, base_dir=tmp_path)
         Controller(plan, home=home).run()
     assert "unknown backend 'slurmm'" in info.value.message and "local" in info.value.hint

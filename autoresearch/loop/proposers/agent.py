@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -297,16 +298,19 @@ def stop_loop(api: Any, name: str, rationale: str = "", project: str | None = No
 
 
 def start_loop(api: Any, plan_path: str | Path, resume: bool = False, wait_s: float = 10.0,
-               project: str | None = None) -> tuple[str, int, Path]:
+               project: str | None = None, check: Callable[[Any], None] | None = None) -> tuple[str, int, Path]:
     """Validate a plan here (one clear error before anything launches), then run its controller
     in a detached process that outlives the caller; returns (loop name, pid, controller log).
 
     ``project``: the caller's project; a new loop and its trial jobs belong to it (None: '').
-    A loop of that name in another project is refused."""
+    A loop of that name in another project is refused. ``check(plan)``: the caller's own
+    refusals (the MCP server keeps trial.workdir inside its root)."""
     from autoresearch.loop.plan import load_plan
     from autoresearch.loop.proposers import resolve_kind
 
     plan = load_plan(plan_path)
+    if check is not None:
+        check(plan)
     kind = resolve_kind(plan)
     if kind in ("llm", "code"):
         from autoresearch.loop.proposers.llm import LLMProposer
