@@ -9,8 +9,10 @@ next job still starts, and ``status``/``list``/``nodes`` exit 0 with no tracebac
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -161,7 +163,7 @@ def test_a_pass_that_fails_on_one_job_goes_on_with_the_others(api: Any, home: Pa
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     from autoresearch import guard
 
-    broken = submit(api, ["sleep", "3"], gpus=1)
+    broken = submit(api, ["sleep", "60"], gpus=1)  # long enough to outlive a slow, loaded pass
     wait_state(api, broken, "running")
     # The trial overwrites its own supervisor's exit record with a shape nothing expects.
     (home / "jobs" / str(broken) / "attempt-1" / "exit.json").write_text('{"exit_code": [1], "signal": {"x": 1}}')
@@ -174,6 +176,10 @@ def test_a_pass_that_fails_on_one_job_goes_on_with_the_others(api: Any, home: Pa
     view = wait_state(api, broken, "failed")
     assert view.end_reason == "infra" and "gave up on it" in (view.attempt_list[0].detail or "")
     assert_home_still_works(api, broken)
+    # The forged exit record hides the attempt from stop(); end its process group ourselves.
+    state = json.loads((home / "jobs" / str(broken) / "attempt-1" / "state.json").read_text())
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(int(state["pgid"]), signal.SIGKILL)
 
 
 def test_mcp_status_shows_the_warnings(api: Any, tmp_path: Path) -> None:
