@@ -229,16 +229,6 @@ def parse_log_lines(lines: list[str], counters: dict[str, int], now: float,
     return points
 
 
-@dataclass(frozen=True, slots=True)
-class Summary:
-    name: str
-    last: float | None
-    best: float | None
-    step: int
-    count: int
-    mode: str  # "min" or "max": what "best" means for this name
-
-
 def guess_mode(name: str) -> str:
     lowered = name.lower()
     if any(k in lowered for k in ("acc", "auc", "f1", "precision", "recall", "score", "reward", "mfu", "throughput")):
