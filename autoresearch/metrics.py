@@ -23,7 +23,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from autoresearch.report import MAX_STEP
 
@@ -227,6 +229,27 @@ def parse_log_lines(lines: list[str], counters: dict[str, int], now: float,
             counters[key] = min(point_step + 1, MAX_STEP)
             points.append(Point(name, point_step, value, now))
     return points
+
+
+def _by_name(point: Any) -> Hashable:
+    return point["name"]  # type: ignore[no-any-return]
+
+
+def best_source(points: Iterable[Any], key: Callable[[Any], Hashable] = _by_name,
+                reported: Collection[Hashable] | None = None) -> list[Any]:
+    """The rule "a reported value beats one parsed from the log", in one place.
+
+    ``points`` are ledger ``metrics`` rows (``name``, ``source``, ...). A point parsed from
+    the log (``source='log'``) is dropped when a point of the same ``key`` was reported
+    with ``report()``. ``key`` is the metric's name (per job: what ``metrics`` and the
+    mirror show) unless the caller narrows it (the loop: per attempt). ``reported`` gives
+    the reported keys when ``points`` is only a window of the rows; by default they are
+    read from ``points`` themselves. Order is kept.
+    """
+    points = list(points)
+    if reported is None:
+        reported = {key(p) for p in points if p["source"] == "report"}
+    return [p for p in points if not (p["source"] == "log" and key(p) in reported)]
 
 
 def guess_mode(name: str) -> str:

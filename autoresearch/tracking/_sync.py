@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from autoresearch.backends import Backend
 from autoresearch.errors import TrackingError
 from autoresearch.ledger import Ledger
 from autoresearch.redact import ambient_secrets, redact
@@ -95,7 +96,7 @@ class Syncer:
         self.secrets = ambient_secrets()  # a supplement: each entity adds its own (redact.job_secrets)
         self._experiments: dict[str, str] = {}
         self._warned: set[str] = set()
-        self._runtimes: dict[str, Any] = {}
+        self._backends: dict[str, Backend] = {}  # by name, from the registry: the mirror never builds a Runtime
         self.client = self._make_client()
 
     # -- setup ------------------------------------------------------------------------------
@@ -214,18 +215,18 @@ class Syncer:
     def _ingest_live(self) -> None:
         """Pull fresh points of running attempts into the ledger, so MLflow shows them live."""
         from autoresearch.backends import get_backend
-        from autoresearch.runtime import Runtime
+        from autoresearch.ingest import ingest_attempt
 
         rows = self.ledger.query("SELECT DISTINCT j.backend FROM attempts a JOIN jobs j ON j.id=a.job_id "
                                  "WHERE a.state IN ('starting','running')")
         for row in rows:
             try:
-                runtime = self._runtimes.get(row["backend"])
-                if runtime is None:
-                    runtime = self._runtimes[row["backend"]] = Runtime(self.ledger.home, get_backend(row["backend"]))
+                backend = self._backends.get(row["backend"])
+                if backend is None:
+                    backend = self._backends[row["backend"]] = get_backend(row["backend"])
                 for att in self.ledger.query("SELECT a.* FROM attempts a JOIN jobs j ON j.id=a.job_id "
                                              "WHERE a.state='running' AND j.backend=?", (row["backend"],)):
-                    runtime.ingest_attempt(att)
+                    ingest_attempt(self.ledger, backend, att)
             except Exception as err:  # live metrics are a nicety; the final ingest is the runtime's
                 self.warn(f"ingest:{row['backend']}", f"could not read live metrics ({err})")
 
