@@ -1,4 +1,4 @@
-"""The facade (DESIGN.md invariant 5): the CLI, the MCP tools and Python callers all
+"""The facade (docs/architecture.md, invariant 5): the CLI, the MCP tools and Python callers all
 come through :class:`Api`, get the same views and raise the same typed errors.
 
 ``project`` scopes every call: ``None`` sees everything (a local user), a string sees

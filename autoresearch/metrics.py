@@ -11,7 +11,7 @@ same transaction as the inserted points, so reading twice never duplicates a poi
 
 When a name comes from both sources, ``report()`` wins (see :func:`best_source`).
 
-Whatever a trial writes is untrusted (DESIGN.md invariant 8): the parsers never raise.
+Whatever a trial writes is untrusted (docs/architecture.md, invariant 8): the parsers never raise.
 A point they cannot store (a step that is not a whole number in ``0..MAX_STEP``, a
 value that is not a number, a name that is empty, too long or not text, a line that is
 not a JSON object) is dropped and counted in :class:`Drops`, which the runtime turns

@@ -1,7 +1,7 @@
 """Backends: a registry from name to implementation (SkyPilot's registry idea).
 
 Third-party backends register under the ``autoresearch.backends`` entry point group
-and must pass ``tests/conformance.py:BackendConformance``.
+and must pass ``autoresearch.testing.backends.BackendConformance``.
 """
 
 from __future__ import annotations
