@@ -182,3 +182,27 @@ def test_sql_only_in_the_stores(path: str) -> None:
         assert writes_sql(path), f"{path} has no SQL now: delete it from SQL_ALLOWED"
         return
     assert not writes_sql(path), f"{path} writes SQL: put the query in a store ({', '.join(STORES)})"
+
+
+def test_a_submit_and_its_attempt_never_load_the_mirror(tmp_path: Path) -> None:
+    """The same rule, alive: the facade, a pass and an attempt's start and end (tracking on)
+    import neither autoresearch.tracking nor mlflow."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, time\n"
+        "from autoresearch.api import Api\n"
+        "api = Api(sys.argv[1])\n"
+        "job = api.submit({'command': [sys.executable, '-c', 'print(1)'], 'workdir': sys.argv[1]}).id\n"
+        "deadline = time.time() + 30\n"
+        "while api.status(job).state != 'succeeded' and time.time() < deadline:\n"
+        "    time.sleep(0.05)\n"
+        "print(api.status(job).state, sorted(m for m in sys.modules if m.startswith(('mlflow', 'autoresearch.tr'))))\n")
+    env = {**os.environ, "AUTORESEARCH_TRACKING": "on", "AUTORESEARCH_SYNC": "off"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "succeeded []", out.stdout
