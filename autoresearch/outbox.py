@@ -7,6 +7,7 @@ nothing on a fast path imports ``tracking`` (nor, through it, mlflow):
     kick(home)                  start the background syncer unless one runs (~1 ms)
     attempt_env(ledger, job_id) MLFLOW_* variables for a launching attempt, from the ledger
     record_llm_call(home, ...)  store one LLM call in the outbox; the syncer emits a trace
+    record_report(home, ...)    ask for a loop's report files on its run; the syncer uploads them
     tracking_uri(home)          where the mirror writes
     tracking_enabled()          ``AUTORESEARCH_TRACKING=off`` turns the mirror off
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from autoresearch.ledger import Ledger
 
 __all__ = ["KICK_FILE", "LOCK_FILE", "LOG_FILE", "TRIAL_TAG", "attempt_env", "background_enabled", "default_uri",
-           "kick", "record_llm_call", "tracking_enabled", "tracking_uri"]
+           "kick", "record_llm_call", "record_report", "tracking_enabled", "tracking_uri"]
 
 LOCK_FILE = "tracking.lock"
 KICK_FILE = "tracking.kick"
@@ -175,6 +176,35 @@ def record_llm_call(home: str | os.PathLike[str] | Ledger | None, *, loop_id: in
         cur = c.execute("INSERT INTO tracking_outbox(kind, loop_id, decision_id, payload, created_at) "
                         "VALUES ('llm_call',?,?,?,?)", (loop_id, decision_id, text, time.time()))
         return int(cur.lastrowid or 0)
+
+
+def record_report(home: str | os.PathLike[str] | Ledger | None, loop_id: int, report_dir: str | os.PathLike[str]) -> int:
+    """Ask the mirror to attach a loop's report files (``report_dir``) to the loop's MLflow
+    run, under ``report/``. One ledger insert; returns its outbox id. The next sync pass
+    uploads them and records the run id in the row's ``sent_ref``."""
+    from autoresearch.ledger import Ledger
+
+    ledger = home if isinstance(home, Ledger) else Ledger(home)
+    with ledger.tx() as c:
+        cur = c.execute("INSERT INTO tracking_outbox(kind, loop_id, payload, created_at) VALUES ('report',?,?,?)",
+                        (loop_id, json.dumps({"dir": str(report_dir)}), time.time()))
+        return int(cur.lastrowid or 0)
+
+
+def pending(ledger: Ledger, kind: str, limit: int = 50) -> list[sqlite3.Row]:
+    """Outbox entries of ``kind`` not sent yet, oldest first."""
+    return ledger.query("SELECT * FROM tracking_outbox WHERE done_at IS NULL AND kind=? ORDER BY id LIMIT ?",
+                        (kind, limit))
+
+
+def entry(ledger: Ledger, entry_id: int) -> sqlite3.Row | None:
+    return ledger.one("SELECT * FROM tracking_outbox WHERE id=?", (entry_id,))
+
+
+def mark_sent(ledger: Ledger, entry_id: int, ref: str) -> None:
+    """The mirror sent an entry: ``ref`` says where to (a run or trace id), or ``error: ...``."""
+    with ledger.tx() as c:
+        c.execute("UPDATE tracking_outbox SET sent_ref=?, done_at=? WHERE id=?", (ref, time.time(), entry_id))
 
 
 def _json(text: str) -> Any:

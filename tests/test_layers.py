@@ -59,7 +59,6 @@ SQL_ALLOWED = {
     "autoresearch/loop/report.py",
     "autoresearch/loop/views.py",
     "autoresearch/tools/loop.py",
-    "autoresearch/tracking/__init__.py",
     "autoresearch/tracking/_daemon.py",
     "autoresearch/tracking/_entities.py",
     "autoresearch/tracking/_finish.py",

@@ -15,7 +15,7 @@ re-exported here. This module itself stays cheap to import; the heavy parts live
     kick(home)                  start the background syncer unless one runs (~1 ms)
     sync(home)                  one foreground pass; returns a SyncReport
     prepare_runs(home, ...)     create the MLflow runs of trials before they launch
-    log_report(home, ...)       attach a loop's report files to its MLflow run
+    log_report(home, ...)       attach a loop's report files to its MLflow run (via the outbox)
     record_llm_call(home, ...)  store one LLM call; the syncer emits it as a trace
     attempt_env(ledger, job_id) MLFLOW_* variables for a launching attempt
     start_run()                 inside a trial: the job's own MLflow run, active
@@ -78,33 +78,38 @@ def prepare_runs(home: str | os.PathLike[str] | Ledger | None, trial_ids: list[i
 
 def log_report(home: str | os.PathLike[str] | Ledger | None, loop_id: int, report_dir: str | os.PathLike[str],
                attempts: int = 3) -> str | None:
-    """Sync, then attach ``report_dir`` to loop ``loop_id``'s MLflow run (under ``report/``).
-    Returns the run id, or None when the loop has no run. Imports mlflow.
+    """Attach ``report_dir`` to loop ``loop_id``'s MLflow run (under ``report/``) through the
+    outbox, syncing in the foreground so the caller gets the run id. Returns it, or None
+    when the loop's run is not available (the background syncer sends the files later).
+    Imports mlflow. Raises when the sync keeps failing or MLflow refuses the files.
 
     The background syncer may be creating the MLflow database at the same moment (the
-    first loop in a fresh home), so a failure is retried after a pause; the last one raises."""
+    first loop in a fresh home), so a failed sync is retried after a pause."""
     import logging
     import time
 
+    from autoresearch import outbox
+    from autoresearch.errors import TrackingError
     from autoresearch.ledger import Ledger
 
     ledger = home if isinstance(home, Ledger) else Ledger(home)
     logging.getLogger("mlflow").setLevel(logging.WARNING)
+    entry = outbox.record_report(ledger, loop_id, report_dir)
     for attempt in range(attempts):
         try:
             sync(ledger.home)
-            row = ledger.one("SELECT run_id FROM tracking_runs WHERE entity=?", (f"loop:{loop_id}",))
-            if row is None or not row["run_id"]:
-                return None
-            from mlflow import MlflowClient
-
-            MlflowClient(tracking_uri(ledger.home)).log_artifacts(row["run_id"], str(report_dir), "report")
-            return str(row["run_id"])
+            break
         except Exception:
             if attempt == attempts - 1:
                 raise
             time.sleep(1.0 + attempt)
-    return None
+    row = outbox.entry(ledger, entry)
+    if row is None or row["done_at"] is None:
+        return None
+    ref = str(row["sent_ref"] or "")
+    if ref.startswith("error:"):
+        raise TrackingError(ref.removeprefix("error:").strip())
+    return ref or None
 
 
 def start_run() -> Any:

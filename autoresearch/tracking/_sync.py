@@ -14,7 +14,7 @@ Progress lives in the ledger:
   (attempt logs uploaded), ``finished`` (run terminated), ``error`` (why it is blocked).
 * ``tracking_state``: the store URI the mirror is bound to, and the cursors ``metrics``
   (ledger rowid) and ``decisions`` (decision id).
-* ``tracking_outbox``: LLM calls waiting to become traces.
+* ``tracking_outbox``: LLM calls waiting to become traces, loop reports waiting to be uploaded.
 
 A cursor moves only after MLflow accepted the batch. A crash in between replays that
 batch, and MLflow's SQL store drops points equal in (key, step, timestamp, value) —
@@ -23,7 +23,7 @@ no gap.
 
 The pass and the run bookkeeping live here; what is mirrored lives beside it, as
 functions of the :class:`Syncer`: ``_entities`` (loops, jobs, trials), ``_metrics``,
-``_traces`` (decisions, LLM calls) and ``_finish`` (logs, the end of runs).
+``_traces`` (decisions, LLM calls), ``_reports`` (loops' reports) and ``_finish`` (logs, the end of runs).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from autoresearch.backends import Backend
 from autoresearch.errors import TrackingError
 from autoresearch.ledger import Ledger
 from autoresearch.redact import ambient_secrets, redact
-from autoresearch.tracking import _entities, _finish, _metrics, _traces, tracking_uri
+from autoresearch.tracking import _entities, _finish, _metrics, _reports, _traces, tracking_uri
 from autoresearch.tracking._common import SyncReport, _critical
 from autoresearch.tracking._metrics import BATCH
 
@@ -202,6 +202,7 @@ class Syncer:
             _metrics.sync_metrics(self, report, max_batches)
             _traces.sync_decisions(self, report)
             _traces.sync_outbox(self, report)
+            _reports.sync_reports(self, report)
             _finish.finish(self, report)
         except TrackingError:
             raise
