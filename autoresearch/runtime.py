@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autoresearch import isolation, outbox
+from autoresearch import isolation
 from autoresearch import scheduler as S
 from autoresearch.backends import AttemptStatus, Backend, LaunchRequest, get_backend
 from autoresearch.errors import AutoresearchError, LedgerError, SpecError
@@ -213,6 +213,8 @@ class Runtime:
     def _attempt_env(self, job_id: int, n: int, spec: dict[str, Any], node: str | None, gpu_ids: tuple[str, ...],
                      metrics_path: str, policy: dict[str, Any] | None = None) -> dict[str, str]:
         env = isolation.base_env(policy, os.environ, _INTERNAL_ENV)
+        from autoresearch import outbox  # here, not above: a status read does not need it
+
         env.update(outbox.attempt_env(self.ledger, job_id, spec))  # MLFLOW_* from the ledger's run mapping
         env.update(spec.get("env") or {})
         env.update(
@@ -280,6 +282,8 @@ class Runtime:
             Ledger.event(c, "end", job_id, n, reason=reason, exit_code=status.exit_code, job_state=state,
                          detail=detail)
         self.backend.release(att["external_id"])
+        from autoresearch import outbox
+
         outbox.kick(self.ledger.home)  # mirror the ending to MLflow in the background (whichever process saw it)
 
     def watch(self) -> Watcher:
