@@ -1,4 +1,4 @@
-"""The facade (DESIGN.md invariant 5): the CLI, the MCP tools and Python callers all
+"""The facade (docs/architecture.md, invariant 5): the CLI, the MCP tools and Python callers all
 come through :class:`Api`, get the same views and raise the same typed errors.
 
 ``project`` scopes every call: ``None`` sees everything (a local user), a string sees
@@ -57,9 +57,9 @@ class Api:
             job_id = int(cur.lastrowid or 0)
             self.ledger.event(c, "submit", job_id, priority=job.priority, gpus=job.gpus)
         self.runtime.tick()
-        from autoresearch import tracking
+        from autoresearch import outbox
 
-        tracking.kick(self.ledger.home)  # background MLflow mirror (no mlflow import here)
+        outbox.kick(self.ledger.home)  # background MLflow mirror (no mlflow import here)
         view = self.status(job_id, project=project, refresh=False)  # the pass above just ran
         assert isinstance(view, JobView)
         view.next_step = f"follow it with status/logs/metrics for job {job_id}; cancel it with cancel"
@@ -221,11 +221,8 @@ class Api:
         rows = self.ledger.query(
             "SELECT name, step, value, source, attempt FROM metrics WHERE job_id=? ORDER BY attempt, step, rowid",
             (job["id"],))
-        reported = {r["name"] for r in rows if r["source"] == "report"}
         by_name: dict[str, list[tuple[int, float | None]]] = {}
-        for r in rows:
-            if r["source"] == "log" and r["name"] in reported:
-                continue
+        for r in M.best_source(rows):
             if names and r["name"] not in names:
                 continue
             by_name.setdefault(r["name"], []).append((r["step"], r["value"]))

@@ -13,7 +13,6 @@ MCP tools return them as an ``is_error`` result, and the Python API raises them.
     ├── StateError                    bad_state       1   operation not valid in this state
     ├── LedgerError                   ledger          1   ledger locked, corrupt or unwritable
     ├── BackendError                  backend         1   backend unavailable or failed
-    ├── BudgetError                   budget          2   budget or quota exhausted
     ├── AuthError                     auth            2   missing key, token, permission
     ├── TrackingError                 tracking        1   MLflow unreachable or rejected a write
     └── ProposerError                 proposer        1   an LLM provider failed or answered nonsense
@@ -79,11 +78,6 @@ class LedgerError(AutoresearchError):
 
 class BackendError(AutoresearchError):
     code = "backend"
-
-
-class BudgetError(AutoresearchError):
-    code = "budget"
-    exit_code = 2
 
 
 class AuthError(AutoresearchError):

@@ -2,7 +2,7 @@
 
 A pass (reconcile, schedule, launch) handles many jobs. If handling one of them raises
 (something it wrote, a record we cannot read, a bug), :func:`surviving` records why as a
-``pass_error`` warning on that job and lets the pass go on with the others (DESIGN.md
+``pass_error`` warning on that job and lets the pass go on with the others (docs/architecture.md,
 invariant 8). An attempt that keeps every pass failing for :data:`GIVE_UP_S` seconds and
 :data:`GIVE_UP_AFTER` passes is ended as ``infra`` and its job failed, so it cannot hold
 its GPUs forever. Only a ledger failure (locked, corrupt) stops a pass: it is everybody's.

@@ -1,7 +1,7 @@
 """Moving what an attempt wrote (its metrics file and its log) into the ledger, totally.
 
 Whatever a trial writes, :func:`ingest_attempt` stores the points it can and drops the
-rest, and never raises into the pass that called it (DESIGN.md invariant 8): a point
+rest, and never raises into the pass that called it (docs/architecture.md, invariant 8): a point
 the parsers refuse, or a chunk they choke on, becomes one ``metrics_dropped`` warning
 per attempt (a count and the first reason), shown by ``status`` under ``warnings``.
 Only a ledger failure (locked, corrupt) propagates: it is nobody's job in particular.

@@ -1,4 +1,4 @@
-"""The ledger: SQLite in WAL mode, the single source of truth (DESIGN.md invariant 1).
+"""The ledger: SQLite in WAL mode, the single source of truth (docs/architecture.md, invariant 1).
 
 Every state change is a transaction *before* it becomes an action. Many processes
 (CLI calls, the MCP server, the loop, attempt supervisors) open the same file;

@@ -11,7 +11,7 @@ same transaction as the inserted points, so reading twice never duplicates a poi
 
 When a name comes from both sources, ``report()`` wins (see :func:`best_source`).
 
-Whatever a trial writes is untrusted (DESIGN.md invariant 8): the parsers never raise.
+Whatever a trial writes is untrusted (docs/architecture.md, invariant 8): the parsers never raise.
 A point they cannot store (a step that is not a whole number in ``0..MAX_STEP``, a
 value that is not a number, a name that is empty, too long or not text, a line that is
 not a JSON object) is dropped and counted in :class:`Drops`, which the runtime turns
@@ -23,7 +23,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from autoresearch.report import MAX_STEP
 
@@ -229,14 +231,25 @@ def parse_log_lines(lines: list[str], counters: dict[str, int], now: float,
     return points
 
 
-@dataclass(frozen=True, slots=True)
-class Summary:
-    name: str
-    last: float | None
-    best: float | None
-    step: int
-    count: int
-    mode: str  # "min" or "max": what "best" means for this name
+def _by_name(point: Any) -> Hashable:
+    return point["name"]  # type: ignore[no-any-return]
+
+
+def best_source(points: Iterable[Any], key: Callable[[Any], Hashable] = _by_name,
+                reported: Collection[Hashable] | None = None) -> list[Any]:
+    """The rule "a reported value beats one parsed from the log", in one place.
+
+    ``points`` are ledger ``metrics`` rows (``name``, ``source``, ...). A point parsed from
+    the log (``source='log'``) is dropped when a point of the same ``key`` was reported
+    with ``report()``. ``key`` is the metric's name (per job: what ``metrics`` and the
+    mirror show) unless the caller narrows it (the loop: per attempt). ``reported`` gives
+    the reported keys when ``points`` is only a window of the rows; by default they are
+    read from ``points`` themselves. Order is kept.
+    """
+    points = list(points)
+    if reported is None:
+        reported = {key(p) for p in points if p["source"] == "report"}
+    return [p for p in points if not (p["source"] == "log" and key(p) in reported)]
 
 
 def guess_mode(name: str) -> str:

@@ -213,9 +213,9 @@ class Runtime:
     def _attempt_env(self, job_id: int, n: int, spec: dict[str, Any], node: str | None, gpu_ids: tuple[str, ...],
                      metrics_path: str, policy: dict[str, Any] | None = None) -> dict[str, str]:
         env = isolation.base_env(policy, os.environ, _INTERNAL_ENV)
-        from autoresearch.tracking import attempt_env  # stdlib only: MLFLOW_* from the ledger's run mapping
+        from autoresearch import outbox  # here, not above: a status read does not need it
 
-        env.update(attempt_env(self.ledger, job_id, spec))
+        env.update(outbox.attempt_env(self.ledger, job_id, spec))  # MLFLOW_* from the ledger's run mapping
         env.update(spec.get("env") or {})
         env.update(
             AUTORESEARCH_HOME=str(self.ledger.home), AUTORESEARCH_JOB_ID=str(job_id), AUTORESEARCH_ATTEMPT=str(n),
@@ -282,9 +282,9 @@ class Runtime:
             Ledger.event(c, "end", job_id, n, reason=reason, exit_code=status.exit_code, job_state=state,
                          detail=detail)
         self.backend.release(att["external_id"])
-        from autoresearch import tracking
+        from autoresearch import outbox
 
-        tracking.kick(self.ledger.home)  # mirror the ending to MLflow in the background (whichever process saw it)
+        outbox.kick(self.ledger.home)  # mirror the ending to MLflow in the background (whichever process saw it)
 
     def watch(self) -> Watcher:
         """Open a :class:`Watcher` on this runtime's home."""

@@ -1,4 +1,4 @@
-"""Scheduling as a pure function (DESIGN.md invariant 4): queue + cluster -> decisions.
+"""Scheduling as a pure function (docs/architecture.md, invariant 4): queue + cluster -> decisions.
 
 No I/O, no clock, no randomness: the same inputs always give the same placements,
 which is what makes it testable and lets the local and sim backends share it.

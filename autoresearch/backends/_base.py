@@ -1,10 +1,10 @@
-"""The backend contract (DESIGN.md invariant 3).
+"""The backend contract (docs/architecture.md, invariant 3).
 
 A backend is thin and honest: it starts an attempt, reports its state, returns log
 bytes from an offset, and stops it with a grace period. It knows nothing of jobs'
 retries, trials or plans — the runtime decides what an ending *means*.
 
-Contract every implementation keeps (checked by ``tests/conformance.py``):
+Contract every implementation keeps (checked by ``autoresearch.testing.backends.BackendConformance``):
 
 * ``start`` returns quickly with an ``external_id`` that stays valid across processes:
   another process (a later CLI call) can ``poll``/``stop``/``read_log`` with it.

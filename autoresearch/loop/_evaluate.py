@@ -12,6 +12,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+from autoresearch import metrics as M
 from autoresearch.errors import AutoresearchError
 from autoresearch.loop import evaluator as E
 from autoresearch.loop.proposers import Proposal, ProposeResult, ProposerInfo
@@ -37,14 +38,11 @@ def read_series(c: Controller, rows: list[Any]) -> dict[int, list[tuple[int, flo
         f"SELECT job_id, attempt, step, value, source FROM metrics WHERE name=? AND job_id IN ({marks}) "
         "AND value IS NOT NULL ORDER BY job_id, attempt, step, rowid", (c.plan.objective.metric, *by_job))
     out: dict[int, list[tuple[int, float]]] = {}
-    reported = {(p["job_id"], p["attempt"]) for p in points if p["source"] == "report"}
     last_attempt: dict[int, int] = {}
     for p in points:
         last_attempt[p["job_id"]] = max(last_attempt.get(p["job_id"], 0), p["attempt"])
-    for p in points:
+    for p in M.best_source(points, key=lambda p: (p["job_id"], p["attempt"])):  # one metric: per attempt
         if p["attempt"] != last_attempt[p["job_id"]]:
-            continue
-        if p["source"] == "log" and (p["job_id"], p["attempt"]) in reported:
             continue
         out.setdefault(by_job[p["job_id"]], []).append((int(p["step"]), c.sign * float(p["value"])))
     for trial_id in out:
@@ -115,11 +113,8 @@ def final_metrics(ledger: Any, job_id: int) -> dict[str, float | None]:
     the runtime ingested everything when the attempt ended, so one query suffices)."""
     points = ledger.query("SELECT name, value, source FROM metrics WHERE job_id=? "
                           "ORDER BY attempt, step, rowid", (job_id,))
-    reported = {p["name"] for p in points if p["source"] == "report"}
     out: dict[str, float | None] = {}
-    for p in points:
-        if p["source"] == "log" and p["name"] in reported:
-            continue
+    for p in M.best_source(points):
         out[p["name"]] = p["value"]
     return out
 

@@ -48,10 +48,6 @@ class Objective(_Model):
         aliases = {"min": "minimize", "max": "maximize", "minimise": "minimize", "maximise": "maximize"}
         return aliases.get(str(value).lower(), str(value).lower()) if isinstance(value, str) else value
 
-    def better(self, a: float, b: float) -> bool:
-        """True when ``a`` is strictly better than ``b``."""
-        return a < b if self.goal == "minimize" else a > b
-
     def sign(self) -> float:
         """Multiply by this to turn the objective into 'lower is better'."""
         return 1.0 if self.goal == "minimize" else -1.0

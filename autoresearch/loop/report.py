@@ -203,31 +203,20 @@ def write_report(ledger: Ledger, name: str, out_dir: str | Path | None = None, p
 def log_to_mlflow(ledger: Ledger, view: LoopView, attempts: int = 3) -> str | None:
     """Attach the report to the loop's MLflow run; returns the run id (None when tracking is off or fails).
 
-    The background syncer may be creating the MLflow database at the same moment (the
-    first loop in a fresh home), so a failure is retried after a pause."""
-    import logging
+    The mirror does the writing (:func:`autoresearch.tracking.log_report`, which retries
+    while the background syncer may be creating the MLflow database); a failure is reported
+    here, since the report on disk is what matters."""
     import sys
-    import time
 
+    from autoresearch import outbox
+
+    if not outbox.tracking_enabled() or view.report_dir is None:
+        return None
     from autoresearch import tracking
 
-    if not tracking.tracking_enabled() or view.report_dir is None:
+    try:
+        return tracking.log_report(ledger.home, view.loop_id, view.report_dir, attempts=attempts)
+    except Exception as error:  # noqa: BLE001 - the report on disk is what matters; retried, then reported
+        print(f"autoresearch: could not log the report to MLflow ({error}); it is on disk, and "
+              f"`autoresearch report {view.name}` logs it again", file=sys.stderr)
         return None
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
-    error: Exception | None = None
-    for attempt in range(attempts):
-        try:
-            tracking.sync(ledger.home)
-            row = ledger.one("SELECT run_id FROM tracking_runs WHERE entity=?", (f"loop:{view.loop_id}",))
-            if row is None or not row["run_id"]:
-                return None
-            from mlflow import MlflowClient
-
-            MlflowClient(tracking.tracking_uri(ledger.home)).log_artifacts(row["run_id"], view.report_dir, "report")
-            return str(row["run_id"])
-        except Exception as err:  # noqa: BLE001 - the report on disk is what matters; retried, then reported
-            error = err
-            time.sleep(1.0 + attempt)
-    print(f"autoresearch: could not log the report to MLflow ({error}); it is on disk, and "
-          f"`autoresearch report {view.name}` logs it again", file=sys.stderr)
-    return None

@@ -112,12 +112,12 @@ class LoopStore:
         """The model calls behind a propose decision, for the tracking mirror (one ledger insert
         each; the syncer turns them into MLflow traces linked to the loop's run). Never raises:
         the decision is written, and a lost trace must not stop the loop."""
-        from autoresearch import tracking
+        from autoresearch import outbox
 
         info = result.info
         for call in result.calls:
             try:
-                tracking.record_llm_call(self.ledger, loop_id=self.loop_id, decision_id=decision_id,
+                outbox.record_llm_call(self.ledger, loop_id=self.loop_id, decision_id=decision_id,
                                          **{"prompt_name": info.prompt_name or "",
                                             "prompt_sha256": info.prompt_sha256 or "",
                                             "temperature": info.temperature, **call})

@@ -157,9 +157,5 @@ def loop_view(ledger: Ledger, name: str, live: dict[int, tuple[int, float]] | No
     return view
 
 
-def loop_names(ledger: Ledger) -> list[str]:
-    return [r["name"] for r in ledger.query("SELECT name FROM loops ORDER BY id")]
-
-
 def now() -> float:
     return time.time()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -112,7 +111,3 @@ def tool_errors(fn: Callable[P, R]) -> Callable[P, R]:
                             "report it with the server's stderr") from None
 
     return wrapper
-
-
-def home_hint() -> str:
-    return os.environ.get("AUTORESEARCH_HOME", "~/.autoresearch")

@@ -1,4 +1,4 @@
-"""The MLflow mirror of the ledger (DESIGN.md invariant 2): cheap entry points.
+"""The MLflow mirror of the ledger (docs/architecture.md, "mirror via outbox").
 
 The ledger is the truth; MLflow is the record people read. A background syncer
 (``python -m autoresearch.tracking``, one per ``$AUTORESEARCH_HOME``, guarded by
@@ -7,14 +7,15 @@ traces into MLflow with ``log_batch``, remembering how far it got in the ledger
 (``tracking_runs``, ``tracking_state``, ``tracking_outbox``), so a crash at any
 line replays at most one batch, which MLflow de-duplicates.
 
-Everything in *this* module is stdlib only: :func:`kick` runs after every submit
-and at every attempt's end, and :func:`attempt_env` on every trial start, and
-neither may pay the ~3 s that importing mlflow costs. The heavy parts live in
+The engine never imports this package: what it needs (:func:`kick`, :func:`attempt_env`)
+and :func:`record_llm_call` live in :mod:`autoresearch.outbox` (stdlib only) and are
+re-exported here. This module itself stays cheap to import; the heavy parts live in
 ``_sync`` (the mirror) and ``_daemon`` (the background loop) and are imported lazily.
 
     kick(home)                  start the background syncer unless one runs (~1 ms)
     sync(home)                  one foreground pass; returns a SyncReport
     prepare_runs(home, ...)     create the MLflow runs of trials before they launch
+    log_report(home, ...)       attach a loop's report files to its MLflow run (via the outbox)
     record_llm_call(home, ...)  store one LLM call; the syncer emits it as a trace
     attempt_env(ledger, job_id) MLFLOW_* variables for a launching attempt
     start_run()                 inside a trial: the job's own MLflow run, active
@@ -22,172 +23,31 @@ neither may pay the ~3 s that importing mlflow costs. The heavy parts live in
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
-import sqlite3
 import sys
-import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from autoresearch.outbox import (
+    KICK_FILE,
+    LOCK_FILE,
+    LOG_FILE,
+    TRIAL_TAG,
+    attempt_env,
+    background_enabled,
+    default_uri,
+    kick,
+    record_llm_call,
+    tracking_enabled,
+    tracking_uri,
+)
 
 if TYPE_CHECKING:
     from autoresearch.ledger import Ledger
     from autoresearch.tracking._sync import SyncReport
 
-__all__ = ["attempt_env", "kick", "prepare_runs", "record_llm_call", "start_run", "sync", "tracking_uri"]
-
-LOCK_FILE = "tracking.lock"
-KICK_FILE = "tracking.kick"
-LOG_FILE = "tracking.log"
-_OFF = ("0", "off", "false", "no")
-
-
-def default_uri(home: Path) -> str:
-    return f"sqlite:///{Path(home).resolve() / 'mlflow.db'}"
-
-
-def tracking_uri(home: str | os.PathLike[str] | None = None, conn: sqlite3.Connection | None = None) -> str:
-    """Where the mirror writes: the URI recorded at the first sync, else
-    ``$MLFLOW_TRACKING_URI``, else ``sqlite:///$AUTORESEARCH_HOME/mlflow.db``."""
-    if conn is not None:
-        row = conn.execute("SELECT value FROM tracking_state WHERE name='uri'").fetchone()
-        if row is not None:
-            return str(row[0])
-    from autoresearch.ledger import default_home
-
-    return os.environ.get("MLFLOW_TRACKING_URI") or default_uri(Path(home) if home else default_home())
-
-
-def tracking_enabled() -> bool:
-    """``AUTORESEARCH_TRACKING=off`` turns the MLflow mirror off entirely."""
-    return os.environ.get("AUTORESEARCH_TRACKING", "").strip().lower() not in _OFF
-
-
-def background_enabled() -> bool:
-    """``AUTORESEARCH_SYNC=off`` keeps the mirror but runs it only on `autoresearch sync`.
-
-    (The test suite sets it off for the whole session — a syncer per throwaway home,
-    each importing mlflow, would swamp the machine — and on where the mirror is tested.)
-    """
-    value = os.environ.get("AUTORESEARCH_SYNC", "").strip().lower()
-    return tracking_enabled() and value not in _OFF
-
-
-def kick(home: str | os.PathLike[str] | None = None) -> bool:
-    """Make sure a background syncer will pick up new ledger rows. Never raises.
-
-    Cheap (a touch, a non-blocking flock and, only when no syncer runs, a double
-    fork + exec): it is called after every submit and at every attempt's end.
-    ``AUTORESEARCH_SYNC=off`` turns the background syncer off (``autoresearch sync``
-    still works). Returns True when it started a syncer.
-    """
-    if not background_enabled():
-        return False
-    try:
-        from autoresearch.ledger import default_home
-
-        root = Path(home).expanduser() if home else default_home()
-        (root / KICK_FILE).touch()  # the syncer re-checks this before it exits: no kick is lost
-        fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False  # a syncer holds the lock and will see the kick
-        finally:
-            os.close(fd)  # closing drops our probe lock
-        _spawn_detached([sys.executable, "-m", "autoresearch.tracking", "--home", str(root)], root / LOG_FILE)
-        return True
-    except OSError:
-        return False
-
-
-def _spawn_detached(argv: list[str], log_path: Path) -> None:
-    """Double fork so the syncer is nobody's zombie and outlives its caller."""
-    pid = os.fork()
-    if pid:
-        os.waitpid(pid, 0)
-        return
-    try:
-        os.setsid()
-        if os.fork():
-            os._exit(0)
-        devnull = os.open(os.devnull, os.O_RDWR)
-        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.dup2(devnull, 0)
-        os.dup2(devnull, 1)
-        os.dup2(log, 2)
-        os.execv(argv[0], argv)
-    except BaseException:
-        os._exit(1)
-    os._exit(0)  # pragma: no cover - execv does not return
-
-
-TRIAL_TAG = "autoresearch.trial_id"  # the loop puts it in a trial job's spec tags
-
-
-def attempt_env(ledger: Ledger, job_id: int, spec: dict[str, Any] | None = None) -> dict[str, str]:
-    """MLflow variables for a launching attempt, read from the ledger (no mlflow import).
-
-    ``MLFLOW_TRACKING_URI`` always (so a trial's own ``mlflow`` calls go to the same
-    store), plus ``MLFLOW_EXPERIMENT_ID`` and ``MLFLOW_RUN_ID`` when the job's run
-    exists already: the loop creates its trials' runs before it submits them
-    (:func:`prepare_runs`) and tags the job spec with ``autoresearch.trial_id`` (the
-    job id is not known before submit), and the syncer creates runs of jobs that wait
-    in the queue.
-    A standalone job that starts at once can call :func:`start_run` itself.
-    """
-    if not tracking_enabled():
-        return {}
-    conn = ledger._connect()
-    env = {"MLFLOW_TRACKING_URI": tracking_uri(ledger.home, conn)}
-    trial = str(((spec or {}).get("tags") or {}).get(TRIAL_TAG, "")).strip()
-    row = conn.execute(
-        "SELECT r.run_id, r.experiment_id FROM tracking_runs r WHERE r.entity IN (?, ?) AND r.run_id IS NOT NULL "
-        "UNION ALL SELECT r.run_id, r.experiment_id FROM trials t JOIN tracking_runs r "
-        "ON r.entity='trial:' || t.id WHERE t.job_id=? AND r.run_id IS NOT NULL LIMIT 1",
-        (f"job:{job_id}", f"trial:{trial}", job_id)).fetchone()
-    if row is not None:
-        env["MLFLOW_RUN_ID"] = str(row[0])
-        env["MLFLOW_EXPERIMENT_ID"] = str(row[1])
-    return env
-
-
-def record_llm_call(home: str | os.PathLike[str] | Ledger | None, *, loop_id: int | None, decision_id: int | None,
-                    name: str, model: str, inputs: Any, outputs: Any, started_at: float, ended_at: float,
-                    provider: str = "", prompt_name: str = "", prompt_sha256: str = "", temperature: float | None = None,
-                    tokens_in: int = 0, tokens_out: int = 0, cost_usd: float = 0.0, error: str | None = None) -> int:
-    """Store one LLM call behind a decision; the syncer turns it into an MLflow trace
-    linked to the loop's parent run. Cheap (one ledger insert); returns its outbox id.
-
-    ``inputs``/``outputs`` are anything JSON-able (messages, the response text);
-    secrets of the loop's plan and of this process's environment are redacted before
-    they are stored.
-    """
-    from autoresearch.ledger import Ledger
-    from autoresearch.redact import ambient_secrets, plan_secrets, redact
-
-    ledger = home if isinstance(home, Ledger) else Ledger(home)
-    payload = {
-        "name": name, "model": model, "provider": provider, "prompt_name": prompt_name,
-        "prompt_sha256": prompt_sha256, "temperature": temperature, "inputs": inputs, "outputs": outputs,
-        "started_at": started_at, "ended_at": ended_at, "tokens_in": tokens_in, "tokens_out": tokens_out,
-        "cost_usd": cost_usd, "error": error,
-    }
-    plan = ledger.one("SELECT plan FROM loops WHERE id=?", (loop_id,)) if loop_id is not None else None
-    secrets = plan_secrets(_json(plan["plan"]), ambient=False) if plan is not None else []
-    text = redact(json.dumps(payload, default=str), secrets + ambient_secrets())
-    with ledger.tx() as c:
-        cur = c.execute("INSERT INTO tracking_outbox(kind, loop_id, decision_id, payload, created_at) "
-                        "VALUES ('llm_call',?,?,?,?)", (loop_id, decision_id, text, time.time()))
-        return int(cur.lastrowid or 0)
-
-
-def _json(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return {}
+__all__ = ["KICK_FILE", "LOCK_FILE", "LOG_FILE", "TRIAL_TAG", "attempt_env", "background_enabled", "default_uri",
+           "kick", "log_report", "prepare_runs", "record_llm_call", "start_run", "sync", "tracking_enabled",
+           "tracking_uri"]
 
 
 def sync(home: str | os.PathLike[str] | None = None, *, uri: str | None = None,
@@ -214,6 +74,42 @@ def prepare_runs(home: str | os.PathLike[str] | Ledger | None, trial_ids: list[i
     except TrackingError as err:
         print(f"autoresearch: tracking: {err.render()}", file=sys.stderr)
         return {}
+
+
+def log_report(home: str | os.PathLike[str] | Ledger | None, loop_id: int, report_dir: str | os.PathLike[str],
+               attempts: int = 3) -> str | None:
+    """Attach ``report_dir`` to loop ``loop_id``'s MLflow run (under ``report/``) through the
+    outbox, syncing in the foreground so the caller gets the run id. Returns it, or None
+    when the loop's run is not available (the background syncer sends the files later).
+    Imports mlflow. Raises when the sync keeps failing or MLflow refuses the files.
+
+    The background syncer may be creating the MLflow database at the same moment (the
+    first loop in a fresh home), so a failed sync is retried after a pause."""
+    import logging
+    import time
+
+    from autoresearch import outbox
+    from autoresearch.errors import TrackingError
+    from autoresearch.ledger import Ledger
+
+    ledger = home if isinstance(home, Ledger) else Ledger(home)
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    entry = outbox.record_report(ledger, loop_id, report_dir)
+    for attempt in range(attempts):
+        try:
+            sync(ledger.home)
+            break
+        except Exception:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(1.0 + attempt)
+    row = outbox.entry(ledger, entry)
+    if row is None or row["done_at"] is None:
+        return None
+    ref = str(row["sent_ref"] or "")
+    if ref.startswith("error:"):
+        raise TrackingError(ref.removeprefix("error:").strip())
+    return ref or None
 
 
 def start_run() -> Any:

@@ -3,7 +3,8 @@ lock around creations, and the SQL that maps a job to its entity.
 
 The mirror is :mod:`autoresearch.tracking._sync` (the :class:`Syncer` and its pass);
 what it mirrors lives beside it: ``_entities`` (loops, jobs, trials → runs),
-``_metrics``, ``_traces`` (decisions and LLM calls) and ``_finish`` (logs, run ends).
+``_metrics``, ``_traces`` (decisions and LLM calls), ``_reports`` (loops' report files)
+and ``_finish`` (logs, run ends).
 """
 
 from __future__ import annotations

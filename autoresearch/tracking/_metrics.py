@@ -10,6 +10,7 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
+from autoresearch.metrics import best_source
 from autoresearch.tracking._common import ENTITY, TRIAL_JOIN, SyncReport
 
 if TYPE_CHECKING:
@@ -46,9 +47,7 @@ def _points(syncer: Syncer, rows: list[Any], job_id: int) -> list[Any]:
     reported = {r["name"] for r in syncer.ledger.query(
         "SELECT DISTINCT name FROM metrics WHERE job_id=? AND source='report'", (job_id,))}
     points = []
-    for r in rows:
-        if r["source"] == "log" and r["name"] in reported:
-            continue  # the facade's rule: report() wins over a parsed log line of the same name
+    for r in best_source(rows, reported=reported):  # rows are a window: the reported names are the job's
         value = r["value"]
         try:
             number = math.nan if value is None else float(value)

@@ -14,7 +14,7 @@ Progress lives in the ledger:
   (attempt logs uploaded), ``finished`` (run terminated), ``error`` (why it is blocked).
 * ``tracking_state``: the store URI the mirror is bound to, and the cursors ``metrics``
   (ledger rowid) and ``decisions`` (decision id).
-* ``tracking_outbox``: LLM calls waiting to become traces.
+* ``tracking_outbox``: LLM calls waiting to become traces, loop reports waiting to be uploaded.
 
 A cursor moves only after MLflow accepted the batch. A crash in between replays that
 batch, and MLflow's SQL store drops points equal in (key, step, timestamp, value) —
@@ -23,7 +23,7 @@ no gap.
 
 The pass and the run bookkeeping live here; what is mirrored lives beside it, as
 functions of the :class:`Syncer`: ``_entities`` (loops, jobs, trials), ``_metrics``,
-``_traces`` (decisions, LLM calls) and ``_finish`` (logs, the end of runs).
+``_traces`` (decisions, LLM calls), ``_reports`` (loops' reports) and ``_finish`` (logs, the end of runs).
 """
 
 from __future__ import annotations
@@ -38,10 +38,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from autoresearch.backends import Backend
 from autoresearch.errors import TrackingError
 from autoresearch.ledger import Ledger
 from autoresearch.redact import ambient_secrets, redact
-from autoresearch.tracking import _entities, _finish, _metrics, _traces, tracking_uri
+from autoresearch.tracking import _entities, _finish, _metrics, _reports, _traces, tracking_uri
 from autoresearch.tracking._common import SyncReport, _critical
 from autoresearch.tracking._metrics import BATCH
 
@@ -106,7 +107,7 @@ class Syncer:
         self.secrets = ambient_secrets()  # a supplement: each entity adds its own (redact.job_secrets)
         self._experiments: dict[str, str] = {}
         self._warned: set[str] = set()
-        self._runtimes: dict[str, Any] = {}
+        self._backends: dict[str, Backend] = {}  # by name, from the registry: the mirror never builds a Runtime
         self.client = self._make_client()
 
     # -- setup ------------------------------------------------------------------------------
@@ -206,6 +207,7 @@ class Syncer:
             _metrics.sync_metrics(self, report, max_batches)
             _traces.sync_decisions(self, report)
             _traces.sync_outbox(self, report)
+            _reports.sync_reports(self, report)
             _finish.finish(self, report)
         except TrackingError:
             raise
@@ -219,18 +221,18 @@ class Syncer:
     def _ingest_live(self) -> None:
         """Pull fresh points of running attempts into the ledger, so MLflow shows them live."""
         from autoresearch.backends import get_backend
-        from autoresearch.runtime import Runtime
+        from autoresearch.ingest import ingest_attempt
 
         rows = self.ledger.query("SELECT DISTINCT j.backend FROM attempts a JOIN jobs j ON j.id=a.job_id "
                                  "WHERE a.state IN ('starting','running')")
         for row in rows:
             try:
-                runtime = self._runtimes.get(row["backend"])
-                if runtime is None:
-                    runtime = self._runtimes[row["backend"]] = Runtime(self.ledger.home, get_backend(row["backend"]))
+                backend = self._backends.get(row["backend"])
+                if backend is None:
+                    backend = self._backends[row["backend"]] = get_backend(row["backend"])
                 for att in self.ledger.query("SELECT a.* FROM attempts a JOIN jobs j ON j.id=a.job_id "
                                              "WHERE a.state='running' AND j.backend=?", (row["backend"],)):
-                    runtime.ingest_attempt(att)
+                    ingest_attempt(self.ledger, backend, att)
             except Exception as err:  # live metrics are a nicety; the final ingest is the runtime's
                 self.warn(f"ingest:{row['backend']}", f"could not read live metrics ({err})")
 

@@ -1,0 +1,48 @@
+"""Loops' report files (from the outbox, ``kind='report'``) → artifacts of the loop's run.
+
+The loop writes its report to disk and records an outbox row (:func:`autoresearch.outbox.record_report`);
+a pass uploads the directory under ``report/`` and writes the run id into the row. An upload
+MLflow refuses is recorded in the row (``sent_ref`` = ``error: ...``) rather than retried
+forever; an outage is retried by the next pass.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autoresearch import outbox
+from autoresearch.tracking._common import SyncReport, _critical
+from autoresearch.tracking._entities import loop_run
+
+if TYPE_CHECKING:
+    from autoresearch.tracking._sync import Syncer
+
+
+def sync_reports(syncer: Syncer, report: SyncReport) -> None:
+    from autoresearch.tracking._sync import is_transient
+
+    for row in outbox.pending(syncer.ledger, "report"):
+        run_id = loop_run(syncer, row["loop_id"], report)
+        if run_id is None:
+            continue  # the loop's run is blocked: the files wait, like its decisions
+        try:
+            folder = str(json.loads(row["payload"]).get("dir") or "")
+        except (ValueError, AttributeError):
+            folder = ""
+        ref = run_id
+        with _critical(syncer.ledger.home):
+            fresh = outbox.entry(syncer.ledger, row["id"])
+            if fresh is None or fresh["done_at"] is not None:
+                continue  # another process sent it meanwhile
+            if folder and Path(folder).is_dir():
+                try:
+                    syncer.client.log_artifacts(run_id, folder, "report")
+                    report.artifacts += 1
+                except Exception as err:
+                    if is_transient(err):
+                        raise
+                    ref = f"error: {err}"
+                    syncer.warn(f"report:{row['id']}", f"loop {row['loop_id']}: report not logged ({err})")
+            outbox.mark_sent(syncer.ledger, row["id"], ref)

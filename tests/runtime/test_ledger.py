@@ -1,0 +1,93 @@
+"""The ledger on its own: migrations, transactions, the pass lock and its errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autoresearch.errors import LedgerError
+from autoresearch.ledger import MIGRATIONS, Ledger
+
+
+def applied(ledger: Ledger) -> list[str]:
+    return [r["name"] for r in ledger.query("SELECT name FROM migrations ORDER BY rowid")]
+
+
+def test_migrations_run_once_in_order_and_are_idempotent(tmp_path: Path) -> None:
+    first = Ledger(tmp_path)
+    assert applied(first) == [name for name, _ in MIGRATIONS]
+    assert first.one("PRAGMA user_version")[0] == len(MIGRATIONS)  # type: ignore[index]
+    with first.tx() as c:
+        c.execute("INSERT INTO jobs(name, state, priority, spec, gpus, nodes, backend, submitted_at, updated_at) "
+                  "VALUES ('kept', 'queued', 'normal', '{}', 0, 1, 'local', 0, 0)")
+    Ledger(tmp_path)  # the fast path: user_version says all are applied
+    with first.tx() as c:
+        c.execute("PRAGMA user_version=0")  # as if a newer MIGRATIONS list appeared: the slow path runs
+    again = Ledger(tmp_path)
+    assert applied(again) == [name for name, _ in MIGRATIONS]  # each name once: nothing re-applied
+    assert [r["name"] for r in again.query("SELECT name FROM jobs")] == ["kept"]
+    assert again.one("PRAGMA user_version")[0] == len(MIGRATIONS)  # type: ignore[index]
+
+
+def test_a_home_and_its_ledger_are_private(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "home")
+    assert ledger.home.stat().st_mode & 0o777 == 0o700
+    assert ledger.path.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_failing_transaction_leaves_nothing_behind(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    with pytest.raises(RuntimeError, match="boom"), ledger.tx() as c:
+        Ledger.event(c, "first")
+        raise RuntimeError("boom")
+    assert ledger.query("SELECT * FROM events") == []
+    with ledger.tx() as c:  # the connection is usable again: no transaction left open
+        Ledger.event(c, "second", 7, 1, why="test")
+    row = ledger.one("SELECT kind, job_id, attempt, data FROM events")
+    assert row is not None and tuple(row) == ("second", 7, 1, '{"why": "test"}')
+
+
+def test_bad_sql_is_a_ledger_error_with_a_hint(tmp_path: Path) -> None:
+    with pytest.raises(LedgerError) as err:
+        Ledger(tmp_path).query("SELECT nope FROM nowhere")
+    assert err.value.hint and "nowhere" in str(err.value)
+
+
+def test_the_pass_lock_never_blocks_a_reader(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom autoresearch.ledger import Ledger\n"
+         "with Ledger(sys.argv[1]).pass_lock() as locked:\n    print(locked, flush=True)\n    time.sleep(30)",
+         str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "True"
+        started = time.monotonic()
+        with ledger.pass_lock(wait=False) as locked:
+            assert locked is False
+        assert time.monotonic() - started < 0.5
+    finally:
+        holder.kill()
+        holder.wait()
+    with ledger.pass_lock(wait=False) as locked:  # the holder is gone: its lock went with it
+        assert locked is True
+        with ledger.pass_lock(wait=False) as inner:  # a second open of the lock file conflicts, even here
+            assert inner is False
+
+
+def test_a_corrupt_ledger_is_a_ledger_error_that_says_what_to_do(tmp_path: Path) -> None:
+    (tmp_path / "ledger.db").write_bytes(b"this is not a SQLite database, just bytes " * 200)
+    with pytest.raises(LedgerError) as err:
+        Ledger(tmp_path)
+    assert "corrupt" in str(err.value)
+    assert err.value.hint is not None and "mv " in err.value.hint and "ledger.db.bad" in err.value.hint
+
+
+def test_an_unwritable_home_is_a_ledger_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(LedgerError) as err:
+        Ledger(tmp_path / "file" / "home")
+    assert "AUTORESEARCH_HOME" in (err.value.hint or "")

@@ -1,0 +1,55 @@
+"""The watcher on its own: a FIFO that a supervisor pokes when an attempt ends."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from pathlib import Path
+
+from autoresearch.backends._supervisor import _poke
+from autoresearch.watcher import WAKE_FIFO, Watcher
+
+
+def test_nobody_listening_means_the_poke_fails_at_once(tmp_path: Path) -> None:
+    assert not _poke(str(tmp_path / WAKE_FIFO))  # no FIFO yet
+    Watcher(tmp_path).close()
+    assert stat.S_ISFIFO((tmp_path / WAKE_FIFO).stat().st_mode)
+    started = time.monotonic()
+    assert not _poke(str(tmp_path / WAKE_FIFO))  # a FIFO nobody reads: ENXIO, the supervisor runs the pass
+    assert time.monotonic() - started < 0.5
+
+
+def test_pokes_wake_the_listener_once_and_are_coalesced(tmp_path: Path) -> None:
+    with Watcher(tmp_path) as watcher:
+        assert oct(os.stat(tmp_path / WAKE_FIFO).st_mode & 0o777) == oct(0o600)
+        assert not watcher.wait(0.05)  # nothing ended: times out
+        for _ in range(5):
+            assert _poke(str(tmp_path / WAKE_FIFO))
+        assert watcher.wait(1.0)
+        assert not watcher.wait(0.05)  # the five pokes were one wake-up
+
+
+def test_a_second_watcher_reuses_the_fifo_and_close_is_idempotent(tmp_path: Path) -> None:
+    first = Watcher(tmp_path)
+    first.close()
+    first.close()
+    with Watcher(tmp_path) as second:
+        assert _poke(str(tmp_path / WAKE_FIFO))
+        assert second.wait(1.0)
+    assert second.fd == -1
+
+
+def test_a_full_pipe_still_counts_as_a_wake_up(tmp_path: Path) -> None:
+    with Watcher(tmp_path) as watcher:
+        fd = os.open(tmp_path / WAKE_FIFO, os.O_WRONLY | os.O_NONBLOCK)
+        try:
+            while True:
+                os.write(fd, b"x" * 4096)
+        except BlockingIOError:
+            pass
+        finally:
+            os.close(fd)
+        assert _poke(str(tmp_path / WAKE_FIFO))  # the listener is behind, not gone
+        assert watcher.wait(1.0)
+        assert not watcher.wait(0.05)  # drained in one go
