@@ -52,7 +52,7 @@ SQL_ALLOWED = {
     "autoresearch/ingest.py",
     "autoresearch/isolation.py",
     "autoresearch/runtime.py",
-    "autoresearch/loop/_evaluate.py",
+    "autoresearch/loop/outcomes.py",
     "autoresearch/loop/_limits.py",
     "autoresearch/loop/controller.py",
     "autoresearch/loop/proposers/agent.py",

@@ -1,5 +1,6 @@
 """Proposing and launching, for the controller: the propose() call off the main thread,
-and a proposed trial turned into a submitted job (decision first, then ``Api.submit``)."""
+and a proposed trial turned into a submitted job (decision first, then ``Api.submit``),
+on the :class:`~autoresearch.loop.state.LoopState`."""
 
 from __future__ import annotations
 
@@ -7,14 +8,12 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autoresearch.errors import AutoresearchError
 from autoresearch.loop.plan import Plan
 from autoresearch.loop.proposers import Proposal, ProposeResult
-
-if TYPE_CHECKING:
-    from autoresearch.loop.controller import Controller
+from autoresearch.loop.state import LoopState
 
 
 class ProposeCall(threading.Thread):
@@ -40,33 +39,34 @@ def timed(proposer: Any, history: list[Any], n: int) -> ProposeResult:
     return result
 
 
-def launch(c: Controller, row: Any) -> None:
-    """Submit a proposed trial's job (or adopt the one a launch decided before a crash did submit)."""
+def launch(s: LoopState, row: Any, proposer: Any, api: Any) -> None:
+    """Submit a proposed trial's job through ``api`` (or adopt the one a launch decided before
+    a crash did submit)."""
     trial_id = row["id"]
     params = json.loads(row["params"])
-    job_id = c.store.job_of_trial(trial_id) if trial_id in c.launch_decided else None
+    job_id = s.store.job_of_trial(trial_id) if trial_id in s.launch_decided else None
     if job_id is None:
-        workdir = c.proposer.workdir_for(trial_id, Proposal(params, row["rationale"], row["patch"],
-                                                            row["parent_trial"])) or c.plan.trial.workdir
-        command = c.plan.render_command(params, int(row["seed"] or 0), trial_id)
-        spec = trial_spec(c.plan, c.store.loop_id, row, params, command, workdir)
-        if trial_id not in c.launch_decided:
-            c.launch_decided.add(trial_id)
-            c.store.decide("launch", trial_id=trial_id, rationale=row["rationale"],
+        workdir = proposer.workdir_for(trial_id, Proposal(params, row["rationale"], row["patch"],
+                                                          row["parent_trial"])) or s.plan.trial.workdir
+        command = s.plan.render_command(params, int(row["seed"] or 0), trial_id)
+        spec = trial_spec(s.plan, s.store.loop_id, row, params, command, workdir)
+        if trial_id not in s.launch_decided:
+            s.launch_decided.add(trial_id)
+            s.store.decide("launch", trial_id=trial_id, rationale=row["rationale"],
                            inputs={"params": params, "seed": row["seed"], "role": row["role"],
                                    "workdir": workdir, "command": command})
         try:
-            view = c.api.submit(spec, project=c.loop_project)
+            view = api.submit(spec, project=s.loop_project)
         except AutoresearchError as err:
-            c._update_trial(trial_id, state="failed", failure=f"could not submit: {err.render()}",
-                            ended_at=time.time(), workdir=workdir)
-            c.proposer.observe(c.records[trial_id])
+            s.update_trial(trial_id, state="failed", failure=f"could not submit: {err.render()}",
+                           ended_at=time.time(), workdir=workdir)
+            proposer.observe(s.records[trial_id])
             return
         job_id = view.id
-        row = c._update_trial(trial_id, job_id=job_id, state="queued", workdir=workdir)
+        row = s.update_trial(trial_id, job_id=job_id, state="queued", workdir=workdir)
     else:
-        row = c._update_trial(trial_id, job_id=job_id, state="queued")
-    c.active[trial_id] = row
+        row = s.update_trial(trial_id, job_id=job_id, state="queued")
+    s.active[trial_id] = row
 
 
 def trial_spec(plan: Plan, loop_id: int, row: Any, params: dict[str, Any], command: list[str] | str,

@@ -22,9 +22,11 @@ process, :mod:`autoresearch.loop._prepare_runs`, driven from a worker thread), s
 attempts get ``MLFLOW_RUN_ID``. A trial waits for that at most ``PREPARE_HOLD_S``; a tracking failure or a slow store only means later trials launch
 without the variable (the background syncer still mirrors them).
 
-This module holds the event loop and the state it rebuilds; its parts live beside it:
+This module holds the event loop; what it knows is a :class:`~autoresearch.loop.state.LoopState`
+(rebuilt from the ledger), and its parts live beside it, taking that state or the controller
+as a :class:`~autoresearch.loop.state.LoopHost`:
 :mod:`~autoresearch.loop._launch` (the propose thread, submitting a trial),
-:mod:`~autoresearch.loop._evaluate` (curves, a trial's end, keep-or-discard),
+:mod:`~autoresearch.loop.outcomes` (curves, a trial's end, keep-or-discard),
 :mod:`~autoresearch.loop._limits` (budgets and when the loop ends),
 :mod:`~autoresearch.loop._mlflow_runs` (MLflow runs ahead of launch) and
 :mod:`~autoresearch.loop._interrupt` (Ctrl-C, stop requests).
@@ -36,21 +38,21 @@ import contextlib
 import fcntl
 import os
 import time
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from autoresearch.errors import AutoresearchError, BackendError, PlanError, StateError
-from autoresearch.loop import _evaluate, _limits
-from autoresearch.loop import evaluator as E
-from autoresearch.loop._evaluate import LOG_TAIL_LINES as LOG_TAIL_LINES
+from autoresearch.loop import _limits, outcomes
 from autoresearch.loop._interrupt import LoopInterrupted, SigintFlag, wake
 from autoresearch.loop._launch import ProposeCall, launch, timed
 from autoresearch.loop._mlflow_runs import PREPARE_HOLD_S as PREPARE_HOLD_S
 from autoresearch.loop._mlflow_runs import RunPreparer
+from autoresearch.loop.outcomes import LOG_TAIL_LINES as LOG_TAIL_LINES
 from autoresearch.loop.plan import Plan, plan_json
-from autoresearch.loop.proposers import ProposerContext, ProposeResult, TrialRecord, make_proposer
-from autoresearch.loop.store import ACTIVE_TRIAL, LoopStore, to_record
+from autoresearch.loop.proposers import Proposer, ProposerContext, ProposeResult, make_proposer
+from autoresearch.loop.state import LoopState
+from autoresearch.loop.stopping import Series, Stopper, make_stopper
+from autoresearch.loop.store import ACTIVE_TRIAL, LoopStore
 from autoresearch.loop.views import LoopView, incumbent_of, loop_view
 
 
@@ -64,7 +66,7 @@ class Controller:
         self.plan = plan
         self.resume = resume
         self.project = project
-        self.loop_project = project or ""
+        self.state = LoopState(plan, plan.objective.sign(), loop_project=project or "")
         self.on_update = on_update
         self.poll_s, self.update_every_s, self.monitor_every_s = poll_s, update_every_s, monitor_every_s
         if api is None:
@@ -75,14 +77,9 @@ class Controller:
             api = Api(home, backend=backend)
         self.api = api
         self.ledger = api.ledger
-        self.sign = plan.objective.sign()
-        self.stopper = E.make_stopper(plan.early_stop)
+        self.stopper: Stopper | None = make_stopper(plan.early_stop)
+        self.proposer: Proposer
         self.watch_metrics = self.stopper is not None or on_update is not None
-        self.series: dict[int, list[tuple[int, float]]] = {}  # trial -> signed objective series
-        self.active: dict[int, Any] = {}  # trial id -> trials row (queued/running with a job)
-        self.stopping: set[int] = set()
-        self.exhausted = False
-        self.stop_reason = ""
         self.call: ProposeCall | None = None
         self._lock_fd: int | None = None
         self._last_update = self._last_monitor = self._last_persist = self._last_tick = 0.0
@@ -92,12 +89,6 @@ class Controller:
         self._retry_tick = False
         self.already_finished = False
         self._external_stop: tuple[str, bool] | None = None
-        # An in-memory mirror of this loop's trial rows (the ledger stays the truth; this
-        # saves O(trials) queries per event, which a 500-trial sweep would feel).
-        self.rows: dict[int, dict[str, Any]] = {}
-        self.records: dict[int, TrialRecord] = {}
-        self.state_counts: Counter[str] = Counter()
-        self._history_loaded = False  # ended trials' curves read for the stopper (once, after a resume)
         # MLflow runs created ahead of launch (tracking on): one worker at a time, batches queued.
         self.runs = RunPreparer(self.ledger)
         self.sigint = SigintFlag()  # a Ctrl-C that something swallowed still stops the loop
@@ -107,10 +98,19 @@ class Controller:
         """Whether trials get their MLflow run before they launch (off for good after a failure)."""
         return self.runs.enabled
 
+    @property
+    def sign(self) -> float:
+        return self.state.sign
+
+    @property
+    def series(self) -> dict[int, Series]:
+        return self.state.series
+
     # -- lifecycle --------------------------------------------------------------------------
 
     def open(self) -> None:
         """Everything that can fail before a trial launches: backend, capacity, lock, proposer, loop row."""
+        s = self.state
         try:
             self.api.runtime.refresh_nodes()
         except AutoresearchError:
@@ -136,89 +136,60 @@ class Controller:
             if self.project is not None and existing["project"] != self.project:
                 raise StateError(f"the loop name {self.plan.name!r} is taken by another project",
                                  hint="change name: in the plan")
-            self.loop_project = existing["project"]
+            s.loop_project = existing["project"]
         self.ctx = ProposerContext(self.plan, existing["id"] if existing else 0, self.plan.name, self.ledger.home,
                                    self.api)
         self.proposer = make_proposer(self.ctx)  # may raise (missing key): nothing exists yet
-        self.started = time.monotonic()
+        s.started = time.monotonic()
         digest = self.plan.digest()
         if existing is None:
-            self.store = LoopStore.create(self.ledger, self.plan.name, plan_json(self.plan), digest, self.plan.name,
-                                          project=self.loop_project)
-            self.prior_elapsed = 0.0
+            s.store = LoopStore.create(self.ledger, self.plan.name, plan_json(self.plan), digest, self.plan.name,
+                                       project=s.loop_project)
+            s.prior_elapsed = 0.0
         else:
-            self.store = LoopStore(self.ledger, existing["id"])
-            has_trials = bool(self.store.trials())
+            s.store = LoopStore(self.ledger, existing["id"])
+            has_trials = bool(s.store.trials())
             if existing["digest"] != digest and has_trials and not self.resume:
                 raise PlanError(f"a loop named {self.plan.name!r} already exists with a different plan",
                                 hint="pass --resume to continue it under this plan, or change name: to start anew")
-            self.prior_elapsed = float(existing["elapsed_s"] or 0.0)
+            s.prior_elapsed = float(existing["elapsed_s"] or 0.0)
             if existing["state"] == "finished" and existing["digest"] == digest:
                 self.already_finished = True  # the same plan again: nothing to redo, no decision to add
                 return
-            self.store.set_loop(state="running", plan=plan_json(self.plan), digest=digest, ended_at=None)
+            s.store.set_loop(state="running", plan=plan_json(self.plan), digest=digest, ended_at=None)
             self._adopt(changed=existing["digest"] != digest and has_trials)
-        self.ctx.loop_id = self.store.loop_id
-        self._reload()
+        self.ctx.loop_id = s.store.loop_id
+        s.reload()
         from autoresearch import tracking
 
         self.runs.enabled = tracking.tracking_enabled()
         # Warm up (mlflow import, the store) while the first proposal is made; runs for resumed trials.
-        self.runs.prepare([r["id"] for r in self._pending()], warm=True)
-        self.launch_decided = {r["trial_id"] for r in self.ledger.query(
-            "SELECT trial_id FROM decisions WHERE loop_id=? AND kind='launch'", (self.store.loop_id,))}
+        self.runs.prepare([r["id"] for r in s.pending()], warm=True)
+        s.launch_decided = {r["trial_id"] for r in self.ledger.query(
+            "SELECT trial_id FROM decisions WHERE loop_id=? AND kind='launch'", (s.store.loop_id,))}
         watch = getattr(self.api.runtime, "watch", None)
         if watch is not None:
             self.watcher = watch()
-        self.incumbent = incumbent_of(self.ledger, self.store.loop_id)
+        s.incumbent = incumbent_of(self.ledger, s.store.loop_id)
 
     def _adopt(self, changed: bool) -> None:
-        rows = self.store.trials()
+        s = self.state
+        rows = s.store.trials()
         if not rows:
             return
         running = [r for r in rows if r["state"] in ("queued", "running")]
         pending = [r for r in rows if r["state"] == "proposed"]
         for r in running:
-            self.active[r["id"]] = r
-            if r["id"] not in self.series and self.stopper is not None:
-                series = _evaluate.read_series(self, [r])
+            s.active[r["id"]] = r
+            if r["id"] not in s.series and self.stopper is not None:
+                series = outcomes.read_series(self, [r])
                 self.stopper.adopt(r["id"], series.get(r["id"], []))
         ended = len(rows) - len(running) - len(pending)
-        self.store.decide("replan", inputs={"adopted_trials": [r["id"] for r in running],
-                                            "pending_trials": [r["id"] for r in pending], "ended_trials": ended,
-                                            "plan_changed": changed},
-                          rationale=f"resumed: adopting {len(running)} running trial(s), {ended} already ended"
-                                    + ("; the plan changed" if changed else ""))
-
-    def _reload(self, ids: list[int] | None = None) -> None:
-        """Refresh the mirror from the ledger: every trial, or just ``ids``."""
-        if ids is None:
-            fresh = self.store.trials()
-        elif ids:
-            fresh = self.ledger.query(f"SELECT * FROM trials WHERE id IN ({','.join('?' * len(ids))})", tuple(ids))
-        else:
-            return
-        for r in fresh:
-            row = dict(r)
-            old = self.rows.get(row["id"])
-            if old is not None:
-                self.state_counts[old["state"]] -= 1
-            self.rows[row["id"]] = row
-            self.state_counts[row["state"]] += 1
-            self.records[row["id"]] = to_record(row)
-
-    def _update_trial(self, trial_id: int, **fields: Any) -> dict[str, Any]:
-        self.store.update_trial(trial_id, **fields)
-        row = dict(self.rows[trial_id])  # the ledger now holds exactly this (plus updated_at)
-        row.update(fields, updated_at=time.time())
-        self.state_counts[self.rows[trial_id]["state"]] -= 1
-        self.state_counts[row["state"]] += 1
-        self.rows[trial_id] = row
-        self.records[trial_id] = to_record(row)
-        return row
-
-    def _pending(self) -> list[dict[str, Any]]:
-        return sorted((r for r in self.rows.values() if r["state"] == "proposed"), key=lambda r: r["id"])
+        s.store.decide("replan", inputs={"adopted_trials": [r["id"] for r in running],
+                                         "pending_trials": [r["id"] for r in pending], "ended_trials": ended,
+                                         "plan_changed": changed},
+                       rationale=f"resumed: adopting {len(running)} running trial(s), {ended} already ended"
+                                 + ("; the plan changed" if changed else ""))
 
     def _wait(self) -> None:
         """Sleep until an attempt ends (the runtime's watcher), a proposal is due, or the monitor is."""
@@ -228,7 +199,7 @@ class Controller:
             return
         if self.call is not None or self._retry_tick or self.runs.held:
             timeout = self.poll_s
-        elif self.watch_metrics and self.active:
+        elif self.watch_metrics and self.state.active:
             timeout = max(self.poll_s, self.monitor_every_s - (time.monotonic() - self._last_monitor))
         else:
             timeout = self.safety_poll_s
@@ -250,7 +221,7 @@ class Controller:
             self._lock_fd = None
 
     def elapsed(self) -> float:
-        return self.prior_elapsed + time.monotonic() - self.started
+        return self.state.elapsed()
 
     def run(self) -> LoopView:
         try:
@@ -264,6 +235,7 @@ class Controller:
             if self.on_update is not None:
                 self.on_update(view)
             return view
+        s = self.state
         try:
             self.sigint.install()
             while True:
@@ -271,92 +243,96 @@ class Controller:
                 if self._external_stop is not None:
                     reason, stop_trials = self._external_stop
                     if not stop_trials:
-                        self.store.set_loop(state="interrupted", elapsed_s=self.elapsed())
+                        s.store.set_loop(state="interrupted", elapsed_s=self.elapsed())
                         return self.view()
-                    self.stop_reason = self.stop_reason or reason
+                    s.stop_reason = s.stop_reason or reason
                 self._poll()
-                if _limits.done(self):
+                if _limits.done(s, self.call):
                     break
                 self._fill()
-                self._update()
+                self.publish()
                 self._wait()
             return self._finish()
         except KeyboardInterrupt:
-            self.store.set_loop(state="interrupted", elapsed_s=self.elapsed())
-            running = [r["job_id"] for r in self.active.values() if r["job_id"] is not None]
+            s.store.set_loop(state="interrupted", elapsed_s=self.elapsed())
+            running = [r["job_id"] for r in s.active.values() if r["job_id"] is not None]
             raise LoopInterrupted(self.view(), running) from None
         except BaseException:
             with contextlib.suppress(Exception):
-                self.store.set_loop(state="failed", elapsed_s=self.elapsed())
+                s.store.set_loop(state="failed", elapsed_s=self.elapsed())
             raise
         finally:
             self.sigint.restore()
             self.close()
 
     def view(self) -> LoopView:
-        live = {t: s[-1] for t, s in self.series.items() if s and t in self.active}
-        live = {t: (step, value * self.sign) for t, (step, value) in live.items()}
+        s = self.state
+        live = {t: c[-1] for t, c in s.series.items() if c and t in s.active}
+        live = {t: (step, value * s.sign) for t, (step, value) in live.items()}
         return loop_view(self.ledger, self.plan.name, live=live, elapsed_s=self.elapsed())
 
-    def _update(self, force: bool = False) -> None:
+    def publish(self, force: bool = False) -> None:
+        """Persist the elapsed time (every 5 s) and show the view (every ``update_every_s``, or now)."""
         now = time.monotonic()
         if now - self._last_persist > 5:
             self._last_persist = now
-            self.store.set_loop(elapsed_s=self.elapsed())
+            self.state.store.set_loop(elapsed_s=self.elapsed())
         if self.on_update is not None and (force or now - self._last_update >= self.update_every_s):
             self._last_update = now
             self.on_update(self.view())
 
-    # -- evaluate (the rules: autoresearch.loop._evaluate) ---------------------------------
+    # -- evaluate (the rules: autoresearch.loop.outcomes) ----------------------------------
 
     def _poll(self) -> None:
+        s = self.state
         runtime = self.api.runtime
         if self._woke:  # also for other jobs: while our watcher is open their supervisors poke us too
             # With a watcher open, supervisors poke us instead of running the pass: we run it.
             self._retry_tick = not runtime.tick(wait=False)
             self._last_tick = time.monotonic()
             self._woke = False
-            ids = [r["job_id"] for r in self.active.values()]
+            ids = [r["job_id"] for r in s.active.values()]
             marks = ",".join("?" * len(ids))
             jobs = {j["id"]: j for j in self.ledger.query(
                 f"SELECT id, state, end_reason, exit_code, started_at, ended_at FROM jobs WHERE id IN ({marks})",
                 tuple(ids))}
-            for trial_id, row in list(self.active.items()):
+            for trial_id, row in list(s.active.items()):
                 job = jobs.get(row["job_id"])
                 if job is None:
                     continue
                 if job["state"] in ("succeeded", "failed", "cancelled"):
-                    _evaluate.ended(self, trial_id, row, job)
+                    outcomes.ended(self, trial_id, row, job)
                 elif job["state"] in ("starting", "running") and row["state"] == "queued":
-                    self.active[trial_id] = self._update_trial(trial_id, state="running",
-                                                               started_at=job["started_at"] or time.time())
+                    s.active[trial_id] = s.update_trial(trial_id, state="running",
+                                                        started_at=job["started_at"] or time.time())
         now = time.monotonic()
-        if self.watch_metrics and self.active and now - self._last_monitor >= self.monitor_every_s:
+        if self.watch_metrics and s.active and now - self._last_monitor >= self.monitor_every_s:
             self._last_monitor = now
-            _evaluate.monitor(self)
-        _limits.check_limits(self)
+            outcomes.monitor(self)
+        for trial_id in _limits.check_limits(s, self.ledger):
+            self.stop_trial(trial_id, f"stopping the loop: {s.stop_reason}", {"reason": s.stop_reason})
 
-    def _stop(self, trial_id: int, rationale: str, inputs: dict[str, Any]) -> None:
-        row = self.active[trial_id]
-        self.stopping.add(trial_id)
-        self.store.decide("stop", trial_id=trial_id, inputs={"job_id": row["job_id"], **inputs},
-                          outputs={"action": "cancel", "grace_s": self.plan.trial.grace}, rationale=rationale)
+    def stop_trial(self, trial_id: int, rationale: str, inputs: dict[str, Any]) -> None:
+        """Decide to stop a running trial (a stop decision), then cancel its job with the plan's grace."""
+        s = self.state
+        row = s.active[trial_id]
+        s.stopping.add(trial_id)
+        s.store.decide("stop", trial_id=trial_id, inputs={"job_id": row["job_id"], **inputs},
+                       outputs={"action": "cancel", "grace_s": self.plan.trial.grace}, rationale=rationale)
         self.api.cancel([row["job_id"]])
 
-    # -- budgets and the end ----------------------------------------------------------------
-
-    def _launched(self) -> int:
-        return sum(n for s, n in self.state_counts.items() if s not in ("proposed", "crashed", "skipped"))
+    # -- the end ----------------------------------------------------------------------------
 
     def _finish(self) -> LoopView:
-        for row in self._pending():
-            self._update_trial(row["id"], state="skipped", failure=f"not launched: {self.stop_reason}")
+        s = self.state
+        for row in s.pending():
+            s.update_trial(row["id"], state="skipped", failure=f"not launched: {s.stop_reason}")
         view = self.view()
-        self.store.decide("finish", inputs={"counts": view.counts, "elapsed_s": self.elapsed()},
-                          outputs={"reason": self.stop_reason, "best_trial": view.best_trial,
-                                   "best_value": view.best_value, "noise_floor": view.noise_floor},
-                          rationale=f"loop finished: {self.stop_reason}")
-        self.store.set_loop(state="finished", elapsed_s=self.elapsed(), ended_at=time.time())
+        s.store.decide("finish", inputs={"counts": view.counts, "elapsed_s": self.elapsed()},
+                       outputs={"reason": s.stop_reason, "best_trial": view.best_trial,
+                                "best_value": view.best_value, "noise_floor": view.noise_floor},
+                       rationale=f"loop finished: {s.stop_reason}")
+        s.store.set_loop(state="finished", elapsed_s=self.elapsed(), ended_at=time.time())
         view = self.view()
         if self.on_update is not None:
             self.on_update(view)
@@ -365,17 +341,18 @@ class Controller:
     # -- propose and launch ---------------------------------------------------------------
 
     def _fill(self) -> None:
-        if self.stop_reason:
+        s = self.state
+        if s.stop_reason:
             return
         self.runs.pump()
-        budget_left = self.plan.budget.trials - self._launched()
-        slots = self.plan.budget.parallel - len(self.active)
-        for row in self._pending():
+        budget_left = self.plan.budget.trials - s.launched()
+        slots = self.plan.budget.parallel - len(s.active)
+        for row in s.pending():
             if slots <= 0 or budget_left <= 0:
                 return
             if row["id"] not in self.runs.held:  # held: its MLflow run is being created; it keeps its slot
                 self.sigint.check()
-                launch(self, row)
+                launch(s, row, self.proposer, self.api)
             slots, budget_left = slots - 1, budget_left - 1
         if self.call is not None:
             if self.call.is_alive():
@@ -387,26 +364,31 @@ class Controller:
             self._accept(call.result, call_n=call.n)
             return self._fill()
         n = min(slots, budget_left, self.plan.proposer.batch or slots)
-        if n <= 0 or self.exhausted:
+        if n <= 0 or s.exhausted:
             return
-        history = [self.records[t] for t in sorted(self.records)]
+        history = [s.records[t] for t in sorted(s.records)]
         if self.proposer.blocking:
             self.call = ProposeCall(lambda: timed(self.proposer, history, n), n)
             self.call.start()
             return
         self._accept(timed(self.proposer, history, n), call_n=n)
-        if self._pending():
+        if s.pending():
             self._fill()
 
     def _accept(self, result: ProposeResult, call_n: int) -> None:
-        room = self.plan.budget.trials - self._launched() - len(self._pending())
+        s = self.state
+        room = self.plan.budget.trials - s.launched() - len(s.pending())
         proposals = result.proposals[: max(0, room)]
         if not result.proposals:
-            self.exhausted = True
+            s.exhausted = True
         seed = 0
-        ids = self.store.record_proposals(result, proposals, inputs={"asked": call_n, "history": self._launched()},
-                                          seeds=[seed] * len(proposals))
-        self._reload(ids)
+        ids = s.store.record_proposals(result, proposals, inputs={"asked": call_n, "history": s.launched()},
+                                       seeds=[seed] * len(proposals))
+        self.proposed(ids)
+
+    def proposed(self, ids: list[int]) -> None:
+        """New trials were recorded: mirror them and start creating their MLflow runs."""
+        self.state.reload(ids)
         self.runs.prepare(ids)
 
     def request_stop(self, reason: str = "stopped by request", stop_trials: bool = True) -> None:
@@ -420,12 +402,13 @@ class Controller:
 
     def stop_running(self, reason: str = "stopped by the user") -> list[int]:
         """Stop every running trial of this loop (after an interrupt); returns their job ids."""
+        store = self.state.store
         jobs = []
-        for row in self.store.trials(ACTIVE_TRIAL):
+        for row in store.trials(ACTIVE_TRIAL):
             if row["job_id"] is None:
                 continue
-            self.store.decide("stop", trial_id=row["id"], inputs={"job_id": row["job_id"], "reason": reason},
-                              outputs={"action": "cancel"}, rationale=reason)
+            store.decide("stop", trial_id=row["id"], inputs={"job_id": row["job_id"], "reason": reason},
+                         outputs={"action": "cancel"}, rationale=reason)
             jobs.append(row["job_id"])
         if jobs:
             self.api.cancel(jobs)

@@ -25,6 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autoresearch.errors import PlanError, SpecError
+from autoresearch.loop import stopping
 from autoresearch.spec import parse_duration, parse_grace, parse_memory_mb, str_values
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -229,12 +230,23 @@ class Budget(_Model):
         return parse_duration(value, "budget.wall")
 
 
+def _stop_kinds(schema: dict[str, Any]) -> None:
+    schema["enum"] = stopping.kinds()
+
+
 class EarlyStop(_Model):
-    kind: Literal["asha", "median"] = "asha"
+    kind: str = Field("asha", description="A registered stopper (autoresearch.loop.stopping): asha, median, ...",
+                      json_schema_extra=_stop_kinds)
     min_steps: int = Field(1, ge=1, description="Never stop a trial before this step (ASHA's grace period).")
     reduction_factor: int = Field(3, ge=2, description="asha: keep the top 1/reduction_factor at each rung.")
     max_steps: int | None = Field(None, ge=1, description="asha: last rung (default: unbounded).")
     min_trials: int = Field(3, ge=1, description="median: trials that must have reached a step before it applies.")
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _kind(cls, value: object) -> object:
+        stopping.check_kind(value)  # the same words as a Literal's error: "Input should be 'asha' or 'median'"
+        return value
 
 
 class Repeats(_Model):

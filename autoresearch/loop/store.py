@@ -131,6 +131,9 @@ class LoopStore:
                                      (self.loop_id, *states))
         return self.ledger.query("SELECT * FROM trials WHERE loop_id=? ORDER BY id", (self.loop_id,))
 
+    def trials_by_id(self, ids: list[int]) -> list[Any]:
+        return self.ledger.query(f"SELECT * FROM trials WHERE id IN ({','.join('?' * len(ids))})", tuple(ids))
+
     def trial(self, trial_id: int) -> Any:
         return self.ledger.one("SELECT * FROM trials WHERE id=?", (trial_id,))
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from autoresearch.errors import NotFoundError
 from autoresearch.ledger import Ledger
-from autoresearch.loop.evaluator import noise_floor
+from autoresearch.loop.noise import noise_floor
 
 
 @dataclass

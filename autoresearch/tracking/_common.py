@@ -1,10 +1,11 @@
 """What the modules of the MLflow mirror share: the pass's report, the cross-process
-lock around creations, and the SQL that maps a job to its entity.
+lock around creations, the SQL that maps a job to its entity, and :class:`Mirror`, what
+they may use of the syncer.
 
 The mirror is :mod:`autoresearch.tracking._sync` (the :class:`Syncer` and its pass);
-what it mirrors lives beside it: ``_entities`` (loops, jobs, trials → runs),
-``_metrics``, ``_traces`` (decisions and LLM calls), ``_reports`` (loops' report files)
-and ``_finish`` (logs, run ends).
+what it mirrors lives beside it, as functions of a :class:`Mirror`: ``_entities``
+(loops, jobs, trials → runs), ``_metrics``, ``_traces`` (decisions and LLM calls),
+``_reports`` (loops' report files) and ``_finish`` (logs, run ends).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 DEFAULT_EXPERIMENT = "Default"
 # A job belongs to a trial by trials.job_id, or (before the loop wrote it back) by its spec tag.
@@ -53,3 +55,47 @@ def _critical(home: Path) -> Iterator[None]:
     finally:
         os.close(fd)
 
+
+
+class Mirror(Protocol):
+    """The syncer as the mirror's modules see it (:class:`autoresearch.tracking._sync.Syncer` is one)."""
+
+    ledger: Any  # autoresearch.ledger.Ledger
+    client: Any  # mlflow.tracking.MlflowClient
+    uri: str
+    home_id: str  # tags runs as this ledger's (autoresearch.entity = HOME_ID/ENTITY)
+    secrets: list[str]  # ambient secrets, redacted from everything sent
+
+    def warn(self, key: str, message: str) -> None:
+        """Print ``message`` once per ``key``."""
+
+    def cursor(self, name: str) -> int:
+        """Where the mirror got to in the ledger (``metrics``: a rowid; ``decisions``: an id)."""
+        ...
+
+    def move_cursor(self, name: str, value: int) -> None:
+        """Move a cursor once MLflow accepted everything before it."""
+
+    def experiment_id(self, name: str) -> str:
+        """The MLflow experiment named ``name`` (created if needed)."""
+        ...
+
+    def ensure_run(self, entity: str, experiment: str, run_name: str, parent: str | None,
+                   report: SyncReport | None = None, started: float | None = None) -> tuple[str, bool]:
+        """The run of ``entity`` (created if needed, exactly once): (run id, created)."""
+        ...
+
+    def mark_blocked(self, entity: str, err: Exception) -> None:
+        """A permanent problem with one run: record it, warn once (a transient one is raised)."""
+
+    def clear_error(self, entity: str) -> bool:
+        """Forget a run's recorded problem; whether there was one."""
+        ...
+
+    def log_batch(self, run_id: str, metrics: list[Any] = ..., params: dict[str, str] | None = None,
+                  tags: dict[str, str] | None = None, secrets: list[str] | None = None) -> None:
+        """Metrics, params and tags to a run, params and tags redacted."""
+
+    def sync_job(self, job: Any, report: SyncReport) -> str | None:
+        """Mirror one job's run now; its run id (None while blocked)."""
+        ...

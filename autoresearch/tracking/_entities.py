@@ -8,16 +8,13 @@ passes the run's ``synced_version``; params and artifacts go up only the first t
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autoresearch.errors import TrackingError
 from autoresearch.redact import is_secret, job_secrets, plan_secrets, redact, redact_command, redact_obj
-from autoresearch.tracking._common import DEFAULT_EXPERIMENT, ENTITY, TRIAL_JOIN, SyncReport
+from autoresearch.tracking._common import DEFAULT_EXPERIMENT, ENTITY, TRIAL_JOIN, Mirror, SyncReport
 from autoresearch.tracking._finish import LOOP_FINAL
 from autoresearch.tracking._metrics import backfill
-
-if TYPE_CHECKING:
-    from autoresearch.tracking._sync import Syncer
 
 
 def _flatten(params: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -37,7 +34,7 @@ def loop_experiment(loop: Any) -> str:
     return loop["experiment"] or loop["name"]
 
 
-def sync_loops(syncer: Syncer, report: SyncReport) -> None:
+def sync_loops(syncer: Mirror, report: SyncReport) -> None:
     rows = syncer.ledger.query(
         "SELECT l.*, r.synced_version, r.run_id, r.finished, r.error FROM loops l LEFT JOIN tracking_runs r "
         "ON r.entity='loop:' || l.id WHERE r.run_id IS NULL OR r.synced_version < l.updated_at "
@@ -46,10 +43,10 @@ def sync_loops(syncer: Syncer, report: SyncReport) -> None:
         sync_loop(syncer, loop, report)
 
 
-def sync_loop(syncer: Syncer, loop: Any, report: SyncReport) -> str | None:
+def sync_loop(syncer: Mirror, loop: Any, report: SyncReport) -> str | None:
     entity = f"loop:{loop['id']}"
     try:
-        run_id, created = syncer._ensure_run(entity, loop_experiment(loop), loop["name"], None, report,
+        run_id, created = syncer.ensure_run(entity, loop_experiment(loop), loop["name"], None, report,
                                              loop["created_at"])
         tags = {"autoresearch.loop_id": str(loop["id"]), "autoresearch.loop": loop["name"],
                 "autoresearch.state": loop["state"], "autoresearch.kind": "loop"}
@@ -63,7 +60,7 @@ def sync_loop(syncer: Syncer, loop: Any, report: SyncReport) -> str | None:
             params = dict(list(params.items())[:300])
             syncer.client.log_text(run_id, json.dumps(redact_obj(plan, secrets), indent=2, default=str), "plan.json")
             report.artifacts += 1
-        syncer._log(run_id, params=params, tags=tags, secrets=secrets)
+        syncer.log_batch(run_id, params=params, tags=tags, secrets=secrets)
         reopen = bool(loop["finished"]) and str(loop["state"]).lower() not in LOOP_FINAL
         if reopen:  # an ended loop resumed (--resume): its run is live again, and ends again with it
             syncer.client.update_run(run_id, status="RUNNING")
@@ -72,7 +69,7 @@ def sync_loop(syncer: Syncer, loop: Any, report: SyncReport) -> str | None:
                       (loop["updated_at"], not reopen, entity))
         return run_id
     except Exception as err:
-        syncer._blocked(entity, err)
+        syncer.mark_blocked(entity, err)
         return None
 
 
@@ -83,12 +80,12 @@ def _plan(loop: Any) -> Any:
         return {"plan": loop["plan"]}
 
 
-def loop_secrets(syncer: Syncer, loop: Any) -> list[str]:
+def loop_secrets(syncer: Mirror, loop: Any) -> list[str]:
     """What to redact in a loop's run, its decisions and its LLM calls: its plan's secrets (and ours)."""
     return plan_secrets(_plan(loop), ambient=False) + syncer.secrets if loop is not None else syncer.secrets
 
 
-def loop_run(syncer: Syncer, loop_id: int, report: SyncReport | None = None) -> str | None:
+def loop_run(syncer: Mirror, loop_id: int, report: SyncReport | None = None) -> str | None:
     row = syncer.ledger.one("SELECT run_id FROM tracking_runs WHERE entity=? AND error IS NULL", (f"loop:{loop_id}",))
     if row is not None and row["run_id"]:
         return str(row["run_id"])
@@ -98,7 +95,7 @@ def loop_run(syncer: Syncer, loop_id: int, report: SyncReport | None = None) -> 
 
 # -- jobs and trials --------------------------------------------------------------------
 
-def _job_target(syncer: Syncer, job: Any, trial: Any) -> tuple[str, str, str, str | None]:
+def _job_target(syncer: Mirror, job: Any, trial: Any) -> tuple[str, str, str, str | None]:
     """(entity, experiment, run name, parent run id) of a job's run."""
     if trial is not None:
         loop = syncer.ledger.one("SELECT * FROM loops WHERE id=?", (trial["loop_id"],))
@@ -111,7 +108,7 @@ def _job_target(syncer: Syncer, job: Any, trial: Any) -> tuple[str, str, str, st
     return f"job:{job['id']}", job["experiment"] or DEFAULT_EXPERIMENT, f"{job['name']}-{job['id']}", None
 
 
-def sync_jobs(syncer: Syncer, report: SyncReport) -> None:
+def sync_jobs(syncer: Mirror, report: SyncReport) -> None:
     rows = syncer.ledger.query(
         "SELECT j.*, t.id AS trial_id, r.synced_version, r.run_id, r.error, r.metric_rowid FROM jobs j "
         f"LEFT JOIN trials t ON {TRIAL_JOIN} "
@@ -122,13 +119,13 @@ def sync_jobs(syncer: Syncer, report: SyncReport) -> None:
         sync_job(syncer, job, report)
 
 
-def sync_job(syncer: Syncer, job: Any, report: SyncReport) -> str | None:
+def sync_job(syncer: Mirror, job: Any, report: SyncReport) -> str | None:
     trial = (syncer.ledger.one("SELECT * FROM trials WHERE id=?", (job["trial_id"],))
              if job["trial_id"] is not None else None)
     entity = f"trial:{trial['id']}" if trial is not None else f"job:{job['id']}"
     try:
         entity, experiment, name, parent = _job_target(syncer, job, trial)
-        run_id, created = syncer._ensure_run(entity, experiment, name, parent, report,
+        run_id, created = syncer.ensure_run(entity, experiment, name, parent, report,
                                              job["started_at"] or job["submitted_at"])
         spec = json.loads(job["spec"])
         secrets = job_secrets(spec, ambient=False) + syncer.secrets  # the job's own, from the ledger
@@ -172,19 +169,19 @@ def sync_job(syncer: Syncer, job: Any, report: SyncReport) -> str | None:
                       "gpus": str(spec.get("gpus", 0)), "nodes": str(spec.get("nodes", 1)),
                       "priority": str(spec.get("priority", "")), "workdir": str(spec.get("workdir", ""))}
             params.update({f"env.{k}": v for k, v in (spec.get("env") or {}).items() if not is_secret(k)})
-        syncer._log(run_id, params=dict(list(params.items())[:500]), tags=tags, secrets=secrets)
-        if syncer._clear_error(entity):
+        syncer.log_batch(run_id, params=dict(list(params.items())[:500]), tags=tags, secrets=secrets)
+        if syncer.clear_error(entity):
             backfill(syncer, job["id"], run_id, report)
         with syncer.ledger.tx() as c:
             c.execute("UPDATE tracking_runs SET synced_version=? WHERE entity=?",
                       (max(job["updated_at"], trial["updated_at"] if trial is not None else 0), entity))
         return run_id
     except Exception as err:
-        syncer._blocked(entity, err)
+        syncer.mark_blocked(entity, err)
         return None
 
 
-def ensure_job_run(syncer: Syncer, job_id: int) -> str:
+def ensure_job_run(syncer: Mirror, job_id: int) -> str:
     job = syncer.ledger.one("SELECT j.*, t.id AS trial_id, -1 AS synced_version FROM jobs j "
                             f"LEFT JOIN trials t ON {TRIAL_JOIN} WHERE j.id=?", (job_id,))
     if job is None:
@@ -198,7 +195,7 @@ def ensure_job_run(syncer: Syncer, job_id: int) -> str:
     return run_id
 
 
-def prepare_trials(syncer: Syncer, trial_ids: list[int]) -> dict[int, str]:
+def prepare_trials(syncer: Mirror, trial_ids: list[int]) -> dict[int, str]:
     out: dict[int, str] = {}
     report = SyncReport()
     for trial_id in trial_ids:
@@ -211,8 +208,8 @@ def prepare_trials(syncer: Syncer, trial_ids: list[int]) -> dict[int, str]:
             continue
         entity = f"trial:{trial_id}"
         try:
-            out[trial_id], _ = syncer._ensure_run(entity, loop_experiment(loop), f"trial-{trial_id}",
+            out[trial_id], _ = syncer.ensure_run(entity, loop_experiment(loop), f"trial-{trial_id}",
                                                   parent, report, trial["created_at"])
         except Exception as err:
-            syncer._blocked(entity, err)
+            syncer.mark_blocked(entity, err)
     return out

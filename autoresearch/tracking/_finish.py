@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autoresearch.redact import job_secrets, redact
-from autoresearch.tracking._common import ENTITY, TRIAL_JOIN, SyncReport
-
-if TYPE_CHECKING:
-    from autoresearch.tracking._sync import Syncer
+from autoresearch.tracking._common import ENTITY, TRIAL_JOIN, Mirror, SyncReport
 
 LOG_HEAD, LOG_TAIL = 256 << 10, 768 << 10  # attempt logs are capped at 1 MiB: head + tail
 FINAL = {"succeeded": "FINISHED", "failed": "FAILED", "cancelled": "KILLED"}
@@ -25,9 +22,9 @@ LOOP_FINAL = {"done": "FINISHED", "finished": "FINISHED", "completed": "FINISHED
               "failed": "FAILED", "stopped": "KILLED", "cancelled": "KILLED", "killed": "KILLED"}
 
 
-def finish(syncer: Syncer, report: SyncReport) -> None:
+def finish(syncer: Mirror, report: SyncReport) -> None:
     """Upload logs of ended attempts; terminate runs of final jobs once all their points are in."""
-    cursor = int(syncer._state("metrics") or 0)
+    cursor = syncer.cursor("metrics")
     if syncer.ledger.one("SELECT 1 FROM metrics WHERE rowid > ? LIMIT 1", (cursor,)) is not None:
         return  # points still waiting: finish later, or a run would end before its last point
     rows = syncer.ledger.query(
@@ -46,7 +43,7 @@ def finish(syncer: Syncer, report: SyncReport) -> None:
                     c.execute("UPDATE tracking_runs SET finished=1 WHERE entity=?", (row["entity"],))
                 report.finished += 1
         except Exception as err:
-            syncer._blocked(row["entity"], err)
+            syncer.mark_blocked(row["entity"], err)
     _end_never_ran(syncer, report)
     for loop in syncer.ledger.query(
             "SELECT l.id, l.state, l.updated_at, r.entity, r.run_id FROM loops l JOIN tracking_runs r "
@@ -63,7 +60,7 @@ def finish(syncer: Syncer, report: SyncReport) -> None:
         report.finished += 1
 
 
-def _end_never_ran(syncer: Syncer, report: SyncReport) -> None:
+def _end_never_ran(syncer: Mirror, report: SyncReport) -> None:
     """End the runs of trials that ended without ever having a job (none will come), also a
     run whose creation was cut short (the write-ahead row has no run id: look for it by tag)."""
     rows = syncer.ledger.query(
@@ -76,7 +73,7 @@ def _end_never_ran(syncer: Syncer, report: SyncReport) -> None:
         try:
             run_id = row["run_id"] or _find_run(syncer, row["entity"], row["experiment_id"])
             if run_id is not None:
-                syncer._log(run_id, tags={"autoresearch.trial_state": row["state"],
+                syncer.log_batch(run_id, tags={"autoresearch.trial_state": row["state"],
                                           "autoresearch.skipped": row["failure"] or "not launched"})
                 syncer.client.set_terminated(run_id, NEVER_RAN.get(row["state"], "KILLED"),
                                              int((row["ended_at"] or time.time()) * 1000))
@@ -85,10 +82,10 @@ def _end_never_ran(syncer: Syncer, report: SyncReport) -> None:
                 c.execute("UPDATE tracking_runs SET finished=1, run_id=COALESCE(run_id, ?) WHERE entity=?",
                           (run_id, row["entity"]))
         except Exception as err:
-            syncer._blocked(row["entity"], err)
+            syncer.mark_blocked(row["entity"], err)
 
 
-def _find_run(syncer: Syncer, entity: str, experiment_id: str | None) -> str | None:
+def _find_run(syncer: Mirror, entity: str, experiment_id: str | None) -> str | None:
     """The run a create cut short may have made (None: it made none)."""
     if not experiment_id:
         return None
@@ -100,7 +97,7 @@ def _find_run(syncer: Syncer, entity: str, experiment_id: str | None) -> str | N
     return str(found[0].info.run_id) if found else None
 
 
-def _upload_logs(syncer: Syncer, row: Any, report: SyncReport) -> None:
+def _upload_logs(syncer: Mirror, row: Any, report: SyncReport) -> None:
     spec = json.loads(row["spec"])
     secrets = job_secrets(spec)  # from the ledger, whichever process mirrors it
     upto = row["ended_n"] or 0

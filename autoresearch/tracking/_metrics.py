@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autoresearch.metrics import best_source
-from autoresearch.tracking._common import ENTITY, TRIAL_JOIN, SyncReport
-
-if TYPE_CHECKING:
-    from autoresearch.tracking._sync import Syncer
+from autoresearch.tracking._common import ENTITY, TRIAL_JOIN, Mirror, SyncReport
 
 METRIC_WINDOW = 20_000  # ledger rows read per pass step
 BATCH = 1_000  # MLflow's limit per log_batch
@@ -25,7 +22,7 @@ def _metric_name(name: str) -> str:
     return _BAD_NAME.sub("_", name)[:250] or "_"
 
 
-def _run_of_job(syncer: Syncer, job_id: int, report: SyncReport) -> tuple[str | None, str]:
+def _run_of_job(syncer: Mirror, job_id: int, report: SyncReport) -> tuple[str | None, str]:
     row = syncer.ledger.one(
         f"SELECT {ENTITY} AS entity, r.run_id, r.error FROM jobs j LEFT JOIN trials t ON {TRIAL_JOIN} "
         f"LEFT JOIN tracking_runs r ON r.entity={ENTITY} WHERE j.id=?", (job_id,))
@@ -41,7 +38,7 @@ def _run_of_job(syncer: Syncer, job_id: int, report: SyncReport) -> tuple[str | 
     return run_id, row["entity"]
 
 
-def _points(syncer: Syncer, rows: list[Any], job_id: int) -> list[Any]:
+def _points(syncer: Mirror, rows: list[Any], job_id: int) -> list[Any]:
     from mlflow.entities import Metric
 
     reported = {r["name"] for r in syncer.ledger.query(
@@ -60,8 +57,8 @@ def _points(syncer: Syncer, rows: list[Any], job_id: int) -> list[Any]:
     return points
 
 
-def sync_metrics(syncer: Syncer, report: SyncReport, max_batches: int | None = None) -> None:
-    cursor = int(syncer._state("metrics") or 0)
+def sync_metrics(syncer: Mirror, report: SyncReport, max_batches: int | None = None) -> None:
+    cursor = syncer.cursor("metrics")
     while True:
         rows = syncer.ledger.query("SELECT rowid AS rid, * FROM metrics WHERE rowid > ? ORDER BY rowid LIMIT ?",
                                    (cursor, METRIC_WINDOW))
@@ -76,9 +73,9 @@ def sync_metrics(syncer: Syncer, report: SyncReport, max_batches: int | None = N
                 continue  # blocked: its points wait in the ledger and are backfilled once it is fixed
             points = _points(syncer, job_rows, job_id)
             try:
-                syncer._log(run_id, metrics=points)
+                syncer.log_batch(run_id, metrics=points)
             except Exception as err:
-                syncer._blocked(entity, err)
+                syncer.mark_blocked(entity, err)
                 continue
             report.metrics += len(points)
             report.batches += (len(points) + BATCH - 1) // BATCH
@@ -86,23 +83,23 @@ def sync_metrics(syncer: Syncer, report: SyncReport, max_batches: int | None = N
                 c.execute("UPDATE tracking_runs SET metric_rowid=MAX(metric_rowid, ?) WHERE entity=?",
                           (job_rows[-1]["rid"], entity))
         cursor = rows[-1]["rid"]
-        syncer._set_state("metrics", cursor)
+        syncer.move_cursor("metrics", cursor)
         if max_batches is not None and report.batches >= max_batches:
             report.pending = True
             return
 
 
-def backfill(syncer: Syncer, job_id: int, run_id: str, report: SyncReport) -> None:
+def backfill(syncer: Mirror, job_id: int, run_id: str, report: SyncReport) -> None:
     """A run that was blocked is writable again: send the points that waited for it."""
     row = syncer.ledger.one("SELECT metric_rowid, entity FROM tracking_runs WHERE run_id=?", (run_id,))
-    upto = int(syncer._state("metrics") or 0)
+    upto = syncer.cursor("metrics")
     if row is None:
         return
     rows = syncer.ledger.query("SELECT rowid AS rid, * FROM metrics WHERE job_id=? AND rowid > ? AND rowid <= ? "
                                "ORDER BY rowid", (job_id, row["metric_rowid"], upto))
     if rows:
         points = _points(syncer, rows, job_id)
-        syncer._log(run_id, metrics=points)
+        syncer.log_batch(run_id, metrics=points)
         report.metrics += len(points)
         with syncer.ledger.tx() as c:
             c.execute("UPDATE tracking_runs SET metric_rowid=? WHERE entity=?", (rows[-1]["rid"], row["entity"]))

@@ -10,17 +10,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from autoresearch import outbox
-from autoresearch.tracking._common import SyncReport, _critical
+from autoresearch.tracking._common import Mirror, SyncReport, _critical
 from autoresearch.tracking._entities import loop_run
 
-if TYPE_CHECKING:
-    from autoresearch.tracking._sync import Syncer
 
-
-def sync_reports(syncer: Syncer, report: SyncReport) -> None:
+def sync_reports(syncer: Mirror, report: SyncReport) -> None:
     from autoresearch.tracking._sync import is_transient
 
     for row in outbox.pending(syncer.ledger, "report"):

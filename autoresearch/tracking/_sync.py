@@ -22,8 +22,9 @@ timestamps come from the ledger, so a replay is byte-for-byte the same: no dupli
 no gap.
 
 The pass and the run bookkeeping live here; what is mirrored lives beside it, as
-functions of the :class:`Syncer`: ``_entities`` (loops, jobs, trials), ``_metrics``,
-``_traces`` (decisions, LLM calls), ``_reports`` (loops' reports) and ``_finish`` (logs, the end of runs).
+functions of a :class:`~autoresearch.tracking._common.Mirror` (the public face of a
+:class:`Syncer`): ``_entities`` (loops, jobs, trials), ``_metrics``, ``_traces``
+(decisions, LLM calls), ``_reports`` (loops' reports) and ``_finish`` (logs, the end of runs).
 """
 
 from __future__ import annotations
@@ -176,6 +177,14 @@ class Syncer:
         with self.ledger.tx() as c:
             c.execute("INSERT OR REPLACE INTO tracking_state(name, value) VALUES (?,?)", (name, str(value)))
 
+    def cursor(self, name: str) -> int:
+        """Where the mirror got to in the ledger: ``metrics`` (a rowid) or ``decisions`` (an id)."""
+        return int(self._state(name) or 0)
+
+    def move_cursor(self, name: str, value: int) -> None:
+        """Move a cursor, once MLflow accepted everything before it."""
+        self._set_state(name, value)
+
     def check(self) -> None:
         """Fail fast (TrackingError, transient) when the store cannot be reached."""
         try:
@@ -261,7 +270,7 @@ class Syncer:
         self._experiments[name] = str(exp_id)
         return str(exp_id)
 
-    def _ensure_run(self, entity: str, experiment: str, run_name: str, parent: str | None,
+    def ensure_run(self, entity: str, experiment: str, run_name: str, parent: str | None,
                     report: SyncReport | None = None, started: float | None = None) -> tuple[str, bool]:
         """The run of ``entity`` (created if needed, exactly once). Returns (run id, created)."""
         row = self.ledger.one("SELECT run_id, experiment_id FROM tracking_runs WHERE entity=?", (entity,))
@@ -302,7 +311,7 @@ class Syncer:
                       "WHERE entity=?", (run_id, exp_id, parent, time.time(), entity))
         return str(run_id), True
 
-    def _blocked(self, entity: str, err: Exception) -> None:
+    def mark_blocked(self, entity: str, err: Exception) -> None:
         """A permanent problem with one run: record it, warn once, go on with the others."""
         if is_transient(err):
             raise err
@@ -315,7 +324,8 @@ class Syncer:
             c.execute("UPDATE tracking_runs SET error=?, updated_at=? WHERE entity=?", (text, now, entity))
         self.warn(f"{entity}:{text}", f"{entity}: {text}")
 
-    def _clear_error(self, entity: str) -> bool:
+    def clear_error(self, entity: str) -> bool:
+        """Forget a run's recorded problem (it synced again); whether there was one."""
         row = self.ledger.one("SELECT error FROM tracking_runs WHERE entity=?", (entity,))
         if row is None or row["error"] is None:
             return False
@@ -323,8 +333,10 @@ class Syncer:
             c.execute("UPDATE tracking_runs SET error=NULL WHERE entity=?", (entity,))
         return True
 
-    def _log(self, run_id: str, metrics: list[Any] = (), params: dict[str, str] | None = None,  # type: ignore[assignment]
-             tags: dict[str, str] | None = None, secrets: list[str] | None = None) -> None:
+    def log_batch(self, run_id: str, metrics: list[Any] = (), params: dict[str, str] | None = None,  # type: ignore[assignment]
+                  tags: dict[str, str] | None = None, secrets: list[str] | None = None) -> None:
+        """Metrics, params and tags to a run in batches, params and tags redacted (``secrets``,
+        or the ambient ones)."""
         from mlflow.entities import Param, RunTag
 
         known = self.secrets if secrets is None else secrets

@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autoresearch.redact import redact_obj
-from autoresearch.tracking._common import DEFAULT_EXPERIMENT, SyncReport, _critical
+from autoresearch.tracking._common import DEFAULT_EXPERIMENT, Mirror, SyncReport, _critical
 from autoresearch.tracking._entities import loop_experiment, loop_run, loop_secrets
 
-if TYPE_CHECKING:
-    from autoresearch.tracking._sync import Syncer
 
-
-def sync_decisions(syncer: Syncer, report: SyncReport) -> None:
+def sync_decisions(syncer: Mirror, report: SyncReport) -> None:
     from mlflow.entities import Metric
 
-    cursor = int(syncer._state("decisions") or 0)
+    cursor = syncer.cursor("decisions")
     for d in syncer.ledger.query("SELECT * FROM decisions WHERE id > ? ORDER BY id LIMIT 500", (cursor,)):
         run_id = loop_run(syncer, d["loop_id"], report)
         if run_id is None:
@@ -34,15 +31,15 @@ def sync_decisions(syncer: Syncer, report: SyncReport) -> None:
         text = json.dumps(redact_obj(record, loop_secrets(syncer, loop)), indent=2, default=str)
         syncer.client.log_text(run_id, text, f"decisions/{d['id']:06d}-{d['kind']}.json")
         ts = int(d["created_at"] * 1000)
-        syncer._log(run_id, metrics=[Metric(f"decision.{k}", float(d[k] or 0), ts, int(d["id"]))
+        syncer.log_batch(run_id, metrics=[Metric(f"decision.{k}", float(d[k] or 0), ts, int(d["id"]))
                                      for k in ("tokens_in", "tokens_out", "cost_usd", "latency_s")],
                     tags={"autoresearch.decisions": str(d["id"])})
         report.decisions += 1
         report.artifacts += 1
-        syncer._set_state("decisions", d["id"])
+        syncer.move_cursor("decisions", d["id"])
 
 
-def sync_outbox(syncer: Syncer, report: SyncReport) -> None:
+def sync_outbox(syncer: Mirror, report: SyncReport) -> None:
     rows = syncer.ledger.query("SELECT * FROM tracking_outbox WHERE done_at IS NULL AND kind='llm_call' "
                                "ORDER BY id LIMIT 200")
     if not rows:
@@ -59,7 +56,7 @@ def sync_outbox(syncer: Syncer, report: SyncReport) -> None:
         report.traces += 1
 
 
-def _send_llm_call(syncer: Syncer, row: Any, exp_id: str, run_id: str | None) -> None:
+def _send_llm_call(syncer: Mirror, row: Any, exp_id: str, run_id: str | None) -> None:
     fresh = syncer.ledger.one("SELECT done_at, sent_ref FROM tracking_outbox WHERE id=?", (row["id"],))
     if fresh is None or fresh["done_at"] is not None:
         return  # sent by another process meanwhile
@@ -79,7 +76,7 @@ def _send_llm_call(syncer: Syncer, row: Any, exp_id: str, run_id: str | None) ->
                   (trace_id, time.time(), row["id"]))
 
 
-def _emit_trace(syncer: Syncer, row: Any, exp_id: str, run_id: str | None, key: str) -> str:
+def _emit_trace(syncer: Mirror, row: Any, exp_id: str, run_id: str | None, key: str) -> str:
     import mlflow
 
     call = json.loads(row["payload"])

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from autoresearch.errors import PlanError
+from autoresearch.loop import stopping
 from autoresearch.loop.controller import Controller
 from autoresearch.loop.plan import Plan, parse_plan
 from autoresearch.loop.proposers import Proposal, Proposer, ProposeResult, ProposerInfo, TrialRecord, register
@@ -137,6 +138,37 @@ def test_asha_stops_losers_through_cancel(api: Any, work: Path) -> None:
         job = api.status(t.job_id)
         assert job.state == "cancelled"
         assert job.ended_at - job.started_at < 12 * 0.15  # stopped well before its natural end
+
+
+class StopAtStep(stopping.Stopper):
+    """A registered rule: stop every trial once it reports ``min_steps``."""
+
+    kind = "at-step"
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> StopAtStep:
+        return cls(cfg.min_steps)
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def check(self, trial: int, series: stopping.Series,
+              others: dict[int, stopping.Series]) -> stopping.StopVerdict | None:
+        if series and series[-1][0] >= self.step:
+            return stopping.StopVerdict(series[-1][0], series[-1][1], 0.0, "at-step", f"reached step {self.step}")
+        return None
+
+
+def test_a_registered_stopper_stops_trials_through_cancel(api: Any, work: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stopping, "_REGISTERED", {})  # undone after the test
+    stopping.register("at-step", StopAtStep)
+    plan = make_plan(work, {"x": {"choices": [0.0, 5.0]}}, steps=40, pause=0.1, budget={"trials": 2, "parallel": 1},
+                     early_stop={"kind": "at-step", "min_steps": 2})
+    view = Controller(plan, api=api, monitor_every_s=0.1).run()
+    assert [t.state for t in view.trials] == ["stopped", "stopped"]
+    stops = rows(api, "SELECT * FROM decisions WHERE kind='stop'")
+    assert [json.loads(s["inputs"])["rule"] for s in stops] == ["at-step", "at-step"]
 
 
 def test_noise_floor_keeps_incumbent_against_gains_within_noise(api: Any, work: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from autoresearch import metrics as M
 from autoresearch.ledger import Ledger
-from autoresearch.loop._evaluate import final_metrics
+from autoresearch.loop.outcomes import final_metrics
 from tests.conftest import wait_state
 
 

@@ -89,7 +89,7 @@ def test_a_run_whose_creation_was_cut_short_ends_with_its_skipped_trial(api: Any
     loop_id = make_loop(api, "cut-short")
     trial = make_trial(api, loop_id, make_decision(api, loop_id), {"x": 1})
     syncer = Syncer(quiet)
-    run_id, _ = syncer._ensure_run(f"trial:{trial}", "cut-short", f"trial-{trial}", None)
+    run_id, _ = syncer.ensure_run(f"trial:{trial}", "cut-short", f"trial-{trial}", None)
     now = time.time()
     with api.ledger.tx() as c:
         c.execute("UPDATE tracking_runs SET run_id=NULL WHERE entity=?", (f"trial:{trial}",))

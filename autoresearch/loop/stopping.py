@@ -1,4 +1,6 @@
-"""Judging trials: early stopping (ASHA, median rule) and the noise floor.
+"""Early stopping: a :class:`Stopper` base class, a registry from ``early_stop.kind`` to a
+stopper (built in: ``asha``, ``median``; :func:`register` adds more, e.g. ``hyperband``), and
+the built-in rules.
 
 Everything here is pure (no I/O) and works on "lower is better" values: the
 controller multiplies a maximized objective by -1 before asking.
@@ -11,16 +13,17 @@ controller multiplies a maximized objective by -1 before asking.
 * **Median rule** (Golovin et al. 2017; optuna's ``MedianPruner``): from
   ``min_steps`` on, a trial whose best value so far is worse than the median of the
   other trials' values at the same step stops, once ``min_trials`` others got there.
-* **Noise floor**: the pooled standard deviation of the objective over seeds of the
-  same configuration. A challenger replaces the incumbent only when it is better by
-  more than that.
+
+The noise floor and keep-or-discard live in :mod:`autoresearch.loop.noise`.
 """
 
 from __future__ import annotations
 
+import abc
 import math
 import statistics
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 Series = list[tuple[int, float]]  # (step, value), steps ascending, lower is better
 
@@ -53,7 +56,32 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
-class ASHA:
+class Stopper(abc.ABC):
+    """Decides, as a running trial's curve grows, whether to stop it. Built once per
+    controller run by :func:`make_stopper` from the plan's ``early_stop`` section."""
+
+    kind: ClassVar[str] = "?"
+
+    @classmethod
+    @abc.abstractmethod
+    def from_config(cls, cfg: Any) -> Stopper:
+        """The stopper for a plan's ``early_stop`` section (an :class:`~autoresearch.loop.plan.EarlyStop`)."""
+
+    def adopt(self, trial: int, series: Series) -> None:  # noqa: B027 - optional
+        """A trial seen first after a restart (its curve so far): do not judge it again for the past."""
+
+    @abc.abstractmethod
+    def check(self, trial: int, series: Series, others: dict[int, Series]) -> StopVerdict | None:
+        """A verdict to stop ``trial`` (its signed curve ``series``) given every trial's curve, or None."""
+
+
+class ASHA(Stopper):
+    kind = "asha"
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> ASHA:
+        return cls(getattr(cfg, "min_steps", 1), getattr(cfg, "reduction_factor", 3), getattr(cfg, "max_steps", None))
+
     def __init__(self, min_steps: int = 1, reduction_factor: int = 3, max_steps: int | None = None) -> None:
         self.min_steps = min_steps
         self.rf = reduction_factor
@@ -91,13 +119,16 @@ class ASHA:
         return None
 
 
-class MedianRule:
+class MedianRule(Stopper):
+    kind = "median"
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> MedianRule:
+        return cls(getattr(cfg, "min_steps", 1), getattr(cfg, "min_trials", 3))
+
     def __init__(self, min_steps: int = 1, min_trials: int = 3) -> None:
         self.min_steps = min_steps
         self.min_trials = min_trials
-
-    def adopt(self, trial: int, series: Series) -> None:
-        pass
 
     def check(self, trial: int, series: Series, others: dict[int, Series]) -> StopVerdict | None:
         if not series:
@@ -117,47 +148,33 @@ class MedianRule:
         return None
 
 
-def make_stopper(cfg: object | None) -> ASHA | MedianRule | None:
+_BUILTIN: dict[str, type[Stopper]] = {"asha": ASHA, "median": MedianRule}
+_REGISTERED: dict[str, type[Stopper]] = {}
+
+
+def register(kind: str, cls: type[Stopper]) -> None:
+    """Add an ``early_stop.kind`` at run time (a :class:`Stopper` subclass)."""
+    _REGISTERED[kind] = cls
+
+
+def kinds() -> list[str]:
+    """Every known kind: the built-in ones first, in order, then the registered ones."""
+    return [*_BUILTIN, *(k for k in _REGISTERED if k not in _BUILTIN)]
+
+
+def check_kind(kind: object) -> None:
+    """Raise ValueError (worded like pydantic's for a Literal) for an unknown kind."""
+    if isinstance(kind, str) and (kind in _REGISTERED or kind in _BUILTIN):
+        return
+    quoted = [repr(k) for k in kinds()]
+    listed = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+    raise ValueError(f"Input should be {listed}")
+
+
+def make_stopper(cfg: Any | None) -> Stopper | None:
+    """The stopper for a plan's ``early_stop`` section (None: no early stopping)."""
     if cfg is None:
         return None
-    kind = getattr(cfg, "kind", "asha")
-    if kind == "median":
-        return MedianRule(getattr(cfg, "min_steps", 1), getattr(cfg, "min_trials", 3))
-    return ASHA(getattr(cfg, "min_steps", 1), getattr(cfg, "reduction_factor", 3), getattr(cfg, "max_steps", None))
-
-
-def noise_floor(groups: list[list[float]]) -> float | None:
-    """Pooled standard deviation over groups of repeated runs (None until one group has 2)."""
-    num, dof = 0.0, 0
-    for values in groups:
-        if len(values) >= 2:
-            mean = sum(values) / len(values)
-            num += sum((v - mean) ** 2 for v in values)
-            dof += len(values) - 1
-    if dof == 0:
-        return None
-    return math.sqrt(num / dof)
-
-
-@dataclass(frozen=True)
-class Judgement:
-    promote: bool
-    margin: float  # how much better than the incumbent (lower-is-better units); +inf with no incumbent
-    noise: float
-    rationale: str
-
-
-def judge(candidate: float, incumbent: float | None, noise: float | None) -> Judgement:
-    """Whether ``candidate`` (one run) should replace an incumbent scoring ``incumbent`` (its mean)."""
-    if incumbent is None:
-        return Judgement(True, math.inf, noise or 0.0, "first finished trial: it is the incumbent")
-    margin = incumbent - candidate
-    floor = noise or 0.0
-    if margin > floor:
-        why = f"better than the incumbent by {margin:.4g}"
-        why += f", more than the noise floor {floor:.4g}" if noise is not None else " (noise floor not measured yet)"
-        return Judgement(True, margin, floor, why)
-    if margin > 0:
-        return Judgement(False, margin, floor,
-                         f"better by {margin:.4g}, within the noise floor {floor:.4g}: kept the incumbent")
-    return Judgement(False, margin, floor, "not better than the incumbent")
+    kind = str(getattr(cfg, "kind", "asha"))
+    check_kind(kind)
+    return (_REGISTERED.get(kind) or _BUILTIN[kind]).from_config(cfg)

@@ -1,6 +1,9 @@
-"""Evaluating trials, for the controller: objective curves for early stopping, a trial's
-end (its state, objective and failure, observed by the proposer), and keep-or-discard
-against the incumbent beyond the noise floor (which seeds repeats of a new incumbent).
+"""What trials' outcomes mean for the loop, for the controller: objective curves for early
+stopping (:mod:`autoresearch.loop.stopping`), a trial's end (its state, objective and
+failure, observed by the proposer), and keep-or-discard against the incumbent beyond the
+noise floor (:mod:`autoresearch.loop.noise`; it seeds repeats of a new incumbent).
+
+Each function takes a :class:`~autoresearch.loop.state.LoopHost` (the controller).
 
 Values inside the controller are signed (``sign * value``: lower is better either way);
 what reaches the ledger and the proposer is in the objective's own direction.
@@ -10,22 +13,20 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autoresearch import metrics as M
 from autoresearch.errors import AutoresearchError
-from autoresearch.loop import evaluator as E
+from autoresearch.loop import noise as N
 from autoresearch.loop.proposers import Proposal, ProposeResult, ProposerInfo
+from autoresearch.loop.state import LoopHost
 from autoresearch.loop.store import to_record
 from autoresearch.loop.views import seed_groups
-
-if TYPE_CHECKING:
-    from autoresearch.loop.controller import Controller
 
 LOG_TAIL_LINES = 30
 
 
-def read_series(c: Controller, rows: list[Any]) -> dict[int, list[tuple[int, float]]]:
+def read_series(c: LoopHost, rows: list[Any]) -> dict[int, list[tuple[int, float]]]:
     """The signed objective series of ``rows``' trials (their jobs' last attempt; reported
     values win over ones parsed from the log), also kept in ``c.series``."""
     by_job = {r["job_id"]: r["id"] for r in rows if r["job_id"] is not None}
@@ -51,29 +52,31 @@ def read_series(c: Controller, rows: list[Any]) -> dict[int, list[tuple[int, flo
     return out
 
 
-def monitor(c: Controller) -> None:
-    running = [r for r in c.active.values() if r["state"] == "running"]
+def monitor(c: LoopHost) -> None:
+    s = c.state
+    running = [r for r in s.active.values() if r["state"] == "running"]
     fresh = read_series(c, running)
     if c.stopper is None:
         return
-    if not c._history_loaded:  # ended trials' curves, once (after a resume)
-        c._history_loaded = True
-        ended = [r for r in c.rows.values()
-                 if r["state"] in ("succeeded", "stopped") and r["id"] not in c.series]
+    if not s.history_loaded:  # ended trials' curves, once (after a resume)
+        s.history_loaded = True
+        ended = [r for r in s.rows.values()
+                 if r["state"] in ("succeeded", "stopped") and r["id"] not in s.series]
         read_series(c, ended)
-    others = {t: s for t, s in c.series.items()}
+    others = dict(s.series)
     for trial_id, series in fresh.items():
-        if trial_id in c.stopping or trial_id not in c.active or c.active[trial_id]["role"] == "repeat":
+        if trial_id in s.stopping or trial_id not in s.active or s.active[trial_id]["role"] == "repeat":
             continue
         verdict = c.stopper.check(trial_id, series, others)
         if verdict is not None:
-            c._stop(trial_id, verdict.rationale, {"rule": verdict.rule, "step": verdict.step,
+            c.stop_trial(trial_id, verdict.rationale, {"rule": verdict.rule, "step": verdict.step,
                                                   "value": verdict.value * c.sign,
                                                   "threshold": verdict.threshold * c.sign})
 
 
-def ended(c: Controller, trial_id: int, row: Any, job: Any) -> None:
-    del c.active[trial_id]
+def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
+    s = c.state
+    del s.active[trial_id]
     summary = final_metrics(c.ledger, job["id"])
     value = summary.get(c.plan.objective.metric)
     failure = None
@@ -86,9 +89,9 @@ def ended(c: Controller, trial_id: int, row: Any, job: Any) -> None:
                        f"(report({c.plan.objective.metric}=...) or print '{c.plan.objective.metric}: "
                        "VALUE')\n" + log_tail(c.api, job["id"]))
     elif job["state"] == "cancelled":
-        stopped = trial_id in c.stopping or c.store.has_decision("stop", trial_id)
+        stopped = trial_id in s.stopping or s.store.has_decision("stop", trial_id)
         state = "stopped" if stopped else "cancelled"
-        series = c.series.get(trial_id)
+        series = s.series.get(trial_id)
         if value is None and series:
             value = series[-1][1] * c.sign
     elif job["end_reason"] == "infra":
@@ -97,15 +100,15 @@ def ended(c: Controller, trial_id: int, row: Any, job: Any) -> None:
         state = "failed"
         why = "timed out" if job["end_reason"] == "timeout" else f"exited {job['exit_code']}"
         failure = f"{why}\n" + log_tail(c.api, job["id"])
-    c.stopping.discard(trial_id)
-    fresh = c._update_trial(trial_id, state=state, objective=value, failure=failure, **fields)
-    record = to_record(fresh, c.series.get(trial_id))
+    s.stopping.discard(trial_id)
+    fresh = s.update_trial(trial_id, state=state, objective=value, failure=failure, **fields)
+    record = to_record(fresh, s.series.get(trial_id))
     if record.intermediate:
         record.intermediate = [(s, v * c.sign) for s, v in record.intermediate]
     c.proposer.observe(record)
     if state == "succeeded" and value is not None:
         judge(c, fresh)
-    c._update(force=True)
+    c.publish(force=True)
 
 
 def final_metrics(ledger: Any, job_id: int) -> dict[str, float | None]:
@@ -126,41 +129,41 @@ def log_tail(api: Any, job_id: int) -> str:
         return ""
 
 
-def judge(c: Controller, row: Any) -> None:
+def judge(c: LoopHost, row: Any) -> None:
     """Keep or discard: a finished explore trial against the incumbent, beyond the noise floor."""
-    trials = list(c.rows.values())
+    s = c.state
+    trials = list(s.rows.values())
     groups = seed_groups(trials)
-    noise = E.noise_floor(list(groups.values()))
+    noise = N.noise_floor(list(groups.values()))
     if row["role"] == "repeat":
         return  # repeats only refine the incumbent's mean and the noise floor
     inc_value = None
-    if c.incumbent is not None:
-        inc = next((t for t in trials if t["id"] == c.incumbent), None)
+    if s.incumbent is not None:
+        inc = next((t for t in trials if t["id"] == s.incumbent), None)
         if inc is not None and inc["objective"] is not None:
-            values = groups.get(c.incumbent, [inc["objective"]])
+            values = groups.get(s.incumbent, [inc["objective"]])
             inc_value = c.sign * sum(values) / len(values)
-    verdict = E.judge(c.sign * row["objective"], inc_value, noise)
-    c.store.decide("promote", trial_id=row["id"], rationale=verdict.rationale,
-                   inputs={"candidate": row["objective"], "incumbent_trial": c.incumbent,
+    verdict = N.judge(c.sign * row["objective"], inc_value, noise)
+    s.store.decide("promote", trial_id=row["id"], rationale=verdict.rationale,
+                   inputs={"candidate": row["objective"], "incumbent_trial": s.incumbent,
                            "incumbent_value": None if inc_value is None else inc_value * c.sign,
                            "noise_floor": noise},
                    outputs={"promoted": verdict.promote, "trial_id": row["id"],
                             "margin": None if verdict.margin == float("inf") else verdict.margin})
     if not verdict.promote:
         return
-    c.incumbent = row["id"]
+    s.incumbent = row["id"]
     target = c.plan.objective.target
     if target is not None and c.sign * row["objective"] <= c.sign * target:
-        c.stop_reason = c.stop_reason or f"target {target:g} reached by trial {row['id']}"
+        s.stop_reason = s.stop_reason or f"target {target:g} reached by trial {row['id']}"
     if c.plan.repeats is not None:
         seeds = list(range(1, c.plan.repeats.seeds))
         params = json.loads(row["params"])
         proposals = [Proposal(params, rationale=f"seed {s} of new incumbent #{row['id']} (noise floor)",
                               patch=row["patch"], parent_trial=row["id"]) for s in seeds]
         info = ProposerInfo(kind="noise-floor")
-        ids = c.store.record_proposals(
+        ids = s.store.record_proposals(
             ProposeResult(proposals, info, rationale=f"re-run incumbent #{row['id']} with seeds {seeds} to "
                                                      "measure the noise floor"),
             proposals, inputs={"incumbent": row["id"]}, role="repeat", seeds=seeds)
-        c._reload(ids)
-        c.runs.prepare(ids)
+        c.proposed(ids)

@@ -1,0 +1,123 @@
+"""What a running loop knows, as an object of its own: :class:`LoopState`, and the seam
+between the controller and its parts, :class:`LoopHost`.
+
+The ledger stays the truth (see :mod:`autoresearch.loop.store`); :class:`LoopState` is the
+controller's in-memory mirror of this loop's trial rows plus the run's own decisions so far
+(the incumbent, why it stops, what was launched), rebuilt from the ledger when the
+controller starts. The mirror saves O(trials) queries per event, which a 500-trial sweep
+would feel.
+
+The controller's parts take the state (:mod:`autoresearch.loop._limits`,
+:mod:`autoresearch.loop._launch`) or a :class:`LoopHost` (:mod:`autoresearch.loop.outcomes`,
+which also stops trials and proposes repeats), never the controller itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from autoresearch.loop.plan import Plan
+from autoresearch.loop.proposers import TrialRecord
+from autoresearch.loop.stopping import Series, Stopper
+from autoresearch.loop.store import LoopStore, to_record
+
+
+@dataclass
+class LoopState:
+    plan: Plan
+    sign: float  # +1 to minimize, -1 to maximize: signed values are "lower is better"
+    store: LoopStore = field(init=False)  # set once the loop row exists (Controller.open)
+    loop_project: str = ""
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)  # trial id -> its trials row
+    records: dict[int, TrialRecord] = field(default_factory=dict)  # the same rows, as the proposer sees them
+    state_counts: Counter[str] = field(default_factory=Counter)
+    active: dict[int, Any] = field(default_factory=dict)  # trial id -> row (queued/running with a job)
+    series: dict[int, Series] = field(default_factory=dict)  # trial id -> signed objective series
+    stopping: set[int] = field(default_factory=set)  # trials whose stop decision is out
+    launch_decided: set[int] = field(default_factory=set)  # trials with a launch decision
+    incumbent: int | None = None
+    stop_reason: str = ""
+    exhausted: bool = False  # the proposer returned nothing
+    history_loaded: bool = False  # ended trials' curves read for the stopper (once, after a resume)
+    prior_elapsed: float = 0.0  # seconds run before this controller (a resumed loop)
+    started: float = field(default_factory=time.monotonic)
+
+    def elapsed(self) -> float:
+        return self.prior_elapsed + time.monotonic() - self.started
+
+    def reload(self, ids: list[int] | None = None) -> None:
+        """Refresh the mirror from the ledger: every trial, or just ``ids``."""
+        if ids is None:
+            fresh = self.store.trials()
+        elif ids:
+            fresh = self.store.trials_by_id(ids)
+        else:
+            return
+        for r in fresh:
+            row = dict(r)
+            old = self.rows.get(row["id"])
+            if old is not None:
+                self.state_counts[old["state"]] -= 1
+            self.rows[row["id"]] = row
+            self.state_counts[row["state"]] += 1
+            self.records[row["id"]] = to_record(row)
+
+    def update_trial(self, trial_id: int, **fields: Any) -> dict[str, Any]:
+        """Write ``fields`` to a trial's row, then to the mirror; returns the new row."""
+        self.store.update_trial(trial_id, **fields)
+        row = dict(self.rows[trial_id])  # the ledger now holds exactly this (plus updated_at)
+        row.update(fields, updated_at=time.time())
+        self.state_counts[self.rows[trial_id]["state"]] -= 1
+        self.state_counts[row["state"]] += 1
+        self.rows[trial_id] = row
+        self.records[trial_id] = to_record(row)
+        return row
+
+    def pending(self) -> list[dict[str, Any]]:
+        """Proposed trials not launched yet, oldest first."""
+        return sorted((r for r in self.rows.values() if r["state"] == "proposed"), key=lambda r: r["id"])
+
+    def launched(self) -> int:
+        """Trials that count against the trial budget (crashed and skipped ones do not)."""
+        return sum(n for s, n in self.state_counts.items() if s not in ("proposed", "crashed", "skipped"))
+
+
+class LoopHost(Protocol):
+    """What the controller's parts may use of it: its state, the facade, the proposer and
+    stopper, and three actions. :class:`autoresearch.loop.controller.Controller` is one."""
+
+    @property
+    def state(self) -> LoopState: ...
+
+    @property
+    def plan(self) -> Plan: ...
+
+    @property
+    def sign(self) -> float: ...
+
+    @property
+    def series(self) -> dict[int, Series]: ...
+
+    @property
+    def api(self) -> Any: ...  # the facade (autoresearch.api.Api)
+
+    @property
+    def ledger(self) -> Any: ...
+
+    @property
+    def proposer(self) -> Any: ...
+
+    @property
+    def stopper(self) -> Stopper | None: ...
+
+    def stop_trial(self, trial_id: int, rationale: str, inputs: dict[str, Any]) -> None:
+        """Decide to stop a running trial (a stop decision), then cancel its job."""
+
+    def proposed(self, ids: list[int]) -> None:
+        """New trials were recorded: mirror them and prepare their MLflow runs."""
+
+    def publish(self, force: bool = False) -> None:
+        """Persist the elapsed time and show the loop's view (at most every ``update_every_s``)."""

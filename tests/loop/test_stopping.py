@@ -1,0 +1,116 @@
+"""Early stopping rules, their registry, and the noise floor (pure functions)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autoresearch.errors import PlanError
+from autoresearch.loop import stopping
+from autoresearch.loop.noise import judge, noise_floor
+from autoresearch.loop.plan import EarlyStop, parse_plan
+from autoresearch.loop.stopping import ASHA, MedianRule, Series, StopVerdict
+
+
+def curve(start: float, rate: float, steps: int) -> list[tuple[int, float]]:
+    return [(s, start * math.exp(-rate * s)) for s in range(steps)]
+
+
+def test_asha_stops_a_trial_outside_the_top_fraction_at_a_rung() -> None:
+    asha = ASHA(min_steps=2, reduction_factor=3)
+    good = {1: curve(1.0, 0.5, 10), 2: curve(1.0, 0.4, 10)}
+    assert asha.rungs(20) == [2, 6, 18]
+    bad = curve(3.0, 0.01, 3)  # at step 2 far worse than both
+    verdict = asha.check(3, bad, {**good, 3: bad})
+    assert verdict is not None and verdict.step == 2 and "asha rung 2" == verdict.rule
+    # judged once per rung: asking again at the same step does not re-judge
+    assert asha.check(3, bad, {**good, 3: bad}) is None
+
+
+def test_asha_keeps_the_first_trial_and_good_ones() -> None:
+    asha = ASHA(min_steps=1, reduction_factor=2)
+    first = curve(1.0, 0.1, 5)
+    assert asha.check(1, first, {1: first}) is None
+    better = curve(0.5, 0.1, 5)
+    assert asha.check(2, better, {1: first, 2: better}) is None
+
+
+def test_asha_adopted_trials_are_not_judged_again_for_passed_rungs() -> None:
+    asha = ASHA(min_steps=1, reduction_factor=2)
+    others = {1: curve(0.1, 0.1, 10), 2: curve(0.1, 0.1, 10)}
+    worse = curve(5.0, 0.0, 3)
+    asha.adopt(3, worse)
+    assert asha.check(3, worse, {**others, 3: worse}) is None
+
+
+def test_median_rule_needs_enough_trials_then_stops_losers() -> None:
+    rule = MedianRule(min_steps=2, min_trials=2)
+    others = {1: curve(1.0, 0.3, 6)}
+    loser = curve(2.0, 0.0, 4)
+    assert rule.check(9, loser, others) is None  # only one other trial got there
+    others[2] = curve(1.0, 0.2, 6)
+    verdict = rule.check(9, loser, others)
+    assert verdict is not None and verdict.rule == "median" and verdict.step == 3
+
+
+def test_noise_floor_is_pooled_std_over_seed_groups() -> None:
+    assert noise_floor([[1.0]]) is None
+    assert math.isclose(noise_floor([[1.0, 3.0]]) or 0, math.sqrt(2))
+    pooled = noise_floor([[1.0, 3.0], [10.0, 10.0, 10.0]])
+    assert pooled is not None and math.isclose(pooled, math.sqrt(2 / 3))
+
+
+def test_judge_keeps_the_incumbent_within_the_noise() -> None:
+    assert judge(0.5, None, None).promote
+    assert judge(0.5, 0.6, None).promote  # noise not measured yet: strictly better wins
+    within = judge(0.59, 0.6, 0.05)
+    assert not within.promote and within.margin > 0 and "noise floor" in within.rationale
+    assert judge(0.5, 0.6, 0.05).promote
+    assert not judge(0.7, 0.6, 0.0).promote
+
+
+class _StopAtStep(stopping.Stopper):
+    """A custom rule: stop every trial once it reaches ``min_steps``."""
+
+    kind = "at-step"
+
+    @classmethod
+    def from_config(cls, cfg: object) -> _StopAtStep:
+        return cls(int(getattr(cfg, "min_steps", 1)))
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def check(self, trial: int, series: Series, others: dict[int, Series]) -> StopVerdict | None:
+        if series and series[-1][0] >= self.step:
+            return StopVerdict(self.step, series[-1][1], 0.0, "at-step", f"reached step {self.step}")
+        return None
+
+
+def test_built_in_stoppers_come_from_the_registry() -> None:
+    assert stopping.kinds()[:2] == ["asha", "median"]
+    assert isinstance(stopping.make_stopper(EarlyStop(kind="asha", reduction_factor=2)), ASHA)
+    median = stopping.make_stopper(EarlyStop(kind="median", min_trials=5))
+    assert isinstance(median, MedianRule) and median.min_trials == 5
+    assert stopping.make_stopper(None) is None
+
+
+def test_a_registered_stopper_is_a_plan_kind_and_make_stopper_builds_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stopping, "_REGISTERED", {})  # undone after the test
+    plan = {"name": "x", "objective": {"metric": "loss"}, "trial": {"command": "echo {lr}"},
+            "space": {"lr": [1, 2]}, "early_stop": {"kind": "at-step", "min_steps": 4}}
+    with pytest.raises(PlanError) as err:
+        parse_plan(plan)
+    assert "early_stop.kind: Input should be 'asha' or 'median'" in err.value.message
+    stopping.register("at-step", _StopAtStep)
+    assert stopping.kinds() == ["asha", "median", "at-step"]
+    parsed = parse_plan(plan)
+    stopper = stopping.make_stopper(parsed.early_stop)
+    assert isinstance(stopper, _StopAtStep) and stopper.step == 4
+    assert stopper.check(1, [(0, 1.0), (3, 0.5)], {}) is None
+    verdict = stopper.check(1, [(0, 1.0), (4, 0.5)], {})
+    assert verdict is not None and verdict.rule == "at-step"
+    with pytest.raises(PlanError) as err:
+        parse_plan({**plan, "early_stop": "hyperband"})
+    assert "Input should be 'asha', 'median' or 'at-step'" in err.value.message
