@@ -148,7 +148,7 @@ class Api:
                 params.append(value)
         if cursor is not None:
             where.append("id<?")
-            params.append(int(cursor))
+            params.append(min(int(cursor), 2**63 - 1))  # past any id: the first page
         rows = self.ledger.query(f"SELECT * FROM jobs WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT ?",
                                  (*params, limit + 1))
         more = len(rows) > limit
@@ -278,7 +278,8 @@ class Api:
     def _attempt_row(self, job: Any, attempt: int | None) -> Any:
         if attempt is None:
             return self.ledger.one("SELECT * FROM attempts WHERE job_id=? ORDER BY n DESC LIMIT 1", (job["id"],))
-        row = self.ledger.one("SELECT * FROM attempts WHERE job_id=? AND n=?", (job["id"], attempt))
+        row = self.ledger.one("SELECT * FROM attempts WHERE job_id=? AND n=?", (job["id"], attempt)) \
+            if abs(attempt) < 2**63 else None
         if row is None:
             raise NotFoundError(f"job {job['id']} has no attempt {attempt}",
                                 hint=f"it has {job['attempts']} attempt(s), numbered from 1")

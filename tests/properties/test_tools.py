@@ -42,7 +42,7 @@ SHAPED: dict[str, st.SearchStrategy[Any]] = {
     "grep": NASTY_TEXT, "loop": st.one_of(TEXT, NASTY_TEXT),
     "proposals": st.lists(st.fixed_dictionaries({}, optional={"params": json_values(), "rationale": TEXT}),
                           max_size=2),
-    **{name: st.integers(min_value=-1, max_value=5) for name in (
+    **{name: st.one_of(st.integers(min_value=-1, max_value=5), st.sampled_from([2**63, 10**30])) for name in (
         "limit", "tail_lines", "max_bytes", "attempt", "recent", "top", "trial_id", "max_points", "cursor", "gpus",
         "nodes", "max_retries", "cpus")},
     **{name: st.booleans() for name in ("series", "checkpoint", "resume")},

@@ -96,3 +96,22 @@ async def test_a_nul_byte_in_a_path_argument_is_refused(server: Any, api: Any) -
         result = await client.call_tool("start_loop", {"plan": "plan\0.yaml"})
         assert result.is_error and "NUL byte" in text(result)
     assert api.ledger.one("SELECT COUNT(*) AS n FROM jobs")["n"] == 0
+
+
+@pytest.mark.parametrize(("tool", "args", "expected"), [
+    ("logs", {"attempt": 2**63}, "[not_found] job 1 has no attempt"),
+    ("list_jobs", {"cursor": 2**63}, None),
+    ("list_jobs", {"cursor": 10**30}, None),
+    ("cancel", {"job_id": 2**63}, "[not_found] no job"),
+    ("metrics", {"job_id": 10**30}, "[not_found] no job"),
+])
+async def test_integers_past_sqlite_are_answered(server: Any, finished_job: int, tool: str, args: dict[str, Any],
+                                                 expected: str | None) -> None:
+    args = {"job_id": finished_job, **args} if tool == "logs" else args
+    async with connect(server) as client:
+        result = await client.call_tool(tool, args)
+    assert "[internal]" not in text(result)
+    if expected is None:
+        assert not result.is_error and result.structured_content["jobs"][0]["id"] == finished_job
+    else:
+        assert result.is_error and expected in text(result)
