@@ -186,7 +186,7 @@ class Param(_Model):
                 a, b = math.log(self.low), math.log(self.high)
                 values = [math.exp(a + (b - a) * i / (n - 1)) for i in range(n)]
             else:
-                values = [self.low + (self.high - self.low) * i / (n - 1) for i in range(n)]
+                values = [self.low + (self.high - self.low) * (i / (n - 1)) for i in range(n)]  # never past high
         if self.is_int:
             return list(dict.fromkeys(int(round(v)) for v in values))
         return [float(f"{v:.6g}") for v in values]

@@ -121,3 +121,10 @@ def test_any_file_is_a_plan_or_one_error(tmp_path_factory: pytest.TempPathFactor
             assert err.message
         else:
             assert_submittable(plan)
+
+
+def test_a_range_near_the_float_limit_grids_within_its_bounds() -> None:
+    # (high - low) * i overflowed to inf before dividing: an int range 0..1e308 raised OverflowError.
+    for kind in ("int", None):
+        values = Param(low=0, high=1e308, type=kind).grid_values()
+        assert values[0] == 0 and all(0 <= v <= 1e308 for v in values) and len(values) == 5
