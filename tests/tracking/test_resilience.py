@@ -128,7 +128,7 @@ def test_a_deleted_experiment_blocks_only_its_runs_until_restored(api: Any, quie
     mlflow.delete_experiment(exp.experiment_id)
     blocked, fine = submit("gone"), submit("kept")
     tracking.sync()
-    from autoresearch.tracking_cli import status
+    from autoresearch.cli.tracking import status
 
     info = status(api.ledger)
     assert [b["entity"] for b in info["blocked"]] == [f"job:{blocked}"]

@@ -1,6 +1,6 @@
 """``autoresearch ui`` and ``autoresearch sync``: the MLflow mirror at the terminal.
 
-A CLI plugin (see autoresearch/cli.py): argparse only at import time, since every
+Argparse only at import time (see autoresearch/cli/__init__.py), since every
 ``autoresearch`` call imports it; ``run`` imports mlflow only when it must.
 """
 
@@ -19,13 +19,13 @@ def add_parser(sub: Any) -> None:
     ui.add_argument("--port", type=int, default=5000)
     ui.add_argument("--host", default="127.0.0.1", help="interface to listen on (default loopback only)")
     ui.add_argument("--no-sync", action="store_true", help="do not mirror pending ledger rows first")
-    ui.set_defaults(plugin_run=run)
+    ui.set_defaults(handler=run)
 
     sy = sub.add_parser("sync", help="mirror the ledger to MLflow now (the background syncer does it too)")
     sy.add_argument("--status", action="store_true", help="show how far the mirror is; no mlflow import")
     sy.add_argument("--uri", help="bind this ledger to another tracking store and mirror everything there")
     sy.add_argument("--json", action="store_true")
-    sy.set_defaults(plugin_run=run)
+    sy.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

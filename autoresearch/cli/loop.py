@@ -1,4 +1,4 @@
-"""CLI plugin of the loop: ``autoresearch plan.yaml``, ``run``, ``schema``, ``report``.
+"""Loop commands: ``autoresearch plan.yaml``, ``run``, ``schema``, ``report``.
 
 Imported on every CLI call: argparse only at the top; everything else inside ``run``.
 """
@@ -21,17 +21,17 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--project", default=None,
                    help="the project a new loop and its trial jobs belong to (default ''; MCP tokens see only "
                         "their project's loops and jobs); an existing loop keeps its own")
-    r.set_defaults(plugin_run=run)
+    r.set_defaults(handler=run)
 
     s = sub.add_parser("schema", help="print the JSON Schema of a plan (or a job spec)")
     s.add_argument("what", choices=["plan", "job"])
-    s.set_defaults(plugin_run=run)
+    s.set_defaults(handler=run)
 
     rp = sub.add_parser("report", help="plots and a Markdown summary of a loop, logged to MLflow")
     rp.add_argument("name", help="the loop's name (name: in its plan)")
     rp.add_argument("--out", help="directory (default $AUTORESEARCH_HOME/loops/NAME/report)")
     rp.add_argument("--json", action="store_true")
-    rp.set_defaults(plugin_run=run)
+    rp.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

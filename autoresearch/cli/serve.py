@@ -1,4 +1,4 @@
-"""``autoresearch serve``: the MCP server for coding agents (a CLI plugin module).
+"""``autoresearch serve``: the MCP server for coding agents (:mod:`autoresearch.tools`).
 
 Imported on every CLI call, so only argparse at the top; the SDK is imported by ``run``.
 """
@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="directory that submit's workdir and mounts are relative to (default: the current one)")
     p.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                    help="server log level on stderr (default WARNING)")
-    p.set_defaults(plugin_run=run)
+    p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
