@@ -29,49 +29,18 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from autoresearch.ledger import Ledger
+    from autoresearch.cli import open_api
 
-    ledger = Ledger(args.home)
+    api = open_api(args)
     if args.cmd == "ui":
-        return _ui(ledger, args)
+        return _ui(api, args)
     if args.status:
-        return _status(ledger, args.json)
-    return _sync(ledger, args)
+        return _status(api, args.json)
+    return _sync(api, args)
 
 
-def status(ledger: Any) -> dict[str, Any]:
-    """How far the mirror is, from the ledger alone."""
-    import fcntl
-
-    from autoresearch import tracking
-
-    conn = ledger._connect()
-    state = {r["name"]: r["value"] for r in ledger.query("SELECT name, value FROM tracking_state")}
-    cursor = int(state.get("metrics", 0))
-    pending = ledger.one("SELECT COUNT(*) AS n FROM metrics WHERE rowid > ?", (cursor,))
-    unsent = ledger.one("SELECT COUNT(*) AS n FROM tracking_outbox WHERE done_at IS NULL")
-    blocked = [{"entity": r["entity"], "error": r["error"]}
-               for r in ledger.query("SELECT entity, error FROM tracking_runs WHERE error IS NOT NULL")]
-    runs = ledger.one("SELECT COUNT(*) AS n FROM tracking_runs WHERE run_id IS NOT NULL")
-    running = False
-    fd = os.open(ledger.home / tracking.LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        running = True
-    finally:
-        os.close(fd)
-    last = float(state["last_sync"]) if "last_sync" in state else None
-    return {
-        "uri": tracking.tracking_uri(ledger.home, conn), "runs": runs["n"] if runs else 0,
-        "metrics_pending": pending["n"] if pending else 0, "traces_pending": unsent["n"] if unsent else 0,
-        "last_sync": last, "syncer_running": running, "blocked": blocked,
-        "background": tracking.background_enabled(), "log": str(ledger.home / tracking.LOG_FILE),
-    }
-
-
-def _status(ledger: Any, as_json: bool) -> int:
-    info = status(ledger)
+def _status(api: Any, as_json: bool) -> int:
+    info = api.mirror_status()
     if as_json:
         print(json.dumps(info, indent=2))
         return 0
@@ -86,65 +55,24 @@ def _status(ledger: Any, as_json: bool) -> int:
     return 0
 
 
-def _sync(ledger: Any, args: argparse.Namespace) -> int:
-    from autoresearch.errors import SpecError, TrackingError
-    from autoresearch.tracking._sync import Syncer, check_uri, fail_fast_http
-
-    if args.uri is not None:
-        try:
-            check_uri(args.uri)
-        except TrackingError as err:  # a bad --uri is a usage error (exit 2), not a failed sync
-            raise SpecError(f"--uri: {err.message}",
-                            hint="pass --uri http(s)://HOST:PORT or sqlite:///ABSOLUTE/PATH.db") from None
-
-    with fail_fast_http():  # our back-off, not MLflow's ~2 min of retries per request
-        return _sync_loop(Syncer(ledger, uri=args.uri), args)
-
-
-def _sync_loop(syncer: Any, args: argparse.Namespace) -> int:
-    syncer.check()
-    started = time.monotonic()
-    total: dict[str, int] = {"runs_created": 0, "metrics": 0, "decisions": 0, "traces": 0, "artifacts": 0,
-                             "finished": 0}
-    while True:
-        report = syncer.run_once(max_batches=200)
-        for key in total:
-            total[key] += getattr(report, key)
-        if not report.pending:
-            break
-    seconds = time.monotonic() - started
+def _sync(api: Any, args: argparse.Namespace) -> int:
+    done = api.sync(uri=args.uri)
+    total, seconds = done["totals"], done["seconds"]
     if args.json:
-        print(json.dumps({**total, "seconds": round(seconds, 3), "uri": syncer.uri}))
+        print(json.dumps({**total, "seconds": round(seconds, 3), "uri": done["uri"]}))
     else:
-        print(f"synced to {syncer.uri} in {seconds:.1f}s: " + ", ".join(f"{v} {k.replace('_', ' ')}"
-                                                                        for k, v in total.items()))
-    blocked = status(syncer.ledger)["blocked"]
-    for item in blocked:
+        print(f"synced to {done['uri']} in {seconds:.1f}s: " + ", ".join(f"{v} {k.replace('_', ' ')}"
+                                                                         for k, v in total.items()))
+    for item in done["blocked"]:
         print(f"blocked: {item['entity']}: {item['error']}", file=sys.stderr)
-    return 1 if blocked else 0
+    return 1 if done["blocked"] else 0
 
 
-def _ui(ledger: Any, args: argparse.Namespace) -> int:
-    from autoresearch.errors import TrackingError
-    from autoresearch.tracking import tracking_uri
-
-    uri = tracking_uri(ledger.home, ledger._connect())
-    if uri.startswith(("http://", "https://")):
+def _ui(api: Any, args: argparse.Namespace) -> int:
+    uri, argv = api.mlflow_ui(args.host, args.port, sync=not args.no_sync)
+    if argv is None:
         print(f"the tracking store is an MLflow server; its UI is at {uri}")
         return 0
-    from autoresearch.tracking._sync import Syncer
-
-    syncer = Syncer(ledger)  # creates the database with our artifact root when it is new
-    if not args.no_sync:
-        try:
-            syncer.run_once()
-        except TrackingError as err:
-            print(f"warning: {err.render()}", file=sys.stderr)
-    argv = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", args.host,
-            "--port", str(args.port)]
-    root = syncer.artifact_root()
-    if root:
-        argv += ["--default-artifact-root", root]
     print(f"MLflow UI on http://{args.host}:{args.port} (store {uri}); Ctrl-C to stop", flush=True)
     os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")  # no background job-runner processes
     os.execv(sys.executable, argv)

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from autoresearch import jobs as job_ops
 from autoresearch.errors import AutoresearchError
 from autoresearch.loop.plan import Plan
 from autoresearch.loop.proposers import Proposal, ProposeResult
@@ -56,13 +57,15 @@ def launch(c: Controller, row: Any) -> None:
                            inputs={"params": params, "seed": row["seed"], "role": row["role"],
                                    "workdir": workdir, "command": command})
         try:
-            view = c.api.submit(spec, project=c.loop_project)
+            job_id = job_ops.submit(c.runtime, spec, project=c.loop_project)  # as a job submitted by hand
         except AutoresearchError as err:
             c._update_trial(trial_id, state="failed", failure=f"could not submit: {err.render()}",
                             ended_at=time.time(), workdir=workdir)
             c.proposer.observe(c.records[trial_id])
             return
-        job_id = view.id
+        from autoresearch import tracking
+
+        tracking.kick(c.ledger.home)  # background MLflow mirror (no mlflow import here)
         row = c._update_trial(trial_id, job_id=job_id, state="queued", workdir=workdir)
     else:
         row = c._update_trial(trial_id, job_id=job_id, state="queued")

@@ -40,6 +40,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from autoresearch import jobs as job_ops
 from autoresearch.errors import AutoresearchError, BackendError, PlanError, StateError
 from autoresearch.loop import _evaluate, _limits
 from autoresearch.loop import evaluator as E
@@ -50,12 +51,12 @@ from autoresearch.loop._mlflow_runs import PREPARE_HOLD_S as PREPARE_HOLD_S
 from autoresearch.loop._mlflow_runs import RunPreparer
 from autoresearch.loop.plan import Plan, plan_json
 from autoresearch.loop.proposers import ProposerContext, ProposeResult, TrialRecord, make_proposer
-from autoresearch.loop.store import ACTIVE_TRIAL, LoopStore, to_record
+from autoresearch.loop.store import LoopStore, to_record
 from autoresearch.loop.views import LoopView, incumbent_of, loop_view
 
 
 class Controller:
-    def __init__(self, plan: Plan, *, api: Any = None, home: str | os.PathLike[str] | None = None,
+    def __init__(self, plan: Plan, *, runtime: Any = None, home: str | os.PathLike[str] | None = None,
                  resume: bool = False, on_update: Callable[[LoopView], None] | None = None,
                  poll_s: float = 0.01, update_every_s: float = 0.25, monitor_every_s: float = 0.5,
                  project: str | None = None) -> None:
@@ -67,14 +68,14 @@ class Controller:
         self.loop_project = project or ""
         self.on_update = on_update
         self.poll_s, self.update_every_s, self.monitor_every_s = poll_s, update_every_s, monitor_every_s
-        if api is None:
-            from autoresearch.api import Api
+        if runtime is None:
             from autoresearch.backends import get_backend
+            from autoresearch.runtime import Runtime
 
             backend = get_backend(plan.backend.kind, **plan.backend.options)
-            api = Api(home, backend=backend)
-        self.api = api
-        self.ledger = api.ledger
+            runtime = Runtime(home, backend=backend)
+        self.runtime = runtime  # the engine: the loop sits below the facade and never calls it
+        self.ledger = runtime.ledger
         self.sign = plan.objective.sign()
         self.stopper = E.make_stopper(plan.early_stop)
         self.watch_metrics = self.stopper is not None or on_update is not None
@@ -112,15 +113,15 @@ class Controller:
     def open(self) -> None:
         """Everything that can fail before a trial launches: backend, capacity, lock, proposer, loop row."""
         try:
-            self.api.runtime.refresh_nodes()
+            self.runtime.refresh_nodes()
         except AutoresearchError:
             raise
         except Exception as err:  # noqa: BLE001 - any backend failure is "unreachable"
             raise BackendError(f"backend {self.plan.backend.kind!r} is unreachable: {err}",
                                hint="start it, fix backend.options, or use backend: {kind: local}") from None
-        self.api.runtime.backend.check(self.plan.trial)  # refuse the loop, not each of its trials
+        self.runtime.backend.check(self.plan.trial)  # refuse the loop, not each of its trials
         if self.plan.trial.gpus:
-            self.api._check_capacity(self.plan.trial.gpus, 1)
+            job_ops.check_capacity(self.runtime, self.plan.trial.gpus, 1)
         lock_dir = self.ledger.home / "loops" / self.plan.name
         lock_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(lock_dir / "controller.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -138,7 +139,7 @@ class Controller:
                                  hint="change name: in the plan")
             self.loop_project = existing["project"]
         self.ctx = ProposerContext(self.plan, existing["id"] if existing else 0, self.plan.name, self.ledger.home,
-                                   self.api)
+                                   self.runtime)
         self.proposer = make_proposer(self.ctx)  # may raise (missing key): nothing exists yet
         self.started = time.monotonic()
         digest = self.plan.digest()
@@ -167,7 +168,7 @@ class Controller:
         self.runs.prepare([r["id"] for r in self._pending()], warm=True)
         self.launch_decided = {r["trial_id"] for r in self.ledger.query(
             "SELECT trial_id FROM decisions WHERE loop_id=? AND kind='launch'", (self.store.loop_id,))}
-        watch = getattr(self.api.runtime, "watch", None)
+        watch = getattr(self.runtime, "watch", None)
         if watch is not None:
             self.watcher = watch()
         self.incumbent = incumbent_of(self.ledger, self.store.loop_id)
@@ -310,7 +311,7 @@ class Controller:
     # -- evaluate (the rules: autoresearch.loop._evaluate) ---------------------------------
 
     def _poll(self) -> None:
-        runtime = self.api.runtime
+        runtime = self.runtime
         if self._woke:  # also for other jobs: while our watcher is open their supervisors poke us too
             # With a watcher open, supervisors poke us instead of running the pass: we run it.
             self._retry_tick = not runtime.tick(wait=False)
@@ -341,7 +342,7 @@ class Controller:
         self.stopping.add(trial_id)
         self.store.decide("stop", trial_id=trial_id, inputs={"job_id": row["job_id"], **inputs},
                           outputs={"action": "cancel", "grace_s": self.plan.trial.grace}, rationale=rationale)
-        self.api.cancel([row["job_id"]])
+        job_ops.cancel(self.runtime, [row["job_id"]])
 
     # -- budgets and the end ----------------------------------------------------------------
 
@@ -420,13 +421,6 @@ class Controller:
 
     def stop_running(self, reason: str = "stopped by the user") -> list[int]:
         """Stop every running trial of this loop (after an interrupt); returns their job ids."""
-        jobs = []
-        for row in self.store.trials(ACTIVE_TRIAL):
-            if row["job_id"] is None:
-                continue
-            self.store.decide("stop", trial_id=row["id"], inputs={"job_id": row["job_id"], "reason": reason},
-                              outputs={"action": "cancel"}, rationale=reason)
-            jobs.append(row["job_id"])
-        if jobs:
-            self.api.cancel(jobs)
-        return jobs
+        from autoresearch.loop import ops
+
+        return ops.stop_running(self.runtime, self.plan.name, reason)
