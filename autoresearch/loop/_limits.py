@@ -22,7 +22,7 @@ def check_limits(c: Controller) -> None:
         reason = f"llm_usd budget ${b.llm_usd:g} used"
     if not reason and c.state_counts["crashed"] >= b.trials:
         reason = "every trial crashed on infrastructure failures; check `autoresearch nodes`"
-    if not reason:  # the MCP tool stop_loop (autoresearch/loop/proposers/agent.py) records this decision
+    if not reason:  # the MCP tool stop_loop (autoresearch/loop/ops.py) records this decision
         stop = c.ledger.one("SELECT rationale FROM decisions WHERE loop_id=? AND kind='stop_loop' AND "
                             "created_at>=? LIMIT 1", (c.store.loop_id, time.time() - c.elapsed()
                                                       + c.prior_elapsed))
