@@ -1,6 +1,13 @@
 """The facade (docs/architecture.md, invariant 5): the CLI, the MCP tools and Python callers all
 come through :class:`Api`, get the same views and raise the same typed errors.
 
+Two halves: jobs (submit, status, list, logs, metrics, cancel, nodes, cordon; submit,
+cancel and log pages are :mod:`autoresearch.jobs`, which the loop calls too) and loops
+(start, run in the foreground, status, proposals, leaderboard, patch, stop, report;
+:mod:`autoresearch.loop.ops`). The engine (Runtime, ledger) is private: faces get
+methods, never ``.runtime`` or ``.ledger``. The loop sits below this facade and never
+calls it.
+
 ``project`` scopes every call: ``None`` sees everything (a local user), a string sees
 only that project's jobs (an MCP token's project). A job outside the scope is
 reported exactly like a job that does not exist.
@@ -11,113 +18,58 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from autoresearch import isolation
+from autoresearch import isolation, jobs
 from autoresearch import metrics as M
-from autoresearch.errors import CapacityError, NotFoundError, SpecError
+from autoresearch.errors import NotFoundError, SpecError
 from autoresearch.guard import warnings_of
-from autoresearch.redact import MARK, context, is_secret, job_secrets, mask, redact, redact_command
-from autoresearch.runtime import ACTIVE, FINAL, Runtime, checkpoint_dir, checkpoint_problem
+from autoresearch.jobs import MAX_LOG_BYTES
+from autoresearch.redact import MARK, is_secret, job_secrets, redact, redact_command
+from autoresearch.runtime import ACTIVE, FINAL, Runtime
 from autoresearch.views import AttemptView, ClusterView, JobPage, JobView, LogPage, MetricView, NodeView
 
 LIST_HINT = "list jobs with `autoresearch list` (MCP: list_jobs)"
-MAX_LOG_BYTES = 16_000
 EXCERPT_LINES = 20
 
 
 class Api:
     def __init__(self, home: str | os.PathLike[str] | None = None, backend: Any = None) -> None:
-        self.runtime = Runtime(home, backend)
-        self.ledger = self.runtime.ledger
+        self._runtime = Runtime(home, backend)  # the engine; faces never reach it (no .runtime, no .ledger)
+        self._ledger = self._runtime.ledger
 
     # -- writes ---------------------------------------------------------------------------
 
     def submit(self, spec: Any, project: str = "") -> JobView:
-        """Validate, record and (if there is room) start a job."""
-        from autoresearch.spec import JobSpec, make_spec  # pydantic stays off the read paths
-
-        job = spec if isinstance(spec, JobSpec) else make_spec(dict(spec))
-        self.runtime.backend.check(job)  # what the backend cannot do is refused here, never retried
-        self._check_capacity(job.gpus, job.nodes)
-        policy = isolation.job_policy(self.ledger, project, self.runtime.backend)  # fails closed
-        checkpoint = checkpoint_dir(self.ledger.home, 0, job.model_dump())
-        problem = checkpoint_problem(checkpoint) if checkpoint else None
-        if problem:
-            raise SpecError(f"checkpoint directory {checkpoint} cannot be created: {problem}",
-                            hint="pass --checkpoint a writable directory, or --checkpoint alone for a per-job one")
-        now = time.time()
-        with self.ledger.tx() as c:
-            cur = c.execute(
-                "INSERT INTO jobs(name, state, priority, spec, gpus, nodes, cpus, memory, experiment, project, "
-                "backend, submitted_at, updated_at, isolation) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (job.name, "queued", job.priority, job.model_dump_json(), job.gpus, job.nodes, job.cpus, job.memory,
-                 job.experiment, project, self.runtime.backend.name, now, now, policy),
-            )
-            job_id = int(cur.lastrowid or 0)
-            self.ledger.event(c, "submit", job_id, priority=job.priority, gpus=job.gpus)
-        self.runtime.tick()
+        """Validate, record and (if there is room) start a job (:func:`autoresearch.jobs.submit`)."""
+        job_id = jobs.submit(self._runtime, spec, project)
         from autoresearch import outbox
 
-        outbox.kick(self.ledger.home)  # background MLflow mirror (no mlflow import here)
+        outbox.kick(self._ledger.home)  # background MLflow mirror (no mlflow import here)
         view = self.status(job_id, project=project, refresh=False)  # the pass above just ran
         assert isinstance(view, JobView)
         view.next_step = f"follow it with status/logs/metrics for job {job_id}; cancel it with cancel"
         return view
 
-    def _check_capacity(self, gpus: int, nodes: int) -> None:
-        if not self.runtime.backend.capabilities.places:
-            return
-        self.runtime.refresh_nodes()
-        # Capacity is what exists, cordoned or not (a cordoned node comes back); the wait for
-        # a usable one is the queue's business, as with Slurm's drained nodes.
-        rows = self.ledger.query("SELECT name, gpus, state FROM nodes WHERE backend=?", (self.runtime.backend.name,))
-        largest = max((r["gpus"] for r in rows), default=0)
-        if gpus > largest:
-            if not largest:
-                raise CapacityError(
-                    f"asked for {gpus} GPU(s) but this machine has none (NVML found no GPU and AUTORESEARCH_GPUS "
-                    "is unset)",
-                    hint="use --gpus 0, or declare fake slots with AUTORESEARCH_GPUS=N for development",
-                )
-            where = ", ".join(f"{r['name']}: {r['gpus']}" for r in rows)
-            raise CapacityError(f"asked for {gpus} GPU(s) per node but the largest node has {largest} ({where})",
-                                hint=f"ask for at most {largest} GPUs")
-        fitting = sum(1 for r in rows if r["gpus"] >= gpus)
-        if nodes > fitting:
-            raise CapacityError(f"asked for {nodes} node(s) with {gpus} GPU(s) each but only {fitting} exist",
-                                hint=f"ask for at most {fitting} node(s)")
-
     def cancel(self, job_ids: list[int | str], project: str | None = None) -> list[JobView]:
         """Cancel queued jobs now; stop running ones (SIGTERM, grace, SIGKILL)."""
         ids = [self._job_row(j, project)["id"] for j in job_ids]  # all must exist before anything changes
-        for job_id in ids:
-            with self.ledger.tx() as c:
-                job = c.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()
-                if job["state"] in FINAL:
-                    continue
-                c.execute("UPDATE jobs SET cancel_requested=1, updated_at=? WHERE id=?", (time.time(), job_id))
-                if job["state"] == "queued":
-                    c.execute("UPDATE jobs SET state='cancelled', end_reason='cancelled', ended_at=? WHERE id=?",
-                              (time.time(), job_id))
-                self.ledger.event(c, "cancel", job_id)
-            for att in self.ledger.query(
-                    "SELECT n FROM attempts WHERE job_id=? AND state IN ('starting','running')", (job_id,)):
-                self.runtime.request_stop(job_id, att["n"], "cancelled")
-        self.runtime.tick(wait=False)
+        jobs.cancel(self._runtime, ids)
         return [self._view(self._job_row(j, project), detail=False) for j in ids]
 
     def cordon(self, node: str, reason: str = "", undo: bool = False) -> NodeView:
         """Take a node out of scheduling (running attempts continue), or put it back."""
-        with self.ledger.tx() as c:
+        with self._ledger.tx() as c:
             row = c.execute("SELECT * FROM nodes WHERE name=?", (node,)).fetchone()
             if row is None:
                 names = [r["name"] for r in c.execute("SELECT name FROM nodes")]
                 raise NotFoundError(f"no node named {node!r}", hint=f"nodes: {', '.join(names) or 'none yet'}")
             state, why = ("healthy", "") if undo else ("cordoned", reason or "cordoned by hand")
             c.execute("UPDATE nodes SET state=?, reason=?, updated_at=? WHERE name=?", (state, why, time.time(), node))
-            self.ledger.event(c, "uncordon" if undo else "cordon", node=node, reason=why)
-        self.runtime.tick(wait=False)
+            self._ledger.event(c, "uncordon" if undo else "cordon", node=node, reason=why)
+        self._runtime.tick(wait=False)
         return next(n for n in self.nodes() if n.name == node)
 
     # -- reads ------------------------------------------------------------------------------
@@ -126,7 +78,7 @@ class Api:
                refresh: bool = True) -> JobView | list[JobView]:
         """One job in detail, or the most recent jobs."""
         if refresh:
-            self.runtime.tick(wait=False)
+            self._runtime.tick(wait=False)
         if job_id is None:
             return self.list_jobs(project=project, limit=limit, refresh=False).jobs
         return self._view(self._job_row(job_id, project), detail=True)
@@ -140,7 +92,7 @@ class Api:
         if limit < 1 or limit > 1000:
             raise SpecError(f"limit must be 1..1000, got {limit}", hint="use a cursor to page instead")
         if refresh:
-            self.runtime.tick(wait=False)
+            self._runtime.tick(wait=False)
         where, params = ["1=1"], []  # type: list[str], list[Any]
         for column, value in (("state", state), ("experiment", experiment), ("project", project)):
             if value is not None:
@@ -149,7 +101,7 @@ class Api:
         if cursor is not None:
             where.append("id<?")
             params.append(min(int(cursor), 2**63 - 1))  # past any id: the first page
-        rows = self.ledger.query(f"SELECT * FROM jobs WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT ?",
+        rows = self._ledger.query(f"SELECT * FROM jobs WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT ?",
                                  (*params, limit + 1))
         more = len(rows) > limit
         rows = rows[:limit]
@@ -163,62 +115,16 @@ class Api:
         att = self._attempt_row(job, attempt)
         if att is None:
             return LogPage(job["id"], 0, "", 0, 0, 0, False, hint=f"job {job['id']} has not started yet ({job['state']})")
-        if max_bytes < 1:
-            raise SpecError("max_bytes must be >= 1", hint=f"use up to {MAX_LOG_BYTES}")
-        if offset is not None and offset < 0:
-            raise SpecError("offset must be >= 0", hint="offset 0 is the start of the log")
-        if tail_lines is not None and tail_lines < 1:
-            raise SpecError("tail_lines must be >= 1", hint="leave it out to read from an offset")
-        backend = self.runtime.backend
-        ext = att["external_id"]
-        size = backend.log_size(ext)
-        secrets = job_secrets(json.loads(job["spec"]))  # masked with '*' of the same length: offsets stay exact
-        if grep is not None:
-            from autoresearch._grep import compile_pattern, matching_lines
-
-            compile_pattern(grep)
-            data = mask(backend.read_log(ext, 0, 64 << 20), secrets)  # grep cannot probe for a secret
-            lines = data.decode("utf-8", "replace").splitlines()
-            hits = [f"{i + 1}: {lines[i]}" for i in matching_lines(grep, data) if i < len(lines)]
-            if tail_lines:
-                hits = hits[-tail_lines:]
-            text, cut = _fit_tail("\n".join(hits), max_bytes)
-            hint = f"{len(hits)} matching lines; showing the last ones that fit in {max_bytes} bytes" if cut else ""
-            return LogPage(job["id"], att["n"], text, 0, size, size, cut, hint)
-        if offset is None and tail_lines is not None:
-            start = max(0, size - max(max_bytes, 1) * 4)
-            raw = mask(backend.read_log(ext, start, size - start), secrets).decode("utf-8", "replace")
-            lines = raw.splitlines()
-            if start > 0 and lines:
-                lines = lines[1:]  # drop the partial first line
-            kept = lines[-tail_lines:]
-            text, cut = _fit_tail("\n".join(kept), max_bytes)
-            first = max(0, size - len(text.encode()) - raw.endswith("\n"))  # the join dropped the last newline
-            cut = cut or first > 0
-            back = f" (or offset={first - max_bytes} for the page before this one)" if first > max_bytes else ""
-            hint = f"earlier output exists: call again with offset=0{back}" if cut else ""
-            return LogPage(job["id"], att["n"], text, first, size, size, cut, hint)
-        start = min(offset or 0, size)  # past the end: an empty page, not a seek error
-        margin = context(secrets) + 1 if secrets else 0  # a secret cut by the page's edge is still seen whole
-        before = min(start, margin)
-        window = mask(backend.read_log(ext, start - before, before + max_bytes + margin), secrets)
-        chunk = window[before:before + max_bytes]
-        text = chunk.decode("utf-8", "replace")
-        end = start + len(chunk)
-        cut = end < size
-        hint = f"more output: call again with offset={end}" if cut else ""
-        if offset is not None and offset > size:
-            hint = f"offset {offset} is past the end of the log ({size} bytes); read from offset={size} or less"
-        return LogPage(job["id"], att["n"], text, start, end, size, cut, hint)
+        return jobs.log_page(self._runtime, job, att, tail_lines, offset, max_bytes, grep)
 
     def metrics(self, job_id: int | str, names: list[str] | None = None, series: bool = False,
                 max_points: int = 200, project: str | None = None, refresh: bool = True) -> list[MetricView]:
         """Per metric: last, best, step, count; optionally the series downsampled."""
         if refresh:
-            self.runtime.tick(wait=False)  # callers read the job's state beside its metrics
+            self._runtime.tick(wait=False)  # callers read the job's state beside its metrics
         job = self._job_row(job_id, project)
-        self.runtime.ingest(job["id"])
-        rows = self.ledger.query(
+        self._runtime.ingest(job["id"])
+        rows = self._ledger.query(
             "SELECT name, step, value, source, attempt FROM metrics WHERE job_id=? ORDER BY attempt, step, rowid",
             (job["id"],))
         by_name: dict[str, list[tuple[int, float | None]]] = {}
@@ -236,14 +142,14 @@ class Api:
         return out
 
     def nodes(self) -> list[NodeView]:
-        self.runtime.tick(wait=False)
+        self._runtime.tick(wait=False)
         used: dict[str, set[str]] = {}
         running: dict[str, int] = {}
-        for r in self.ledger.query("SELECT node, gpu_ids FROM attempts WHERE state IN ('starting','running')"):
+        for r in self._ledger.query("SELECT node, gpu_ids FROM attempts WHERE state IN ('starting','running')"):
             used.setdefault(r["node"], set()).update(json.loads(r["gpu_ids"]))
             running[r["node"]] = running.get(r["node"], 0) + 1
         out = []
-        for r in self.ledger.query("SELECT * FROM nodes ORDER BY name"):
+        for r in self._ledger.query("SELECT * FROM nodes ORDER BY name"):
             ids = json.loads(r["gpu_ids"])
             free = [g for g in ids if g not in used.get(r["name"], set())]
             out.append(NodeView(r["name"], r["backend"], r["state"], r["reason"], r["gpus"], len(free), free,
@@ -254,31 +160,141 @@ class Api:
         nodes = self.nodes()
         scope, params = ("AND project=?", (project,)) if project is not None else ("", ())
         queued = {p: 0 for p in ("critical", "normal", "best-effort")}
-        for r in self.ledger.query(f"SELECT priority, COUNT(*) AS n FROM jobs WHERE state='queued' {scope} "
+        for r in self._ledger.query(f"SELECT priority, COUNT(*) AS n FROM jobs WHERE state='queued' {scope} "
                                    "GROUP BY priority", params):
             queued[r["priority"]] = r["n"]
-        running = self.ledger.one(f"SELECT COUNT(*) AS n FROM jobs WHERE state IN ('starting','running') {scope}",
+        running = self._ledger.one(f"SELECT COUNT(*) AS n FROM jobs WHERE state IN ('starting','running') {scope}",
                                   params)
         return ClusterView(nodes, sum(n.gpus for n in nodes if n.state in ("healthy", "degraded")),
                            sum(n.gpus_free for n in nodes if n.state in ("healthy", "degraded")), queued,
                            running["n"] if running else 0,
                            [f"{n.name}: {n.reason}" for n in nodes if n.state == "cordoned"])
 
+    # -- the engine's passes, for a long-lived face (the MCP server) -------------------------
+
+    def tick(self, wait: bool = True) -> bool:
+        """Run one scheduling pass (reconcile, place, start); False if another pass held the lock."""
+        return self._runtime.tick(wait=wait)
+
+    def watch(self) -> Any:
+        """A watcher that hears attempt endings (``wait(timeout)``, ``close()``): run :meth:`tick` on them."""
+        return self._runtime.watch()
+
+    def register_tenant(self, project: str, hide: tuple[str, ...] = ()) -> None:
+        """Record ``project`` as served by a tokened server (its jobs get the tenant policy)."""
+        with self._ledger.tx() as c:
+            isolation.register_tenant(c, project, isolation.tenant_policy(hide))
+
+    # -- loops (autoresearch.loop.ops; the loop itself runs on the engine, below this facade) --
+
+    def start_loop(self, plan_path: str | Path, resume: bool = False, project: str | None = None,
+                   check: Callable[[Any], None] | None = None, wait_s: float = 10.0) -> tuple[str, int, Any]:
+        """Validate a plan and run its controller in a detached process; (loop name, pid, controller log)."""
+        from autoresearch.loop import ops
+
+        return ops.start_loop(self._runtime, plan_path, resume=resume, wait_s=wait_s, project=project, check=check)
+
+    def run_loop(self, plan: Any, resume: bool = False, project: str | None = None,
+                 on_update: Callable[[Any], None] | None = None) -> Any:
+        """Run a plan's loop here, in the foreground, until it ends (``autoresearch plan.yaml``); its
+        final LoopView. Ctrl-C raises LoopInterrupted (code ``interrupted``); see :meth:`stop_trials`."""
+        from autoresearch.loop.controller import Controller
+
+        controller = Controller(plan, runtime=self._runtime_for(plan), resume=resume, on_update=on_update,
+                                project=project)
+        return controller.run()
+
+    def stop_trials(self, plan: Any, reason: str) -> list[int]:
+        """Stop the running trials of a plan's loop (after an interrupt); their job ids."""
+        from autoresearch.loop import ops
+
+        return ops.stop_running(self._runtime_for(plan), plan.name, reason)
+
+    def loop_status(self, name: str, project: str | None = None) -> tuple[Any, bool]:
+        """A loop's view (LoopView) and whether a controller is running it now."""
+        from autoresearch.loop import ops
+
+        return ops.loop_status(self._runtime, name, project)
+
+    def loop_proposer(self, name: str) -> str | None:
+        """The proposer kind of a loop's plan ('agent', 'tpe', ...; None: no such loop)."""
+        from autoresearch.loop import ops
+
+        return ops.proposer_kind(self._runtime, name)
+
+    def submit_proposals(self, name: str, proposals: list[dict[str, Any]], rationale: str, agent: str = "",
+                         project: str | None = None) -> Any:
+        """Validate an agent's proposals against the loop's plan and record them as one decision."""
+        from autoresearch.loop import ops
+
+        return ops.submit_proposals(self._runtime, name, proposals, rationale, agent=agent, project=project)
+
+    def leaderboard(self, name: str, top: int = 10, project: str | None = None) -> tuple[Any, list[dict[str, Any]]]:
+        """The loop's view and its best ``top`` succeeded trials, best first."""
+        from autoresearch.loop import ops
+
+        return ops.leaderboard(self._runtime, name, top, project=project)
+
+    def trial_patch(self, name: str, trial_id: int, project: str | None = None) -> str:
+        """The unified diff a trial ran with ('' for none)."""
+        from autoresearch.loop import ops
+
+        return ops.trial_patch(self._runtime, name, trial_id, project=project)
+
+    def stop_loop(self, name: str, rationale: str = "", project: str | None = None) -> tuple[int, list[int]]:
+        """Stop a loop: (the stop decision's id, the job ids stopped)."""
+        from autoresearch.loop import ops
+
+        return ops.stop_loop(self._runtime, name, rationale=rationale, project=project)
+
+    def loop_report(self, name: str, out_dir: str | None = None) -> tuple[Any, str | None]:
+        """Write a loop's plots and summary and log them to MLflow; (LoopView, MLflow run id or None)."""
+        from autoresearch.loop.report import log_to_mlflow, write_report
+
+        view = write_report(self._ledger, name, out_dir)
+        return view, log_to_mlflow(self._ledger, view)
+
+    # -- the MLflow mirror -------------------------------------------------------------------
+
+    def mirror_status(self) -> dict[str, Any]:
+        """How far the mirror is (no mlflow import): uri, runs, pending, last sync, blocked, ..."""
+        from autoresearch.tracking._status import mirror_status
+
+        return mirror_status(self._ledger)
+
+    def sync(self, uri: str | None = None) -> dict[str, Any]:
+        """Mirror everything pending to MLflow now (``uri``: rebind the ledger to that store first)."""
+        from autoresearch.tracking._status import sync_all
+
+        return sync_all(self._ledger, uri)
+
+    def mlflow_ui(self, host: str, port: int, sync: bool = True) -> tuple[str, list[str] | None]:
+        """The store's URI and the argv of ``mlflow ui`` on it (None: a server with its own UI)."""
+        from autoresearch.tracking._status import ui_argv
+
+        return ui_argv(self._ledger, host, port, sync)
+
     # -- helpers ------------------------------------------------------------------------------
+
+    def _runtime_for(self, plan: Any) -> Runtime:
+        """The engine on a plan's backend (``backend:`` in the plan), sharing this facade's home."""
+        from autoresearch.backends import get_backend
+
+        return Runtime(self._ledger.home, backend=get_backend(plan.backend.kind, **plan.backend.options))
 
     def _job_row(self, job_id: int | str, project: str | None) -> Any:
         text = str(job_id).strip()
         if not (text.isascii() and text.isdigit()):  # '²'.isdigit() is true, int('²') raises
             raise NotFoundError(f"no job {job_id!r}: job ids are numbers", hint=LIST_HINT)
-        row = self.ledger.one("SELECT * FROM jobs WHERE id=?", (int(text),)) if len(text) < 19 else None
+        row = self._ledger.one("SELECT * FROM jobs WHERE id=?", (int(text),)) if len(text) < 19 else None
         if row is None or (project is not None and row["project"] != project):
             raise NotFoundError(f"no job {text}", hint=LIST_HINT)
         return row
 
     def _attempt_row(self, job: Any, attempt: int | None) -> Any:
         if attempt is None:
-            return self.ledger.one("SELECT * FROM attempts WHERE job_id=? ORDER BY n DESC LIMIT 1", (job["id"],))
-        row = self.ledger.one("SELECT * FROM attempts WHERE job_id=? AND n=?", (job["id"], attempt)) \
+            return self._ledger.one("SELECT * FROM attempts WHERE job_id=? ORDER BY n DESC LIMIT 1", (job["id"],))
+        row = self._ledger.one("SELECT * FROM attempts WHERE job_id=? AND n=?", (job["id"], attempt)) \
             if abs(attempt) < 2**63 else None
         if row is None:
             raise NotFoundError(f"job {job['id']} has no attempt {attempt}",
@@ -299,12 +315,12 @@ class Api:
         )
         if not detail:
             return view
-        for a in self.ledger.query("SELECT * FROM attempts WHERE job_id=? ORDER BY n", (job["id"],)):
+        for a in self._ledger.query("SELECT * FROM attempts WHERE job_id=? ORDER BY n", (job["id"],)):
             view.attempt_list.append(AttemptView(
                 a["n"], a["state"], a["node"], json.loads(a["gpu_ids"]), a["started_at"], a["ended_at"],
                 a["exit_code"], a["signal"], a["end_reason"], a["detail"] and redact(a["detail"], secrets),
                 a["peak_rss_mb"]))
-        view.warnings = warnings_of(self.ledger, job["id"])
+        view.warnings = warnings_of(self._ledger, job["id"])
         if job["state"] == "failed" and view.attempt_list:
             last = view.attempt_list[-1]
             view.failure_class = "infra" if last.end_reason == "infra" else "user"
@@ -313,8 +329,19 @@ class Api:
         return view
 
 
-def _fit_tail(text: str, max_bytes: int) -> tuple[str, bool]:
-    data = text.encode()
-    if len(data) <= max_bytes:
-        return text, False
-    return data[-max_bytes:].decode("utf-8", "ignore"), True
+def load_plan(path: str | Path) -> Any:
+    """A validated plan.yaml (:class:`autoresearch.loop.plan.Plan`); PlanError names what is wrong."""
+    from autoresearch.loop.plan import load_plan as load
+
+    return load(path)
+
+
+def schema(what: str) -> dict[str, Any]:
+    """The JSON Schema of a plan (``plan``) or of a job spec (``job``)."""
+    if what == "plan":
+        from autoresearch.loop.plan import plan_schema
+
+        return dict(plan_schema())
+    from autoresearch.spec import JobSpec
+
+    return JobSpec.model_json_schema()

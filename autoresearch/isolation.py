@@ -93,7 +93,7 @@ def policy_for(conn: sqlite3.Connection, project: str) -> str:
 
 def job_policy(ledger: Any, project: str, backend: Any) -> str:
     """The policy to record on a new job of ``project``; refuses one the backend cannot isolate."""
-    recorded = policy_for(ledger._connect(), project)
+    recorded = policy_for(ledger.connection(), project)
     if recorded:
         check(backend)
     return recorded

@@ -260,6 +260,10 @@ class Ledger:
 
     # -- connections and transactions -------------------------------------------------
 
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection, for a store's read outside a transaction (do not close it)."""
+        return self._connect()
+
     def _connect(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None and getattr(self._local, "pid", None) == os.getpid():

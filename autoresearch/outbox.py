@@ -134,7 +134,7 @@ def attempt_env(ledger: Ledger, job_id: int, spec: dict[str, Any] | None = None)
     """
     if not tracking_enabled():
         return {}
-    conn = ledger._connect()
+    conn = ledger.connection()
     env = {"MLFLOW_TRACKING_URI": tracking_uri(ledger.home, conn)}
     trial = str(((spec or {}).get("tags") or {}).get(TRIAL_TAG, "")).strip()
     row = conn.execute(

@@ -139,7 +139,7 @@ def bench_agent(reps: int) -> list[tuple[str, float, str]]:
     os.environ.setdefault("AUTORESEARCH_GPUS", "2")
     from autoresearch.api import Api
     from autoresearch.loop.plan import parse_plan, plan_json
-    from autoresearch.loop.proposers import agent as ops
+    from autoresearch.loop.proposers import agent
     from autoresearch.loop.proposers._base import ProposerContext, TrialRecord
     from autoresearch.loop.store import LoopStore
 
@@ -148,17 +148,17 @@ def bench_agent(reps: int) -> list[tuple[str, float, str]]:
         plan = parse_plan({"name": "ag", "objective": {"metric": "loss"}, "trial": {"command": "true {x}"},
                            "space": {"x": {"low": 0.0, "high": 1.0}}, "proposer": {"kind": "agent"},
                            "budget": {"trials": 10_000}})
-        store = LoopStore.create(api.ledger, "ag", plan_json(plan), plan.digest(), "ag")
-        proposer = ops.AgentProposer(ProposerContext(plan, store.loop_id, "ag", api.ledger.home, api))
+        store = LoopStore.create(api._ledger, "ag", plan_json(plan), plan.digest(), "ag")
+        proposer = agent.AgentProposer(ProposerContext(plan, store.loop_id, "ag", api._ledger.home, api._runtime))
         values = iter(range(1, 100_000))
-        submit_ms = timed(lambda: ops.submit_proposals(
-            api, "ag", [{"params": {"x": next(values) / 100_000}, "rationale": "r"}], "r"), reps)
+        submit_ms = timed(lambda: api.submit_proposals(
+            "ag", [{"params": {"x": next(values) / 100_000}, "rationale": "r"}], "r"), reps)
         pickup = []
         for _ in range(reps):
             got: dict[str, float] = {}
             # The blocking path: the proposer waits (everything earlier is already a trial), then a submission lands.
             history = [TrialRecord(0, p.params, "succeeded", patch=p.patch)
-                       for _, p in ops.submitted(api.ledger, store.loop_id)]
+                       for _, p in agent.submitted(api._ledger, store.loop_id)]
 
             def blocked(h: list[Any] = history, got: dict[str, float] = got) -> None:
                 proposer.propose(h, 1)
@@ -166,13 +166,13 @@ def bench_agent(reps: int) -> list[tuple[str, float, str]]:
 
             thread = threading.Thread(target=blocked)
             thread.start()
-            time.sleep(0.3 + random.uniform(0, ops.POLL_S))  # land anywhere in the poll period
+            time.sleep(0.3 + random.uniform(0, agent.POLL_S))  # land anywhere in the poll period
             t0 = time.perf_counter()
-            ops.submit_proposals(api, "ag", [{"params": {"x": next(values) / 100_000}, "rationale": "r"}], "r")
+            api.submit_proposals("ag", [{"params": {"x": next(values) / 100_000}, "rationale": "r"}], "r")
             thread.join()
             pickup.append((got["t"] - t0) * 1000)
     return [("agent: propose_trials records a submission", statistics.median(submit_ms), "ms"),
-            (f"agent: waiting proposer picks it up (poll {ops.POLL_S * 1000:.0f} ms)", statistics.median(pickup), "ms")]
+            (f"agent: waiting proposer picks it up (poll {agent.POLL_S * 1000:.0f} ms)", statistics.median(pickup), "ms")]
 
 
 def main() -> None:

@@ -68,7 +68,7 @@ def run_trials(home: Path, points: int, trials: int) -> float:
             break
         time.sleep(0.2)
     assert all(v.state == "succeeded" for v in views), [v.state for v in views]
-    n = api.ledger.one("SELECT COUNT(*) AS n FROM metrics")
+    n = api._ledger.one("SELECT COUNT(*) AS n FROM metrics")
     assert n is not None and n["n"] == per * 2 * trials, n["n"] if n else None
     return time.monotonic() - t0
 
@@ -84,9 +84,9 @@ def live(home: Path, uri: str, points: int, trials: int) -> tuple[float, float]:
         end = time.monotonic()
         api = Api(home)
         while True:
-            cursor = api.ledger.one("SELECT value FROM tracking_state WHERE name='metrics'")
-            last = api.ledger.one("SELECT MAX(rowid) AS m FROM metrics")
-            done = api.ledger.one("SELECT COUNT(*) AS n FROM tracking_runs WHERE finished=1")
+            cursor = api._ledger.one("SELECT value FROM tracking_state WHERE name='metrics'")
+            last = api._ledger.one("SELECT MAX(rowid) AS m FROM metrics")
+            done = api._ledger.one("SELECT COUNT(*) AS n FROM tracking_runs WHERE finished=1")
             if cursor and last and int(cursor["value"]) >= last["m"] and done and done["n"] >= trials:
                 return trials_s, time.monotonic() - end
             time.sleep(0.05)

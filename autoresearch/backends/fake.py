@@ -9,7 +9,7 @@ it through a small explicit API and runs the runtime's passes itself::
     job = api.submit({"command": ["train"], "workdir": ".", "gpus": 2}).id
     fake.emit(f"{job}.1", "loss: 0.5\\n")  # an attempt is named by its key or external id
     fake.finish(f"{job}.1", 0)
-    api.runtime.tick()
+    api.tick()
 
 Choices, so that the fake passes :class:`~autoresearch.testing.backends.BackendConformance`
 honestly:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from autoresearch import jobs as job_ops
 from autoresearch.errors import AutoresearchError
 from autoresearch.loop.plan import Plan
 from autoresearch.loop.proposers import Proposal, ProposeResult
@@ -39,8 +40,8 @@ def timed(proposer: Any, history: list[Any], n: int) -> ProposeResult:
     return result
 
 
-def launch(s: LoopState, row: Any, proposer: Any, api: Any) -> None:
-    """Submit a proposed trial's job through ``api`` (or adopt the one a launch decided before
+def launch(s: LoopState, row: Any, proposer: Any, runtime: Any) -> None:
+    """Submit a proposed trial's job through the engine (or adopt the one a launch decided before
     a crash did submit)."""
     trial_id = row["id"]
     params = json.loads(row["params"])
@@ -56,13 +57,15 @@ def launch(s: LoopState, row: Any, proposer: Any, api: Any) -> None:
                            inputs={"params": params, "seed": row["seed"], "role": row["role"],
                                    "workdir": workdir, "command": command})
         try:
-            view = api.submit(spec, project=s.loop_project)
+            job_id = job_ops.submit(runtime, spec, project=s.loop_project)  # as a job submitted by hand
         except AutoresearchError as err:
             s.update_trial(trial_id, state="failed", failure=f"could not submit: {err.render()}",
                            ended_at=time.time(), workdir=workdir)
             proposer.observe(s.records[trial_id])
             return
-        job_id = view.id
+        from autoresearch import outbox
+
+        outbox.kick(runtime.ledger.home)  # background MLflow mirror (no mlflow import here)
         row = s.update_trial(trial_id, job_id=job_id, state="queued", workdir=workdir)
     else:
         row = s.update_trial(trial_id, job_id=job_id, state="queued")

@@ -24,7 +24,7 @@ def check_limits(s: LoopState, ledger: Any) -> list[int]:
         reason = f"llm_usd budget ${b.llm_usd:g} used"
     if not reason and s.state_counts["crashed"] >= b.trials:
         reason = "every trial crashed on infrastructure failures; check `autoresearch nodes`"
-    if not reason:  # the MCP tool stop_loop (autoresearch/loop/proposers/agent.py) records this decision
+    if not reason:  # the MCP tool stop_loop (autoresearch/loop/ops.py) records this decision
         stop = ledger.one("SELECT rationale FROM decisions WHERE loop_id=? AND kind='stop_loop' AND "
                           "created_at>=? LIMIT 1", (s.store.loop_id, time.time() - s.elapsed()
                                                     + s.prior_elapsed))

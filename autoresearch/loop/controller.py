@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from autoresearch import jobs as job_ops
 from autoresearch.errors import AutoresearchError, BackendError, PlanError, StateError
 from autoresearch.loop import _limits, outcomes
 from autoresearch.loop._interrupt import LoopInterrupted, SigintFlag, wake
@@ -52,12 +53,12 @@ from autoresearch.loop.plan import Plan, plan_json
 from autoresearch.loop.proposers import Proposer, ProposerContext, ProposeResult, make_proposer
 from autoresearch.loop.state import LoopState
 from autoresearch.loop.stopping import Series, Stopper, make_stopper
-from autoresearch.loop.store import ACTIVE_TRIAL, LoopStore
+from autoresearch.loop.store import LoopStore
 from autoresearch.loop.views import LoopView, incumbent_of, loop_view
 
 
 class Controller:
-    def __init__(self, plan: Plan, *, api: Any = None, home: str | os.PathLike[str] | None = None,
+    def __init__(self, plan: Plan, *, runtime: Any = None, home: str | os.PathLike[str] | None = None,
                  resume: bool = False, on_update: Callable[[LoopView], None] | None = None,
                  poll_s: float = 0.01, update_every_s: float = 0.25, monitor_every_s: float = 0.5,
                  project: str | None = None) -> None:
@@ -69,14 +70,14 @@ class Controller:
         self.state = LoopState(plan, plan.objective.sign(), loop_project=project or "")
         self.on_update = on_update
         self.poll_s, self.update_every_s, self.monitor_every_s = poll_s, update_every_s, monitor_every_s
-        if api is None:
-            from autoresearch.api import Api
+        if runtime is None:
             from autoresearch.backends import get_backend
+            from autoresearch.runtime import Runtime
 
             backend = get_backend(plan.backend.kind, **plan.backend.options)
-            api = Api(home, backend=backend)
-        self.api = api
-        self.ledger = api.ledger
+            runtime = Runtime(home, backend=backend)
+        self.runtime = runtime  # the engine: the loop sits below the facade and never calls it
+        self.ledger = runtime.ledger
         self.stopper: Stopper | None = make_stopper(plan.early_stop)
         self.proposer: Proposer
         self.watch_metrics = self.stopper is not None or on_update is not None
@@ -112,15 +113,15 @@ class Controller:
         """Everything that can fail before a trial launches: backend, capacity, lock, proposer, loop row."""
         s = self.state
         try:
-            self.api.runtime.refresh_nodes()
+            self.runtime.refresh_nodes()
         except AutoresearchError:
             raise
         except Exception as err:  # noqa: BLE001 - any backend failure is "unreachable"
             raise BackendError(f"backend {self.plan.backend.kind!r} is unreachable: {err}",
                                hint="start it, fix backend.options, or use backend: {kind: local}") from None
-        self.api.runtime.backend.check(self.plan.trial)  # refuse the loop, not each of its trials
+        self.runtime.backend.check(self.plan.trial)  # refuse the loop, not each of its trials
         if self.plan.trial.gpus:
-            self.api._check_capacity(self.plan.trial.gpus, 1)
+            job_ops.check_capacity(self.runtime, self.plan.trial.gpus, 1)
         lock_dir = self.ledger.home / "loops" / self.plan.name
         lock_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(lock_dir / "controller.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -138,7 +139,7 @@ class Controller:
                                  hint="change name: in the plan")
             s.loop_project = existing["project"]
         self.ctx = ProposerContext(self.plan, existing["id"] if existing else 0, self.plan.name, self.ledger.home,
-                                   self.api)
+                                   self.runtime)
         self.proposer = make_proposer(self.ctx)  # may raise (missing key): nothing exists yet
         s.started = time.monotonic()
         digest = self.plan.digest()
@@ -167,7 +168,7 @@ class Controller:
         self.runs.prepare([r["id"] for r in s.pending()], warm=True)
         s.launch_decided = {r["trial_id"] for r in self.ledger.query(
             "SELECT trial_id FROM decisions WHERE loop_id=? AND kind='launch'", (s.store.loop_id,))}
-        watch = getattr(self.api.runtime, "watch", None)
+        watch = getattr(self.runtime, "watch", None)
         if watch is not None:
             self.watcher = watch()
         s.incumbent = incumbent_of(self.ledger, s.store.loop_id)
@@ -285,7 +286,7 @@ class Controller:
 
     def _poll(self) -> None:
         s = self.state
-        runtime = self.api.runtime
+        runtime = self.runtime
         if self._woke:  # also for other jobs: while our watcher is open their supervisors poke us too
             # With a watcher open, supervisors poke us instead of running the pass: we run it.
             self._retry_tick = not runtime.tick(wait=False)
@@ -319,7 +320,7 @@ class Controller:
         s.stopping.add(trial_id)
         s.store.decide("stop", trial_id=trial_id, inputs={"job_id": row["job_id"], **inputs},
                        outputs={"action": "cancel", "grace_s": self.plan.trial.grace}, rationale=rationale)
-        self.api.cancel([row["job_id"]])
+        job_ops.cancel(self.runtime, [row["job_id"]])
 
     # -- the end ----------------------------------------------------------------------------
 
@@ -352,7 +353,7 @@ class Controller:
                 return
             if row["id"] not in self.runs.held:  # held: its MLflow run is being created; it keeps its slot
                 self.sigint.check()
-                launch(s, row, self.proposer, self.api)
+                launch(s, row, self.proposer, self.runtime)
             slots, budget_left = slots - 1, budget_left - 1
         if self.call is not None:
             if self.call.is_alive():
@@ -402,14 +403,6 @@ class Controller:
 
     def stop_running(self, reason: str = "stopped by the user") -> list[int]:
         """Stop every running trial of this loop (after an interrupt); returns their job ids."""
-        store = self.state.store
-        jobs = []
-        for row in store.trials(ACTIVE_TRIAL):
-            if row["job_id"] is None:
-                continue
-            store.decide("stop", trial_id=row["id"], inputs={"job_id": row["job_id"], "reason": reason},
-                         outputs={"action": "cancel"}, rationale=reason)
-            jobs.append(row["job_id"])
-        if jobs:
-            self.api.cancel(jobs)
-        return jobs
+        from autoresearch.loop import ops
+
+        return ops.stop_running(self.runtime, self.plan.name, reason)

@@ -15,6 +15,7 @@ import json
 import time
 from typing import Any
 
+from autoresearch import jobs as job_ops
 from autoresearch import metrics as M
 from autoresearch.errors import AutoresearchError
 from autoresearch.loop import noise as N
@@ -33,7 +34,7 @@ def read_series(c: LoopHost, rows: list[Any]) -> dict[int, list[tuple[int, float
     if not by_job:
         return {}
     for job_id in by_job:
-        c.api.runtime.ingest(job_id)
+        c.runtime.ingest(job_id)
     marks = ",".join("?" * len(by_job))
     points = c.ledger.query(
         f"SELECT job_id, attempt, step, value, source FROM metrics WHERE name=? AND job_id IN ({marks}) "
@@ -87,7 +88,7 @@ def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
         if value is None:
             failure = (f"exited 0 but never reported the objective {c.plan.objective.metric!r} "
                        f"(report({c.plan.objective.metric}=...) or print '{c.plan.objective.metric}: "
-                       "VALUE')\n" + log_tail(c.api, job["id"]))
+                       "VALUE')\n" + log_tail(c.runtime, job["id"]))
     elif job["state"] == "cancelled":
         stopped = trial_id in s.stopping or s.store.has_decision("stop", trial_id)
         state = "stopped" if stopped else "cancelled"
@@ -95,11 +96,11 @@ def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
         if value is None and series:
             value = series[-1][1] * c.sign
     elif job["end_reason"] == "infra":
-        state, failure = "crashed", "infrastructure failure after retries\n" + log_tail(c.api, job["id"])
+        state, failure = "crashed", "infrastructure failure after retries\n" + log_tail(c.runtime, job["id"])
     else:
         state = "failed"
         why = "timed out" if job["end_reason"] == "timeout" else f"exited {job['exit_code']}"
-        failure = f"{why}\n" + log_tail(c.api, job["id"])
+        failure = f"{why}\n" + log_tail(c.runtime, job["id"])
     s.stopping.discard(trial_id)
     fresh = s.update_trial(trial_id, state=state, objective=value, failure=failure, **fields)
     record = to_record(fresh, s.series.get(trial_id))
@@ -122,9 +123,9 @@ def final_metrics(ledger: Any, job_id: int) -> dict[str, float | None]:
     return out
 
 
-def log_tail(api: Any, job_id: int) -> str:
+def log_tail(runtime: Any, job_id: int) -> str:
     try:
-        return str(api.logs(job_id, tail_lines=LOG_TAIL_LINES, max_bytes=4000).text)
+        return job_ops.log_tail(runtime, job_id, LOG_TAIL_LINES, 4000)
     except AutoresearchError:
         return ""
 

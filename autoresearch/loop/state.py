@@ -102,7 +102,7 @@ class LoopHost(Protocol):
     def series(self) -> dict[int, Series]: ...
 
     @property
-    def api(self) -> Any: ...  # the facade (autoresearch.api.Api)
+    def runtime(self) -> Any: ...  # the engine (autoresearch.runtime.Runtime): the loop never calls the facade
 
     @property
     def ledger(self) -> Any: ...

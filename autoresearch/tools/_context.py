@@ -52,11 +52,8 @@ class ToolContext:
         if token is None:  # the bearer middleware refuses these before any tool runs
             raise AuthError("this request carries no valid token", hint="send Authorization: Bearer <token>")
         if token.client_id not in self._tenants and not self.read_only:
-            from autoresearch import isolation
-
             # Before anything of this project can run: its jobs (and its loops' trials) are tenant jobs.
-            with self.api.ledger.tx() as c:
-                isolation.register_tenant(c, token.client_id, isolation.tenant_policy(self.tenant_hide))
+            self.api.register_tenant(token.client_id, self.tenant_hide)
             self._tenants.add(token.client_id)
         return token.client_id
 

@@ -5,8 +5,9 @@ Every tool is scoped to the caller's project (``ctx.caller_project()``): a loop 
 over MCP belongs to the caller's project and its trials are that project's jobs; a loop
 of another project is reported exactly like a missing one.
 
-The operations live in :mod:`autoresearch.loop.proposers.agent`; this module is the
-MCP face (typed parameters, small structured results, errors with hints).
+The operations are the facade's loop half (:class:`autoresearch.api.Api`, over
+:mod:`autoresearch.loop.ops`); this module is the MCP face (typed parameters, small
+structured results, errors with hints).
 """
 
 from __future__ import annotations
@@ -125,8 +126,6 @@ class StopLoopResult(BaseModel):
 
 
 def register(server: Any, ctx: ToolContext) -> None:
-    from autoresearch.loop.proposers import agent as ops
-
     @server.tool(annotations=ToolAnnotations(title="Start a research loop", read_only_hint=False,
                                              destructive_hint=False, idempotent_hint=False, open_world_hint=False))
     @tool_errors
@@ -147,11 +146,9 @@ def register(server: Any, ctx: ToolContext) -> None:
         def inside_root(loaded: Any) -> None:  # the same rule as submit's workdir
             ctx.inside_root(loaded.trial.workdir, "the plan's trial.workdir")
 
-        name, pid, log = ops.start_loop(ctx.api, ctx.relative_path(plan, "plan"), resume=resume,
-                                        project=ctx.caller_project(), check=inside_root)
-        from autoresearch.loop.views import loop_view
-
-        view = loop_view(ctx.api.ledger, name)
+        name, pid, log = ctx.api.start_loop(ctx.relative_path(plan, "plan"), resume=resume,
+                                            project=ctx.caller_project(), check=inside_root)
+        view, _ = ctx.api.loop_status(name)
         agent = "propose trials with propose_trials(loop=...), then " if _is_agent(ctx, name) else ""
         return StartLoopResult(name=name, pid=pid, log=str(log), state=view.state,
                                next_step=f"{agent}follow it with loop_status(loop={name!r}) and leaderboard")
@@ -167,11 +164,7 @@ def register(server: Any, ctx: ToolContext) -> None:
         floor, LLM spend, elapsed time and ETA, and the latest trials (failed ones with the end of
         their log). Use it to decide what to propose next or whether to stop the loop.
         """
-        from autoresearch.loop.views import loop_view
-
-        ops.find_loop(ctx.api.ledger, loop, ctx.caller_project())
-        view = loop_view(ctx.api.ledger, loop)
-        running = ops.controller_running(ctx.api.ledger.home, loop)
+        view, running = ctx.api.loop_status(loop, ctx.caller_project())
         briefs = [TrialBrief(trial_id=t.trial_id, job_id=t.job_id, state=t.state, params=t.params,
                              objective=t.objective, failure=(t.failure or "")[-1200:] or None)
                   for t in view.trials[-recent:]] if recent else []
@@ -211,7 +204,7 @@ def register(server: Any, ctx: ToolContext) -> None:
         for item in items:
             if "edits" in item:
                 item["edits"] = [dict(e) for e in item["edits"]]
-        out = ops.submit_proposals(ctx.api, loop, items, rationale, agent=agent, project=ctx.caller_project())
+        out = ctx.api.submit_proposals(loop, items, rationale, agent=agent, project=ctx.caller_project())
         if out.accepted:
             step = f"they launch as slots free up; check loop_status(loop={loop!r}) or leaderboard"
             if not out.controller_running:
@@ -233,7 +226,7 @@ def register(server: Any, ctx: ToolContext) -> None:
         built on and a one-line summary of their code patch. Use it to pick the parent of your next
         code edit or the region of the space to refine.
         """
-        view, rows = ops.leaderboard(ctx.api, loop, top, project=ctx.caller_project())
+        view, rows = ctx.api.leaderboard(loop, top, project=ctx.caller_project())
         return LeaderboardResult(loop=loop, metric=view.metric, goal=view.goal, incumbent=view.best_trial,
                                  noise_floor=view.noise_floor, rows=[LeaderRow(**r) for r in rows],
                                  next_step="full diff of a trial: trial_patch(loop, trial_id)")
@@ -248,7 +241,7 @@ def register(server: Any, ctx: ToolContext) -> None:
         """The unified diff a code-edit trial ran with (cumulative, against the workdir's committed base),
         capped at 16,000 characters. Empty for trials that changed no code.
         """
-        patch = ops.trial_patch(ctx.api, loop, trial_id, project=ctx.caller_project())
+        patch = ctx.api.trial_patch(loop, trial_id, project=ctx.caller_project())
         return TrialPatchResult(loop=loop, trial_id=trial_id, patch=patch[:MAX_PATCH_CHARS],
                                 truncated=len(patch) > MAX_PATCH_CHARS)
 
@@ -264,13 +257,10 @@ def register(server: Any, ctx: ToolContext) -> None:
         finishes. The results stay readable with loop_status and leaderboard.
         """
         ctx.require_write("stop_loop")
-        decision, jobs = ops.stop_loop(ctx.api, loop, rationale=rationale, project=ctx.caller_project())
+        decision, jobs = ctx.api.stop_loop(loop, rationale=rationale, project=ctx.caller_project())
         return StopLoopResult(loop=loop, decision_id=decision, stopped_jobs=jobs,
                               next_step=f"see leaderboard(loop={loop!r}); `autoresearch report {loop}` writes plots")
 
 
 def _is_agent(ctx: ToolContext, name: str) -> bool:
-    import json
-
-    row = ctx.api.ledger.one("SELECT plan FROM loops WHERE name=?", (name,))
-    return row is not None and json.loads(row["plan"]).get("proposer", {}).get("kind") == "agent"
+    return bool(ctx.api.loop_proposer(name) == "agent")

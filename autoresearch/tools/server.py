@@ -143,7 +143,7 @@ def run_passes(api: Any) -> Any:
     import atexit
     import threading
 
-    watcher = api.runtime.watch()
+    watcher = api.watch()
     stop = threading.Event()
 
     def loop() -> None:
@@ -151,7 +151,7 @@ def run_passes(api: Any) -> Any:
             while not stop.is_set():
                 try:
                     if watcher.wait(0.5):
-                        api.runtime.tick()
+                        api.tick()
                 except Exception:  # noqa: BLE001 - keep listening; supervisors fall back on their own
                     log.exception("scheduling pass failed")
         finally:
@@ -160,7 +160,7 @@ def run_passes(api: Any) -> Any:
     def last_pass() -> None:  # endings we were poked about must not wait for the next caller
         stop.set()
         try:
-            api.runtime.tick(wait=False)
+            api.tick(wait=False)
         except Exception:  # noqa: BLE001 - exiting anyway; supervisors fall back after ACK_WAIT_S
             pass
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from autoresearch.errors import NotFoundError, StateError
+from autoresearch.loop import ops
 from autoresearch.loop.controller import Controller
 from autoresearch.loop.plan import parse_plan
-from autoresearch.loop.proposers import agent as ops
 from tests.conftest import wait_for
 
 QUADRATIC = "python -c \"import time; time.sleep({wait}); print('loss:', ({x} - 0.3) ** 2)\""
@@ -44,15 +44,15 @@ def run_in_thread(controller: Controller) -> tuple[threading.Thread, dict[str, A
 
 
 def trial_states(api: Any) -> dict[int, str]:
-    return {r["id"]: r["state"] for r in api.ledger.query("SELECT id, state FROM trials")}
+    return {r["id"]: r["state"] for r in api._ledger.query("SELECT id, state FROM trials")}
 
 
 def test_agent_trials_are_validated_recorded_launched_and_the_budget_ends_the_loop(api: Any, tmp_path: Path) -> None:
-    controller = Controller(agent_plan(tmp_path), api=api, poll_s=0.02)
+    controller = Controller(agent_plan(tmp_path), runtime=api._runtime, poll_s=0.02)
     thread, out = run_in_thread(controller)
-    wait_for(lambda: ops._loop_row(api.ledger, "agentic") is not None, 10)
+    wait_for(lambda: api.loop_proposer("agentic") is not None, 10)
 
-    sent = ops.submit_proposals(api, "agentic", [
+    sent = api.submit_proposals("agentic", [
         {"params": {"x": 0.25, "wait": 0}, "rationale": "near the guess"},
         {"params": {"x": 7, "wait": 0}, "rationale": "way out"},
         {"params": {"x": 0.5}, "rationale": "forgot wait"},
@@ -63,19 +63,19 @@ def test_agent_trials_are_validated_recorded_launched_and_the_budget_ends_the_lo
     assert sent.notes == ["proposal 2: clipped x from 7 to 1 (range [0, 1])"]
     assert sent.rejected == ["proposal 3: missing parameter 'wait'",
                              "proposal 4: already tried or waiting with these params and code"]
-    submit = api.ledger.one("SELECT * FROM decisions WHERE id=?", (sent.decision_id,))
+    submit = api._ledger.one("SELECT * FROM decisions WHERE id=?", (sent.decision_id,))
     assert submit["kind"] == "agent_submit" and submit["rationale"].startswith("start around 0.3")
     assert json.loads(submit["proposer"])["model"] == "claude-code"
 
     wait_for(lambda: list(trial_states(api).values()) == ["succeeded", "succeeded"], 30)
-    view, rows = ops.leaderboard(api, "agentic")
+    view, rows = api.leaderboard("agentic")
     assert [(r["trial_id"], r["params"]) for r in rows] == [(1, {"x": 0.25, "wait": 0}), (2, {"x": 1.0, "wait": 0})]
     assert rows[0]["objective"] == pytest.approx(0.0025) and rows[0]["rationale"] == "near the guess"
     assert view.best_trial == 1
-    propose = api.ledger.one("SELECT * FROM decisions WHERE kind='propose' ORDER BY id LIMIT 1")
+    propose = api._ledger.one("SELECT * FROM decisions WHERE kind='propose' ORDER BY id LIMIT 1")
     assert propose["id"] > sent.decision_id and f"#{sent.decision_id}" in propose["rationale"]  # provenance
 
-    last = ops.submit_proposals(api, "agentic", [{"params": {"x": 0.3, "wait": 0}, "rationale": "the optimum"},
+    last = api.submit_proposals("agentic", [{"params": {"x": 0.3, "wait": 0}, "rationale": "the optimum"},
                                                  {"params": {"x": 0.31, "wait": 0}, "rationale": "one too many"}],
                                 "refine")
     assert last.accepted == 1 and last.rejected == ["proposal 2: over budget.trials (3)"]
@@ -84,28 +84,28 @@ def test_agent_trials_are_validated_recorded_launched_and_the_budget_ends_the_lo
     assert out["view"].state == "finished" and out["view"].stop_reason == "trial budget 3 used"
     assert out["view"].best_value == pytest.approx(0.0)
     with pytest.raises(StateError) as err:
-        ops.submit_proposals(api, "agentic", [{"params": {"x": 0.1, "wait": 0}}], "too late")
+        api.submit_proposals("agentic", [{"params": {"x": 0.1, "wait": 0}}], "too late")
     assert "resume=true" in err.value.hint
 
 
 def test_stop_loop_stops_running_trials_and_finishes_the_controller(api: Any, tmp_path: Path) -> None:
-    controller = Controller(agent_plan(tmp_path, trials=10), api=api, poll_s=0.02)
+    controller = Controller(agent_plan(tmp_path, trials=10), runtime=api._runtime, poll_s=0.02)
     thread, out = run_in_thread(controller)
-    wait_for(lambda: ops._loop_row(api.ledger, "agentic") is not None, 10)
-    ops.submit_proposals(api, "agentic", [{"params": {"x": 0.5, "wait": 30}, "rationale": "slow one"}], "go")
+    wait_for(lambda: api.loop_proposer("agentic") is not None, 10)
+    api.submit_proposals("agentic", [{"params": {"x": 0.5, "wait": 30}, "rationale": "slow one"}], "go")
     wait_for(lambda: trial_states(api).get(1) == "running", 20)
 
-    decision, jobs = ops.stop_loop(api, "agentic", rationale="enough for today")
+    decision, jobs = api.stop_loop("agentic", rationale="enough for today")
 
     thread.join(30)
     assert not thread.is_alive() and "error" not in out, out.get("error")
     assert len(jobs) == 1 and out["view"].state == "finished"
     assert trial_states(api) == {1: "stopped"}
-    kinds = [r["kind"] for r in api.ledger.query("SELECT kind FROM decisions ORDER BY id")]
+    kinds = [r["kind"] for r in api._ledger.query("SELECT kind FROM decisions ORDER BY id")]
     assert kinds.index("stop_loop") < kinds.index("stop") < kinds.index("finish")  # recorded before acted on
-    assert decision == api.ledger.one("SELECT id FROM decisions WHERE kind='stop_loop'")["id"]
+    assert decision == api._ledger.one("SELECT id FROM decisions WHERE kind='stop_loop'")["id"]
     with pytest.raises(NotFoundError) as err:
-        ops.stop_loop(api, "agentic-typo")
+        api.stop_loop("agentic-typo")
     assert "agentic" in err.value.hint
 
 
@@ -121,10 +121,10 @@ def test_agent_code_edits_become_patches_on_the_best_trial(api: Any, tmp_path: P
         "space": {"x": {"low": 0.1, "high": 1.0}}, "code": {"files": ["train.py"]},
         "proposer": {"kind": "agent"}, "budget": {"trials": 2, "parallel": 1},
     }, base_dir=repo)
-    thread, out = run_in_thread(Controller(plan, api=api, poll_s=0.02))
-    wait_for(lambda: ops._loop_row(api.ledger, "agentic") is not None, 10)
+    thread, out = run_in_thread(Controller(plan, runtime=api._runtime, poll_s=0.02))
+    wait_for(lambda: api.loop_proposer("agentic") is not None, 10)
 
-    sent = ops.submit_proposals(api, "agentic", [
+    sent = api.submit_proposals("agentic", [
         {"params": {"x": 0.5}, "rationale": "halve the scale",
          "edits": [{"file": "train.py", "search": "SCALE = 2.0", "replace": "SCALE = 1.0"}]},
         {"params": {"x": 0.5}, "rationale": "a file outside code.files",
@@ -133,10 +133,10 @@ def test_agent_code_edits_become_patches_on_the_best_trial(api: Any, tmp_path: P
 
     assert sent.rejected == ["proposal 2: edit 1 touches 'prepare.py'; only train.py may be edited"]
     wait_for(lambda: trial_states(api).get(1) == "succeeded", 30)
-    ops.submit_proposals(api, "agentic", [{"params": {"x": 0.1}, "rationale": "smaller x, same code"}], "exploit")
+    api.submit_proposals("agentic", [{"params": {"x": 0.1}, "rationale": "smaller x, same code"}], "exploit")
     thread.join(60)
     assert "error" not in out, out.get("error")
-    rows = {r["id"]: r for r in api.ledger.query("SELECT * FROM trials")}
+    rows = {r["id"]: r for r in api._ledger.query("SELECT * FROM trials")}
     assert rows[2]["parent_trial"] == 1  # built on the incumbent
     assert rows[2]["objective"] == pytest.approx(0.1)  # SCALE = 1.0 carried over
     assert ops.patch_summary(rows[1]["patch"]) == "train.py +1 -1"

@@ -100,11 +100,11 @@ async def test_an_agent_drives_a_loop_end_to_end(api: Any, root: Path) -> None:
 
         await call(client, "propose_trials", loop="agent-quad", rationale="a long one",
                    proposals=[{"params": {"x": 0.3, "wait": 60}, "rationale": "slow"}])
-        wait_for(lambda: api.ledger.one("SELECT state FROM trials WHERE id=3 AND state='running'"), 30)
+        wait_for(lambda: api._ledger.one("SELECT state FROM trials WHERE id=3 AND state='running'"), 30)
         stopped = await call(client, "stop_loop", loop="agent-quad", rationale="good enough")
         assert len(stopped["stopped_jobs"]) == 1
 
-        wait_for(lambda: api.ledger.one("SELECT 1 FROM loops WHERE name='agent-quad' AND state='finished'"), 30)
+        wait_for(lambda: api._ledger.one("SELECT 1 FROM loops WHERE name='agent-quad' AND state='finished'"), 30)
         final = await call(client, "loop_status", loop="agent-quad")
         assert final["counts"] == {"succeeded": 2, "stopped": 1} and not final["controller_running"]
         late = await call(client, "propose_trials", loop="agent-quad", rationale="late",

@@ -52,12 +52,12 @@ def make_plan(work: Path, space: dict[str, Any], steps: int = 1, pause: float = 
 
 
 def rows(api: Any, sql: str, *params: Any) -> list[Any]:
-    return api.ledger.query(sql, params)
+    return api._ledger.query(sql, params)
 
 
 def test_loop_runs_trials_in_parallel_with_decisions_written_first(api: Any, work: Path) -> None:
     plan = make_plan(work, {"x": {"choices": [0.5, 0.25, 0.75, 1.0]}}, steps=2, pause=0.3)
-    view = Controller(plan, api=api).run()
+    view = Controller(plan, runtime=api._runtime).run()
     assert view.state == "finished" and view.counts == {"succeeded": 4}
     assert view.best_value == pytest.approx(0.25 + 0.5) and view.best_params == {"x": 0.25}
     trials = rows(api, "SELECT * FROM trials ORDER BY id")
@@ -76,17 +76,17 @@ def test_loop_runs_trials_in_parallel_with_decisions_written_first(api: Any, wor
     assert any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False))
     # the same plan again redoes nothing and adds no decision
     before = len(rows(api, "SELECT id FROM decisions"))
-    again = Controller(plan, api=api).run()
+    again = Controller(plan, runtime=api._runtime).run()
     assert again.counts == view.counts and len(rows(api, "SELECT id FROM decisions")) == before
     assert len(rows(api, "SELECT id FROM jobs")) == 4
     # a different plan under the same name needs --resume
     changed = make_plan(work, {"x": {"choices": [0.5, 0.1]}})
     with pytest.raises(PlanError, match="already exists"):
-        Controller(changed, api=api).run()
+        Controller(changed, runtime=api._runtime).run()
     # --resume continues under the new plan: a larger budget runs only the new trials
     bigger = make_plan(work, {"x": {"choices": [0.5, 0.25, 0.75, 1.0, 0.1, 2.0]}}, steps=2,
                        budget={"trials": 6, "parallel": 2})
-    more = Controller(bigger, api=api, resume=True).run()
+    more = Controller(bigger, runtime=api._runtime, resume=True).run()
     assert more.counts == {"succeeded": 6} and more.best_params == {"x": 0.1}
     assert len(rows(api, "SELECT id FROM jobs")) == 6
     replan = rows(api, "SELECT inputs FROM decisions WHERE kind='replan'")
@@ -115,7 +115,7 @@ def test_user_failure_is_fed_back_with_log_tail_and_grid_exhaustion_ends(api: An
     Recorder.seen = []
     plan = make_plan(work, {"x": {"low": -2.0, "high": 2.0}}, proposer={"kind": "recorder"},
                      budget={"trials": 10, "parallel": 2})
-    view = Controller(plan, api=api).run()
+    view = Controller(plan, runtime=api._runtime).run()
     assert view.counts == {"succeeded": 2, "failed": 1}
     assert "nothing more to propose" in view.stop_reason
     failed = [t for t in Recorder.seen if t.state == "failed"]
@@ -129,7 +129,7 @@ def test_asha_stops_losers_through_cancel(api: Any, work: Path) -> None:
     plan = make_plan(work, {"x": {"choices": [0.0, 5.0, 6.0]}}, steps=12, pause=0.15,
                      budget={"trials": 3, "parallel": 1},
                      early_stop={"kind": "asha", "min_steps": 1, "reduction_factor": 2})
-    view = Controller(plan, api=api, monitor_every_s=0.1).run()
+    view = Controller(plan, runtime=api._runtime, monitor_every_s=0.1).run()
     states = {t.params["x"]: t.state for t in view.trials}
     assert states == {0.0: "succeeded", 5.0: "stopped", 6.0: "stopped"}
     stops = rows(api, "SELECT * FROM decisions WHERE kind='stop'")
@@ -175,7 +175,7 @@ def test_noise_floor_keeps_incumbent_against_gains_within_noise(api: Any, work: 
     # seed s adds [0, +0.1, -0.1][s]: the incumbent's 3 seeds give a noise floor of 0.1
     plan = make_plan(work, {"x": {"choices": [1.0, 0.95, 0.5]}}, budget={"trials": 7, "parallel": 1},
                      repeats={"seeds": 3})
-    view = Controller(plan, api=api).run()
+    view = Controller(plan, runtime=api._runtime).run()
     by_x = {(t.params["x"], t.role, t.seed): t for t in view.trials}
     assert {k for k in by_x} == {(1.0, "explore", 0), (1.0, "repeat", 1), (1.0, "repeat", 2),
                                  (0.95, "explore", 0), (0.5, "explore", 0), (0.5, "repeat", 1),
@@ -218,7 +218,7 @@ def test_resume_after_kill_adopts_running_trials(api: Any, work: Path) -> None:
     assert len(running) == 2
     from autoresearch.loop.plan import load_plan
 
-    view = Controller(load_plan(work / "plan.yaml"), api=api).run()
+    view = Controller(load_plan(work / "plan.yaml"), runtime=api._runtime).run()
     assert view.counts == {"succeeded": 4} and view.best_params == {"x": 0.1}
     jobs = rows(api, "SELECT id FROM jobs")
     assert len(jobs) == 4 and running <= {j["id"] for j in jobs}  # adopted, not relaunched
@@ -263,7 +263,7 @@ def test_request_stop_from_another_thread_stops_trials_and_finishes(api: Any, wo
     import threading
 
     plan = make_plan(work, {"x": {"choices": [0.1, 0.2, 0.3]}}, steps=1, pause=30.0)
-    controller = Controller(plan, api=api)
+    controller = Controller(plan, runtime=api._runtime)
     result: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: result.setdefault("view", controller.run()))
     thread.start()

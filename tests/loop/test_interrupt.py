@@ -64,8 +64,8 @@ def test_a_ctrl_c_stops_the_loop_wherever_it_lands(where: str, api: Any, tmp_pat
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 130, done.stdout + done.stderr
     assert "interrupted" in done.stdout
-    assert api.ledger.one("SELECT state FROM loops")["state"] == "interrupted"
-    assert len(api.ledger.query("SELECT id FROM jobs")) <= 1  # no trial launched after the Ctrl-C
+    assert api._ledger.one("SELECT state FROM loops")["state"] == "interrupted"
+    assert len(api._ledger.query("SELECT id FROM jobs")) <= 1  # no trial launched after the Ctrl-C
 
 
 LAUNCH = textwrap.dedent("""\

@@ -53,13 +53,13 @@ def test_an_llm_loop_runs_learns_from_a_crash_and_records_provenance(
                   anthropic_tool_answer(answer(0.3, 0.31)), anthropic_tool_answer(answer(0.2, 0.21)))
     plan = llm_plan(tmp_path, {"provider": "anthropic", "model": "claude-sonnet-4-6", "base_url": server.url})
 
-    view = Controller(plan, api=api, poll_s=0.02).run()
+    view = Controller(plan, runtime=api._runtime, poll_s=0.02).run()
 
     assert view.state == "finished" and view.counts.get("failed") == 1
     assert view.best_value is not None and view.best_value <= 0.0025
     later = [r.body["messages"][0]["content"] for r in server.requests[1:]]
     assert any("ValueError: x=0.95 too large: the loss diverged" in p for p in later)  # fed back
-    proposes = api.ledger.query("SELECT * FROM decisions WHERE kind='propose' ORDER BY id")
+    proposes = api._ledger.query("SELECT * FROM decisions WHERE kind='propose' ORDER BY id")
     info = json.loads(proposes[0]["proposer"])
     sha = __import__("hashlib").sha256((prompts_dir() / "propose_params.md").read_bytes()).hexdigest()
     assert (info["kind"], info["provider"], info["model"], info["prompt_sha256"]) == (
@@ -74,7 +74,7 @@ def test_budget_llm_usd_stops_proposing_once_spent(api: Any, tmp_path: Path, ser
     plan = llm_plan(tmp_path, {"provider": "openai", "model": "gpt-4.1", "base_url": server.openai_url},
                     llm_usd=0.02)
 
-    view = Controller(plan, api=api, poll_s=0.02).run()
+    view = Controller(plan, runtime=api._runtime, poll_s=0.02).run()
 
     assert len(server.requests) == 1  # $0.028 spent on the first call: no second one
     assert view.stop_reason == "llm_usd budget $0.02 used"
@@ -107,9 +107,9 @@ def test_a_code_edit_loop_keeps_the_better_patch_and_builds_on_it(
              "edits": [{"file": "train.py", "search": "print(", "replace": "# kept\nprint("}]}]}),
     )
 
-    view = Controller(plan, api=api, poll_s=0.02).run()
+    view = Controller(plan, runtime=api._runtime, poll_s=0.02).run()
 
-    rows = {r["id"]: r for r in api.ledger.query("SELECT * FROM trials ORDER BY id")}
+    rows = {r["id"]: r for r in api._ledger.query("SELECT * FROM trials ORDER BY id")}
     assert [rows[1]["objective"], rows[2]["objective"]] == [2.0, 1.0]
     assert rows[2]["parent_trial"] == 1 and "+SCALE = 2.0" in rows[2]["patch"] and "+# kept" in rows[2]["patch"]
     assert rows[1]["workdir"] != rows[2]["workdir"] and "worktrees/trial-" in rows[2]["workdir"]

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autoresearch.api import Api
 from autoresearch.backends import LaunchRequest
 from autoresearch.backends.fake import FakeBackend, Script
 from autoresearch.loop.controller import Controller
 from autoresearch.loop.plan import parse_plan
+from autoresearch.runtime import Runtime
 
 
 def loss_of(request: LaunchRequest) -> bytes:
@@ -26,7 +26,7 @@ def test_grid_loop_on_the_fake_backend_finds_the_best_trial(home: Path, tmp_path
     plan = parse_plan({"name": "fake-grid", "objective": {"metric": "loss"},
                        "trial": {"command": "train {x}"}, "space": {"x": [0.1, 0.5, 0.9, 1.3]},
                        "proposer": "grid", "budget": {"trials": 4, "parallel": 2}}, base_dir=tmp_path)
-    view = Controller(plan, api=Api(home, backend=fake), poll_s=0.01).run()
+    view = Controller(plan, runtime=Runtime(home, backend=fake), poll_s=0.01).run()
     assert view.state == "finished" and view.counts == {"succeeded": 4}
     assert sorted(a.request.argv[1] for a in fake.attempts()) == ["0.1", "0.5", "0.9", "1.3"]
     assert view.best_params == {"x": 0.5} and view.best_value == 0.0

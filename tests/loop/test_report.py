@@ -18,7 +18,7 @@ def seed_loop(api: Any) -> None:
     plan = {"name": "edits", "objective": {"metric": "val_bpb", "goal": "minimize"}, "budget": {"trials": 4,
             "parallel": 2}, "repeats": None}
     now = time.time()
-    with api.ledger.tx() as c:
+    with api._ledger.tx() as c:
         loop = c.execute("INSERT INTO loops(name, plan, state, experiment, created_at, updated_at) VALUES "
                          "('edits', ?, 'finished', 'edits', ?, ?)", (json.dumps(plan), now, now)).lastrowid
         trials = [(None, None, "succeeded", 1.00), (1, "--- a\n+++ b\n", "succeeded", 0.98),
@@ -34,7 +34,7 @@ def seed_loop(api: Any) -> None:
 
 def test_report_has_plots_lineage_and_summary(api: Any, tmp_path: Path) -> None:
     seed_loop(api)
-    view = write_report(api.ledger, "edits", tmp_path / "out")
+    view = write_report(api._ledger, "edits", tmp_path / "out")
     files = {p.name for p in (tmp_path / "out").iterdir()}
     assert {"best_vs_trials.png", "best_vs_time.png", "parallel.png", "lineage.png", "summary.md"} <= files
     summary = (tmp_path / "out" / "summary.md").read_text()
@@ -47,7 +47,7 @@ def test_report_has_plots_lineage_and_summary(api: Any, tmp_path: Path) -> None:
 def test_report_of_unknown_loop_lists_known_ones(api: Any) -> None:
     seed_loop(api)
     with pytest.raises(NotFoundError) as info:
-        write_report(api.ledger, "edit")
+        write_report(api._ledger, "edit")
     assert "edits" in info.value.hint
 
 

@@ -18,8 +18,8 @@ def workdir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def api(api: Any) -> Any:
-    api.runtime.refresh_nodes()
-    for row in api.ledger.query("SELECT name FROM nodes"):
+    api._runtime.refresh_nodes()
+    for row in api._ledger.query("SELECT name FROM nodes"):
         api.cordon(row["name"], "property tests: accepted jobs stay queued")
     return api
 
@@ -30,7 +30,7 @@ def finished_job(api: Any, workdir: Path) -> int:
     """Job 1 ran (its node uncordoned for it) so reads have a log to page through."""
     from tests.conftest import wait_state
 
-    nodes = [row["name"] for row in api.ledger.query("SELECT name FROM nodes")]
+    nodes = [row["name"] for row in api._ledger.query("SELECT name FROM nodes")]
     for name in nodes:
         api.cordon(name, undo=True)
     job = api.submit({"command": ["/bin/sh", "-c", "echo hello; echo loss: 0.5"], "workdir": str(workdir)})

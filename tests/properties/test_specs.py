@@ -71,17 +71,17 @@ def test_durations_and_sizes_parse_or_refuse(value: Any) -> None:
 @FAST
 @given(data=SPECS)
 def test_a_refused_submit_writes_nothing(api: Any, workdir: Path, data: dict[str, Any]) -> None:
-    before = api.ledger.one("SELECT COUNT(*) AS n FROM jobs")["n"]
-    events = api.ledger.one("SELECT COUNT(*) AS n FROM events")["n"]
+    before = api._ledger.one("SELECT COUNT(*) AS n FROM jobs")["n"]
+    events = api._ledger.one("SELECT COUNT(*) AS n FROM events")["n"]
     data = {**data, "workdir": str(workdir)} if isinstance(data, dict) and "workdir" not in data else data
     try:
         view = api.submit(data)
     except AutoresearchError:
         event("refused")
-        assert api.ledger.one("SELECT COUNT(*) AS n FROM jobs")["n"] == before
-        assert api.ledger.one("SELECT COUNT(*) AS n FROM events")["n"] == events
+        assert api._ledger.one("SELECT COUNT(*) AS n FROM jobs")["n"] == before
+        assert api._ledger.one("SELECT COUNT(*) AS n FROM events")["n"] == events
         return
     event("accepted")
     assert view.state == "queued"  # the node is cordoned: accepted jobs wait, nothing runs
-    stored = json.loads(api.ledger.one("SELECT spec FROM jobs WHERE id=?", (view.id,))["spec"])
+    stored = json.loads(api._ledger.one("SELECT spec FROM jobs WHERE id=?", (view.id,))["spec"])
     check_runnable(JobSpec.model_validate(stored))

@@ -76,9 +76,9 @@ PROMPT_IDS = st.one_of(TEXT, NASTY_TEXT, st.sampled_from(["1", "0", "-1", "99999
 
 
 def counts(api: Any) -> tuple[int, int]:
-    tables = {r["name"] for r in api.ledger.query("SELECT name FROM sqlite_master WHERE type='table'")}
-    jobs = api.ledger.one("SELECT COUNT(*) AS n FROM jobs")["n"]
-    loops = api.ledger.one("SELECT COUNT(*) AS n FROM loops")["n"] if "loops" in tables else 0
+    tables = {r["name"] for r in api._ledger.query("SELECT name FROM sqlite_master WHERE type='table'")}
+    jobs = api._ledger.one("SELECT COUNT(*) AS n FROM jobs")["n"]
+    loops = api._ledger.one("SELECT COUNT(*) AS n FROM loops")["n"] if "loops" in tables else 0
     return jobs, loops
 
 
@@ -133,4 +133,4 @@ def test_the_prompt_answers_or_says_why(api: Any, workdir: Path, finished_job: i
 
 
 def test_a_finished_job_is_there(api: Any, finished_job: int) -> None:
-    assert json.loads(api.ledger.one("SELECT spec FROM jobs WHERE id=?", (finished_job,))["spec"])["command"]
+    assert json.loads(api._ledger.one("SELECT spec FROM jobs WHERE id=?", (finished_job,))["spec"])["command"]

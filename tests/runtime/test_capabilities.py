@@ -84,5 +84,5 @@ def test_a_loop_whose_trials_the_backend_cannot_run_is_refused_before_any_trial(
     fake = FakeBackend(gpus=1, capabilities=Capabilities(gpus=True), programs={"train": Script(exit_code=0)})
     api = Api(home, backend=fake)
     with pytest.raises(SpecError, match="cannot preempt"):
-        Controller(plan, api=api).run()
+        Controller(plan, runtime=api._runtime).run()
     assert fake.attempts() == [] and api.list_jobs().jobs == []

@@ -43,7 +43,7 @@ def test_list_status_metrics_and_nodes_show_markup_in_user_text_verbatim(api: An
 
 
 def test_loop_table_and_summary_show_markup_in_plan_text_verbatim() -> None:
-    from autoresearch.loop.display import LiveTable
+    from autoresearch.cli._live import LiveTable
     from autoresearch.loop.views import LoopView, TrialRow
 
     class Plan:  # what LiveTable reads of a plan

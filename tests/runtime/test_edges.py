@@ -54,7 +54,7 @@ def test_unrunnable_spec_is_refused_at_submit(api: Any, tmp_path: Path, spec: di
     with pytest.raises(SpecError) as info:
         api.submit({"workdir": str(tmp_path), **spec})
     assert needle in info.value.message and info.value.hint
-    assert api.ledger.one("SELECT COUNT(*) AS n FROM jobs")["n"] == 0
+    assert api._ledger.one("SELECT COUNT(*) AS n FROM jobs")["n"] == 0
 
 
 def test_existing_mount_target_is_refused_but_our_own_link_is_not(api: Any, tmp_path: Path) -> None:
@@ -63,7 +63,7 @@ def test_existing_mount_target_is_refused_but_our_own_link_is_not(api: Any, tmp_
     source.mkdir()
     with pytest.raises(SpecError, match="mount target .* exists and is not a link"):
         api.submit({"command": ["true"], "workdir": str(tmp_path), "mounts": {"data": str(source)}})
-    assert api.ledger.one("SELECT COUNT(*) AS n FROM jobs")["n"] == 0
+    assert api._ledger.one("SELECT COUNT(*) AS n FROM jobs")["n"] == 0
     (tmp_path / "linked").symlink_to(source)  # the link a previous job made: fine
     view = api.submit({"command": ["true"], "workdir": str(tmp_path), "mounts": {"linked": str(source)}})
     assert view.id == 1

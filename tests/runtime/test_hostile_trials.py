@@ -116,7 +116,7 @@ def test_warnings_are_one_per_attempt_however_many_bad_lines(api: Any) -> None:
     job = submit(api, script)
     view = wait_state(api, job, "succeeded")
     assert len(view.warnings) == 1 and "dropped 810 " in view.warnings[0], view.warnings
-    rows = api.ledger.query("SELECT COUNT(*) AS n FROM events WHERE job_id=? AND kind='metrics_dropped'", (job,))
+    rows = api._ledger.query("SELECT COUNT(*) AS n FROM events WHERE job_id=? AND kind='metrics_dropped'", (job,))
     assert rows[0]["n"] == 1
 
 
@@ -256,9 +256,9 @@ def test_a_loop_of_hostile_trials_runs_to_its_end(api: Any, tmp_path: Path, monk
                        "trial": {"command": f"{PY} trial.py {{x}}", "grace": 1},
                        "space": {"x": [1.0, 2.0, 3.0]}, "proposer": {"kind": "grid"},
                        "budget": {"trials": 3, "parallel": 2}}, base_dir=tmp_path)
-    view = Controller(plan, api=api).run()
+    view = Controller(plan, runtime=api._runtime).run()
     assert view.counts == {"succeeded": 3}
-    objectives = sorted(r["objective"] for r in api.ledger.query("SELECT objective FROM trials"))
+    objectives = sorted(r["objective"] for r in api._ledger.query("SELECT objective FROM trials"))
     assert objectives == [1.0, 2.0, 3.0]
-    for row in api.ledger.query("SELECT job_id FROM trials"):
+    for row in api._ledger.query("SELECT job_id FROM trials"):
         assert len(api.status(row["job_id"]).warnings) == 1

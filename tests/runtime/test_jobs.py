@@ -135,30 +135,30 @@ def test_queue_drains_with_nobody_watching(api: Any) -> None:
     first = submit(api, ["sleep", "0.3"], gpus=2)
     second = submit(api, ["sleep", "0.1"], gpus=2)
     # no status() calls (they would run a pass): only the finishing supervisor can start `second`
-    row = wait_for(lambda: (r := api.ledger.one("SELECT state FROM jobs WHERE id=?", (second,)))["state"]
+    row = wait_for(lambda: (r := api._ledger.one("SELECT state FROM jobs WHERE id=?", (second,)))["state"]
                    == "succeeded" and r, timeout=20)
     assert row and api.status(first, refresh=False).state == "succeeded"
 
 
 def test_watcher_hears_endings_and_replaces_the_hook(api: Any, home: Path) -> None:
-    with api.runtime.watch() as watcher:
+    with api._runtime.watch() as watcher:
         job = submit(api, ["true"])
         assert watcher.wait(10.0), "the supervisor should poke the listening watcher"
         assert not (home / "jobs" / str(job) / "attempt-1" / "on_exit.log").exists()  # no hook process ran
-        api.runtime.tick()
+        api._runtime.tick()
         assert api.status(job, refresh=False).state == "succeeded"
     job = submit(api, ["true"])  # nobody listens any more: the supervisor runs the pass itself
     wait_for(lambda: api.status(job, refresh=False).state == "succeeded")
 
 
 def test_attempt_that_ends_before_the_stop_keeps_its_success(api: Any, home: Path) -> None:
-    with api.runtime.watch() as watcher:  # no on-exit pass: the test decides when the pass runs
+    with api._runtime.watch() as watcher:  # no on-exit pass: the test decides when the pass runs
         job = submit(api, ["true"])
         assert watcher.wait(10.0)
         # a preemption decided just as it finished: the stop arrives too late to matter
-        with api.ledger.tx() as c:
+        with api._ledger.tx() as c:
             c.execute("UPDATE attempts SET stop_reason='preempted' WHERE job_id=?", (job,))
-        api.runtime.tick()
+        api._runtime.tick()
     view = api.status(job, refresh=False)
     assert view.state == "succeeded" and view.attempts == 1 and view.attempt_list[0].end_reason == "exit"
 

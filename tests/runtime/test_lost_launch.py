@@ -26,12 +26,12 @@ def test_an_attempt_whose_launcher_died_before_its_run_dir_is_retried(api: Any, 
     done = subprocess.run([sys.executable, "-c", KILLED_MID_LAUNCH, str(tmp_path)], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 9, done.stderr
-    attempt = api.ledger.one("SELECT * FROM attempts")
+    attempt = api._ledger.one("SELECT * FROM attempts")
     assert attempt["state"] == "starting" and not Path(attempt["external_id"]).exists()
 
-    api.runtime.tick()  # (today: FileNotFoundError here, in every pass after)
+    api._runtime.tick()  # (today: FileNotFoundError here, in every pass after)
 
     view = wait_state(api, 1, "succeeded")
     assert view.attempts == 2
-    ended = api.ledger.one("SELECT state, end_reason FROM attempts WHERE n=1")
+    ended = api._ledger.one("SELECT state, end_reason FROM attempts WHERE n=1")
     assert ended["state"] == "ended" and ended["end_reason"] == "infra"

@@ -3,7 +3,7 @@ gangs, timeouts and metrics, driven step by step with no process and no waiting.
 
 Processes are not the point here (tests/runtime/test_jobs.py runs real ones): each test
 acts out what attempts do (``fake.finish``, ``fake.fail``...) and runs a pass with
-``api.runtime.tick()``, the way an attempt's on-exit hook would.
+``api._runtime.tick()``, the way an attempt's on-exit hook would.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def test_queue_runs_by_priority_then_submit_order(home: Path) -> None:
     assert started(fake) == [f"{first}.1"]
     for job in (first, high, normal):
         fake.finish(f"{job}.1", 0)
-        api.runtime.tick()
+        api._runtime.tick()
         assert state(api, job).state == "succeeded"
     assert started(fake) == [f"{first}.1", f"{high}.1", f"{normal}.1", f"{low}.1"]
 
@@ -57,15 +57,15 @@ def test_critical_job_preempts_best_effort_and_the_victim_runs_again(home: Path)
     victim = submit(api, gpus=2, priority="best-effort")
     urgent = submit(api, gpus=2, priority="critical")  # its pass stops the victim (SIGTERM kills it)
     assert fake.attempt(f"{victim}.1").stopped
-    api.runtime.tick()
+    api._runtime.tick()
     view = state(api, victim)
     assert (view.state, view.attempt_list[0].end_reason) == ("queued", "preempted")
     assert state(api, urgent).state == "starting" and started(fake) == [f"{victim}.1", f"{urgent}.1"]
     fake.finish(f"{urgent}.1", 0)
-    api.runtime.tick()
+    api._runtime.tick()
     assert started(fake)[-1] == f"{victim}.2"
     fake.finish(f"{victim}.2", 0)
-    api.runtime.tick()
+    api._runtime.tick()
     assert state(api, victim).state == "succeeded" and state(api, victim).attempts == 2
 
 
@@ -74,10 +74,10 @@ def test_a_victim_that_ignores_sigterm_keeps_its_slots_until_killed_after_grace(
     victim = submit(api, gpus=1, priority="best-effort", grace=30)
     fake.hang(f"{victim}.1")
     urgent = submit(api, gpus=1, priority="critical")
-    api.runtime.tick()
+    api._runtime.tick()
     assert state(api, urgent).state == "queued" and [a.key for a in fake.running()] == [f"{victim}.1"]
     fake.advance(31)  # past the grace period: SIGKILL
-    api.runtime.tick()
+    api._runtime.tick()
     assert state(api, victim).attempt_list[0].signal == signal.SIGKILL
     assert state(api, urgent).state == "starting"
 
@@ -86,17 +86,17 @@ def test_infra_failures_are_retried_user_failures_are_not(home: Path) -> None:
     api, fake = setup(home, gpus=1)
     lost = submit(api, max_retries=2)
     fake.fail(f"{lost}.1", "supervisor died")
-    api.runtime.tick()
+    api._runtime.tick()
     fake.kill(f"{lost}.2", signal.SIGKILL)  # the OOM killer: infrastructure
-    api.runtime.tick()
+    api._runtime.tick()
     fake.fail(f"{lost}.3")
-    api.runtime.tick()
+    api._runtime.tick()
     view = state(api, lost)
     assert (view.state, view.attempts, view.failure_class) == ("failed", 3, "infra")
     assert view.attempt_list[0].detail == "supervisor died"
     crashed = submit(api)
     fake.kill(f"{crashed}.1", signal.SIGSEGV)  # its own fault
-    api.runtime.tick()
+    api._runtime.tick()
     assert (state(api, crashed).state, state(api, crashed).attempts) == ("failed", 1)
 
 
@@ -105,7 +105,7 @@ def test_a_crashed_node_loses_its_attempts_which_run_again_elsewhere(home: Path)
     job = submit(api, gpus=1)
     node = fake.attempt(f"{job}.1").request.node
     fake.crash_node(node)
-    api.runtime.tick()
+    api._runtime.tick()
     view = state(api, job)
     assert view.attempt_list[0].end_reason == "infra" and f"node {node} crashed" in view.attempt_list[0].detail
     assert view.attempts == 2 and fake.attempt(f"{job}.2").request.node not in (None, node)
@@ -124,10 +124,10 @@ def test_timeout_falls_due_on_the_fake_clock(home: Path) -> None:
     api, fake = setup(home)
     job = submit(api, timeout=3600, grace=5)
     fake.advance(3599)
-    api.runtime.tick()
+    api._runtime.tick()
     assert state(api, job).state == "running"
     fake.advance(2)
-    api.runtime.tick()
+    api._runtime.tick()
     view = state(api, job)
     assert (view.state, view.end_reason, view.attempts) == ("failed", "timeout", 1)
 
@@ -139,7 +139,7 @@ def test_logs_and_metrics_come_through_the_backend(home: Path) -> None:
         fake.report(f"{job}.1", step=step, loss=1.0 / (step + 1))
     fake.emit(f"{job}.1", "val_bpb: 0.9979\ndone\n")
     fake.finish(f"{job}.1", 0)
-    api.runtime.tick()
+    api._runtime.tick()
     assert "done" in api.logs(job).text
     by_name = {m.name: m for m in api.metrics(job, series=True)}
     assert by_name["loss"].series == [(0, 1.0), (1, 0.5), (2, pytest.approx(1 / 3))]
@@ -151,5 +151,5 @@ def test_cancel_stops_a_running_attempt(home: Path) -> None:
     api, fake = setup(home)
     job = submit(api)
     api.cancel([job])
-    api.runtime.tick()
+    api._runtime.tick()
     assert fake.attempt(f"{job}.1").stopped and state(api, job).state == "cancelled"

@@ -64,8 +64,8 @@ async def test_start_loop_refuses_a_trial_workdir_outside_the_root(server: Any, 
     assert result.is_error
     assert "[spec_invalid] the plan's trial.workdir" in text(result) and "outside the server's root" in text(result)
     assert "hint: " in text(result)
-    assert api.ledger.one("SELECT COUNT(*) AS n FROM loops")["n"] == 0
-    assert not (api.ledger.home / "loops" / "escape").exists()
+    assert api._ledger.one("SELECT COUNT(*) AS n FROM loops")["n"] == 0
+    assert not (api._ledger.home / "loops" / "escape").exists()
 
 
 async def test_grep_that_backtracks_forever_is_stopped(server: Any, api: Any, finished_job: int) -> None:
@@ -95,7 +95,7 @@ async def test_a_nul_byte_in_a_path_argument_is_refused(server: Any, api: Any) -
             assert result.is_error and "[spec_invalid]" in text(result) and "NUL byte" in text(result)
         result = await client.call_tool("start_loop", {"plan": "plan\0.yaml"})
         assert result.is_error and "NUL byte" in text(result)
-    assert api.ledger.one("SELECT COUNT(*) AS n FROM jobs")["n"] == 0
+    assert api._ledger.one("SELECT COUNT(*) AS n FROM jobs")["n"] == 0
 
 
 @pytest.mark.parametrize(("tool", "args", "expected"), [

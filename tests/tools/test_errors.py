@@ -51,7 +51,7 @@ BAD_CALLS = [
 
 
 def _ledger_rows(api: Any) -> tuple[int, int, int]:
-    counts = [api.ledger.one(f"SELECT COUNT(*) AS n FROM {t}")["n"] for t in ("jobs", "attempts", "events")]
+    counts = [api._ledger.one(f"SELECT COUNT(*) AS n FROM {t}")["n"] for t in ("jobs", "attempts", "events")]
     return counts[0], counts[1], counts[2]
 
 

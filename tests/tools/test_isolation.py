@@ -72,14 +72,14 @@ def test_the_recorded_policy_holds_whichever_process_launches_the_job(
 
     tokens = tmp_path / "tokens"
     tokens.write_text(f"{TOKEN_A} team-a\n")
-    with api.ledger.tx() as c:
+    with api._ledger.tx() as c:
         isolation.register_tenant(c, "team-a", isolation.tenant_policy([str(tokens)]))
     monkeypatch.setenv("MY_SECRET_KEY", SECRET)
     blocker = api.submit({"command": ["sleep", "1"], "gpus": 2})
     queued = api.submit({"command": ["sh", "-c", f"env; cat {tokens}; ls {home}; echo done"], "gpus": 2},
                         project="team-a")
     assert api.status(queued.id).state == "queued"
-    row = api.ledger.one("SELECT isolation FROM jobs WHERE id=?", (queued.id,))
+    row = api._ledger.one("SELECT isolation FROM jobs WHERE id=?", (queued.id,))
     assert json.loads(row["isolation"])["mode"] == "tenant"
     wait_state(api, blocker.id, "succeeded")
     wait_state(api, queued.id, "succeeded")
@@ -102,7 +102,7 @@ def test_a_tenant_job_is_refused_when_no_sandbox_can_be_made(api: Any, monkeypat
     from autoresearch.backends import _sandbox
     from autoresearch.errors import BackendError
 
-    with api.ledger.tx() as c:
+    with api._ledger.tx() as c:
         isolation.register_tenant(c, "team-a", isolation.tenant_policy())
     monkeypatch.setenv("PATH", "/nonexistent")  # bubblewrap not installed
     _sandbox._probe.cache_clear()
@@ -110,7 +110,7 @@ def test_a_tenant_job_is_refused_when_no_sandbox_can_be_made(api: Any, monkeypat
         with pytest.raises(BackendError, match="must run in a sandbox") as err:
             api.submit({"command": ["/bin/true"]}, project="team-a")
         assert "apt-get install -y bubblewrap" in err.value.hint
-        assert api.ledger.one("SELECT COUNT(*) AS n FROM jobs")["n"] == 0  # nothing recorded, nothing run
+        assert api._ledger.one("SELECT COUNT(*) AS n FROM jobs")["n"] == 0  # nothing recorded, nothing run
     finally:
         _sandbox._probe.cache_clear()
 
@@ -119,7 +119,7 @@ def test_a_tenant_job_stopped_gets_its_grace_period(api: Any, home: Path) -> Non
     """bwrap itself dies on SIGTERM: the stop must reach the job, which exits on its own terms."""
     from autoresearch import isolation
 
-    with api.ledger.tx() as c:
+    with api._ledger.tx() as c:
         isolation.register_tenant(c, "team-a", isolation.tenant_policy())
     job = api.submit({"command": ["sh", "-c", "trap 'echo got-term; exit 7' TERM; echo up; "
                                               "while :; do sleep 0.1; done"], "grace": "20s", "timeout": "60s"},
@@ -154,7 +154,7 @@ def test_a_tenant_writes_only_its_own_places(api: Any, home: Path, tmp_path: Pat
 
     shared = tmp_path / "shared"
     shared.mkdir()
-    with api.ledger.tx() as c:
+    with api._ledger.tx() as c:
         for project in ("team-a", "team-b"):
             isolation.register_tenant(c, project, isolation.tenant_policy())
             c.execute("INSERT INTO loops(name, plan, state, created_at, updated_at, project) VALUES (?,?,?,?,?,?)",
@@ -201,7 +201,7 @@ def test_a_home_made_before_private_homes_is_tightened_on_upgrade(tmp_path: Path
 def test_a_sandboxed_death_by_signal_is_recorded_as_a_signal(api: Any) -> None:
     from autoresearch import isolation
 
-    with api.ledger.tx() as c:
+    with api._ledger.tx() as c:
         isolation.register_tenant(c, "team-a", isolation.tenant_policy())
     job = api.submit({"command": ["sh", "-c", "kill -KILL $$"], "max_retries": 0}, project="team-a")
     view = wait_state(api, job.id, "failed")
@@ -214,7 +214,7 @@ def test_a_project_name_cannot_lead_its_directory_out_of_projects(api: Any, home
 
     other = api.submit({"command": ["sh", "-c", f"echo {B_TEXT}"]})
     wait_state(api, other.id, "succeeded")
-    with api.ledger.tx() as c:
+    with api._ledger.tx() as c:
         isolation.register_tenant(c, "../jobs", isolation.tenant_policy())
     job = api.submit({"command": ["sh", "-c", f"echo dir=$AUTORESEARCH_PROJECT_DIR; "
                                               f"cat $AUTORESEARCH_PROJECT_DIR/{other.id}/attempt-1.log"]},

@@ -17,7 +17,7 @@ def test_server_runs_the_pass_when_attempts_end(home: Path) -> None:
     try:
         first = api.submit({"command": ["sleep", "0.2"], "gpus": 2, "workdir": os.getcwd()}).id
         second = api.submit({"command": ["true"], "gpus": 2, "workdir": os.getcwd()}).id
-        state = lambda j: api.ledger.one("SELECT state FROM jobs WHERE id=?", (j,))["state"]  # noqa: E731
+        state = lambda j: api._ledger.one("SELECT state FROM jobs WHERE id=?", (j,))["state"]  # noqa: E731
         wait_for(lambda: state(second) == "succeeded", timeout=20)
         assert state(first) == "succeeded"
         # the server's thread ran the passes: no supervisor needed a fresh interpreter for it

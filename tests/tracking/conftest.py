@@ -104,7 +104,7 @@ def client(uri: str) -> Any:
 def make_loop(api: Any, name: str, plan: dict[str, Any] | None = None) -> int:
     """A loop row, as the loop controller writes it."""
     now = time.time()
-    with api.ledger.tx() as c:
+    with api._ledger.tx() as c:
         cur = c.execute("INSERT INTO loops(name, plan, state, experiment, created_at, updated_at) "
                         "VALUES (?,?,?,?,?,?)", (name, json.dumps(plan or {"name": name}), "running", "", now, now))
         return int(cur.lastrowid or 0)
@@ -112,7 +112,7 @@ def make_loop(api: Any, name: str, plan: dict[str, Any] | None = None) -> int:
 
 def make_decision(api: Any, loop_id: int, kind: str = "propose", rationale: str = "", **fields: Any) -> int:
     now = time.time()
-    with api.ledger.tx() as c:
+    with api._ledger.tx() as c:
         cur = c.execute(
             "INSERT INTO decisions(loop_id, kind, inputs, outputs, rationale, proposer, tokens_in, tokens_out, "
             "cost_usd, latency_s, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
@@ -125,7 +125,7 @@ def make_decision(api: Any, loop_id: int, kind: str = "propose", rationale: str 
 def make_trial(api: Any, loop_id: int, decision_id: int, params: dict[str, Any], proposer: str = "random",
                patch: str | None = None, parent_trial: int | None = None, seed: int | None = None) -> int:
     now = time.time()
-    with api.ledger.tx() as c:
+    with api._ledger.tx() as c:
         cur = c.execute(
             "INSERT INTO trials(loop_id, decision_id, parent_trial, params, patch, seed, proposer, state, "
             "created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -136,7 +136,7 @@ def make_trial(api: Any, loop_id: int, decision_id: int, params: dict[str, Any],
 def submit_trial(api: Any, trial_id: int, command: list[str], workdir: Path) -> int:
     """Submit a trial's job the way the loop does: tagged with its trial id, then linked back."""
     view = api.submit({"command": command, "workdir": str(workdir), "tags": {"autoresearch.trial_id": str(trial_id)}})
-    with api.ledger.tx() as c:
+    with api._ledger.tx() as c:
         c.execute("UPDATE trials SET job_id=?, state='running', updated_at=? WHERE id=?", (view.id, time.time(),
                                                                                           trial_id))
     return int(view.id)

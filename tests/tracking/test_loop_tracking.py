@@ -35,7 +35,7 @@ print(f"loss: {(float(sys.argv[1]) - 0.3) ** 2:.6f}")
 
 
 def _runs_of_trials(api: Any) -> dict[int, str]:
-    rows = api.ledger.query("SELECT entity, run_id FROM tracking_runs WHERE entity LIKE 'trial:%'")
+    rows = api._ledger.query("SELECT entity, run_id FROM tracking_runs WHERE entity LIKE 'trial:%'")
     return {int(r["entity"].split(":")[1]): r["run_id"] for r in rows}
 
 
@@ -53,16 +53,16 @@ def test_a_trial_that_logs_to_mlflow_itself_lands_in_its_child_run(api: Any, qui
         "space": {"x": {"choices": [0.5]}}, "proposer": {"kind": "grid"}, "budget": {"trials": 1, "parallel": 1},
     }, base_dir=tmp_path)
 
-    view = Controller(plan, api=api).run()
+    view = Controller(plan, runtime=api._runtime).run()
 
     assert view.counts == {"succeeded": 1}, view
-    trial = api.ledger.one("SELECT * FROM trials")
+    trial = api._ledger.one("SELECT * FROM trials")
     run_id = _runs_of_trials(api)[trial["id"]]  # created before the launch ...
     assert _printed_run(api, trial["job_id"]) == run_id  # ... and handed to the trial
     tracking.sync()
     uri = tracking.tracking_uri(quiet)
     run = client(uri).get_run(run_id)
-    loop_run = api.ledger.one("SELECT run_id FROM tracking_runs WHERE entity=?", (f"loop:{trial['loop_id']}",))
+    loop_run = api._ledger.one("SELECT run_id FROM tracking_runs WHERE entity=?", (f"loop:{trial['loop_id']}",))
     assert run.data.tags["mlflow.parentRunId"] == loop_run["run_id"]
     assert run.data.tags["autoresearch.trial_id"] == str(trial["id"])
     assert metric_history(uri, run_id, "own_metric") == [(1, 5.0)]  # the trial's own point, in its child run
@@ -95,12 +95,12 @@ def test_llm_calls_are_stored_per_propose_decision_and_become_traces(
         "budget": {"trials": 2, "parallel": 1},
     }, base_dir=tmp_path)
 
-    view = Controller(plan, api=api, poll_s=0.02).run()
+    view = Controller(plan, runtime=api._runtime, poll_s=0.02).run()
 
     assert view.counts == {"succeeded": 2}, view
     assert len(llm.requests) == 2
-    outbox = api.ledger.query("SELECT * FROM tracking_outbox WHERE kind='llm_call' ORDER BY id")
-    proposes = api.ledger.query("SELECT * FROM decisions WHERE kind='propose' ORDER BY id")
+    outbox = api._ledger.query("SELECT * FROM tracking_outbox WHERE kind='llm_call' ORDER BY id")
+    proposes = api._ledger.query("SELECT * FROM decisions WHERE kind='propose' ORDER BY id")
     assert [o["decision_id"] for o in outbox] == [d["id"] for d in proposes]  # one call per propose decision
     for row, decision in zip(outbox, proposes, strict=True):
         call, info = json.loads(row["payload"]), json.loads(decision["proposer"])
@@ -109,14 +109,14 @@ def test_llm_calls_are_stored_per_propose_decision_and_become_traces(
         assert (call["prompt_sha256"], call["temperature"]) == (info["prompt_sha256"], 0.5) and call["prompt_sha256"]
         assert call["inputs"]["user"] and call["outputs"]["proposals"]
     runs = _runs_of_trials(api)  # the blocking proposer's trials got their runs before launch too
-    for trial in api.ledger.query("SELECT * FROM trials"):
+    for trial in api._ledger.query("SELECT * FROM trials"):
         assert _printed_run(api, trial["job_id"]) == runs[trial["id"]]
 
     report = tracking.sync()
     assert report.traces == 2
-    assert all(r["done_at"] for r in api.ledger.query("SELECT done_at FROM tracking_outbox"))
+    assert all(r["done_at"] for r in api._ledger.query("SELECT done_at FROM tracking_outbox"))
     uri = tracking.tracking_uri(quiet)
-    loop_run = api.ledger.one("SELECT run_id FROM tracking_runs WHERE entity=?", (f"loop:{view.loop_id}",))
+    loop_run = api._ledger.one("SELECT run_id FROM tracking_runs WHERE entity=?", (f"loop:{view.loop_id}",))
     traces = client(uri).search_traces(locations=[client(uri).get_experiment_by_name("llm-traced").experiment_id])
     assert sorted(t.info.tags["autoresearch.decision_id"] for t in traces) == sorted(str(d["id"]) for d in proposes)
     assert {t.info.trace_metadata.get("mlflow.sourceRun") for t in traces} == {loop_run["run_id"]}

@@ -85,7 +85,7 @@ def test_loop_is_a_parent_run_with_nested_trials_carrying_their_provenance(
     first = make_trial(api, loop, decision, {"lr": 0.1, "optim": {"name": "adam", "betas": [0.9, 0.99]}}, seed=1)
     second = make_trial(api, loop, decision, {"lr": 0.01}, proposer="llm", parent_trial=first,
                         patch="--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-warmup=0\n+warmup=100\n")
-    runs = tracking.prepare_runs(api.ledger.home, [first, second])
+    runs = tracking.prepare_runs(api._ledger.home, [first, second])
     assert set(runs) == {first, second}
 
     show_env = "import os\nprint('RUN', os.environ.get('MLFLOW_RUN_ID'), os.environ.get('MLFLOW_EXPERIMENT_ID'))\n"
@@ -127,7 +127,7 @@ def test_loop_is_a_parent_run_with_nested_trials_carrying_their_provenance(
 def test_a_trial_that_logs_to_mlflow_itself_lands_in_its_run(api: Any, quiet: Path, tmp_path: Path) -> None:
     loop = make_loop(api, "self-logging")
     trial = make_trial(api, loop, make_decision(api, loop), {"lr": 0.5})
-    run_id = tracking.prepare_runs(api.ledger.home, [trial])[trial]
+    run_id = tracking.prepare_runs(api._ledger.home, [trial])[trial]
     script = "import mlflow\nmlflow.log_metric('own_metric', 7.0, step=2)\nmlflow.set_tag('from_trial', 'yes')\n"
     job = submit_trial(api, trial, [sys.executable, "-c", script], tmp_path)
     wait_state(api, job, "succeeded", timeout=60)

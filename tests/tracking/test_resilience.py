@@ -42,7 +42,7 @@ tracking.sync()
 
 
 def _ledger_series(api: Any, job_id: int, name: str) -> list[tuple[int, float]]:
-    rows = api.ledger.query("SELECT step, value FROM metrics WHERE job_id=? AND name=? ORDER BY step", (job_id, name))
+    rows = api._ledger.query("SELECT step, value FROM metrics WHERE job_id=? AND name=? ORDER BY step", (job_id, name))
     return [(r["step"], r["value"]) for r in rows]
 
 
@@ -128,9 +128,7 @@ def test_a_deleted_experiment_blocks_only_its_runs_until_restored(api: Any, quie
     mlflow.delete_experiment(exp.experiment_id)
     blocked, fine = submit("gone"), submit("kept")
     tracking.sync()
-    from autoresearch.tracking_cli import status
-
-    info = status(api.ledger)
+    info = api.mirror_status()
     assert [b["entity"] for b in info["blocked"]] == [f"job:{blocked}"]
     assert "restore" in info["blocked"][0]["error"]
     kept = mlflow.get_experiment_by_name("kept")
@@ -140,7 +138,7 @@ def test_a_deleted_experiment_blocks_only_its_runs_until_restored(api: Any, quie
     tracking.sync()
     runs = mlflow.search_runs([exp.experiment_id], filter_string=f"tags.`autoresearch.job_id` = '{blocked}'")
     assert len(runs) == 1 and len(metric_history(uri, runs[0].info.run_id, "loss")) == 10  # backfilled
-    assert status(api.ledger)["blocked"] == []
+    assert api.mirror_status()["blocked"] == []
 
 
 def test_a_non_numeric_metric_is_skipped_with_a_warning(api: Any, quiet: Path, tmp_path: Path,
@@ -148,7 +146,7 @@ def test_a_non_numeric_metric_is_skipped_with_a_warning(api: Any, quiet: Path, t
     job = api.submit({"command": [sys.executable, "-c", "print('loss: 1')\nprint('loss: 2')"],
                       "workdir": str(tmp_path)}).id
     wait_state(api, job, "succeeded")
-    with api.ledger.tx() as c:  # a writer that put a string where a number belongs
+    with api._ledger.tx() as c:  # a writer that put a string where a number belongs
         c.execute("INSERT INTO metrics(job_id, attempt, name, step, value, ts, source) VALUES (?,?,?,?,?,?,?)",
                   (job, 1, "oops", 0, "abc", time.time(), "report"))
     tracking.sync()
@@ -164,12 +162,12 @@ def test_llm_call_becomes_one_trace_linked_to_the_loop_run(api: Any, quiet: Path
     decision = make_decision(api, loop, "propose", rationale="try a wider net")
     t0 = time.time()
     call = tracking.record_llm_call(
-        api.ledger.home, loop_id=loop, decision_id=decision, name="propose", model="claude-test",
+        api._ledger.home, loop_id=loop, decision_id=decision, name="propose", model="claude-test",
         provider="anthropic", inputs={"messages": [{"role": "user", "content": "propose 2 configs"}]},
         outputs={"text": "lr=0.01"}, started_at=t0, ended_at=t0 + 1.5, tokens_in=100, tokens_out=20,
         prompt_name="propose", prompt_sha256="cd" * 32, temperature=0.2)
     tracking.sync()
-    with api.ledger.tx() as c:  # as if the syncer died after creating the trace, before marking it sent
+    with api._ledger.tx() as c:  # as if the syncer died after creating the trace, before marking it sent
         c.execute("UPDATE tracking_outbox SET done_at=NULL, sent_ref='sending' WHERE id=?", (call,))
     tracking.sync()
     uri = tracking.tracking_uri(quiet)

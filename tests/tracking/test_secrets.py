@@ -67,10 +67,10 @@ def test_loop_plan_and_decisions_hide_the_plans_secrets(api: Any, quiet: Path, t
     loop = make_loop(api, "sec", plan)
     make_decision(api, loop, "launch", inputs={"command": ["python", "train.py", "--api-key", "sk-999"],
                                                "note": f"token {LONG}"})
-    tracking.record_llm_call(api.ledger, loop_id=loop, decision_id=None, name="propose", model="m",
+    tracking.record_llm_call(api._ledger, loop_id=loop, decision_id=None, name="propose", model="m",
                              inputs={"messages": [f"the plan says sk-999 and {LONG}"]}, outputs="w1",
                              started_at=1.0, ended_at=2.0)
-    payload = api.ledger.one("SELECT payload FROM tracking_outbox")["payload"]
+    payload = api._ledger.one("SELECT payload FROM tracking_outbox")["payload"]
     _assert_clean(payload, "sk-999", LONG, '"w1"')
     tracking.sync()
 

@@ -27,7 +27,7 @@ def _plan(tmp_path: Path, name: str, **extra: Any) -> Any:
 
 
 def _runs(api: Any, uri: str) -> dict[str, Any]:
-    rows = api.ledger.query("SELECT entity, run_id FROM tracking_runs WHERE run_id IS NOT NULL")
+    rows = api._ledger.query("SELECT entity, run_id FROM tracking_runs WHERE run_id IS NOT NULL")
     return {r["entity"]: client(uri).get_run(r["run_id"]) for r in rows}
 
 
@@ -35,9 +35,9 @@ def test_skipped_repeats_and_the_parent_run_end(api: Any, quiet: Path, tmp_path:
     # Budget 2 with repeats: the first trial becomes the incumbent, two repeats are proposed (and
     # get their MLflow runs before launch), one launches, the other is skipped when the budget ends.
     plan = _plan(tmp_path, "skipped-repeats", budget={"trials": 2, "parallel": 1}, repeats={"seeds": 3})
-    view = Controller(plan, api=api).run()
+    view = Controller(plan, runtime=api._runtime).run()
     assert view.counts.get("skipped") == 1, view.counts
-    skipped = api.ledger.one("SELECT id FROM trials WHERE state='skipped'")["id"]
+    skipped = api._ledger.one("SELECT id FROM trials WHERE state='skipped'")["id"]
 
     tracking.sync()
 
@@ -50,26 +50,26 @@ def test_skipped_repeats_and_the_parent_run_end(api: Any, quiet: Path, tmp_path:
     assert run.info.status == "KILLED" and run.info.end_time
     assert run.data.tags["autoresearch.trial_state"] == "skipped"
     assert run.data.tags["autoresearch.skipped"].startswith("not launched: trial budget 2 used")
-    loop_id = api.ledger.one("SELECT id FROM loops")["id"]
+    loop_id = api._ledger.one("SELECT id FROM loops")["id"]
     assert runs[f"loop:{loop_id}"].info.status == "FINISHED"
 
 
 def test_a_resumed_loop_reopens_its_parent_run_and_ends_it_again(api: Any, quiet: Path, tmp_path: Path) -> None:
-    Controller(_plan(tmp_path, "resumed", budget={"trials": 1, "parallel": 1}), api=api).run()
+    Controller(_plan(tmp_path, "resumed", budget={"trials": 1, "parallel": 1}), runtime=api._runtime).run()
     tracking.sync()
     uri = tracking.tracking_uri(quiet)
-    loop = api.ledger.one("SELECT id, ended_at FROM loops")
+    loop = api._ledger.one("SELECT id, ended_at FROM loops")
     parent = _runs(api, uri)[f"loop:{loop['id']}"]
     assert parent.info.status == "FINISHED"
 
-    more = Controller(_plan(tmp_path, "resumed", budget={"trials": 2, "parallel": 1}), api=api, resume=True)
+    more = Controller(_plan(tmp_path, "resumed", budget={"trials": 2, "parallel": 1}), runtime=api._runtime, resume=True)
     more.open()  # the loop runs again under the new plan ...
     try:
         tracking.sync()
         assert client(uri).get_run(parent.info.run_id).info.status == "RUNNING"  # ... and so does its run
     finally:
         more.close()
-    view = Controller(_plan(tmp_path, "resumed", budget={"trials": 2, "parallel": 1}), api=api, resume=True).run()
+    view = Controller(_plan(tmp_path, "resumed", budget={"trials": 2, "parallel": 1}), runtime=api._runtime, resume=True).run()
     assert view.counts == {"succeeded": 2}, view.counts
 
     tracking.sync()
@@ -91,7 +91,7 @@ def test_a_run_whose_creation_was_cut_short_ends_with_its_skipped_trial(api: Any
     syncer = Syncer(quiet)
     run_id, _ = syncer.ensure_run(f"trial:{trial}", "cut-short", f"trial-{trial}", None)
     now = time.time()
-    with api.ledger.tx() as c:
+    with api._ledger.tx() as c:
         c.execute("UPDATE tracking_runs SET run_id=NULL WHERE entity=?", (f"trial:{trial}",))
         c.execute("UPDATE trials SET state='skipped', failure='not launched: trial budget 1 used', updated_at=? "
                   "WHERE id=?", (now, trial))

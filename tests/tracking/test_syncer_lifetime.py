@@ -31,7 +31,7 @@ def test_a_job_that_never_changes_does_not_keep_the_syncer(api: Any, quiet: Path
         assert code == 0, (tmp_path / "syncer.log").read_text()
         assert time.monotonic() - started < 40
         assert api.status(job).state == "running"
-        run = api.ledger.one("SELECT run_id FROM tracking_runs WHERE entity=?", (f"job:{job}",))
+        run = api._ledger.one("SELECT run_id FROM tracking_runs WHERE entity=?", (f"job:{job}",))
         assert run is not None and run["run_id"]  # it did mirror the job before it left
     finally:
         if proc.poll() is None:
@@ -47,7 +47,7 @@ def test_the_syncer_leaves_when_its_home_is_deleted_during_an_outage(api: Any, q
     # A ledger already bound to a tracking server, with the job's run made: the server is down now.
     dead = f"http://127.0.0.1:{free_port()}"
     now = time.time()
-    with api.ledger.tx() as c:
+    with api._ledger.tx() as c:
         c.execute("INSERT INTO tracking_state(name, value) VALUES ('uri', ?)", (dead,))
         c.execute("INSERT INTO tracking_runs(entity, run_id, experiment_id, created_at, updated_at) "
                   "VALUES (?, 'f00d', '0', ?, ?)", (f"job:{job}", now, now))

@@ -78,7 +78,7 @@ class ProposerContext:
     loop_id: int = 0
     loop_name: str = ""
     home: Path | None = None  # $AUTORESEARCH_HOME: a proposer's own files go under home/loops/<loop_name>/
-    api: Any = None  # the facade (autoresearch.api.Api), e.g. to read a failed trial's logs
+    runtime: Any = None  # the engine (autoresearch.runtime.Runtime): its ledger, e.g. an agent's submissions
 
     @property
     def state_dir(self) -> Path:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
-from autoresearch.loop.views import LoopView, TrialRow
+if TYPE_CHECKING:  # the loop's views (models); a face reads them, never the loop itself
+    from autoresearch.loop.views import LoopView, TrialRow
 
 STYLE = {"proposed": "dim", "queued": "yellow", "running": "cyan", "succeeded": "green", "failed": "red",
          "stopped": "magenta", "crashed": "red", "cancelled": "magenta", "skipped": "dim"}

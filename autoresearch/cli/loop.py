@@ -1,4 +1,4 @@
-"""CLI plugin of the loop: ``autoresearch plan.yaml``, ``run``, ``schema``, ``report``.
+"""Loop commands: ``autoresearch plan.yaml``, ``run``, ``schema``, ``report``.
 
 Imported on every CLI call: argparse only at the top; everything else inside ``run``.
 """
@@ -21,17 +21,17 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--project", default=None,
                    help="the project a new loop and its trial jobs belong to (default ''; MCP tokens see only "
                         "their project's loops and jobs); an existing loop keeps its own")
-    r.set_defaults(plugin_run=run)
+    r.set_defaults(handler=run)
 
     s = sub.add_parser("schema", help="print the JSON Schema of a plan (or a job spec)")
     s.add_argument("what", choices=["plan", "job"])
-    s.set_defaults(plugin_run=run)
+    s.set_defaults(handler=run)
 
     rp = sub.add_parser("report", help="plots and a Markdown summary of a loop, logged to MLflow")
     rp.add_argument("name", help="the loop's name (name: in its plan)")
     rp.add_argument("--out", help="directory (default $AUTORESEARCH_HOME/loops/NAME/report)")
     rp.add_argument("--json", action="store_true")
-    rp.set_defaults(plugin_run=run)
+    rp.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,25 +43,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    if args.what == "plan":
-        from autoresearch.loop.plan import plan_schema
+    from autoresearch.api import schema
 
-        print(json.dumps(plan_schema(), indent=2))
-    else:
-        from autoresearch.spec import JobSpec
-
-        print(json.dumps(JobSpec.model_json_schema(), indent=2))
+    print(json.dumps(schema(args.what), indent=2))
     return 0
 
 
 def _report(args: argparse.Namespace) -> int:
-    from autoresearch.ledger import Ledger
-    from autoresearch.loop.report import log_to_mlflow, write_report
+    from autoresearch.cli import open_api
     from autoresearch.views import to_dict
 
-    ledger = Ledger(args.home)
-    view = write_report(ledger, args.name, args.out)
-    run_id = log_to_mlflow(ledger, view)
+    view, run_id = open_api(args).loop_report(args.name, args.out)
     if args.json:
         out = to_dict(view)
         out["trials"] = len(view.trials)
@@ -73,32 +65,32 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from autoresearch.loop.controller import Controller, LoopInterrupted
-    from autoresearch.loop.plan import load_plan
+    from autoresearch.api import load_plan
+    from autoresearch.cli import open_api
+    from autoresearch.errors import AutoresearchError
     from autoresearch.views import to_dict
 
-    plan = load_plan(args.plan)
+    plan = load_plan(args.plan)  # one clear error before anything is opened
+    api = open_api(args)
     live = None
     on_update = None
     if not args.json:
-        from autoresearch.loop.display import LiveTable
+        from autoresearch.cli._live import LiveTable
 
         live = LiveTable(plan, interactive=sys.stdout.isatty())
         on_update = live.update
-    controller = Controller(plan, home=args.home, resume=args.resume, on_update=on_update, project=args.project)
     try:
         if live is not None:
             with live:
-                view = controller.run()
+                view = api.run_loop(plan, resume=args.resume, on_update=on_update, project=args.project)
         else:
-            view = controller.run()
-    except LoopInterrupted as err:
-        return _interrupted(controller, err, args)
+            view = api.run_loop(plan, resume=args.resume, on_update=on_update, project=args.project)
+    except AutoresearchError as err:
+        if err.code != "interrupted":
+            raise
+        return _interrupted(api, plan, err, args)
     if not args.no_report:
-        from autoresearch.loop.report import log_to_mlflow, write_report
-
-        view = write_report(controller.ledger, plan.name)
-        log_to_mlflow(controller.ledger, view)
+        view, _ = api.loop_report(plan.name)
     if args.json:
         out = to_dict(view)
         out["trials"] = [t for t in out["trials"]]
@@ -108,7 +100,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _interrupted(controller: Any, err: Any, args: argparse.Namespace) -> int:
+def _interrupted(api: Any, plan: Any, err: Any, args: argparse.Namespace) -> int:
     jobs = err.running_jobs
     stop = False
     if jobs and sys.stdin.isatty() and not args.json:
@@ -118,7 +110,7 @@ def _interrupted(controller: Any, err: Any, args: argparse.Namespace) -> int:
             answer = ""
         stop = answer in ("y", "yes")
     if stop:
-        stopped = controller.stop_running("stopped by the user after Ctrl-C")
+        stopped = api.stop_trials(plan, "stopped by the user after Ctrl-C")
         print(f"stopped {len(stopped)} trial(s); resume later with: autoresearch run {args.plan} --resume",
               file=sys.stderr)
     else:

@@ -1,4 +1,4 @@
-"""``autoresearch serve``: the MCP server for coding agents (a CLI plugin module).
+"""``autoresearch serve``: the MCP server for coding agents (:mod:`autoresearch.tools`).
 
 Imported on every CLI call, so only argparse at the top; the SDK is imported by ``run``.
 """
@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="directory that submit's workdir and mounts are relative to (default: the current one)")
     p.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                    help="server log level on stderr (default WARNING)")
-    p.set_defaults(plugin_run=run)
+    p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,11 +39,11 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError(f"--root {args.root!r} is not a directory", hint="pass an existing directory")
     options = {"home": args.home, "read_only": args.read_only, "project": args.project, "root": args.root,
                "log_level": args.log_level}
-    from autoresearch.tools import server
+    from autoresearch.tools.server import run_http, run_stdio
 
     if args.http:
         tokens = args.tokens or os.environ.get("AUTORESEARCH_TOKENS") or None
-        server.run_http(host=args.host, port=args.port, tokens_file=tokens, **options)
+        run_http(host=args.host, port=args.port, tokens_file=tokens, **options)
     else:
-        server.run_stdio(**options)
+        run_stdio(**options)
     return 0

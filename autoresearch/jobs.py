@@ -1,0 +1,168 @@
+"""The engine's job operations that more than one caller needs: submit, cancel, the
+capacity check and a page of a log.
+
+Both the facade (:class:`autoresearch.api.Api`, for the CLI, MCP and Python) and the
+research loop (which sits below the facade) call these, so a trial is submitted, refused
+and cancelled exactly like a job submitted by hand. They take the :class:`Runtime`;
+nothing here imports the facade, the loop or the MLflow mirror.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from autoresearch import isolation
+from autoresearch.errors import CapacityError, SpecError
+from autoresearch.redact import context, job_secrets, mask
+from autoresearch.runtime import FINAL, Runtime, checkpoint_dir, checkpoint_problem
+from autoresearch.views import LogPage
+
+MAX_LOG_BYTES = 16_000
+
+
+def submit(runtime: Runtime, spec: Any, project: str = "") -> int:
+    """Validate, record and (if there is room) start a job; returns its id.
+
+    Refused here, before anything is recorded: a bad spec, what the backend cannot do,
+    more GPUs or nodes than exist, a project the backend cannot isolate, an unusable
+    checkpoint directory."""
+    from autoresearch.spec import JobSpec, make_spec  # pydantic stays off the read paths
+
+    ledger = runtime.ledger
+    job = spec if isinstance(spec, JobSpec) else make_spec(dict(spec))
+    runtime.backend.check(job)  # what the backend cannot do is refused here, never retried
+    check_capacity(runtime, job.gpus, job.nodes)
+    policy = isolation.job_policy(ledger, project, runtime.backend)  # fails closed
+    checkpoint = checkpoint_dir(ledger.home, 0, job.model_dump())
+    problem = checkpoint_problem(checkpoint) if checkpoint else None
+    if problem:
+        raise SpecError(f"checkpoint directory {checkpoint} cannot be created: {problem}",
+                        hint="pass --checkpoint a writable directory, or --checkpoint alone for a per-job one")
+    now = time.time()
+    with ledger.tx() as c:
+        cur = c.execute(
+            "INSERT INTO jobs(name, state, priority, spec, gpus, nodes, cpus, memory, experiment, project, "
+            "backend, submitted_at, updated_at, isolation) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (job.name, "queued", job.priority, job.model_dump_json(), job.gpus, job.nodes, job.cpus, job.memory,
+             job.experiment, project, runtime.backend.name, now, now, policy),
+        )
+        job_id = int(cur.lastrowid or 0)
+        ledger.event(c, "submit", job_id, priority=job.priority, gpus=job.gpus)
+    runtime.tick()
+    return job_id
+
+
+def check_capacity(runtime: Runtime, gpus: int, nodes: int) -> None:
+    """Refuse a request no node (or not enough nodes) could ever hold."""
+    if not runtime.backend.capabilities.places:
+        return
+    runtime.refresh_nodes()
+    # Capacity is what exists, cordoned or not (a cordoned node comes back); the wait for
+    # a usable one is the queue's business, as with Slurm's drained nodes.
+    rows = runtime.ledger.query("SELECT name, gpus, state FROM nodes WHERE backend=?", (runtime.backend.name,))
+    largest = max((r["gpus"] for r in rows), default=0)
+    if gpus > largest:
+        if not largest:
+            raise CapacityError(
+                f"asked for {gpus} GPU(s) but this machine has none (NVML found no GPU and AUTORESEARCH_GPUS "
+                "is unset)",
+                hint="use --gpus 0, or declare fake slots with AUTORESEARCH_GPUS=N for development",
+            )
+        where = ", ".join(f"{r['name']}: {r['gpus']}" for r in rows)
+        raise CapacityError(f"asked for {gpus} GPU(s) per node but the largest node has {largest} ({where})",
+                            hint=f"ask for at most {largest} GPUs")
+    fitting = sum(1 for r in rows if r["gpus"] >= gpus)
+    if nodes > fitting:
+        raise CapacityError(f"asked for {nodes} node(s) with {gpus} GPU(s) each but only {fitting} exist",
+                            hint=f"ask for at most {fitting} node(s)")
+
+
+def cancel(runtime: Runtime, job_ids: list[int]) -> None:
+    """Cancel queued jobs now; stop running ones (SIGTERM, grace, SIGKILL). Ids must exist."""
+    ledger = runtime.ledger
+    for job_id in job_ids:
+        with ledger.tx() as c:
+            job = c.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()
+            if job["state"] in FINAL:
+                continue
+            c.execute("UPDATE jobs SET cancel_requested=1, updated_at=? WHERE id=?", (time.time(), job_id))
+            if job["state"] == "queued":
+                c.execute("UPDATE jobs SET state='cancelled', end_reason='cancelled', ended_at=? WHERE id=?",
+                          (time.time(), job_id))
+            ledger.event(c, "cancel", job_id)
+        for att in ledger.query("SELECT n FROM attempts WHERE job_id=? AND state IN ('starting','running')",
+                                (job_id,)):
+            runtime.request_stop(job_id, att["n"], "cancelled")
+    runtime.tick(wait=False)
+
+
+def log_page(runtime: Runtime, job: Any, att: Any, tail_lines: int | None = None, offset: int | None = None,
+             max_bytes: int = MAX_LOG_BYTES, grep: str | None = None) -> LogPage:
+    """A page of one attempt's log (``job``, ``att``: their ledger rows), secrets masked:
+    from ``offset``, the last ``tail_lines``, or lines matching ``grep``."""
+    if max_bytes < 1:
+        raise SpecError("max_bytes must be >= 1", hint=f"use up to {MAX_LOG_BYTES}")
+    if offset is not None and offset < 0:
+        raise SpecError("offset must be >= 0", hint="offset 0 is the start of the log")
+    if tail_lines is not None and tail_lines < 1:
+        raise SpecError("tail_lines must be >= 1", hint="leave it out to read from an offset")
+    backend = runtime.backend
+    ext = att["external_id"]
+    size = backend.log_size(ext)
+    secrets = job_secrets(json.loads(job["spec"]))  # masked with '*' of the same length: offsets stay exact
+    if grep is not None:
+        from autoresearch._grep import compile_pattern, matching_lines
+
+        compile_pattern(grep)
+        data = mask(backend.read_log(ext, 0, 64 << 20), secrets)  # grep cannot probe for a secret
+        lines = data.decode("utf-8", "replace").splitlines()
+        hits = [f"{i + 1}: {lines[i]}" for i in matching_lines(grep, data) if i < len(lines)]
+        if tail_lines:
+            hits = hits[-tail_lines:]
+        text, cut = _fit_tail("\n".join(hits), max_bytes)
+        hint = f"{len(hits)} matching lines; showing the last ones that fit in {max_bytes} bytes" if cut else ""
+        return LogPage(job["id"], att["n"], text, 0, size, size, cut, hint)
+    if offset is None and tail_lines is not None:
+        start = max(0, size - max(max_bytes, 1) * 4)
+        raw = mask(backend.read_log(ext, start, size - start), secrets).decode("utf-8", "replace")
+        lines = raw.splitlines()
+        if start > 0 and lines:
+            lines = lines[1:]  # drop the partial first line
+        kept = lines[-tail_lines:]
+        text, cut = _fit_tail("\n".join(kept), max_bytes)
+        first = max(0, size - len(text.encode()) - raw.endswith("\n"))  # the join dropped the last newline
+        cut = cut or first > 0
+        back = f" (or offset={first - max_bytes} for the page before this one)" if first > max_bytes else ""
+        hint = f"earlier output exists: call again with offset=0{back}" if cut else ""
+        return LogPage(job["id"], att["n"], text, first, size, size, cut, hint)
+    start = min(offset or 0, size)  # past the end: an empty page, not a seek error
+    margin = context(secrets) + 1 if secrets else 0  # a secret cut by the page's edge is still seen whole
+    before = min(start, margin)
+    window = mask(backend.read_log(ext, start - before, before + max_bytes + margin), secrets)
+    chunk = window[before:before + max_bytes]
+    text = chunk.decode("utf-8", "replace")
+    end = start + len(chunk)
+    cut = end < size
+    hint = f"more output: call again with offset={end}" if cut else ""
+    if offset is not None and offset > size:
+        hint = f"offset {offset} is past the end of the log ({size} bytes); read from offset={size} or less"
+    return LogPage(job["id"], att["n"], text, start, end, size, cut, hint)
+
+
+def log_tail(runtime: Runtime, job_id: int, lines: int, max_bytes: int) -> str:
+    """The last ``lines`` of a job's latest attempt ('' when it never started)."""
+    ledger = runtime.ledger
+    job = ledger.one("SELECT * FROM jobs WHERE id=?", (job_id,))
+    att = ledger.one("SELECT * FROM attempts WHERE job_id=? ORDER BY n DESC LIMIT 1", (job_id,)) if job else None
+    if att is None:
+        return ""
+    return log_page(runtime, job, att, tail_lines=lines, max_bytes=max_bytes).text
+
+
+def _fit_tail(text: str, max_bytes: int) -> tuple[str, bool]:
+    data = text.encode()
+    if len(data) <= max_bytes:
+        return text, False
+    return data[-max_bytes:].decode("utf-8", "ignore"), True

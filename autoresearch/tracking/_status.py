@@ -1,0 +1,94 @@
+"""The mirror seen from the command line: how far it is, a full sync now, the MLflow UI.
+
+Behind the facade (:meth:`autoresearch.api.Api.mirror_status`, ``sync``, ``mlflow_ui``);
+``mirror_status`` reads the ledger alone (no mlflow import).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+import time
+from typing import Any
+
+from autoresearch.errors import SpecError, TrackingError
+
+
+def mirror_status(ledger: Any) -> dict[str, Any]:
+    """How far the mirror is, from the ledger alone."""
+    from autoresearch import tracking
+
+    conn = ledger.connection()
+    state = {r["name"]: r["value"] for r in ledger.query("SELECT name, value FROM tracking_state")}
+    cursor = int(state.get("metrics", 0))
+    pending = ledger.one("SELECT COUNT(*) AS n FROM metrics WHERE rowid > ?", (cursor,))
+    unsent = ledger.one("SELECT COUNT(*) AS n FROM tracking_outbox WHERE done_at IS NULL")
+    blocked = [{"entity": r["entity"], "error": r["error"]}
+               for r in ledger.query("SELECT entity, error FROM tracking_runs WHERE error IS NOT NULL")]
+    runs = ledger.one("SELECT COUNT(*) AS n FROM tracking_runs WHERE run_id IS NOT NULL")
+    running = False
+    fd = os.open(ledger.home / tracking.LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        running = True
+    finally:
+        os.close(fd)
+    last = float(state["last_sync"]) if "last_sync" in state else None
+    return {
+        "uri": tracking.tracking_uri(ledger.home, conn), "runs": runs["n"] if runs else 0,
+        "metrics_pending": pending["n"] if pending else 0, "traces_pending": unsent["n"] if unsent else 0,
+        "last_sync": last, "syncer_running": running, "blocked": blocked,
+        "background": tracking.background_enabled(), "log": str(ledger.home / tracking.LOG_FILE),
+    }
+
+
+def sync_all(ledger: Any, uri: str | None = None) -> dict[str, Any]:
+    """Mirror everything pending now (``uri``: bind the ledger to that store first); the totals,
+    the seconds it took, the store and the entities blocked."""
+    from autoresearch.tracking._sync import Syncer, check_uri, fail_fast_http
+
+    if uri is not None:
+        try:
+            check_uri(uri)
+        except TrackingError as err:  # a bad --uri is a usage error (exit 2), not a failed sync
+            raise SpecError(f"--uri: {err.message}",
+                            hint="pass --uri http(s)://HOST:PORT or sqlite:///ABSOLUTE/PATH.db") from None
+    with fail_fast_http():  # our back-off, not MLflow's ~2 min of retries per request
+        syncer = Syncer(ledger, uri=uri)
+        syncer.check()
+        started = time.monotonic()
+        total: dict[str, int] = {"runs_created": 0, "metrics": 0, "decisions": 0, "traces": 0, "artifacts": 0,
+                                 "finished": 0}
+        while True:
+            report = syncer.run_once(max_batches=200)
+            for key in total:
+                total[key] += getattr(report, key)
+            if not report.pending:
+                break
+        seconds = time.monotonic() - started
+    return {"totals": total, "seconds": seconds, "uri": syncer.uri, "blocked": mirror_status(syncer.ledger)["blocked"]}
+
+
+def ui_argv(ledger: Any, host: str, port: int, sync: bool = True) -> tuple[str, list[str] | None]:
+    """The store's URI and the argv of ``mlflow ui`` on it (None: the store is a server with its own UI).
+    ``sync``: mirror pending ledger rows first (a failure is a warning on stderr)."""
+    from autoresearch.tracking import tracking_uri
+
+    uri = tracking_uri(ledger.home, ledger.connection())
+    if uri.startswith(("http://", "https://")):
+        return uri, None
+    from autoresearch.tracking._sync import Syncer
+
+    syncer = Syncer(ledger)  # creates the database with our artifact root when it is new
+    if sync:
+        try:
+            syncer.run_once()
+        except TrackingError as err:
+            print(f"warning: {err.render()}", file=sys.stderr)
+    argv = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
+    root = syncer.artifact_root()
+    if root:
+        argv += ["--default-artifact-root", root]
+    return uri, argv
