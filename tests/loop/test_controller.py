@@ -165,7 +165,7 @@ def test_a_registered_stopper_stops_trials_through_cancel(api: Any, work: Path,
     stopping.register("at-step", StopAtStep)
     plan = make_plan(work, {"x": {"choices": [0.0, 5.0]}}, steps=40, pause=0.1, budget={"trials": 2, "parallel": 1},
                      early_stop={"kind": "at-step", "min_steps": 2})
-    view = Controller(plan, api=api, monitor_every_s=0.1).run()
+    view = Controller(plan, runtime=api._runtime, monitor_every_s=0.1).run()
     assert [t.state for t in view.trials] == ["stopped", "stopped"]
     stops = rows(api, "SELECT * FROM decisions WHERE kind='stop'")
     assert [json.loads(s["inputs"])["rule"] for s in stops] == ["at-step", "at-step"]
