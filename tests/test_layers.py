@@ -27,7 +27,7 @@ PACKAGE = ROOT / "autoresearch"
 MIRROR = ("autoresearch/tracking/",)
 ENGINE = ("autoresearch/runtime.py", "autoresearch/scheduler.py", "autoresearch/ledger.py", "autoresearch/backends/",
           "autoresearch/watcher.py", "autoresearch/metrics.py", "autoresearch/ingest.py", "autoresearch/guard.py",
-          "autoresearch/isolation.py", "autoresearch/spec.py",
+          "autoresearch/isolation.py", "autoresearch/spec.py", "autoresearch/jobstore.py",
           # below the engine: it imports them, so they obey the same rule
           "autoresearch/outbox.py", "autoresearch/errors.py", "autoresearch/paths.py", "autoresearch/redact.py",
           "autoresearch/report.py")
@@ -36,7 +36,7 @@ FACES = ("autoresearch/cli.py", "autoresearch/cli/", "autoresearch/tools/", "aut
 ABOVE_ENGINE = ("autoresearch.tracking", "autoresearch.loop", "autoresearch.api", "autoresearch.cli",
                 "autoresearch.tools", "autoresearch.tracking_cli")
 FACADE = ("autoresearch.api", "autoresearch.errors", "autoresearch.views", "autoresearch.__version__")
-STORES = ("autoresearch/ledger.py", "autoresearch/outbox.py", "autoresearch/loop/store.py")
+STORES = ("autoresearch/ledger.py", "autoresearch/jobstore.py", "autoresearch/outbox.py", "autoresearch/loop/store.py")
 
 # Known violations, to shrink (issue 8: one facade; stores own the SQL). Do not add to them.
 FACE_IMPORTS_ALLOWED = {
@@ -48,10 +48,6 @@ FACE_IMPORTS_ALLOWED = {
 }
 SQL_ALLOWED = {
     "autoresearch/api.py",
-    "autoresearch/guard.py",
-    "autoresearch/ingest.py",
-    "autoresearch/isolation.py",
-    "autoresearch/runtime.py",
     "autoresearch/loop/outcomes.py",
     "autoresearch/loop/_limits.py",
     "autoresearch/loop/controller.py",
