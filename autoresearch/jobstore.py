@@ -176,6 +176,29 @@ class JobStore:
             "j.priority, j.cpus, j.memory FROM attempts a JOIN jobs j ON j.id=a.job_id "
             "WHERE a.state IN ('starting','running') AND j.backend=?", (backend,))
 
+    def job_ends(self, job_ids: list[int]) -> list[sqlite3.Row]:
+        """State, end reason, exit code and times of these jobs."""
+        marks = ",".join("?" * len(job_ids))
+        return self.ledger.query(
+            f"SELECT id, state, end_reason, exit_code, started_at, ended_at FROM jobs WHERE id IN ({marks})",
+            tuple(job_ids))
+
+    # -- metric points --------------------------------------------------------------------
+
+    def metric_series(self, name: str, job_ids: Iterable[int]) -> list[sqlite3.Row]:
+        """Every point of metric ``name`` of these jobs (job, attempt, step, value, source), in order;
+        both sources: :func:`autoresearch.metrics.best_source` applies the reported-beats-log rule."""
+        job_ids = tuple(job_ids)
+        marks = ",".join("?" * len(job_ids))
+        return self.ledger.query(
+            f"SELECT job_id, attempt, step, value, source FROM metrics WHERE name=? AND job_id IN ({marks}) "
+            "AND value IS NOT NULL ORDER BY job_id, attempt, step, rowid", (name, *job_ids))
+
+    def metric_points(self, job_id: int) -> list[sqlite3.Row]:
+        """Every point of a job (name, value, source), oldest first (see :meth:`metric_series`)."""
+        return self.ledger.query("SELECT name, value, source FROM metrics WHERE job_id=? "
+                                 "ORDER BY attempt, step, rowid", (job_id,))
+
     # -- ingestion ------------------------------------------------------------------------
 
     def store_points(self, att: Any, offsets: tuple[int, int], rows: list[tuple[Any, ...]], new_offsets: tuple[int, int],

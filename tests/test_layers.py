@@ -48,12 +48,7 @@ FACE_IMPORTS_ALLOWED = {
 }
 SQL_ALLOWED = {
     "autoresearch/api.py",
-    "autoresearch/loop/outcomes.py",
-    "autoresearch/loop/_limits.py",
-    "autoresearch/loop/controller.py",
     "autoresearch/loop/proposers/agent.py",
-    "autoresearch/loop/report.py",
-    "autoresearch/loop/views.py",
     "autoresearch/tools/loop.py",
     "autoresearch/tracking/_daemon.py",
     "autoresearch/tracking/_entities.py",
