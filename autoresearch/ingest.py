@@ -6,14 +6,13 @@ the parsers refuse, or a chunk they choke on, becomes one ``metrics_dropped`` wa
 per attempt (a count and the first reason), shown by ``status`` under ``warnings``.
 Only a ledger failure (locked, corrupt) propagates: it is nobody's job in particular.
 
-A trial that prints a million bad lines adds one row (see :func:`autoresearch.guard.note`).
+A trial that prints a million bad lines adds one row (see :meth:`autoresearch.jobstore.JobStore.note`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import stat
 import time
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 from autoresearch import metrics as M
 from autoresearch.backends import Backend
 from autoresearch.errors import LedgerError
-from autoresearch.guard import note
+from autoresearch.jobstore import JobStore
 from autoresearch.ledger import Ledger
 
 LOG_CHUNK = 4 << 20
@@ -44,14 +43,13 @@ def ingest_attempt(ledger: Ledger, backend: Backend, att: Any, final: bool = Fal
             more = _skip_chunk(ledger, backend, att, f"{type(err).__name__}: {err}")
         if not more:
             return
-        fresh = ledger.one("SELECT * FROM attempts WHERE job_id=? AND n=?", (att["job_id"], att["n"]))
+        fresh = JobStore(ledger).attempt(att["job_id"], att["n"])
         if fresh is None:
             return
         att = fresh
     if final:
-        with ledger.tx() as c:
-            note(c, "metrics_dropped", att["job_id"], att["n"],
-                 f"output past the first {MAX_CHUNKS * LOG_CHUNK >> 20} MiB read at its end was not read")
+        JobStore(ledger).warn("metrics_dropped", att["job_id"], att["n"],
+                              f"output past the first {MAX_CHUNKS * LOG_CHUNK >> 20} MiB read at its end was not read")
 
 
 def _read(ledger: Ledger, backend: Backend, att: Any) -> tuple[bytes, bytes, str]:
@@ -89,15 +87,9 @@ def _ingest_chunk(ledger: Ledger, backend: Backend, att: Any, final: bool) -> bo
             for p in M.parse_report_lines(m_lines, counters, now, drops)]
     rows += [(att["job_id"], att["n"], p.name, p.step, p.value, p.ts, "log")
              for p in M.parse_log_lines(l_lines, counters, now, drops)]
-    with ledger.tx() as c:
-        if not _still_at(c, att, m_off, l_off):
-            return False  # another process ingested this chunk
-        c.executemany("INSERT INTO metrics(job_id, attempt, name, step, value, ts, source) "
-                      "VALUES (?,?,?,?,?,?,?)", rows)
-        c.execute("UPDATE attempts SET metrics_offset=?, log_offset=?, log_steps=? WHERE job_id=? AND n=?",
-                  (m_off + m_used, l_off + l_used, json.dumps(counters), att["job_id"], att["n"]))
-        if drops.count:
-            note(c, "metrics_dropped", att["job_id"], att["n"], drops.reason, drops.count)
+    if not JobStore(ledger).store_points(att, (m_off, l_off), rows, (m_off + m_used, l_off + l_used), counters,
+                                         (drops.count, drops.reason)):
+        return False  # another process ingested this chunk
     return m_full or l_full
 
 
@@ -117,16 +109,7 @@ def _skip_chunk(ledger: Ledger, backend: Backend, att: Any, reason: str) -> bool
         m_chunk, l_chunk, _ = _read(ledger, backend, att)
     except Exception as err:  # the backend cannot read its log now: nothing to move past
         reason, m_chunk, l_chunk = f"{reason}; then {type(err).__name__}: {err}", b"", b""
-    with ledger.tx() as c:
-        if not _still_at(c, att, m_off, l_off):
-            return False
-        c.execute("UPDATE attempts SET metrics_offset=?, log_offset=? WHERE job_id=? AND n=?",
-                  (m_off + len(m_chunk), l_off + len(l_chunk), att["job_id"], att["n"]))
-        note(c, "metrics_dropped", att["job_id"], att["n"], f"an unreadable chunk ({reason})")
+    if not JobStore(ledger).skip_chunk(att, (m_off, l_off), (m_off + len(m_chunk), l_off + len(l_chunk)), reason):
+        return False
     return len(m_chunk) >= LOG_CHUNK or len(l_chunk) >= LOG_CHUNK
 
-
-def _still_at(c: sqlite3.Connection, att: Any, m_off: int, l_off: int) -> bool:
-    row = c.execute("SELECT metrics_offset, log_offset FROM attempts WHERE job_id=? AND n=?",
-                    (att["job_id"], att["n"])).fetchone()
-    return row is not None and (row["metrics_offset"], row["log_offset"]) == (m_off, l_off)

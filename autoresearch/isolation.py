@@ -28,10 +28,11 @@ import json
 import os
 import re
 import sqlite3
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from autoresearch.jobstore import JobStore
 
 TENANT = "tenant"
 # What a tenant job keeps of the launching process's environment: where programs are,
@@ -78,22 +79,19 @@ def base_env(policy: dict[str, Any] | None, environ: Mapping[str, str], internal
 
 def register_tenant(conn: sqlite3.Connection, project: str, policy: dict[str, Any]) -> None:
     """Record ``project`` as served by a tokened server (inside the caller's transaction)."""
-    conn.execute("INSERT INTO tenants(project, policy, updated_at) VALUES (?,?,?) ON CONFLICT(project) DO UPDATE "
-                 "SET policy=excluded.policy, updated_at=excluded.updated_at WHERE tenants.policy!=excluded.policy",
-                 (project, json.dumps(policy), time.time()))
+    JobStore.register_tenant(conn, project, policy)
 
 
 def policy_for(conn: sqlite3.Connection, project: str) -> str:
     """What to record on a new job of ``project``: its tenant policy, or '' to inherit."""
     if not project:
         return ""
-    row = conn.execute("SELECT policy FROM tenants WHERE project=?", (project,)).fetchone()
-    return str(row[0]) if row is not None else ""
+    return JobStore.tenant_policy(conn, project)
 
 
 def job_policy(ledger: Any, project: str, backend: Any) -> str:
     """The policy to record on a new job of ``project``; refuses one the backend cannot isolate."""
-    recorded = policy_for(ledger.connection(), project)
+    recorded = JobStore(ledger).project_tenant_policy(project) if project else ""
     if recorded:
         check(backend)
     return recorded
@@ -141,7 +139,7 @@ def apply(request: Any, policy: dict[str, Any] | None, ledger: Any, project: str
     loops = home / "loops"
     if _under(workdir, loops) and workdir != loops:
         name = workdir.relative_to(loops).parts[0]
-        if ledger.one("SELECT 1 FROM loops WHERE name=? AND project=?", (name, project)) is not None:
+        if JobStore(ledger).loop_of_project(name, project):
             own.append(str(workdir))  # a trial worktree of this project's loop
     hidden = [str(ledger.home), str(home), *policy["hide"]]
     sources = tuple(os.path.realpath(os.path.expanduser(str(s))) for s in (spec.get("mounts") or {}).values())

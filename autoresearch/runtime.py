@@ -28,6 +28,7 @@ from autoresearch.backends import AttemptStatus, Backend, LaunchRequest, get_bac
 from autoresearch.errors import AutoresearchError, LedgerError, SpecError
 from autoresearch.guard import surviving
 from autoresearch.ingest import ingest_attempt
+from autoresearch.jobstore import JobStore, attempt_paths
 from autoresearch.ledger import Ledger
 from autoresearch.watcher import WAKE_FIFO, Watcher
 
@@ -50,6 +51,7 @@ CRASH_SIGNALS = frozenset({_signal.SIGSEGV, _signal.SIGABRT, _signal.SIGBUS, _si
 class Runtime:
     def __init__(self, home: str | os.PathLike[str] | None = None, backend: Backend | str | None = None) -> None:
         self.ledger = Ledger(home)
+        self.jobs = JobStore(self.ledger)
         if backend is None or isinstance(backend, str):
             backend = get_backend(backend or os.environ.get("AUTORESEARCH_BACKEND") or "local")
         self.backend = backend
@@ -67,11 +69,7 @@ class Runtime:
             return True
 
     def reconcile(self) -> None:
-        rows = self.ledger.query(
-            "SELECT a.*, j.priority, j.spec, j.retries_used, j.cancel_requested FROM attempts a "
-            "JOIN jobs j ON j.id = a.job_id WHERE a.state IN ('starting','running')"
-        )
-        for att in rows:
+        for att in self.jobs.active_attempts():
             with surviving(self.ledger, self.backend, "reconcile", att["job_id"], att["n"]):
                 self._reconcile_attempt(att)
 
@@ -85,66 +83,38 @@ class Runtime:
                     pass  # its run dir was never made (a launch that failed early): nothing to stop
             self.finalize(att, status)
         elif status.state == "running" and att["state"] == "starting":
-            with self.ledger.tx() as c:
-                now = time.time()
-                started = status.started_at or now
-                c.execute("UPDATE attempts SET state='running', started_at=? WHERE job_id=? AND n=? "
-                          "AND state='starting'", (started, att["job_id"], att["n"]))
-                c.execute("UPDATE jobs SET state='running', started_at=COALESCE(started_at, ?), updated_at=? "
-                          "WHERE id=? AND state='starting'", (started, now, att["job_id"]))
+            self.jobs.mark_running(att["job_id"], att["n"], status.started_at or time.time())
 
     def refresh_nodes(self) -> None:
         now = time.time()
         seen = self.backend.nodes()
         known = {r["name"]: (r["gpu_ids"], r["cpus"], r["memory"], r["state"])
-                 for r in self.ledger.query("SELECT * FROM nodes WHERE backend=?", (self.backend.name,))}
+                 for r in self.jobs.nodes(self.backend.name)}
         current = {n.name: (json.dumps(n.gpu_ids), n.cpus, n.memory) for n in seen}
         if set(known) == set(current) and all(
                 known[k][:3] == v and known[k][3] != "down" for k, v in current.items()):
             return  # nothing changed: no write on the read path
-        with self.ledger.tx() as c:
-            for node in seen:
-                c.execute(
-                    "INSERT INTO nodes(name, backend, gpus, gpu_ids, cpus, memory, state, reason, updated_at) "
-                    "VALUES (?,?,?,?,?,?,'healthy','',?) ON CONFLICT(name) DO UPDATE SET gpus=excluded.gpus, "
-                    "gpu_ids=excluded.gpu_ids, cpus=excluded.cpus, memory=excluded.memory, "
-                    "updated_at=excluded.updated_at, "
-                    "state=CASE WHEN nodes.state='down' THEN 'healthy' ELSE nodes.state END",
-                    (node.name, self.backend.name, len(node.gpu_ids), json.dumps(node.gpu_ids), node.cpus,
-                     node.memory, now),
-                )
-            names = [n.name for n in seen]
-            c.execute(
-                f"UPDATE nodes SET state='down', reason='not reported by backend', updated_at=? "
-                f"WHERE backend=? AND state!='down' AND name NOT IN ({','.join('?' * len(names))})",
-                (now, self.backend.name, *names),
-            )
+        self.jobs.save_nodes(self.backend.name, seen, now)
 
     def schedule(self) -> S.Decisions:
         now = time.time()
-        if self.ledger.one("SELECT 1 FROM jobs WHERE state='queued' AND backend=? LIMIT 1",
-                           (self.backend.name,)) is None:
+        if not self.jobs.any_queued(self.backend.name):
             return S.Decisions()  # most passes (an attempt ended) have nothing to place
         nodes = [
             S.NodeState(r["name"], tuple(json.loads(r["gpu_ids"])), r["cpus"], r["memory"],
                         r["state"] in ("healthy", "degraded"))
-            for r in self.ledger.query("SELECT * FROM nodes WHERE backend=?", (self.backend.name,))
+            for r in self.jobs.nodes(self.backend.name)
         ]
         pending = [
             S.Pending(r["id"], r["priority"], r["gpus"], r["nodes"], r["cpus"], r["memory"], now - r["updated_at"])
-            for r in self.ledger.query(
-                "SELECT id, priority, gpus, nodes, cpus, memory, updated_at FROM jobs "
-                "WHERE state='queued' AND backend=? ORDER BY id", (self.backend.name,))
+            for r in self.jobs.queued(self.backend.name)
         ]
         if not pending:
             return S.Decisions()
         running = [
             S.Running(r["job_id"], r["n"], r["priority"], ((r["node"], tuple(json.loads(r["gpu_ids"]))),),
                       r["started_at"] or r["created_at"], r["cpus"], r["memory"], r["stop_reason"] is not None)
-            for r in self.ledger.query(
-                "SELECT a.job_id, a.n, a.node, a.gpu_ids, a.started_at, a.created_at, a.stop_reason, "
-                "j.priority, j.cpus, j.memory FROM attempts a JOIN jobs j ON j.id=a.job_id "
-                "WHERE a.state IN ('starting','running') AND j.backend=?", (self.backend.name,))
+            for r in self.jobs.placed(self.backend.name)
         ]
         if not self.backend.capabilities.places:
             # The engine schedules (Slurm, Ray): hand it everything in priority order.
@@ -166,21 +136,11 @@ class Runtime:
         job_id = placement.job_id
         job_dir = self.ledger.job_dir(job_id)
         node, gpu_ids = placement.alloc[0] if placement.alloc else (None, ())
-        with self.ledger.tx() as c:
-            job = c.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
-            if job is None or job["state"] != "queued" or job["cancel_requested"]:
-                return
-            n = job["attempts"] + 1
-            run_dir = str(job_dir / f"attempt-{n}")
-            log_path = str(job_dir / f"attempt-{n}.log")
-            metrics_path = str(job_dir / f"attempt-{n}.metrics.jsonl")
-            c.execute(
-                "INSERT INTO attempts(job_id, n, state, node, gpu_ids, external_id, log_path, metrics_path, "
-                "created_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                (job_id, n, "starting", node, json.dumps(list(gpu_ids)), run_dir, log_path, metrics_path, time.time()),
-            )
-            c.execute("UPDATE jobs SET state='starting', attempts=?, updated_at=? WHERE id=?", (n, time.time(), job_id))
-            Ledger.event(c, "launch", job_id, n, node=node, gpus=list(gpu_ids))
+        begun = self.jobs.begin_attempt(job_id, node, gpu_ids, job_dir)
+        if begun is None:
+            return
+        job, n = begun
+        run_dir, log_path, metrics_path = attempt_paths(job_dir, n)
         try:  # from here on, whatever fails ends this attempt (retried as infra), not the pass
             spec: dict[str, Any] = json.loads(job["spec"])
             policy = isolation.load(job["isolation"])  # recorded at submit: never the launching process's say
@@ -200,15 +160,13 @@ class Runtime:
         except LedgerError:
             raise
         except Exception as err:
-            row = self.ledger.one("SELECT a.*, j.priority, j.spec, j.retries_used, j.cancel_requested FROM attempts a "
-                                  "JOIN jobs j ON j.id=a.job_id WHERE a.job_id=? AND a.n=?", (job_id, n))
+            row = self.jobs.attempt_with_job(job_id, n)
             assert row is not None
             detail = err.render().replace("\n", "; ") if isinstance(err, AutoresearchError) else str(err) or type(err).__name__
             self.finalize(row, AttemptStatus("lost", ended_at=time.time(), detail=f"could not start: {detail}"))
             return
         if external_id != run_dir:
-            with self.ledger.tx() as c:
-                c.execute("UPDATE attempts SET external_id=? WHERE job_id=? AND n=?", (external_id, job_id, n))
+            self.jobs.set_external_id(job_id, n, external_id)
 
     def _attempt_env(self, job_id: int, n: int, spec: dict[str, Any], node: str | None, gpu_ids: tuple[str, ...],
                      metrics_path: str, policy: dict[str, Any] | None = None) -> dict[str, str]:
@@ -233,13 +191,9 @@ class Runtime:
 
     def request_stop(self, job_id: int, n: int, reason: str, **data: object) -> None:
         """Record why an attempt is being stopped, then stop it (write-ahead)."""
-        with self.ledger.tx() as c:
-            att = c.execute("SELECT * FROM attempts WHERE job_id=? AND n=?", (job_id, n)).fetchone()
-            if att is None or att["state"] not in ACTIVE:
-                return
-            if att["stop_reason"] is None:
-                c.execute("UPDATE attempts SET stop_reason=? WHERE job_id=? AND n=?", (reason, job_id, n))
-            Ledger.event(c, "stop", job_id, n, reason=reason, **data)
+        att = self.jobs.mark_stop(job_id, n, reason, **data)
+        if att is None:
+            return
         self.backend.stop(att["external_id"])
 
     def finalize(self, att: Any, status: AttemptStatus) -> None:
@@ -248,39 +202,23 @@ class Runtime:
         self.ingest_attempt(att, final=True)
         spec = json.loads(att["spec"])
         reason, detail = classify(att, status)
-        with self.ledger.tx() as c:
-            job = c.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
-            current = c.execute("SELECT state FROM attempts WHERE job_id=? AND n=?", (job_id, n)).fetchone()
-            if current is None or current["state"] == "ended":
-                return  # another pass got here first
-            now = time.time()
-            c.execute(
-                "UPDATE attempts SET state='ended', started_at=COALESCE(started_at, ?), ended_at=?, exit_code=?, "
-                "signal=?, end_reason=?, detail=?, peak_rss_mb=? WHERE job_id=? AND n=?",
-                (status.started_at, status.ended_at or now, status.exit_code, status.signal, reason, detail,
-                 status.peak_rss_mb, job_id, n),
-            )
+
+        def next_state(job: Any) -> tuple[str, int]:
             retries = job["retries_used"]
             retryable = reason == "infra" or (
                 reason == "exit" and exit_status(status) in (spec.get("retry_on_exit_codes") or []))
             if reason == "exit" and status.exit_code == 0:
-                state = "succeeded"
-            elif job["cancel_requested"] or reason == "cancelled":
-                state = "cancelled"
-            elif reason == "preempted":
-                state = "queued"
-            elif retryable and retries < int(spec.get("max_retries", 2)):
-                state, retries = "queued", retries + 1
-            else:
-                state = "failed"
-            c.execute(
-                "UPDATE jobs SET state=?, retries_used=?, exit_code=?, end_reason=?, updated_at=?, "
-                "started_at=COALESCE(started_at, ?), "
-                "ended_at=CASE WHEN ? IN ('succeeded','failed','cancelled') THEN ? ELSE NULL END WHERE id=?",
-                (state, retries, status.exit_code, reason, now, status.started_at, state, now, job_id),
-            )
-            Ledger.event(c, "end", job_id, n, reason=reason, exit_code=status.exit_code, job_state=state,
-                         detail=detail)
+                return "succeeded", retries
+            if job["cancel_requested"] or reason == "cancelled":
+                return "cancelled", retries
+            if reason == "preempted":
+                return "queued", retries
+            if retryable and retries < int(spec.get("max_retries", 2)):
+                return "queued", retries + 1
+            return "failed", retries
+
+        if self.jobs.end_attempt(job_id, n, status, reason, detail, next_state) is None:
+            return  # another pass got here first
         self.backend.release(att["external_id"])
         from autoresearch import outbox
 
@@ -293,7 +231,7 @@ class Runtime:
     # -- metrics --------------------------------------------------------------------------
 
     def ingest(self, job_id: int) -> None:
-        for att in self.ledger.query("SELECT * FROM attempts WHERE job_id=? AND state!='ended'", (job_id,)):
+        for att in self.jobs.unended_attempts(job_id):
             self.ingest_attempt(att)
 
     def ingest_attempt(self, att: Any, final: bool = False) -> None:

@@ -11,23 +11,21 @@ from typing import Any
 from autoresearch.loop.state import LoopState
 
 
-def check_limits(s: LoopState, ledger: Any) -> list[int]:
+def check_limits(s: LoopState) -> list[int]:
     """Set ``s.stop_reason`` once a budget is spent; returns the running trials a hard stop
     must stop now (the controller decides and cancels them)."""
     b = s.plan.budget
     reason = s.stop_reason
     if not reason and b.wall is not None and s.elapsed() >= b.wall:
         reason = f"wall budget {b.wall:g}s used"
-    if not reason and b.gpu_hours is not None and gpu_hours(s, ledger) >= b.gpu_hours:
+    if not reason and b.gpu_hours is not None and gpu_hours(s) >= b.gpu_hours:
         reason = f"gpu_hours budget {b.gpu_hours:g} used"
     if not reason and b.llm_usd is not None and s.store.llm_cost() >= b.llm_usd:
         reason = f"llm_usd budget ${b.llm_usd:g} used"
     if not reason and s.state_counts["crashed"] >= b.trials:
         reason = "every trial crashed on infrastructure failures; check `autoresearch nodes`"
     if not reason:  # the MCP tool stop_loop (autoresearch/loop/ops.py) records this decision
-        stop = ledger.one("SELECT rationale FROM decisions WHERE loop_id=? AND kind='stop_loop' AND "
-                          "created_at>=? LIMIT 1", (s.store.loop_id, time.time() - s.elapsed()
-                                                    + s.prior_elapsed))
+        stop = s.store.stop_loop_since(time.time() - s.elapsed() + s.prior_elapsed)
         reason = f"stopped by stop_loop: {stop['rationale']}" if stop is not None else ""
     if reason and not s.stop_reason:
         s.stop_reason = reason
@@ -38,13 +36,10 @@ def check_limits(s: LoopState, ledger: Any) -> list[int]:
             if trial_id not in s.stopping and s.active[trial_id]["job_id"] is not None]
 
 
-def gpu_hours(s: LoopState, ledger: Any) -> float:
+def gpu_hours(s: LoopState) -> float:
     if not s.plan.trial.gpus:
         return 0.0
-    row = ledger.one(
-        "SELECT COALESCE(SUM(COALESCE(j.ended_at, ?) - j.started_at), 0) AS s FROM trials t JOIN jobs j "
-        "ON j.id=t.job_id WHERE t.loop_id=? AND j.started_at IS NOT NULL", (time.time(), s.store.loop_id))
-    return float(row["s"] if row else 0.0) * s.plan.trial.gpus / 3600
+    return s.store.gpu_seconds() * s.plan.trial.gpus / 3600
 
 
 def done(s: LoopState, call: Any) -> bool:

@@ -43,6 +43,7 @@ from typing import Any
 
 from autoresearch import jobs as job_ops
 from autoresearch.errors import AutoresearchError, BackendError, PlanError, StateError
+from autoresearch.jobstore import JobStore
 from autoresearch.loop import _limits, outcomes
 from autoresearch.loop._interrupt import LoopInterrupted, SigintFlag, wake
 from autoresearch.loop._launch import ProposeCall, launch, timed
@@ -166,8 +167,7 @@ class Controller:
         self.runs.enabled = tracking.tracking_enabled()
         # Warm up (mlflow import, the store) while the first proposal is made; runs for resumed trials.
         self.runs.prepare([r["id"] for r in s.pending()], warm=True)
-        s.launch_decided = {r["trial_id"] for r in self.ledger.query(
-            "SELECT trial_id FROM decisions WHERE loop_id=? AND kind='launch'", (s.store.loop_id,))}
+        s.launch_decided = s.store.launched_trials()
         watch = getattr(self.runtime, "watch", None)
         if watch is not None:
             self.watcher = watch()
@@ -293,10 +293,7 @@ class Controller:
             self._last_tick = time.monotonic()
             self._woke = False
             ids = [r["job_id"] for r in s.active.values()]
-            marks = ",".join("?" * len(ids))
-            jobs = {j["id"]: j for j in self.ledger.query(
-                f"SELECT id, state, end_reason, exit_code, started_at, ended_at FROM jobs WHERE id IN ({marks})",
-                tuple(ids))}
+            jobs = {j["id"]: j for j in JobStore(self.ledger).job_ends(ids)}
             for trial_id, row in list(s.active.items()):
                 job = jobs.get(row["job_id"])
                 if job is None:
@@ -310,7 +307,7 @@ class Controller:
         if self.watch_metrics and s.active and now - self._last_monitor >= self.monitor_every_s:
             self._last_monitor = now
             outcomes.monitor(self)
-        for trial_id in _limits.check_limits(s, self.ledger):
+        for trial_id in _limits.check_limits(s):
             self.stop_trial(trial_id, f"stopping the loop: {s.stop_reason}", {"reason": s.stop_reason})
 
     def stop_trial(self, trial_id: int, rationale: str, inputs: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 from autoresearch import jobs as job_ops
 from autoresearch import metrics as M
 from autoresearch.errors import AutoresearchError
+from autoresearch.jobstore import JobStore
 from autoresearch.loop import noise as N
 from autoresearch.loop.proposers import Proposal, ProposeResult, ProposerInfo
 from autoresearch.loop.state import LoopHost
@@ -35,10 +36,7 @@ def read_series(c: LoopHost, rows: list[Any]) -> dict[int, list[tuple[int, float
         return {}
     for job_id in by_job:
         c.runtime.ingest(job_id)
-    marks = ",".join("?" * len(by_job))
-    points = c.ledger.query(
-        f"SELECT job_id, attempt, step, value, source FROM metrics WHERE name=? AND job_id IN ({marks}) "
-        "AND value IS NOT NULL ORDER BY job_id, attempt, step, rowid", (c.plan.objective.metric, *by_job))
+    points = JobStore(c.ledger).metric_series(c.plan.objective.metric, by_job)
     out: dict[int, list[tuple[int, float]]] = {}
     last_attempt: dict[int, int] = {}
     for p in points:
@@ -115,8 +113,7 @@ def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
 def final_metrics(ledger: Any, job_id: int) -> dict[str, float | None]:
     """Last value of every metric of an ended job (what Api.metrics reports as ``last``;
     the runtime ingested everything when the attempt ended, so one query suffices)."""
-    points = ledger.query("SELECT name, value, source FROM metrics WHERE job_id=? "
-                          "ORDER BY attempt, step, rowid", (job_id,))
+    points = JobStore(ledger).metric_points(job_id)
     out: dict[str, float | None] = {}
     for p in M.best_source(points):
         out[p["name"]] = p["value"]

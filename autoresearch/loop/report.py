@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch.ledger import Ledger
+from autoresearch.loop.store import LoopStore
 from autoresearch.loop.views import LoopView, TrialRow, loop_view
 
 
@@ -190,7 +191,7 @@ def summary_markdown(view: LoopView, plan: dict[str, Any], files: list[str]) -> 
 
 def write_report(ledger: Ledger, name: str, out_dir: str | Path | None = None, plots: bool = True) -> LoopView:
     view = loop_view(ledger, name)
-    loop = ledger.one("SELECT plan FROM loops WHERE name=?", (name,))
+    loop = LoopStore.find(ledger, name)
     plan = json.loads(loop["plan"]) if loop else {}
     out = Path(out_dir) if out_dir else ledger.home / "loops" / name / "report"
     out.mkdir(parents=True, exist_ok=True)

@@ -47,6 +47,11 @@ class LoopStore:
                             (name, plan_json, "running", experiment, now, now, digest, project))
             return LoopStore(ledger, int(cur.lastrowid or 0))
 
+    @staticmethod
+    def recent_names(ledger: Ledger, limit: int = 10) -> list[str]:
+        """The names of the newest loops, newest first (to suggest one)."""
+        return [r["name"] for r in ledger.query("SELECT name FROM loops ORDER BY id DESC LIMIT ?", (limit,))]
+
     def loop(self) -> Any:
         return self.ledger.one("SELECT * FROM loops WHERE id=?", (self.loop_id,))
 
@@ -76,6 +81,38 @@ class LoopStore:
 
     def decisions(self) -> list[Any]:
         return self.ledger.query("SELECT * FROM decisions WHERE loop_id=? ORDER BY id", (self.loop_id,))
+
+    def last_decision(self, kind: str) -> Any:
+        return self.ledger.one("SELECT * FROM decisions WHERE loop_id=? AND kind=? ORDER BY id DESC LIMIT 1",
+                               (self.loop_id, kind))
+
+    def promotions(self) -> list[Any]:
+        """The outputs of every keep-or-discard decision, newest first."""
+        return self.ledger.query("SELECT outputs FROM decisions WHERE loop_id=? AND kind='promote' ORDER BY id DESC",
+                                 (self.loop_id,))
+
+    def launched_trials(self) -> set[int]:
+        """The trials with a launch decision (written before their job is submitted)."""
+        return {r["trial_id"] for r in self.ledger.query(
+            "SELECT trial_id FROM decisions WHERE loop_id=? AND kind='launch'", (self.loop_id,))}
+
+    def stop_loop_since(self, since: float) -> Any:
+        """A ``stop_loop`` decision (an agent's, through MCP) made at or after ``since``, if any."""
+        return self.ledger.one("SELECT rationale FROM decisions WHERE loop_id=? AND kind='stop_loop' AND "
+                               "created_at>=? LIMIT 1", (self.loop_id, since))
+
+    def decision_totals(self) -> Any:
+        """How many decisions, and their LLM spend (``usd``) and tokens (``tok``)."""
+        return self.ledger.one("SELECT COUNT(*) AS n, COALESCE(SUM(cost_usd),0) AS usd, "
+                               "COALESCE(SUM(tokens_in + tokens_out),0) AS tok FROM decisions WHERE loop_id=?",
+                               (self.loop_id,))
+
+    def rejected_as_noise(self) -> int:
+        """Candidates that beat the incumbent, but not beyond the noise floor."""
+        row = self.ledger.one("SELECT COUNT(*) AS n FROM decisions WHERE loop_id=? AND kind='promote' AND "
+                              "json_extract(outputs, '$.promoted')=0 AND json_extract(outputs, '$.margin')>0",
+                              (self.loop_id,))
+        return row["n"] if row else 0
 
     def llm_cost(self) -> float:
         row = self.ledger.one("SELECT COALESCE(SUM(cost_usd), 0) AS c FROM decisions WHERE loop_id=?", (self.loop_id,))
@@ -149,6 +186,13 @@ class LoopStore:
             "json_extract(spec, '$.tags.\"autoresearch.trial_id\"')=? ORDER BY id LIMIT 1",
             (str(self.loop_id), str(trial_id)))
         return int(row["id"]) if row else None
+
+    def gpu_seconds(self) -> float:
+        """Wall seconds the loop's trial jobs have run (a running one up to now), GPUs not counted."""
+        row = self.ledger.one(
+            "SELECT COALESCE(SUM(COALESCE(j.ended_at, ?) - j.started_at), 0) AS s FROM trials t JOIN jobs j "
+            "ON j.id=t.job_id WHERE t.loop_id=? AND j.started_at IS NOT NULL", (time.time(), self.loop_id))
+        return float(row["s"] if row else 0.0)
 
     def counts(self) -> dict[str, int]:
         rows = self.ledger.query("SELECT state, COUNT(*) AS n FROM trials WHERE loop_id=? GROUP BY state",

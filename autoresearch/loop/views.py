@@ -14,6 +14,7 @@ from typing import Any
 from autoresearch.errors import NotFoundError
 from autoresearch.ledger import Ledger
 from autoresearch.loop.noise import noise_floor
+from autoresearch.loop.store import LoopStore
 
 
 @dataclass
@@ -64,13 +65,8 @@ class LoopView:
     next_step: str = ""
 
 
-def _last_decision(ledger: Ledger, loop_id: int, kind: str) -> Any:
-    return ledger.one("SELECT * FROM decisions WHERE loop_id=? AND kind=? ORDER BY id DESC LIMIT 1", (loop_id, kind))
-
-
 def incumbent_of(ledger: Ledger, loop_id: int) -> int | None:
-    for row in ledger.query("SELECT outputs FROM decisions WHERE loop_id=? AND kind='promote' ORDER BY id DESC",
-                            (loop_id,)):
+    for row in LoopStore(ledger, loop_id).promotions():
         out = json.loads(row["outputs"])
         if out.get("promoted"):
             return int(out["trial_id"])
@@ -91,15 +87,16 @@ def seed_groups(trials: list[Any]) -> dict[int, list[float]]:
 
 def loop_view(ledger: Ledger, name: str, live: dict[int, tuple[int, float]] | None = None,
               elapsed_s: float | None = None) -> LoopView:
-    loop = ledger.one("SELECT * FROM loops WHERE name=?", (name,))
+    loop = LoopStore.find(ledger, name)
     if loop is None:
-        names = [r["name"] for r in ledger.query("SELECT name FROM loops ORDER BY id DESC LIMIT 10")]
+        names = LoopStore.recent_names(ledger)
         raise NotFoundError(f"no loop named {name!r}",
                             hint=f"loops: {', '.join(names)}" if names else "start one with: autoresearch plan.yaml")
     plan = json.loads(loop["plan"])
     goal = plan["objective"].get("goal", "minimize")
     sign = 1.0 if goal == "minimize" else -1.0
-    rows = ledger.query("SELECT * FROM trials WHERE loop_id=? ORDER BY id", (loop["id"],))
+    store = LoopStore(ledger, loop["id"])
+    rows = store.trials()
     live = live or {}
     out: list[TrialRow] = []
     best: float | None = None
@@ -123,12 +120,8 @@ def loop_view(ledger: Ledger, name: str, live: dict[int, tuple[int, float]] | No
     if inc_row is not None and inc_row["objective"] is not None:
         values = groups.get(incumbent or -1, [inc_row["objective"]])
         best_value = sum(values) / len(values)
-    agg = ledger.one("SELECT COUNT(*) AS n, COALESCE(SUM(cost_usd),0) AS usd, "
-                     "COALESCE(SUM(tokens_in + tokens_out),0) AS tok FROM decisions WHERE loop_id=?", (loop["id"],))
-    rejected = ledger.one("SELECT COUNT(*) AS n FROM decisions WHERE loop_id=? AND kind='promote' AND "
-                          "json_extract(outputs, '$.promoted')=0 AND json_extract(outputs, '$.margin')>0",
-                          (loop["id"],))
-    finish = _last_decision(ledger, loop["id"], "finish")
+    agg = store.decision_totals()
+    finish = store.last_decision("finish")
     elapsed = elapsed_s if elapsed_s is not None else float(loop["elapsed_s"] or 0.0)
     durations = [t.ended_at - t.started_at for t in out if t.ended_at and t.started_at and t.state == "succeeded"]
     budget = plan["budget"]
@@ -144,7 +137,7 @@ def loop_view(ledger: Ledger, name: str, live: dict[int, tuple[int, float]] | No
         trials=out, counts=counts, best_trial=incumbent, best_value=best_value,
         best_params=json.loads(inc_row["params"]) if inc_row is not None else {},
         best_seeds=len(groups.get(incumbent or -1, [1])) if incumbent else 0,
-        noise_floor=noise_floor(list(groups.values())), rejected_as_noise=rejected["n"] if rejected else 0,
+        noise_floor=noise_floor(list(groups.values())), rejected_as_noise=store.rejected_as_noise(),
         decisions=agg["n"] if agg else 0, llm_usd=float(agg["usd"]) if agg else 0.0,
         tokens=int(agg["tok"]) if agg else 0, elapsed_s=elapsed, eta_s=eta, budget_trials=int(budget["trials"]),
         parallel=int(budget["parallel"]),

@@ -1,6 +1,6 @@
 """What the modules of the MLflow mirror share: the pass's report, the cross-process
-lock around creations, the SQL that maps a job to its entity, and :class:`Mirror`, what
-they may use of the syncer.
+lock around creations, and :class:`Mirror`, what they may use of the syncer (its queries
+are :class:`autoresearch.tracking._store.MirrorStore`'s).
 
 The mirror is :mod:`autoresearch.tracking._sync` (the :class:`Syncer` and its pass);
 what it mirrors lives beside it, as functions of a :class:`Mirror`: ``_entities``
@@ -19,10 +19,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 DEFAULT_EXPERIMENT = "Default"
-# A job belongs to a trial by trials.job_id, or (before the loop wrote it back) by its spec tag.
-TRIAL_JOIN = ("t.id=COALESCE((SELECT x.id FROM trials x WHERE x.job_id=j.id LIMIT 1), "
-              "CAST(json_extract(j.spec, '$.tags.\"autoresearch.trial_id\"') AS INTEGER))")
-ENTITY = "(CASE WHEN t.id IS NULL THEN 'job:' || j.id ELSE 'trial:' || t.id END)"
 
 
 @dataclass
@@ -61,6 +57,7 @@ class Mirror(Protocol):
     """The syncer as the mirror's modules see it (:class:`autoresearch.tracking._sync.Syncer` is one)."""
 
     ledger: Any  # autoresearch.ledger.Ledger
+    store: Any  # autoresearch.tracking._store.MirrorStore: every query of the ledger
     client: Any  # mlflow.tracking.MlflowClient
     uri: str
     home_id: str  # tags runs as this ledger's (autoresearch.entity = HOME_ID/ENTITY)

@@ -87,7 +87,9 @@ def _busy(ledger: object) -> bool:
     from autoresearch.ledger import Ledger
 
     assert isinstance(ledger, Ledger)
-    return ledger.one("SELECT 1 FROM jobs WHERE state IN ('queued','starting','running') LIMIT 1") is not None
+    from autoresearch.tracking._store import MirrorStore
+
+    return MirrorStore(ledger).any_job_live()
 
 
 def serve(home: Path, idle_exit_s: float = IDLE_EXIT_S, poll_s: float = POLL_S,

@@ -12,7 +12,7 @@ from typing import Any
 
 from autoresearch.errors import TrackingError
 from autoresearch.redact import is_secret, job_secrets, plan_secrets, redact, redact_command, redact_obj
-from autoresearch.tracking._common import DEFAULT_EXPERIMENT, ENTITY, TRIAL_JOIN, Mirror, SyncReport
+from autoresearch.tracking._common import DEFAULT_EXPERIMENT, Mirror, SyncReport
 from autoresearch.tracking._finish import LOOP_FINAL
 from autoresearch.tracking._metrics import backfill
 
@@ -35,11 +35,7 @@ def loop_experiment(loop: Any) -> str:
 
 
 def sync_loops(syncer: Mirror, report: SyncReport) -> None:
-    rows = syncer.ledger.query(
-        "SELECT l.*, r.synced_version, r.run_id, r.finished, r.error FROM loops l LEFT JOIN tracking_runs r "
-        "ON r.entity='loop:' || l.id WHERE r.run_id IS NULL OR r.synced_version < l.updated_at "
-        "OR r.error IS NOT NULL ORDER BY l.id")
-    for loop in rows:
+    for loop in syncer.store.loops_to_sync():
         sync_loop(syncer, loop, report)
 
 
@@ -64,9 +60,7 @@ def sync_loop(syncer: Mirror, loop: Any, report: SyncReport) -> str | None:
         reopen = bool(loop["finished"]) and str(loop["state"]).lower() not in LOOP_FINAL
         if reopen:  # an ended loop resumed (--resume): its run is live again, and ends again with it
             syncer.client.update_run(run_id, status="RUNNING")
-        with syncer.ledger.tx() as c:
-            c.execute("UPDATE tracking_runs SET synced_version=?, error=NULL, finished=finished AND ? WHERE entity=?",
-                      (loop["updated_at"], not reopen, entity))
+        syncer.store.loop_synced(entity, loop["updated_at"], reopen)
         return run_id
     except Exception as err:
         syncer.mark_blocked(entity, err)
@@ -86,10 +80,10 @@ def loop_secrets(syncer: Mirror, loop: Any) -> list[str]:
 
 
 def loop_run(syncer: Mirror, loop_id: int, report: SyncReport | None = None) -> str | None:
-    row = syncer.ledger.one("SELECT run_id FROM tracking_runs WHERE entity=? AND error IS NULL", (f"loop:{loop_id}",))
+    row = syncer.store.loop_run_id(loop_id)
     if row is not None and row["run_id"]:
         return str(row["run_id"])
-    loop = syncer.ledger.one("SELECT l.*, -1 AS synced_version, 0 AS finished FROM loops l WHERE l.id=?", (loop_id,))
+    loop = syncer.store.unsynced_loop(loop_id)
     return sync_loop(syncer, loop, report or SyncReport()) if loop is not None else None
 
 
@@ -98,7 +92,7 @@ def loop_run(syncer: Mirror, loop_id: int, report: SyncReport | None = None) -> 
 def _job_target(syncer: Mirror, job: Any, trial: Any) -> tuple[str, str, str, str | None]:
     """(entity, experiment, run name, parent run id) of a job's run."""
     if trial is not None:
-        loop = syncer.ledger.one("SELECT * FROM loops WHERE id=?", (trial["loop_id"],))
+        loop = syncer.store.loop(trial["loop_id"])
         parent = loop_run(syncer, trial["loop_id"])
         experiment = loop_experiment(loop) if loop is not None else DEFAULT_EXPERIMENT
         if parent is None:
@@ -109,19 +103,12 @@ def _job_target(syncer: Mirror, job: Any, trial: Any) -> tuple[str, str, str, st
 
 
 def sync_jobs(syncer: Mirror, report: SyncReport) -> None:
-    rows = syncer.ledger.query(
-        "SELECT j.*, t.id AS trial_id, r.synced_version, r.run_id, r.error, r.metric_rowid FROM jobs j "
-        f"LEFT JOIN trials t ON {TRIAL_JOIN} "
-        f"LEFT JOIN tracking_runs r ON r.entity={ENTITY} "
-        "WHERE r.run_id IS NULL OR r.synced_version < MAX(j.updated_at, COALESCE(t.updated_at, 0)) "
-        "OR r.error IS NOT NULL ORDER BY j.id")
-    for job in rows:
+    for job in syncer.store.jobs_to_sync():
         sync_job(syncer, job, report)
 
 
 def sync_job(syncer: Mirror, job: Any, report: SyncReport) -> str | None:
-    trial = (syncer.ledger.one("SELECT * FROM trials WHERE id=?", (job["trial_id"],))
-             if job["trial_id"] is not None else None)
+    trial = syncer.store.trial(job["trial_id"]) if job["trial_id"] is not None else None
     entity = f"trial:{trial['id']}" if trial is not None else f"job:{job['id']}"
     try:
         entity, experiment, name, parent = _job_target(syncer, job, trial)
@@ -129,7 +116,7 @@ def sync_job(syncer: Mirror, job: Any, report: SyncReport) -> str | None:
                                              job["started_at"] or job["submitted_at"])
         spec = json.loads(job["spec"])
         secrets = job_secrets(spec, ambient=False) + syncer.secrets  # the job's own, from the ledger
-        last = syncer.ledger.one("SELECT node FROM attempts WHERE job_id=? ORDER BY n DESC LIMIT 1", (job["id"],))
+        last = syncer.store.last_node(job["id"])
         tags = {k: v for k, v in (spec.get("tags") or {}).items() if not is_secret(k)}
         tags.update({
             "autoresearch.job_id": str(job["id"]), "autoresearch.state": job["state"],
@@ -141,7 +128,7 @@ def sync_job(syncer: Mirror, job: Any, report: SyncReport) -> str | None:
         params: dict[str, str] = {}
         first = created or job["synced_version"] is None or job["synced_version"] < 0
         if trial is not None:
-            decision = (syncer.ledger.one("SELECT * FROM decisions WHERE id=?", (trial["decision_id"],))
+            decision = (syncer.store.decision(trial["decision_id"])
                         if trial["decision_id"] is not None else None)
             tags.update({
                 "autoresearch.trial_id": str(trial["id"]), "autoresearch.loop_id": str(trial["loop_id"]),
@@ -172,9 +159,7 @@ def sync_job(syncer: Mirror, job: Any, report: SyncReport) -> str | None:
         syncer.log_batch(run_id, params=dict(list(params.items())[:500]), tags=tags, secrets=secrets)
         if syncer.clear_error(entity):
             backfill(syncer, job["id"], run_id, report)
-        with syncer.ledger.tx() as c:
-            c.execute("UPDATE tracking_runs SET synced_version=? WHERE entity=?",
-                      (max(job["updated_at"], trial["updated_at"] if trial is not None else 0), entity))
+        syncer.store.synced(entity, max(job["updated_at"], trial["updated_at"] if trial is not None else 0))
         return run_id
     except Exception as err:
         syncer.mark_blocked(entity, err)
@@ -182,14 +167,12 @@ def sync_job(syncer: Mirror, job: Any, report: SyncReport) -> str | None:
 
 
 def ensure_job_run(syncer: Mirror, job_id: int) -> str:
-    job = syncer.ledger.one("SELECT j.*, t.id AS trial_id, -1 AS synced_version FROM jobs j "
-                            f"LEFT JOIN trials t ON {TRIAL_JOIN} WHERE j.id=?", (job_id,))
+    job = syncer.store.unsynced_job(job_id)
     if job is None:
         raise TrackingError(f"no job {job_id}", hint="AUTORESEARCH_JOB_ID names a job of this ledger")
     run_id = sync_job(syncer, job, SyncReport())
     if run_id is None:
-        row = syncer.ledger.one("SELECT error FROM tracking_runs WHERE entity IN (?, ?)",
-                                (f"job:{job_id}", f"trial:{job['trial_id']}"))
+        row = syncer.store.job_run_error(job_id, job["trial_id"])
         raise TrackingError(f"no MLflow run for job {job_id}: {row['error'] if row else 'unknown error'}",
                             hint="check `autoresearch sync --status`")
     return run_id
@@ -199,11 +182,11 @@ def prepare_trials(syncer: Mirror, trial_ids: list[int]) -> dict[int, str]:
     out: dict[int, str] = {}
     report = SyncReport()
     for trial_id in trial_ids:
-        trial = syncer.ledger.one("SELECT * FROM trials WHERE id=?", (trial_id,))
+        trial = syncer.store.trial(trial_id)
         if trial is None:
             continue
         parent = loop_run(syncer, trial["loop_id"], report)
-        loop = syncer.ledger.one("SELECT * FROM loops WHERE id=?", (trial["loop_id"],))
+        loop = syncer.store.loop(trial["loop_id"])
         if parent is None or loop is None:
             continue
         entity = f"trial:{trial_id}"

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from autoresearch.redact import job_secrets, redact
-from autoresearch.tracking._common import ENTITY, TRIAL_JOIN, Mirror, SyncReport
+from autoresearch.tracking._common import Mirror, SyncReport
 
 LOG_HEAD, LOG_TAIL = 256 << 10, 768 << 10  # attempt logs are capped at 1 MiB: head + tail
 FINAL = {"succeeded": "FINISHED", "failed": "FAILED", "cancelled": "KILLED"}
@@ -25,51 +25,34 @@ LOOP_FINAL = {"done": "FINISHED", "finished": "FINISHED", "completed": "FINISHED
 def finish(syncer: Mirror, report: SyncReport) -> None:
     """Upload logs of ended attempts; terminate runs of final jobs once all their points are in."""
     cursor = syncer.cursor("metrics")
-    if syncer.ledger.one("SELECT 1 FROM metrics WHERE rowid > ? LIMIT 1", (cursor,)) is not None:
+    if syncer.store.any_point_after(cursor):
         return  # points still waiting: finish later, or a run would end before its last point
-    rows = syncer.ledger.query(
-        "SELECT r.entity, r.run_id, r.logs_done, j.id AS job_id, j.state, j.ended_at, j.spec, "
-        "(SELECT MAX(n) FROM attempts a WHERE a.job_id=j.id AND a.state='ended') AS ended_n FROM jobs j "
-        f"LEFT JOIN trials t ON {TRIAL_JOIN} JOIN tracking_runs r ON r.entity={ENTITY} "
-        "WHERE r.run_id IS NOT NULL AND r.error IS NULL AND r.finished=0 "
-        "AND (r.logs_done < COALESCE(ended_n, 0) OR j.state IN ('succeeded','failed','cancelled'))")
-    for row in rows:
+    for row in syncer.store.job_runs_to_finish():
         try:
             _upload_logs(syncer, row, report)
             if row["state"] in FINAL:
                 syncer.client.set_terminated(row["run_id"], FINAL[row["state"]],
                                              int((row["ended_at"] or time.time()) * 1000))
-                with syncer.ledger.tx() as c:
-                    c.execute("UPDATE tracking_runs SET finished=1 WHERE entity=?", (row["entity"],))
+                syncer.store.finished(row["entity"])
                 report.finished += 1
         except Exception as err:
             syncer.mark_blocked(row["entity"], err)
     _end_never_ran(syncer, report)
-    for loop in syncer.ledger.query(
-            "SELECT l.id, l.state, l.updated_at, r.entity, r.run_id FROM loops l JOIN tracking_runs r "
-            "ON r.entity='loop:' || l.id WHERE r.run_id IS NOT NULL AND r.finished=0 AND r.error IS NULL"):
+    for loop in syncer.store.loop_runs_open():
         status = LOOP_FINAL.get(str(loop["state"]).lower())
         if status is None:
             continue
-        if syncer.ledger.one("SELECT 1 FROM tracking_runs r JOIN trials t ON r.entity='trial:' || t.id "
-                             "WHERE t.loop_id=? AND r.finished=0 LIMIT 1", (loop["id"],)) is not None:
+        if syncer.store.loop_has_open_trial_runs(loop["id"]):
             continue
         syncer.client.set_terminated(loop["run_id"], status, int(loop["updated_at"] * 1000))
-        with syncer.ledger.tx() as c:
-            c.execute("UPDATE tracking_runs SET finished=1 WHERE entity=?", (loop["entity"],))
+        syncer.store.finished(loop["entity"])
         report.finished += 1
 
 
 def _end_never_ran(syncer: Mirror, report: SyncReport) -> None:
     """End the runs of trials that ended without ever having a job (none will come), also a
     run whose creation was cut short (the write-ahead row has no run id: look for it by tag)."""
-    rows = syncer.ledger.query(
-        "SELECT r.entity, r.run_id, r.experiment_id, t.state, t.failure, "
-        "COALESCE(t.ended_at, t.updated_at) AS ended_at FROM tracking_runs r JOIN trials t "
-        "ON r.entity='trial:' || t.id WHERE r.finished=0 AND r.error IS NULL AND t.job_id IS NULL "
-        "AND t.state NOT IN ('proposed','queued','running') AND NOT EXISTS (SELECT 1 FROM jobs j WHERE "
-        "json_extract(j.spec, '$.tags.\"autoresearch.trial_id\"')=CAST(t.id AS TEXT))")
-    for row in rows:
+    for row in syncer.store.never_ran_runs():
         try:
             run_id = row["run_id"] or _find_run(syncer, row["entity"], row["experiment_id"])
             if run_id is not None:
@@ -78,9 +61,7 @@ def _end_never_ran(syncer: Mirror, report: SyncReport) -> None:
                 syncer.client.set_terminated(run_id, NEVER_RAN.get(row["state"], "KILLED"),
                                              int((row["ended_at"] or time.time()) * 1000))
                 report.finished += 1
-            with syncer.ledger.tx() as c:
-                c.execute("UPDATE tracking_runs SET finished=1, run_id=COALESCE(run_id, ?) WHERE entity=?",
-                          (run_id, row["entity"]))
+            syncer.store.never_ran_finished(row["entity"], run_id)
         except Exception as err:
             syncer.mark_blocked(row["entity"], err)
 
@@ -101,13 +82,11 @@ def _upload_logs(syncer: Mirror, row: Any, report: SyncReport) -> None:
     spec = json.loads(row["spec"])
     secrets = job_secrets(spec)  # from the ledger, whichever process mirrors it
     upto = row["ended_n"] or 0
-    for att in syncer.ledger.query("SELECT n, log_path FROM attempts WHERE job_id=? AND n > ? AND n <= ? "
-                                   "ORDER BY n", (row["job_id"], row["logs_done"], upto)):
+    for att in syncer.store.logs_to_upload(row["job_id"], row["logs_done"], upto):
         text = _read_capped(att["log_path"])
         syncer.client.log_text(row["run_id"], redact(text, secrets), f"logs/attempt-{att['n']}.log")
         report.artifacts += 1
-        with syncer.ledger.tx() as c:
-            c.execute("UPDATE tracking_runs SET logs_done=? WHERE entity=?", (att["n"], row["entity"]))
+        syncer.store.logs_done(row["entity"], att["n"])
 
 
 def _read_capped(path: str) -> str:

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from autoresearch.metrics import best_source
-from autoresearch.tracking._common import ENTITY, TRIAL_JOIN, Mirror, SyncReport
+from autoresearch.tracking._common import Mirror, SyncReport
 
 METRIC_WINDOW = 20_000  # ledger rows read per pass step
 BATCH = 1_000  # MLflow's limit per log_batch
@@ -23,17 +23,14 @@ def _metric_name(name: str) -> str:
 
 
 def _run_of_job(syncer: Mirror, job_id: int, report: SyncReport) -> tuple[str | None, str]:
-    row = syncer.ledger.one(
-        f"SELECT {ENTITY} AS entity, r.run_id, r.error FROM jobs j LEFT JOIN trials t ON {TRIAL_JOIN} "
-        f"LEFT JOIN tracking_runs r ON r.entity={ENTITY} WHERE j.id=?", (job_id,))
+    row = syncer.store.run_of_job(job_id)
     if row is None:
         return None, f"job:{job_id}"
     if row is not None and row["run_id"] and row["error"] is None:
         return str(row["run_id"]), row["entity"]
     if row is not None and row["error"] is not None:
         return None, row["entity"]
-    job = syncer.ledger.one("SELECT j.*, t.id AS trial_id, -1 AS synced_version FROM jobs j "
-                            f"LEFT JOIN trials t ON {TRIAL_JOIN} WHERE j.id=?", (job_id,))
+    job = syncer.store.unsynced_job(job_id)
     run_id = syncer.sync_job(job, report) if job is not None else None
     return run_id, row["entity"]
 
@@ -41,8 +38,7 @@ def _run_of_job(syncer: Mirror, job_id: int, report: SyncReport) -> tuple[str | 
 def _points(syncer: Mirror, rows: list[Any], job_id: int) -> list[Any]:
     from mlflow.entities import Metric
 
-    reported = {r["name"] for r in syncer.ledger.query(
-        "SELECT DISTINCT name FROM metrics WHERE job_id=? AND source='report'", (job_id,))}
+    reported = syncer.store.reported_names(job_id)
     points = []
     for r in best_source(rows, reported=reported):  # rows are a window: the reported names are the job's
         value = r["value"]
@@ -60,8 +56,7 @@ def _points(syncer: Mirror, rows: list[Any], job_id: int) -> list[Any]:
 def sync_metrics(syncer: Mirror, report: SyncReport, max_batches: int | None = None) -> None:
     cursor = syncer.cursor("metrics")
     while True:
-        rows = syncer.ledger.query("SELECT rowid AS rid, * FROM metrics WHERE rowid > ? ORDER BY rowid LIMIT ?",
-                                   (cursor, METRIC_WINDOW))
+        rows = syncer.store.points_after(cursor, METRIC_WINDOW)
         if not rows:
             return
         by_job: dict[int, list[Any]] = {}
@@ -79,9 +74,7 @@ def sync_metrics(syncer: Mirror, report: SyncReport, max_batches: int | None = N
                 continue
             report.metrics += len(points)
             report.batches += (len(points) + BATCH - 1) // BATCH
-            with syncer.ledger.tx() as c:
-                c.execute("UPDATE tracking_runs SET metric_rowid=MAX(metric_rowid, ?) WHERE entity=?",
-                          (job_rows[-1]["rid"], entity))
+            syncer.store.points_sent(entity, job_rows[-1]["rid"])
         cursor = rows[-1]["rid"]
         syncer.move_cursor("metrics", cursor)
         if max_batches is not None and report.batches >= max_batches:
@@ -91,15 +84,13 @@ def sync_metrics(syncer: Mirror, report: SyncReport, max_batches: int | None = N
 
 def backfill(syncer: Mirror, job_id: int, run_id: str, report: SyncReport) -> None:
     """A run that was blocked is writable again: send the points that waited for it."""
-    row = syncer.ledger.one("SELECT metric_rowid, entity FROM tracking_runs WHERE run_id=?", (run_id,))
+    row = syncer.store.metric_rowid_of(run_id)
     upto = syncer.cursor("metrics")
     if row is None:
         return
-    rows = syncer.ledger.query("SELECT rowid AS rid, * FROM metrics WHERE job_id=? AND rowid > ? AND rowid <= ? "
-                               "ORDER BY rowid", (job_id, row["metric_rowid"], upto))
+    rows = syncer.store.job_points(job_id, row["metric_rowid"], upto)
     if rows:
         points = _points(syncer, rows, job_id)
         syncer.log_batch(run_id, metrics=points)
         report.metrics += len(points)
-        with syncer.ledger.tx() as c:
-            c.execute("UPDATE tracking_runs SET metric_rowid=? WHERE entity=?", (rows[-1]["rid"], row["entity"]))
+        syncer.store.backfilled(row["entity"], rows[-1]["rid"])

@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
@@ -46,6 +45,7 @@ from autoresearch.redact import ambient_secrets, redact
 from autoresearch.tracking import _entities, _finish, _metrics, _reports, _traces, tracking_uri
 from autoresearch.tracking._common import SyncReport, _critical
 from autoresearch.tracking._metrics import BATCH
+from autoresearch.tracking._store import MirrorStore, use_wal
 
 __all__ = ["SyncReport", "Syncer", "fail_fast_http", "is_transient"]
 
@@ -103,6 +103,7 @@ class Syncer:
 
     def __init__(self, home: str | os.PathLike[str] | Ledger | None = None, uri: str | None = None) -> None:
         self.ledger = home if isinstance(home, Ledger) else Ledger(home)
+        self.store = MirrorStore(self.ledger)
         self.uri = self._bind_uri(uri)
         self.home_id = self._state("home_id") or self._init_home_id()
         self.secrets = ambient_secrets()  # a supplement: each entity adds its own (redact.job_secrets)
@@ -127,11 +128,7 @@ class Syncer:
 
     def _rebind(self, uri: str) -> None:
         """A new store: forget the old mapping so everything is mirrored again into the new one."""
-        with self.ledger.tx() as c:
-            c.execute("DELETE FROM tracking_runs")
-            c.execute("DELETE FROM tracking_state WHERE name IN ('metrics','decisions')")
-            c.execute("UPDATE tracking_outbox SET done_at=NULL, sent_ref=NULL")
-            c.execute("INSERT OR REPLACE INTO tracking_state(name, value) VALUES ('uri', ?)", (uri,))
+        self.store.rebind(uri)
 
     def artifact_root(self) -> str | None:
         """For a SQLite store, artifacts live beside the database (MLflow would use ./mlruns of the cwd)."""
@@ -151,8 +148,7 @@ class Syncer:
                 with _critical(self.ledger.home):
                     SqlAlchemyStore(self.uri, root)
                     # WAL: the UI reads while the syncer writes, and a commit costs no fsync of the whole journal.
-                    with contextlib.closing(sqlite3.connect(self.uri[len("sqlite:///"):])) as db:
-                        db.execute("PRAGMA journal_mode=WAL")
+                    use_wal(self.uri[len("sqlite:///"):])
             except Exception as err:
                 raise TrackingError(f"cannot create the MLflow database {self.uri}: {str(err).splitlines()[0]}",
                                     hint=URI_HINT) from None
@@ -165,17 +161,14 @@ class Syncer:
 
     def _init_home_id(self) -> str:
         value = uuid.uuid4().hex[:12]
-        with self.ledger.tx() as c:
-            c.execute("INSERT OR IGNORE INTO tracking_state(name, value) VALUES ('home_id', ?)", (value,))
+        self.store.offer_home_id(value)
         return self._state("home_id") or value
 
     def _state(self, name: str) -> str | None:
-        row = self.ledger.one("SELECT value FROM tracking_state WHERE name=?", (name,))
-        return str(row["value"]) if row else None
+        return self.store.state(name)
 
     def _set_state(self, name: str, value: object) -> None:
-        with self.ledger.tx() as c:
-            c.execute("INSERT OR REPLACE INTO tracking_state(name, value) VALUES (?,?)", (name, str(value)))
+        self.store.set_state(name, value)
 
     def cursor(self, name: str) -> int:
         """Where the mirror got to in the ledger: ``metrics`` (a rowid) or ``decisions`` (an id)."""
@@ -232,15 +225,12 @@ class Syncer:
         from autoresearch.backends import get_backend
         from autoresearch.ingest import ingest_attempt
 
-        rows = self.ledger.query("SELECT DISTINCT j.backend FROM attempts a JOIN jobs j ON j.id=a.job_id "
-                                 "WHERE a.state IN ('starting','running')")
-        for row in rows:
+        for row in self.store.live_backends():
             try:
                 backend = self._backends.get(row["backend"])
                 if backend is None:
                     backend = self._backends[row["backend"]] = get_backend(row["backend"])
-                for att in self.ledger.query("SELECT a.* FROM attempts a JOIN jobs j ON j.id=a.job_id "
-                                             "WHERE a.state='running' AND j.backend=?", (row["backend"],)):
+                for att in self.store.running_attempts(row["backend"]):
                     ingest_attempt(self.ledger, backend, att)
             except Exception as err:  # live metrics are a nicety; the final ingest is the runtime's
                 self.warn(f"ingest:{row['backend']}", f"could not read live metrics ({err})")
@@ -273,7 +263,7 @@ class Syncer:
     def ensure_run(self, entity: str, experiment: str, run_name: str, parent: str | None,
                     report: SyncReport | None = None, started: float | None = None) -> tuple[str, bool]:
         """The run of ``entity`` (created if needed, exactly once). Returns (run id, created)."""
-        row = self.ledger.one("SELECT run_id, experiment_id FROM tracking_runs WHERE entity=?", (entity,))
+        row = self.store.run_of(entity)
         if row is not None and row["run_id"]:
             return str(row["run_id"]), False
         with _critical(self.ledger.home):
@@ -281,17 +271,14 @@ class Syncer:
 
     def _create_run(self, entity: str, experiment: str, run_name: str, parent: str | None,
                     report: SyncReport | None, started: float | None) -> tuple[str, bool]:
-        row = self.ledger.one("SELECT run_id, experiment_id FROM tracking_runs WHERE entity=?", (entity,))
+        row = self.store.run_of(entity)
         if row is not None and row["run_id"]:
             return str(row["run_id"]), False  # another process created it while we waited
         exp_id = self.experiment_id(experiment)
         key = f"{self.home_id}/{entity}"
         run_id = None
         if row is None:
-            now = time.time()
-            with self.ledger.tx() as c:  # write-ahead: a create may follow
-                c.execute("INSERT OR IGNORE INTO tracking_runs(entity, experiment_id, parent_run_id, created_at, "
-                          "updated_at) VALUES (?,?,?,?,?)", (entity, exp_id, parent, now, now))
+            self.store.reserve_run(entity, exp_id, parent)  # write-ahead: a create may follow
         else:
             from mlflow.entities import ViewType
 
@@ -306,9 +293,7 @@ class Syncer:
             run_id = self.client.create_run(exp_id, start_time=start_ms, run_name=run_name, tags=tags).info.run_id
             if report is not None:
                 report.runs_created += 1
-        with self.ledger.tx() as c:
-            c.execute("UPDATE tracking_runs SET run_id=?, experiment_id=?, parent_run_id=?, updated_at=? "
-                      "WHERE entity=?", (run_id, exp_id, parent, time.time(), entity))
+        self.store.set_run(entity, run_id, exp_id, parent)
         return str(run_id), True
 
     def mark_blocked(self, entity: str, err: Exception) -> None:
@@ -317,20 +302,15 @@ class Syncer:
             raise err
         text = err.render() if isinstance(err, TrackingError) else f"{type(err).__name__}: {err}"
         text = text.strip().splitlines()[0] if not isinstance(err, TrackingError) else text
-        now = time.time()
-        with self.ledger.tx() as c:  # a row even for a run never created: its points are backfilled once fixed
-            c.execute("INSERT OR IGNORE INTO tracking_runs(entity, created_at, updated_at) VALUES (?,?,?)",
-                      (entity, now, now))
-            c.execute("UPDATE tracking_runs SET error=?, updated_at=? WHERE entity=?", (text, now, entity))
+        self.store.block(entity, text)  # a row even for a run never created: its points are backfilled once fixed
         self.warn(f"{entity}:{text}", f"{entity}: {text}")
 
     def clear_error(self, entity: str) -> bool:
         """Forget a run's recorded problem (it synced again); whether there was one."""
-        row = self.ledger.one("SELECT error FROM tracking_runs WHERE entity=?", (entity,))
+        row = self.store.error_of(entity)
         if row is None or row["error"] is None:
             return False
-        with self.ledger.tx() as c:
-            c.execute("UPDATE tracking_runs SET error=NULL WHERE entity=?", (entity,))
+        self.store.clear_error(entity)
         return True
 
     def log_batch(self, run_id: str, metrics: list[Any] = (), params: dict[str, str] | None = None,  # type: ignore[assignment]

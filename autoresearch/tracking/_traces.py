@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
+from autoresearch import outbox
 from autoresearch.redact import redact_obj
 from autoresearch.tracking._common import DEFAULT_EXPERIMENT, Mirror, SyncReport, _critical
 from autoresearch.tracking._entities import loop_experiment, loop_run, loop_secrets
@@ -15,7 +15,7 @@ def sync_decisions(syncer: Mirror, report: SyncReport) -> None:
     from mlflow.entities import Metric
 
     cursor = syncer.cursor("decisions")
-    for d in syncer.ledger.query("SELECT * FROM decisions WHERE id > ? ORDER BY id LIMIT 500", (cursor,)):
+    for d in syncer.store.decisions_after(cursor):
         run_id = loop_run(syncer, d["loop_id"], report)
         if run_id is None:
             return  # the parent run is blocked; decisions wait in order
@@ -25,9 +25,8 @@ def sync_decisions(syncer: Mirror, report: SyncReport) -> None:
                 record[key] = json.loads(record[key] or "{}")
             except ValueError:
                 pass
-        record["trials"] = [r["id"] for r in syncer.ledger.query(
-            "SELECT id FROM trials WHERE decision_id=? ORDER BY id", (d["id"],))]
-        loop = syncer.ledger.one("SELECT * FROM loops WHERE id=?", (d["loop_id"],))
+        record["trials"] = syncer.store.trials_of_decision(d["id"])
+        loop = syncer.store.loop(d["loop_id"])
         text = json.dumps(redact_obj(record, loop_secrets(syncer, loop)), indent=2, default=str)
         syncer.client.log_text(run_id, text, f"decisions/{d['id']:06d}-{d['kind']}.json")
         ts = int(d["created_at"] * 1000)
@@ -40,8 +39,7 @@ def sync_decisions(syncer: Mirror, report: SyncReport) -> None:
 
 
 def sync_outbox(syncer: Mirror, report: SyncReport) -> None:
-    rows = syncer.ledger.query("SELECT * FROM tracking_outbox WHERE done_at IS NULL AND kind='llm_call' "
-                               "ORDER BY id LIMIT 200")
+    rows = outbox.pending(syncer.ledger, "llm_call", 200)
     if not rows:
         return
     import mlflow
@@ -49,7 +47,7 @@ def sync_outbox(syncer: Mirror, report: SyncReport) -> None:
     mlflow.set_tracking_uri(syncer.uri)  # tracing exports through the global URI
     for row in rows:
         run_id = loop_run(syncer, row["loop_id"], report) if row["loop_id"] is not None else None
-        loop = syncer.ledger.one("SELECT * FROM loops WHERE id=?", (row["loop_id"],))
+        loop = syncer.store.loop(row["loop_id"])
         exp_id = syncer.experiment_id(loop_experiment(loop) if loop is not None else DEFAULT_EXPERIMENT)
         with _critical(syncer.ledger.home):
             _send_llm_call(syncer, row, exp_id, run_id)
@@ -57,7 +55,7 @@ def sync_outbox(syncer: Mirror, report: SyncReport) -> None:
 
 
 def _send_llm_call(syncer: Mirror, row: Any, exp_id: str, run_id: str | None) -> None:
-    fresh = syncer.ledger.one("SELECT done_at, sent_ref FROM tracking_outbox WHERE id=?", (row["id"],))
+    fresh = outbox.entry(syncer.ledger, row["id"])
     if fresh is None or fresh["done_at"] is not None:
         return  # sent by another process meanwhile
     key = f"{syncer.home_id}/llm_call:{row['id']}"
@@ -68,12 +66,9 @@ def _send_llm_call(syncer: Mirror, row: Any, exp_id: str, run_id: str | None) ->
                                             max_results=1)
         trace_id = found[0].info.trace_id if found else None
     if trace_id is None:
-        with syncer.ledger.tx() as c:
-            c.execute("UPDATE tracking_outbox SET sent_ref='sending' WHERE id=?", (row["id"],))
+        syncer.store.sending(row["id"])
         trace_id = _emit_trace(syncer, row, exp_id, run_id, key)
-    with syncer.ledger.tx() as c:
-        c.execute("UPDATE tracking_outbox SET sent_ref=?, done_at=? WHERE id=?",
-                  (trace_id, time.time(), row["id"]))
+    outbox.mark_sent(syncer.ledger, row["id"], trace_id)
 
 
 def _emit_trace(syncer: Mirror, row: Any, exp_id: str, run_id: str | None, key: str) -> str:

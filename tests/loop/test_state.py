@@ -51,4 +51,4 @@ def test_limits_end_the_loop_on_the_state_alone(home: Path) -> None:
     state.update_trial(ids[0], state="succeeded")
     assert _limits.done(state, None) and state.stop_reason == "trial budget 1 used"
     state.active[ids[0]] = {**state.rows[ids[0]], "job_id": 7}
-    assert _limits.check_limits(state, state.store.ledger) == [ids[0]]  # a hard stop: stop what runs
+    assert _limits.check_limits(state) == [ids[0]]  # a hard stop: stop what runs

@@ -1,0 +1,294 @@
+"""The job store: every read and write of the engine's tables (jobs, attempts, nodes, metrics,
+events, tenants; migrations ``core-1`` and ``isolation-1`` in :mod:`autoresearch.ledger`).
+
+The engine (runtime, guard, ingest, isolation) says what it means (``active_attempts``,
+``end_attempt``) and this module says it in SQL. A unit of work that was one transaction
+stays one method and one transaction; where a rule decides in the middle of one (how an
+ended attempt leaves its job), the rule is passed in, so the transaction never splits.
+Methods that take a ``conn`` run inside the caller's transaction.
+
+Stdlib only, like the ledger: it is on the status read and the pass.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from autoresearch.ledger import Ledger
+
+_REASON_CHARS = 300
+_ATTEMPT_WITH_JOB = ("SELECT a.*, j.priority, j.spec, j.retries_used, j.cancel_requested FROM attempts a "
+                     "JOIN jobs j ON j.id = a.job_id ")
+
+
+def attempt_paths(job_dir: Path, n: int) -> tuple[str, str, str]:
+    """An attempt's run dir, log and metrics file."""
+    return str(job_dir / f"attempt-{n}"), str(job_dir / f"attempt-{n}.log"), str(job_dir / f"attempt-{n}.metrics.jsonl")
+
+
+class JobStore:
+    """The engine's tables in one :class:`Ledger`; as cheap to make as the ledger handle it wraps."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+
+    # -- attempts: the pass ---------------------------------------------------------------
+
+    def active_attempts(self) -> list[sqlite3.Row]:
+        """Every starting or running attempt, with its job's priority, spec, retries and cancel flag."""
+        return self.ledger.query(_ATTEMPT_WITH_JOB + "WHERE a.state IN ('starting','running')")
+
+    def attempt_with_job(self, job_id: int, n: int) -> sqlite3.Row | None:
+        return self.ledger.one(_ATTEMPT_WITH_JOB + "WHERE a.job_id=? AND a.n=?", (job_id, n))
+
+    def attempt(self, job_id: int, n: int) -> sqlite3.Row | None:
+        return self.ledger.one("SELECT * FROM attempts WHERE job_id=? AND n=?", (job_id, n))
+
+    def unended_attempts(self, job_id: int) -> list[sqlite3.Row]:
+        return self.ledger.query("SELECT * FROM attempts WHERE job_id=? AND state!='ended'", (job_id,))
+
+    def mark_running(self, job_id: int, n: int, started: float) -> None:
+        """A starting attempt (and its job) runs since ``started``."""
+        with self.ledger.tx() as c:
+            now = time.time()
+            c.execute("UPDATE attempts SET state='running', started_at=? WHERE job_id=? AND n=? "
+                      "AND state='starting'", (started, job_id, n))
+            c.execute("UPDATE jobs SET state='running', started_at=COALESCE(started_at, ?), updated_at=? "
+                      "WHERE id=? AND state='starting'", (started, now, job_id))
+
+    def begin_attempt(self, job_id: int, node: str | None, gpu_ids: Iterable[str],
+                      job_dir: Path) -> tuple[sqlite3.Row, int] | None:
+        """Write a queued job's next attempt (``starting``) before it is launched; None if the job
+        is no longer queued or its cancel was asked for. Its paths are :func:`attempt_paths`."""
+        with self.ledger.tx() as c:
+            job = c.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+            if job is None or job["state"] != "queued" or job["cancel_requested"]:
+                return None
+            n = job["attempts"] + 1
+            run_dir, log_path, metrics_path = attempt_paths(job_dir, n)
+            c.execute(
+                "INSERT INTO attempts(job_id, n, state, node, gpu_ids, external_id, log_path, metrics_path, "
+                "created_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                (job_id, n, "starting", node, json.dumps(list(gpu_ids)), run_dir, log_path, metrics_path, time.time()),
+            )
+            c.execute("UPDATE jobs SET state='starting', attempts=?, updated_at=? WHERE id=?", (n, time.time(), job_id))
+            Ledger.event(c, "launch", job_id, n, node=node, gpus=list(gpu_ids))
+            return job, n
+
+    def set_external_id(self, job_id: int, n: int, external_id: str) -> None:
+        with self.ledger.tx() as c:
+            c.execute("UPDATE attempts SET external_id=? WHERE job_id=? AND n=?", (external_id, job_id, n))
+
+    def mark_stop(self, job_id: int, n: int, reason: str, **data: object) -> sqlite3.Row | None:
+        """Record why an active attempt is being stopped (the first reason stays); the attempt, or
+        None when it is not active (nothing to stop)."""
+        with self.ledger.tx() as c:
+            att = c.execute("SELECT * FROM attempts WHERE job_id=? AND n=?", (job_id, n)).fetchone()
+            if att is None or att["state"] not in ("starting", "running"):
+                return None
+            if att["stop_reason"] is None:
+                c.execute("UPDATE attempts SET stop_reason=? WHERE job_id=? AND n=?", (reason, job_id, n))
+            Ledger.event(c, "stop", job_id, n, reason=reason, **data)
+            return att
+
+    def end_attempt(self, job_id: int, n: int, status: Any, reason: str, detail: str,
+                    next_state: Callable[[sqlite3.Row], tuple[str, int]]) -> str | None:
+        """Record how attempt ``n`` ended (``status``: an AttemptStatus) and what ``next_state(job)``
+        (state, retries used) makes of its job, in one transaction; the job's new state, or None
+        when another pass ended this attempt first."""
+        with self.ledger.tx() as c:
+            job = c.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+            current = c.execute("SELECT state FROM attempts WHERE job_id=? AND n=?", (job_id, n)).fetchone()
+            if current is None or current["state"] == "ended":
+                return None  # another pass got here first
+            now = time.time()
+            c.execute(
+                "UPDATE attempts SET state='ended', started_at=COALESCE(started_at, ?), ended_at=?, exit_code=?, "
+                "signal=?, end_reason=?, detail=?, peak_rss_mb=? WHERE job_id=? AND n=?",
+                (status.started_at, status.ended_at or now, status.exit_code, status.signal, reason, detail,
+                 status.peak_rss_mb, job_id, n),
+            )
+            state, retries = next_state(job)
+            c.execute(
+                "UPDATE jobs SET state=?, retries_used=?, exit_code=?, end_reason=?, updated_at=?, "
+                "started_at=COALESCE(started_at, ?), "
+                "ended_at=CASE WHEN ? IN ('succeeded','failed','cancelled') THEN ? ELSE NULL END WHERE id=?",
+                (state, retries, status.exit_code, reason, now, status.started_at, state, now, job_id),
+            )
+            Ledger.event(c, "end", job_id, n, reason=reason, exit_code=status.exit_code, job_state=state,
+                         detail=detail)
+            return state
+
+    def give_up_attempt(self, job_id: int, n: int, detail: str) -> None:
+        """End an active attempt as ``infra`` and fail its job (unless it already ended)."""
+        now = time.time()
+        with self.ledger.tx() as c:
+            cur = c.execute("UPDATE attempts SET state='ended', ended_at=?, end_reason='infra', detail=? "
+                            "WHERE job_id=? AND n=? AND state IN ('starting','running')", (now, detail, job_id, n))
+            if not cur.rowcount:
+                return
+            c.execute("UPDATE jobs SET state='failed', end_reason='infra', ended_at=?, updated_at=? WHERE id=? "
+                      "AND state NOT IN ('succeeded','failed','cancelled')", (now, now, job_id))
+            Ledger.event(c, "end", job_id, n, reason="infra", job_state="failed", detail=detail)
+
+    # -- nodes and the queue: the scheduler's inputs --------------------------------------
+
+    def nodes(self, backend: str) -> list[sqlite3.Row]:
+        return self.ledger.query("SELECT * FROM nodes WHERE backend=?", (backend,))
+
+    def save_nodes(self, backend: str, seen: Iterable[Any], now: float) -> None:
+        """The nodes ``backend`` reports now (a down one comes back healthy); the others are down."""
+        seen = list(seen)
+        with self.ledger.tx() as c:
+            for node in seen:
+                c.execute(
+                    "INSERT INTO nodes(name, backend, gpus, gpu_ids, cpus, memory, state, reason, updated_at) "
+                    "VALUES (?,?,?,?,?,?,'healthy','',?) ON CONFLICT(name) DO UPDATE SET gpus=excluded.gpus, "
+                    "gpu_ids=excluded.gpu_ids, cpus=excluded.cpus, memory=excluded.memory, "
+                    "updated_at=excluded.updated_at, "
+                    "state=CASE WHEN nodes.state='down' THEN 'healthy' ELSE nodes.state END",
+                    (node.name, backend, len(node.gpu_ids), json.dumps(node.gpu_ids), node.cpus,
+                     node.memory, now),
+                )
+            names = [n.name for n in seen]
+            c.execute(
+                f"UPDATE nodes SET state='down', reason='not reported by backend', updated_at=? "
+                f"WHERE backend=? AND state!='down' AND name NOT IN ({','.join('?' * len(names))})",
+                (now, backend, *names),
+            )
+
+    def any_queued(self, backend: str) -> bool:
+        return self.ledger.one("SELECT 1 FROM jobs WHERE state='queued' AND backend=? LIMIT 1", (backend,)) is not None
+
+    def queued(self, backend: str) -> list[sqlite3.Row]:
+        return self.ledger.query("SELECT id, priority, gpus, nodes, cpus, memory, updated_at FROM jobs "
+                                 "WHERE state='queued' AND backend=? ORDER BY id", (backend,))
+
+    def placed(self, backend: str) -> list[sqlite3.Row]:
+        """The active attempts of ``backend``'s jobs, with what the scheduler needs of their job."""
+        return self.ledger.query(
+            "SELECT a.job_id, a.n, a.node, a.gpu_ids, a.started_at, a.created_at, a.stop_reason, "
+            "j.priority, j.cpus, j.memory FROM attempts a JOIN jobs j ON j.id=a.job_id "
+            "WHERE a.state IN ('starting','running') AND j.backend=?", (backend,))
+
+    def job_ends(self, job_ids: list[int]) -> list[sqlite3.Row]:
+        """State, end reason, exit code and times of these jobs."""
+        marks = ",".join("?" * len(job_ids))
+        return self.ledger.query(
+            f"SELECT id, state, end_reason, exit_code, started_at, ended_at FROM jobs WHERE id IN ({marks})",
+            tuple(job_ids))
+
+    # -- metric points --------------------------------------------------------------------
+
+    def metric_series(self, name: str, job_ids: Iterable[int]) -> list[sqlite3.Row]:
+        """Every point of metric ``name`` of these jobs (job, attempt, step, value, source), in order;
+        both sources: :func:`autoresearch.metrics.best_source` applies the reported-beats-log rule."""
+        job_ids = tuple(job_ids)
+        marks = ",".join("?" * len(job_ids))
+        return self.ledger.query(
+            f"SELECT job_id, attempt, step, value, source FROM metrics WHERE name=? AND job_id IN ({marks}) "
+            "AND value IS NOT NULL ORDER BY job_id, attempt, step, rowid", (name, *job_ids))
+
+    def metric_points(self, job_id: int) -> list[sqlite3.Row]:
+        """Every point of a job (name, value, source), oldest first (see :meth:`metric_series`)."""
+        return self.ledger.query("SELECT name, value, source FROM metrics WHERE job_id=? "
+                                 "ORDER BY attempt, step, rowid", (job_id,))
+
+    # -- ingestion ------------------------------------------------------------------------
+
+    def store_points(self, att: Any, offsets: tuple[int, int], rows: list[tuple[Any, ...]], new_offsets: tuple[int, int],
+                     counters: dict[str, int], drops: tuple[int, str]) -> bool:
+        """Store a chunk's metric points and move the attempt's read offsets past it, with its
+        dropped points (count, first reason) as a warning; False (and nothing written) when
+        another process has moved the offsets since ``offsets`` were read."""
+        with self.ledger.tx() as c:
+            if not _still_at(c, att, *offsets):
+                return False  # another process ingested this chunk
+            c.executemany("INSERT INTO metrics(job_id, attempt, name, step, value, ts, source) "
+                          "VALUES (?,?,?,?,?,?,?)", rows)
+            c.execute("UPDATE attempts SET metrics_offset=?, log_offset=?, log_steps=? WHERE job_id=? AND n=?",
+                      (*new_offsets, json.dumps(counters), att["job_id"], att["n"]))
+            if drops[0]:
+                self.note(c, "metrics_dropped", att["job_id"], att["n"], drops[1], drops[0])
+        return True
+
+    def skip_chunk(self, att: Any, offsets: tuple[int, int], new_offsets: tuple[int, int], reason: str) -> bool:
+        """Move the read offsets past a chunk that could not be read, with a warning; False when
+        another process moved them first."""
+        with self.ledger.tx() as c:
+            if not _still_at(c, att, *offsets):
+                return False
+            c.execute("UPDATE attempts SET metrics_offset=?, log_offset=? WHERE job_id=? AND n=?",
+                      (*new_offsets, att["job_id"], att["n"]))
+            self.note(c, "metrics_dropped", att["job_id"], att["n"], f"an unreadable chunk ({reason})")
+        return True
+
+    # -- warnings (events, one per attempt and kind) --------------------------------------
+
+    @staticmethod
+    def note(conn: sqlite3.Connection, kind: str, job_id: int, attempt: int | None, reason: str,
+             count: int = 1) -> dict[str, Any]:
+        """Add ``count`` to the one ``kind`` warning of this attempt (created with ``reason``), inside
+        the caller's transaction; return it."""
+        reason, now = reason[:_REASON_CHARS], time.time()
+        row = conn.execute("SELECT id, data FROM events WHERE job_id=? AND attempt IS ? AND kind=? ORDER BY id "
+                           "LIMIT 1", (job_id, attempt, kind)).fetchone()
+        if row is None:
+            data: dict[str, Any] = {"count": count, "reason": reason, "first_at": now, "last_at": now}
+            Ledger.event(conn, kind, job_id, attempt, **data)
+            return data
+        try:
+            data = json.loads(row["data"])
+            data = data if isinstance(data, dict) else {}
+        except ValueError:
+            data = {}
+        data["count"] = int(data.get("count") or 0) + count
+        data.setdefault("reason", reason)
+        data.setdefault("first_at", now)
+        data["last"], data["last_at"] = reason, now
+        conn.execute("UPDATE events SET data=? WHERE id=?", (json.dumps(data, default=str), row["id"]))
+        return data
+
+    def warn(self, kind: str, job_id: int, attempt: int | None, reason: str, count: int = 1) -> dict[str, Any]:
+        """:meth:`note` in a transaction of its own."""
+        with self.ledger.tx() as c:
+            return self.note(c, kind, job_id, attempt, reason, count)
+
+    def warning_events(self, job_id: int, kinds: tuple[str, ...]) -> list[sqlite3.Row]:
+        marks = ",".join("?" * len(kinds))
+        return self.ledger.query(f"SELECT attempt, kind, data FROM events WHERE job_id=? AND kind IN ({marks}) "
+                                 "ORDER BY id", (job_id, *kinds))
+
+    # -- tenants (isolation) --------------------------------------------------------------
+
+    @staticmethod
+    def register_tenant(conn: sqlite3.Connection, project: str, policy: dict[str, Any]) -> None:
+        """Record ``project``'s tenant policy (inside the caller's transaction)."""
+        conn.execute("INSERT INTO tenants(project, policy, updated_at) VALUES (?,?,?) ON CONFLICT(project) DO UPDATE "
+                     "SET policy=excluded.policy, updated_at=excluded.updated_at WHERE tenants.policy!=excluded.policy",
+                     (project, json.dumps(policy), time.time()))
+
+    @staticmethod
+    def tenant_policy(conn: sqlite3.Connection, project: str) -> str:
+        """``project``'s recorded tenant policy (JSON), or '' if it is not a tenant."""
+        row = conn.execute("SELECT policy FROM tenants WHERE project=?", (project,)).fetchone()
+        return str(row[0]) if row is not None else ""
+
+    def project_tenant_policy(self, project: str) -> str:
+        return self.tenant_policy(self.ledger._connect(), project)
+
+    def loop_of_project(self, name: str, project: str) -> bool:
+        """Whether loop ``name`` belongs to ``project``. The one read of a loop table here: the
+        engine may not import the loop's store (it lies above the engine)."""
+        return self.ledger.one("SELECT 1 FROM loops WHERE name=? AND project=?", (name, project)) is not None
+
+
+def _still_at(c: sqlite3.Connection, att: Any, m_off: int, l_off: int) -> bool:
+    row = c.execute("SELECT metrics_offset, log_offset FROM attempts WHERE job_id=? AND n=?",
+                    (att["job_id"], att["n"])).fetchone()
+    return row is not None and (row["metrics_offset"], row["log_offset"]) == (m_off, l_off)

@@ -1,0 +1,273 @@
+"""The mirror's store: every query the MLflow mirror makes of the ledger.
+
+Its own tables (``tracking_runs``: entity → run and how far it is mirrored;
+``tracking_state``: the bound URI, the home id and the cursors; migration ``tracking-1``
+in :mod:`autoresearch.ledger`) are written only here and in :mod:`autoresearch.outbox`
+(the outbox's stdlib side: what the engine and the loop record for the mirror). The
+ledger's other tables (jobs, attempts, metrics, loops, trials, decisions) are only read
+here, often joined with ``tracking_runs``. Methods say what they mean; each write is one
+transaction, as it was where it is called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+
+from autoresearch.ledger import Ledger
+
+Row = sqlite3.Row
+# A job belongs to a trial by trials.job_id, or (before the loop wrote it back) by its spec tag.
+TRIAL_JOIN = ("t.id=COALESCE((SELECT x.id FROM trials x WHERE x.job_id=j.id LIMIT 1), "
+              "CAST(json_extract(j.spec, '$.tags.\"autoresearch.trial_id\"') AS INTEGER))")
+ENTITY = "(CASE WHEN t.id IS NULL THEN 'job:' || j.id ELSE 'trial:' || t.id END)"
+
+
+def use_wal(path: str) -> None:
+    """Put the MLflow SQLite database at ``path`` in WAL mode (the one statement the mirror runs
+    on MLflow's own database)."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("PRAGMA journal_mode=WAL")
+
+
+class MirrorStore:
+    """The mirror's view of one :class:`Ledger`."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+
+    # -- tracking_state: the bound store, the home id, the cursors -------------------------
+
+    def state(self, name: str) -> str | None:
+        row = self.ledger.one("SELECT value FROM tracking_state WHERE name=?", (name,))
+        return str(row["value"]) if row else None
+
+    def set_state(self, name: str, value: object) -> None:
+        with self.ledger.tx() as c:
+            c.execute("INSERT OR REPLACE INTO tracking_state(name, value) VALUES (?,?)", (name, str(value)))
+
+    def offer_home_id(self, value: str) -> None:
+        """Record ``value`` as this ledger's home id unless it has one."""
+        with self.ledger.tx() as c:
+            c.execute("INSERT OR IGNORE INTO tracking_state(name, value) VALUES ('home_id', ?)", (value,))
+
+    def rebind(self, uri: str) -> None:
+        """Bind to a new store: forget the run mapping, the cursors and what the outbox sent."""
+        with self.ledger.tx() as c:
+            c.execute("DELETE FROM tracking_runs")
+            c.execute("DELETE FROM tracking_state WHERE name IN ('metrics','decisions')")
+            c.execute("UPDATE tracking_outbox SET done_at=NULL, sent_ref=NULL")
+            c.execute("INSERT OR REPLACE INTO tracking_state(name, value) VALUES ('uri', ?)", (uri,))
+
+    # -- tracking_runs: entity -> run -------------------------------------------------------
+
+    def run_of(self, entity: str) -> Row | None:
+        """(run_id, experiment_id) of ``entity``'s row, if it has one."""
+        return self.ledger.one("SELECT run_id, experiment_id FROM tracking_runs WHERE entity=?", (entity,))
+
+    def reserve_run(self, entity: str, experiment_id: str, parent: str | None) -> None:
+        """Write-ahead: the row of a run about to be created."""
+        now = time.time()
+        with self.ledger.tx() as c:
+            c.execute("INSERT OR IGNORE INTO tracking_runs(entity, experiment_id, parent_run_id, created_at, "
+                      "updated_at) VALUES (?,?,?,?,?)", (entity, experiment_id, parent, now, now))
+
+    def set_run(self, entity: str, run_id: str, experiment_id: str, parent: str | None) -> None:
+        with self.ledger.tx() as c:
+            c.execute("UPDATE tracking_runs SET run_id=?, experiment_id=?, parent_run_id=?, updated_at=? "
+                      "WHERE entity=?", (run_id, experiment_id, parent, time.time(), entity))
+
+    def block(self, entity: str, text: str) -> None:
+        """Record a run's permanent problem (a row even for a run never created: its points are
+        backfilled once it is fixed)."""
+        now = time.time()
+        with self.ledger.tx() as c:
+            c.execute("INSERT OR IGNORE INTO tracking_runs(entity, created_at, updated_at) VALUES (?,?,?)",
+                      (entity, now, now))
+            c.execute("UPDATE tracking_runs SET error=?, updated_at=? WHERE entity=?", (text, now, entity))
+
+    def error_of(self, entity: str) -> Row | None:
+        return self.ledger.one("SELECT error FROM tracking_runs WHERE entity=?", (entity,))
+
+    def clear_error(self, entity: str) -> None:
+        with self.ledger.tx() as c:
+            c.execute("UPDATE tracking_runs SET error=NULL WHERE entity=?", (entity,))
+
+    def job_run_error(self, job_id: int, trial_id: int | None) -> Row | None:
+        """The recorded problem of a job's run (as a job, or as its trial)."""
+        return self.ledger.one("SELECT error FROM tracking_runs WHERE entity IN (?, ?)",
+                               (f"job:{job_id}", f"trial:{trial_id}"))
+
+    def loop_run_id(self, loop_id: int) -> Row | None:
+        """The run of a loop that has no recorded problem."""
+        return self.ledger.one("SELECT run_id FROM tracking_runs WHERE entity=? AND error IS NULL",
+                               (f"loop:{loop_id}",))
+
+    def synced(self, entity: str, version: float) -> None:
+        with self.ledger.tx() as c:
+            c.execute("UPDATE tracking_runs SET synced_version=? WHERE entity=?", (version, entity))
+
+    def loop_synced(self, entity: str, version: float, reopen: bool) -> None:
+        """A loop's run is mirrored up to ``version``; ``reopen``: it runs again (not finished)."""
+        with self.ledger.tx() as c:
+            c.execute("UPDATE tracking_runs SET synced_version=?, error=NULL, finished=finished AND ? WHERE entity=?",
+                      (version, not reopen, entity))
+
+    def finished(self, entity: str) -> None:
+        """A run has ended in MLflow."""
+        with self.ledger.tx() as c:
+            c.execute("UPDATE tracking_runs SET finished=1 WHERE entity=?", (entity,))
+
+    def never_ran_finished(self, entity: str, run_id: str | None) -> None:
+        """The run of a trial that never ran has ended (``run_id``: one found for a row whose
+        create was cut short)."""
+        with self.ledger.tx() as c:
+            c.execute("UPDATE tracking_runs SET finished=1, run_id=COALESCE(run_id, ?) WHERE entity=?",
+                      (run_id, entity))
+
+    def logs_done(self, entity: str, n: int) -> None:
+        with self.ledger.tx() as c:
+            c.execute("UPDATE tracking_runs SET logs_done=? WHERE entity=?", (n, entity))
+
+    # -- loops, jobs, trials to mirror --------------------------------------------------------
+
+    def loops_to_sync(self) -> list[Row]:
+        """Loops without a run, changed since mirrored, or blocked, with their run's row."""
+        return self.ledger.query(
+            "SELECT l.*, r.synced_version, r.run_id, r.finished, r.error FROM loops l LEFT JOIN tracking_runs r "
+            "ON r.entity='loop:' || l.id WHERE r.run_id IS NULL OR r.synced_version < l.updated_at "
+            "OR r.error IS NOT NULL ORDER BY l.id")
+
+    def loop(self, loop_id: int) -> Row | None:
+        return self.ledger.one("SELECT * FROM loops WHERE id=?", (loop_id,))
+
+    def unsynced_loop(self, loop_id: int) -> Row | None:
+        """A loop as :meth:`loops_to_sync` shows one never mirrored."""
+        return self.ledger.one("SELECT l.*, -1 AS synced_version, 0 AS finished FROM loops l WHERE l.id=?", (loop_id,))
+
+    def jobs_to_sync(self) -> list[Row]:
+        """Jobs without a run, changed since mirrored (or their trial), or blocked, with their
+        trial id and their run's row."""
+        return self.ledger.query(
+            "SELECT j.*, t.id AS trial_id, r.synced_version, r.run_id, r.error, r.metric_rowid FROM jobs j "
+            f"LEFT JOIN trials t ON {TRIAL_JOIN} "
+            f"LEFT JOIN tracking_runs r ON r.entity={ENTITY} "
+            "WHERE r.run_id IS NULL OR r.synced_version < MAX(j.updated_at, COALESCE(t.updated_at, 0)) "
+            "OR r.error IS NOT NULL ORDER BY j.id")
+
+    def unsynced_job(self, job_id: int) -> Row | None:
+        """A job as :meth:`jobs_to_sync` shows one never mirrored."""
+        return self.ledger.one("SELECT j.*, t.id AS trial_id, -1 AS synced_version FROM jobs j "
+                               f"LEFT JOIN trials t ON {TRIAL_JOIN} WHERE j.id=?", (job_id,))
+
+    def trial(self, trial_id: int) -> Row | None:
+        return self.ledger.one("SELECT * FROM trials WHERE id=?", (trial_id,))
+
+    def decision(self, decision_id: int) -> Row | None:
+        return self.ledger.one("SELECT * FROM decisions WHERE id=?", (decision_id,))
+
+    def last_node(self, job_id: int) -> Row | None:
+        """The node of a job's latest attempt."""
+        return self.ledger.one("SELECT node FROM attempts WHERE job_id=? ORDER BY n DESC LIMIT 1", (job_id,))
+
+    def decisions_after(self, cursor: int, limit: int = 500) -> list[Row]:
+        return self.ledger.query("SELECT * FROM decisions WHERE id > ? ORDER BY id LIMIT ?", (cursor, limit))
+
+    def trials_of_decision(self, decision_id: int) -> list[int]:
+        return [r["id"] for r in self.ledger.query("SELECT id FROM trials WHERE decision_id=? ORDER BY id",
+                                                   (decision_id,))]
+
+    # -- metrics ------------------------------------------------------------------------------
+
+    def run_of_job(self, job_id: int) -> Row | None:
+        """A job's entity, and its run's id and problem (NULL without a row)."""
+        return self.ledger.one(
+            f"SELECT {ENTITY} AS entity, r.run_id, r.error FROM jobs j LEFT JOIN trials t ON {TRIAL_JOIN} "
+            f"LEFT JOIN tracking_runs r ON r.entity={ENTITY} WHERE j.id=?", (job_id,))
+
+    def reported_names(self, job_id: int) -> set[str]:
+        """The metrics a job reported (the reported-beats-log rule needs all of them)."""
+        return {r["name"] for r in self.ledger.query(
+            "SELECT DISTINCT name FROM metrics WHERE job_id=? AND source='report'", (job_id,))}
+
+    def points_after(self, rowid: int, limit: int) -> list[Row]:
+        """The next ``limit`` metric points of any job (``rid``: their rowid)."""
+        return self.ledger.query("SELECT rowid AS rid, * FROM metrics WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                                 (rowid, limit))
+
+    def any_point_after(self, rowid: int) -> bool:
+        return self.ledger.one("SELECT 1 FROM metrics WHERE rowid > ? LIMIT 1", (rowid,)) is not None
+
+    def job_points(self, job_id: int, after: int, upto: int) -> list[Row]:
+        return self.ledger.query("SELECT rowid AS rid, * FROM metrics WHERE job_id=? AND rowid > ? AND rowid <= ? "
+                                 "ORDER BY rowid", (job_id, after, upto))
+
+    def metric_rowid_of(self, run_id: str) -> Row | None:
+        return self.ledger.one("SELECT metric_rowid, entity FROM tracking_runs WHERE run_id=?", (run_id,))
+
+    def points_sent(self, entity: str, rowid: int) -> None:
+        """A run has every point of its job up to ``rowid`` (never moves back)."""
+        with self.ledger.tx() as c:
+            c.execute("UPDATE tracking_runs SET metric_rowid=MAX(metric_rowid, ?) WHERE entity=?", (rowid, entity))
+
+    def backfilled(self, entity: str, rowid: int) -> None:
+        with self.ledger.tx() as c:
+            c.execute("UPDATE tracking_runs SET metric_rowid=? WHERE entity=?", (rowid, entity))
+
+    # -- the ends of runs ---------------------------------------------------------------------
+
+    def job_runs_to_finish(self) -> list[Row]:
+        """Runs of jobs with attempt logs to upload or a final state not yet sent (``ended_n``:
+        the last ended attempt)."""
+        return self.ledger.query(
+            "SELECT r.entity, r.run_id, r.logs_done, j.id AS job_id, j.state, j.ended_at, j.spec, "
+            "(SELECT MAX(n) FROM attempts a WHERE a.job_id=j.id AND a.state='ended') AS ended_n FROM jobs j "
+            f"LEFT JOIN trials t ON {TRIAL_JOIN} JOIN tracking_runs r ON r.entity={ENTITY} "
+            "WHERE r.run_id IS NOT NULL AND r.error IS NULL AND r.finished=0 "
+            "AND (r.logs_done < COALESCE(ended_n, 0) OR j.state IN ('succeeded','failed','cancelled'))")
+
+    def loop_runs_open(self) -> list[Row]:
+        return self.ledger.query(
+            "SELECT l.id, l.state, l.updated_at, r.entity, r.run_id FROM loops l JOIN tracking_runs r "
+            "ON r.entity='loop:' || l.id WHERE r.run_id IS NOT NULL AND r.finished=0 AND r.error IS NULL")
+
+    def loop_has_open_trial_runs(self, loop_id: int) -> bool:
+        return self.ledger.one("SELECT 1 FROM tracking_runs r JOIN trials t ON r.entity='trial:' || t.id "
+                               "WHERE t.loop_id=? AND r.finished=0 LIMIT 1", (loop_id,)) is not None
+
+    def never_ran_runs(self) -> list[Row]:
+        """Open runs of trials that ended without a job (and never will have one)."""
+        return self.ledger.query(
+            "SELECT r.entity, r.run_id, r.experiment_id, t.state, t.failure, "
+            "COALESCE(t.ended_at, t.updated_at) AS ended_at FROM tracking_runs r JOIN trials t "
+            "ON r.entity='trial:' || t.id WHERE r.finished=0 AND r.error IS NULL AND t.job_id IS NULL "
+            "AND t.state NOT IN ('proposed','queued','running') AND NOT EXISTS (SELECT 1 FROM jobs j WHERE "
+            "json_extract(j.spec, '$.tags.\"autoresearch.trial_id\"')=CAST(t.id AS TEXT))")
+
+    def logs_to_upload(self, job_id: int, after: int, upto: int) -> list[Row]:
+        return self.ledger.query("SELECT n, log_path FROM attempts WHERE job_id=? AND n > ? AND n <= ? "
+                                 "ORDER BY n", (job_id, after, upto))
+
+    # -- live ingestion, the daemon -------------------------------------------------------------
+
+    def live_backends(self) -> list[Row]:
+        """The backends of starting or running attempts."""
+        return self.ledger.query("SELECT DISTINCT j.backend FROM attempts a JOIN jobs j ON j.id=a.job_id "
+                                 "WHERE a.state IN ('starting','running')")
+
+    def running_attempts(self, backend: str) -> list[Row]:
+        return self.ledger.query("SELECT a.* FROM attempts a JOIN jobs j ON j.id=a.job_id "
+                                 "WHERE a.state='running' AND j.backend=?", (backend,))
+
+    def any_job_live(self) -> bool:
+        """Whether a job is queued, starting or running."""
+        return self.ledger.one("SELECT 1 FROM jobs WHERE state IN ('queued','starting','running') LIMIT 1") is not None
+
+    # -- the outbox's LLM calls (its rows are written by autoresearch.outbox) --------------------
+
+    def sending(self, entry_id: int) -> None:
+        """An outbox entry is being sent (a later pass looks for what this one may have created)."""
+        with self.ledger.tx() as c:
+            c.execute("UPDATE tracking_outbox SET sent_ref='sending' WHERE id=?", (entry_id,))
+
