@@ -19,8 +19,8 @@ from autoresearch.jobstore import JobStore
 def running_job(home: Path) -> tuple[Api, JobStore, int]:
     api = Api(home, backend=FakeBackend(gpus=1))
     job = int(api.submit({"command": ["train"], "workdir": os.getcwd(), "gpus": 1}).id)
-    api.runtime.tick()
-    return api, JobStore(api.runtime.ledger), job
+    api._runtime.tick()
+    return api, JobStore(api._runtime.ledger), job
 
 
 def test_an_ending_whose_rule_fails_half_way_leaves_the_attempt_and_its_job_as_they_were(home: Path) -> None:
