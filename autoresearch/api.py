@@ -249,7 +249,8 @@ class Api:
 
     def loop_report(self, name: str, out_dir: str | None = None) -> tuple[Any, str | None]:
         """Write a loop's plots and summary and log them to MLflow; (LoopView, MLflow run id or None)."""
-        from autoresearch.loop.report import log_to_mlflow, write_report
+        from autoresearch.loop.report import write_report
+        from autoresearch.tracking import log_to_mlflow
 
         view = write_report(self._ledger, name, out_dir)
         return view, log_to_mlflow(self._ledger, view)

@@ -8,6 +8,8 @@ nothing on a fast path imports ``tracking`` (nor, through it, mlflow):
     attempt_env(ledger, job_id) MLFLOW_* variables for a launching attempt, from the ledger
     record_llm_call(home, ...)  store one LLM call in the outbox; the syncer emits a trace
     record_report(home, ...)    ask for a loop's report files on its run; the syncer uploads them
+    request_runs(ledger, ids)   ask for trials' MLflow runs before they launch (the run maker answers)
+    trial_runs(ledger, ids)     the trials' run ids the mirror wrote so far
     tracking_uri(home)          where the mirror writes
     tracking_enabled()          ``AUTORESEARCH_TRACKING=off`` turns the mirror off
 
@@ -30,11 +32,13 @@ if TYPE_CHECKING:
     from autoresearch.ledger import Ledger
 
 __all__ = ["KICK_FILE", "LOCK_FILE", "LOG_FILE", "TRIAL_TAG", "attempt_env", "background_enabled", "default_uri",
-           "kick", "record_llm_call", "record_report", "tracking_enabled", "tracking_uri"]
+           "kick", "record_llm_call", "record_report", "request_runs", "trial_runs", "tracking_enabled",
+           "tracking_uri"]
 
 LOCK_FILE = "tracking.lock"
 KICK_FILE = "tracking.kick"
 LOG_FILE = "tracking.log"
+RUN_MAKER = "autoresearch.tracking._prepare_runs"  # the mirror's helper process that answers request_runs
 _OFF = ("0", "off", "false", "no")
 
 
@@ -126,8 +130,8 @@ def attempt_env(ledger: Ledger, job_id: int, spec: dict[str, Any] | None = None)
 
     ``MLFLOW_TRACKING_URI`` always (so a trial's own ``mlflow`` calls go to the same
     store), plus ``MLFLOW_EXPERIMENT_ID`` and ``MLFLOW_RUN_ID`` when the job's run
-    exists already: the loop creates its trials' runs before it submits them
-    (:func:`prepare_runs`) and tags the job spec with ``autoresearch.trial_id`` (the
+    exists already: the loop has its trials' runs created before it submits them
+    (:func:`request_runs`) and tags the job spec with ``autoresearch.trial_id`` (the
     job id is not known before submit), and the syncer creates runs of jobs that wait
     in the queue.
     A standalone job that starts at once can call :func:`start_run` itself.
@@ -189,6 +193,26 @@ def record_report(home: str | os.PathLike[str] | Ledger | None, loop_id: int, re
         cur = c.execute("INSERT INTO tracking_outbox(kind, loop_id, payload, created_at) VALUES ('report',?,?,?)",
                         (loop_id, json.dumps({"dir": str(report_dir)}), time.time()))
         return int(cur.lastrowid or 0)
+
+
+def request_runs(ledger: Ledger, trial_ids: list[int]) -> int:
+    """Ask the mirror for the MLflow runs of trials about to launch (``kind='trial_run'``).
+    One ledger insert; returns its outbox id. The run maker (:data:`RUN_MAKER`) or the next
+    sync pass creates the runs, writes them to ``tracking_runs`` and marks the entry sent."""
+    with ledger.tx() as c:
+        cur = c.execute("INSERT INTO tracking_outbox(kind, payload, created_at) VALUES ('trial_run',?,?)",
+                        (json.dumps([int(i) for i in trial_ids]), time.time()))
+        return int(cur.lastrowid or 0)
+
+
+def trial_runs(ledger: Ledger, trial_ids: list[int]) -> dict[int, str]:
+    """Trial id -> MLflow run id, for those of ``trial_ids`` whose run exists (cheap: one query)."""
+    if not trial_ids:
+        return {}
+    entities = {f"trial:{int(i)}": int(i) for i in trial_ids}
+    rows = ledger.query(f"SELECT entity, run_id FROM tracking_runs WHERE run_id IS NOT NULL AND entity IN "
+                        f"({','.join('?' * len(entities))})", tuple(entities))
+    return {entities[r["entity"]]: str(r["run_id"]) for r in rows}
 
 
 def pending(ledger: Ledger, kind: str, limit: int = 50) -> list[sqlite3.Row]:

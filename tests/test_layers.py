@@ -3,6 +3,7 @@
 * only ``autoresearch/tracking/`` imports mlflow;
 * the engine (and what lies below it) never imports the mirror, the loop, the facade or a face;
 * the mirror reads the ledger: it imports neither the runtime, nor the loop, the facade or a face;
+* the loop asks the mirror through the outbox: it never imports the mirror;
 * faces (the command line, the MCP tools) import only the facade, the errors, the facade's
   views and their own package;
 * SQL is written only in the stores.
@@ -25,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "autoresearch"
 
 MIRROR = ("autoresearch/tracking/",)
+LOOP = ("autoresearch/loop/",)
 ENGINE = ("autoresearch/runtime.py", "autoresearch/scheduler.py", "autoresearch/ledger.py", "autoresearch/backends/",
           "autoresearch/watcher.py", "autoresearch/metrics.py", "autoresearch/ingest.py", "autoresearch/guard.py",
           "autoresearch/isolation.py", "autoresearch/spec.py", "autoresearch/jobs.py", "autoresearch/jobstore.py",
@@ -148,6 +150,13 @@ def test_the_mirror_reads_the_ledger_not_the_engine(path: str) -> None:
                     and not within(name, ("autoresearch.tracking",)))
     assert not upward, f"{path} (the mirror) imports {upward}: read the ledger, and a backend through the " \
                        "backends registry"
+
+
+@pytest.mark.parametrize("path", [p for p in modules() if under(p, LOOP)])
+def test_the_loop_asks_the_mirror_through_the_outbox(path: str) -> None:
+    mirror = sorted(name for name in imports(path) if within(name, ("autoresearch.tracking",)))
+    assert not mirror, f"{path} (the loop) imports {mirror}: record what the mirror should do with " \
+                       "autoresearch/outbox.py, and let the mirror read the ledger"
 
 
 @pytest.mark.parametrize("path", [p for p in modules() if under(p, FACES)])

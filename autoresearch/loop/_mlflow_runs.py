@@ -1,17 +1,18 @@
 """Trials' MLflow runs, created ahead of their launch (tracking on), for the controller.
 
-Each batch of new trials gets its MLflow runs (and the loop's parent run) from
-:func:`autoresearch.tracking.prepare_runs` in a helper process
-(:mod:`autoresearch.loop._prepare_runs`), driven from a worker thread so the event loop
-never blocks on mlflow. A trial waits for its run at most ``PREPARE_HOLD_S``; a tracking
-failure or a slow store only means later trials launch without ``MLFLOW_RUN_ID`` (the
-background syncer still mirrors them).
+Each batch of new trials is a request in the outbox (:func:`autoresearch.outbox.request_runs`);
+the mirror's run maker, a helper process (:mod:`autoresearch.tracking._prepare_runs`, started
+here by name: the loop never imports the mirror), creates the runs (and the loop's parent
+run) and writes them to the ledger, where a trial's attempt finds its ``MLFLOW_RUN_ID``. A
+worker thread pokes the helper and reads the ledger, so the event loop never blocks on
+mlflow. A trial waits for its run at most ``PREPARE_HOLD_S``; a tracking failure or a slow
+store only means later trials launch without ``MLFLOW_RUN_ID`` (the background syncer
+still mirrors them).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -20,35 +21,47 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autoresearch import outbox
+
 PREPARE_HOLD_S = 30.0  # longest a trial waits for its MLflow run before it launches without MLFLOW_RUN_ID
 
 
 class RunMaker:
-    """The helper process that creates trials' MLflow runs (:mod:`autoresearch.loop._prepare_runs`),
+    """The mirror's helper process that answers run requests (:data:`autoresearch.outbox.RUN_MAKER`),
     started on first use; one request at a time (from one :class:`Prepare` thread)."""
 
     def __init__(self, home: Any) -> None:
         self.home = home
+        self.ledger: Any = None  # opened by the worker thread on its first request
         self.proc: subprocess.Popen[str] | None = None
         self.closed = False
         self._asking = False  # an answer is awaited: its stdout is then the worker's to close
         self._lock = threading.Lock()  # close() (the event loop) vs ask() (the worker): one owner of proc
 
     def ask(self, ids: list[int]) -> dict[int, str]:
-        """Trial id -> run id; {} once :meth:`close` has begun (the loop is ending: no message)."""
+        """Trial id -> run id; {} once :meth:`close` has begun (the loop is ending: no message).
+        ``ids`` empty: only warm the helper up."""
+        with self._lock:
+            if self.closed:
+                return {}
+        if self.ledger is None:
+            from autoresearch.ledger import Ledger
+
+            self.ledger = Ledger(self.home)
+        entry = outbox.request_runs(self.ledger, ids) if ids else 0
         with self._lock:
             if self.closed:
                 return {}
             if self.proc is None:  # its messages (mlflow's too) go where the syncer's go, not over the live table
                 with open(Path(self.home) / "tracking.log", "ab") as log:
                     self.proc = subprocess.Popen(
-                        [sys.executable, "-m", "autoresearch.loop._prepare_runs", str(self.home), str(os.getpid())],
+                        [sys.executable, "-m", outbox.RUN_MAKER, str(self.home), str(os.getpid())],
                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
             proc = self.proc
             self._asking = True
         assert proc.stdin is not None and proc.stdout is not None
         try:
-            proc.stdin.write(json.dumps(ids) + "\n")
+            proc.stdin.write(f"{entry}\n")
             proc.stdin.flush()
             line = proc.stdout.readline()
         except (OSError, ValueError):  # ValueError: close() closed stdin under us
@@ -63,7 +76,7 @@ class RunMaker:
                 proc.stdout.close()
                 return {}
             raise OSError(f"the helper exited with code {proc.wait()}")
-        return {int(k): str(v) for k, v in json.loads(line).items()}
+        return outbox.trial_runs(self.ledger, ids)
 
     def close(self, wait_s: float = 5.0) -> None:
         with self._lock:

@@ -16,10 +16,10 @@ is ``crashed`` and does not count against the trial budget. User failures are
 A loop belongs to a project (``loops.project``; MCP tokens see their own project's
 loops) and submits its trials as that project's jobs.
 
-With tracking on, each batch of new trials gets its MLflow runs (and the loop's parent
-run) from :func:`autoresearch.tracking.prepare_runs` before the trials launch (in a helper
-process, :mod:`autoresearch.loop._prepare_runs`, driven from a worker thread), so their
-attempts get ``MLFLOW_RUN_ID``. A trial waits for that at most ``PREPARE_HOLD_S``; a tracking failure or a slow store only means later trials launch
+With tracking on, each batch of new trials asks the mirror for its MLflow runs (and the
+loop's parent run) through the outbox before the trials launch (the mirror's run maker, a
+helper process, answers; a worker thread waits for it), so their attempts get
+``MLFLOW_RUN_ID``. A trial waits for that at most ``PREPARE_HOLD_S``; a tracking failure or a slow store only means later trials launch
 without the variable (the background syncer still mirrors them).
 
 This module holds the event loop; what it knows is a :class:`~autoresearch.loop.state.LoopState`
@@ -42,6 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autoresearch import jobs as job_ops
+from autoresearch import outbox
 from autoresearch.errors import AutoresearchError, BackendError, PlanError, StateError
 from autoresearch.jobstore import JobStore
 from autoresearch.loop import _limits, outcomes
@@ -162,9 +163,7 @@ class Controller:
             self._adopt(changed=existing["digest"] != digest and has_trials)
         self.ctx.loop_id = s.store.loop_id
         s.reload()
-        from autoresearch import tracking
-
-        self.runs.enabled = tracking.tracking_enabled()
+        self.runs.enabled = outbox.tracking_enabled()
         # Warm up (mlflow import, the store) while the first proposal is made; runs for resumed trials.
         self.runs.prepare([r["id"] for r in s.pending()], warm=True)
         s.launch_decided = s.store.launched_trials()

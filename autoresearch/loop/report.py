@@ -9,7 +9,8 @@
 * ``lineage.png``         the tree of code-edit trials (parent -> child), when there is one;
 * ``summary.md``          the incumbent, the noise floor, a leaderboard, budgets, decisions.
 
-The files are then attached to the loop's MLflow run (when tracking is on). matplotlib
+The facade then has the mirror attach the files to the loop's MLflow run (when tracking is
+on: :func:`autoresearch.tracking.log_to_mlflow`, through the outbox). matplotlib
 is imported here only, never on a fast path.
 """
 
@@ -200,24 +201,3 @@ def write_report(ledger: Ledger, name: str, out_dir: str | Path | None = None, p
     view.report_dir = str(out)
     return view
 
-
-def log_to_mlflow(ledger: Ledger, view: LoopView, attempts: int = 3) -> str | None:
-    """Attach the report to the loop's MLflow run; returns the run id (None when tracking is off or fails).
-
-    The mirror does the writing (:func:`autoresearch.tracking.log_report`, which retries
-    while the background syncer may be creating the MLflow database); a failure is reported
-    here, since the report on disk is what matters."""
-    import sys
-
-    from autoresearch import outbox
-
-    if not outbox.tracking_enabled() or view.report_dir is None:
-        return None
-    from autoresearch import tracking
-
-    try:
-        return tracking.log_report(ledger.home, view.loop_id, view.report_dir, attempts=attempts)
-    except Exception as error:  # noqa: BLE001 - the report on disk is what matters; retried, then reported
-        print(f"autoresearch: could not log the report to MLflow ({error}); it is on disk, and "
-              f"`autoresearch report {view.name}` logs it again", file=sys.stderr)
-        return None

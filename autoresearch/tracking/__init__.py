@@ -16,6 +16,7 @@ re-exported here. This module itself stays cheap to import; the heavy parts live
     sync(home)                  one foreground pass; returns a SyncReport
     prepare_runs(home, ...)     create the MLflow runs of trials before they launch
     log_report(home, ...)       attach a loop's report files to its MLflow run (via the outbox)
+    log_to_mlflow(ledger, view) the same for a written loop report; a failure is printed, not raised
     record_llm_call(home, ...)  store one LLM call; the syncer emits it as a trace
     attempt_env(ledger, job_id) MLFLOW_* variables for a launching attempt
     start_run()                 inside a trial: the job's own MLflow run, active
@@ -46,8 +47,8 @@ if TYPE_CHECKING:
     from autoresearch.tracking._sync import SyncReport
 
 __all__ = ["KICK_FILE", "LOCK_FILE", "LOG_FILE", "TRIAL_TAG", "attempt_env", "background_enabled", "default_uri",
-           "kick", "log_report", "prepare_runs", "record_llm_call", "start_run", "sync", "tracking_enabled",
-           "tracking_uri"]
+           "kick", "log_report", "log_to_mlflow", "prepare_runs", "record_llm_call", "start_run", "sync",
+           "tracking_enabled", "tracking_uri"]
 
 
 def sync(home: str | os.PathLike[str] | None = None, *, uri: str | None = None,
@@ -110,6 +111,23 @@ def log_report(home: str | os.PathLike[str] | Ledger | None, loop_id: int, repor
     if ref.startswith("error:"):
         raise TrackingError(ref.removeprefix("error:").strip())
     return ref or None
+
+
+def log_to_mlflow(ledger: Ledger, view: Any, attempts: int = 3) -> str | None:
+    """Attach a loop's written report (a :class:`~autoresearch.loop.views.LoopView` with its
+    ``report_dir``) to the loop's MLflow run; returns the run id (None when tracking is off or fails).
+
+    :func:`log_report` does the writing (it retries while the background syncer may be
+    creating the MLflow database); a failure is reported here, since the report on disk is
+    what matters."""
+    if not tracking_enabled() or view.report_dir is None:
+        return None
+    try:
+        return log_report(ledger.home, view.loop_id, view.report_dir, attempts=attempts)
+    except Exception as error:  # noqa: BLE001 - the report on disk is what matters; retried, then reported
+        print(f"autoresearch: could not log the report to MLflow ({error}); it is on disk, and "
+              f"`autoresearch report {view.name}` logs it again", file=sys.stderr)
+        return None
 
 
 def start_run() -> Any:

@@ -14,7 +14,8 @@ Progress lives in the ledger:
   (attempt logs uploaded), ``finished`` (run terminated), ``error`` (why it is blocked).
 * ``tracking_state``: the store URI the mirror is bound to, and the cursors ``metrics``
   (ledger rowid) and ``decisions`` (decision id).
-* ``tracking_outbox``: LLM calls waiting to become traces, loop reports waiting to be uploaded.
+* ``tracking_outbox``: LLM calls waiting to become traces, loop reports waiting to be uploaded,
+  trials' run requests their run maker left unanswered.
 
 A cursor moves only after MLflow accepted the batch. A crash in between replays that
 batch, and MLflow's SQL store drops points equal in (key, step, timestamp, value) —
@@ -24,7 +25,8 @@ no gap.
 The pass and the run bookkeeping live here; what is mirrored lives beside it, as
 functions of a :class:`~autoresearch.tracking._common.Mirror` (the public face of a
 :class:`Syncer`): ``_entities`` (loops, jobs, trials), ``_metrics``, ``_traces``
-(decisions, LLM calls), ``_reports`` (loops' reports) and ``_finish`` (logs, the end of runs).
+(decisions, LLM calls), ``_reports`` (loops' reports), ``_prepare_runs`` (runs before
+launch) and ``_finish`` (logs, the end of runs).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from autoresearch.backends import Backend
 from autoresearch.errors import TrackingError
 from autoresearch.ledger import Ledger
 from autoresearch.redact import ambient_secrets, redact
-from autoresearch.tracking import _entities, _finish, _metrics, _reports, _traces, tracking_uri
+from autoresearch.tracking import _entities, _finish, _metrics, _prepare_runs, _reports, _traces, tracking_uri
 from autoresearch.tracking._common import SyncReport, _critical
 from autoresearch.tracking._metrics import BATCH
 from autoresearch.tracking._store import MirrorStore, use_wal
@@ -210,6 +212,7 @@ class Syncer:
             _traces.sync_decisions(self, report)
             _traces.sync_outbox(self, report)
             _reports.sync_reports(self, report)
+            _prepare_runs.sync_run_requests(self, report)
             _finish.finish(self, report)
         except TrackingError:
             raise

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from autoresearch import tracking
-from autoresearch.loop.report import log_to_mlflow
 from autoresearch.loop.views import loop_view
 from tests.tracking.conftest import client, make_loop
 
@@ -30,7 +29,7 @@ def test_the_report_goes_through_the_outbox_and_the_caller_gets_the_run(api: Any
     view = loop_view(api._ledger, "reported")
     view.report_dir = str(out)
 
-    run_id = log_to_mlflow(api._ledger, view)
+    run_id = tracking.log_to_mlflow(api._ledger, view)
 
     row = api._ledger.one("SELECT * FROM tracking_outbox WHERE kind='report'")
     assert row is not None and row["loop_id"] == loop_id and row["done_at"] is not None
@@ -62,5 +61,5 @@ def test_tracking_off_records_nothing(api: Any, quiet: Path, tmp_path: Path, mon
     make_loop(api, "untracked", _plan("untracked"))
     view = loop_view(api._ledger, "untracked")
     view.report_dir = str(tmp_path)
-    assert log_to_mlflow(api._ledger, view) is None
+    assert tracking.log_to_mlflow(api._ledger, view) is None
     assert api._ledger.query("SELECT * FROM tracking_outbox") == []

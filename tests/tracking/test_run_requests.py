@@ -1,0 +1,48 @@
+"""Runs before launch go through the outbox: the loop records a request, the mirror's run maker
+(or a later sync pass) creates the runs and writes them to the ledger, where a trial finds its run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from autoresearch import outbox, tracking
+from autoresearch.loop._mlflow_runs import RunMaker
+from tests.tracking.conftest import client, make_decision, make_loop, make_trial
+
+
+def _trial(api: Any, name: str) -> int:
+    loop_id = make_loop(api, name, {"name": name, "objective": {"metric": "loss"}})
+    return make_trial(api, loop_id, make_decision(api, loop_id), {"x": 1})
+
+
+def test_the_run_maker_answers_a_request_in_the_outbox(api: Any, quiet: Path) -> None:
+    trial = _trial(api, "asked")
+    maker = RunMaker(quiet)
+    try:
+        runs = maker.ask([trial])
+    finally:
+        maker.close()
+
+    row = api._ledger.one("SELECT * FROM tracking_outbox WHERE kind='trial_run'")
+    assert row is not None and json.loads(row["payload"]) == [trial] and row["done_at"] is not None
+    assert json.loads(row["sent_ref"]) == {str(trial): runs[trial]}
+    assert outbox.trial_runs(api._ledger, [trial]) == runs
+    env = outbox.attempt_env(api._ledger, 999, {"tags": {outbox.TRIAL_TAG: str(trial)}})
+    assert env["MLFLOW_RUN_ID"] == runs[trial]  # what the trial's attempt gets at launch
+    assert client(tracking.tracking_uri(quiet)).get_run(runs[trial]).info.run_name == f"trial-{trial}"
+
+
+def test_a_request_nobody_answered_is_taken_by_the_next_pass(api: Any, quiet: Path) -> None:
+    trial = _trial(api, "unanswered")
+    entry = outbox.request_runs(api._ledger, [trial])  # the controller was killed before its helper answered
+    assert outbox.trial_runs(api._ledger, [trial]) == {}
+
+    tracking.sync(quiet)
+
+    runs = outbox.trial_runs(api._ledger, [trial])
+    assert set(runs) == {trial}
+    row = outbox.entry(api._ledger, entry)
+    assert row is not None and row["done_at"] is not None and json.loads(row["sent_ref"]) == {str(trial): runs[trial]}
+    assert api._ledger.one("SELECT COUNT(*) AS n FROM tracking_outbox WHERE done_at IS NULL")["n"] == 0
