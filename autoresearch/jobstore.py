@@ -37,6 +37,51 @@ class JobStore:
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
 
+    # -- jobs: submit, cancel, look-ups ----------------------------------------------------
+
+    def add_job(self, job: Any, project: str, backend: str, policy: str) -> int:
+        """Record a validated job (a JobSpec) as queued, with its ``submit`` event; its id."""
+        now = time.time()
+        with self.ledger.tx() as c:
+            cur = c.execute(
+                "INSERT INTO jobs(name, state, priority, spec, gpus, nodes, cpus, memory, experiment, project, "
+                "backend, submitted_at, updated_at, isolation) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (job.name, "queued", job.priority, job.model_dump_json(), job.gpus, job.nodes, job.cpus, job.memory,
+                 job.experiment, project, backend, now, now, policy),
+            )
+            job_id = int(cur.lastrowid or 0)
+            Ledger.event(c, "submit", job_id, priority=job.priority, gpus=job.gpus)
+        return job_id
+
+    def request_cancel(self, job_id: int, final: Iterable[str]) -> bool:
+        """Ask for a job's cancel (a queued job is cancelled at once), with its ``cancel`` event;
+        False when the job is already in a ``final`` state (nothing done)."""
+        with self.ledger.tx() as c:
+            job = c.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()
+            if job["state"] in final:
+                return False
+            c.execute("UPDATE jobs SET cancel_requested=1, updated_at=? WHERE id=?", (time.time(), job_id))
+            if job["state"] == "queued":
+                c.execute("UPDATE jobs SET state='cancelled', end_reason='cancelled', ended_at=? WHERE id=?",
+                          (time.time(), job_id))
+            Ledger.event(c, "cancel", job_id)
+        return True
+
+    def active_attempt_numbers(self, job_id: int) -> list[sqlite3.Row]:
+        """The numbers (``n``) of a job's starting or running attempts."""
+        return self.ledger.query("SELECT n FROM attempts WHERE job_id=? AND state IN ('starting','running')",
+                                 (job_id,))
+
+    def job(self, job_id: int) -> sqlite3.Row | None:
+        return self.ledger.one("SELECT * FROM jobs WHERE id=?", (job_id,))
+
+    def latest_attempt(self, job_id: int) -> sqlite3.Row | None:
+        return self.ledger.one("SELECT * FROM attempts WHERE job_id=? ORDER BY n DESC LIMIT 1", (job_id,))
+
+    def node_sizes(self, backend: str) -> list[sqlite3.Row]:
+        """Name, GPUs and state of ``backend``'s nodes (cordoned or not)."""
+        return self.ledger.query("SELECT name, gpus, state FROM nodes WHERE backend=?", (backend,))
+
     # -- attempts: the pass ---------------------------------------------------------------
 
     def active_attempts(self) -> list[sqlite3.Row]:

@@ -47,7 +47,6 @@ FACE_IMPORTS_ALLOWED = {
 SQL_ALLOWED = {
     "autoresearch/api.py",
     "autoresearch/loop/proposers/agent.py",
-    "autoresearch/jobs.py",
     "autoresearch/loop/ops.py",
     "autoresearch/tracking/_status.py",
 }
