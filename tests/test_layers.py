@@ -45,8 +45,6 @@ FACE_IMPORTS_ALLOWED = {
     "autoresearch/tools/prompts.py",  # paths.prompts_dir
 }
 SQL_ALLOWED = {
-    "autoresearch/loop/proposers/agent.py",
-    "autoresearch/loop/ops.py",
     "autoresearch/tracking/_status.py",
 }
 
