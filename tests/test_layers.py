@@ -44,9 +44,7 @@ STORES = ("autoresearch/ledger.py", "autoresearch/jobstore.py", "autoresearch/ou
 FACE_IMPORTS_ALLOWED = {
     "autoresearch/tools/prompts.py",  # paths.prompts_dir
 }
-SQL_ALLOWED = {
-    "autoresearch/tracking/_status.py",
-}
+SQL_ALLOWED: set[str] = set()
 
 _SQL = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|DROP|PRAGMA|WITH|REPLACE)\s")
 
