@@ -324,3 +324,11 @@ def schema(what: str) -> dict[str, Any]:
     from autoresearch.spec import JobSpec
 
     return JobSpec.model_json_schema()
+
+
+def prompts_dir() -> Path:
+    """The folder of prompt templates: the MCP prompts' and the LLM proposers' (``AUTORESEARCH_PROMPTS``
+    overrides it)."""
+    from autoresearch import paths
+
+    return paths.prompts_dir()
