@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ class Api:
     def __init__(self, home: str | os.PathLike[str] | None = None, backend: Any = None) -> None:
         self._runtime = Runtime(home, backend)  # the engine; faces never reach it (no .runtime, no .ledger)
         self._ledger = self._runtime.ledger
+        self._jobs = self._runtime.jobs  # the job store: the one place the facade's reads are written in SQL
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -61,14 +61,8 @@ class Api:
 
     def cordon(self, node: str, reason: str = "", undo: bool = False) -> NodeView:
         """Take a node out of scheduling (running attempts continue), or put it back."""
-        with self._ledger.tx() as c:
-            row = c.execute("SELECT * FROM nodes WHERE name=?", (node,)).fetchone()
-            if row is None:
-                names = [r["name"] for r in c.execute("SELECT name FROM nodes")]
-                raise NotFoundError(f"no node named {node!r}", hint=f"nodes: {', '.join(names) or 'none yet'}")
-            state, why = ("healthy", "") if undo else ("cordoned", reason or "cordoned by hand")
-            c.execute("UPDATE nodes SET state=?, reason=?, updated_at=? WHERE name=?", (state, why, time.time(), node))
-            self._ledger.event(c, "uncordon" if undo else "cordon", node=node, reason=why)
+        state, why = ("healthy", "") if undo else ("cordoned", reason or "cordoned by hand")
+        self._jobs.set_node_state(node, state, why, "uncordon" if undo else "cordon")
         self._runtime.tick(wait=False)
         return next(n for n in self.nodes() if n.name == node)
 
@@ -93,16 +87,7 @@ class Api:
             raise SpecError(f"limit must be 1..1000, got {limit}", hint="use a cursor to page instead")
         if refresh:
             self._runtime.tick(wait=False)
-        where, params = ["1=1"], []  # type: list[str], list[Any]
-        for column, value in (("state", state), ("experiment", experiment), ("project", project)):
-            if value is not None:
-                where.append(f"{column}=?")
-                params.append(value)
-        if cursor is not None:
-            where.append("id<?")
-            params.append(min(int(cursor), 2**63 - 1))  # past any id: the first page
-        rows = self._ledger.query(f"SELECT * FROM jobs WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT ?",
-                                 (*params, limit + 1))
+        rows = self._jobs.jobs_page(state, experiment, project, cursor, limit + 1)
         more = len(rows) > limit
         rows = rows[:limit]
         return JobPage([self._view(r, detail=False) for r in rows], rows[-1]["id"] if more and rows else None)
@@ -124,9 +109,7 @@ class Api:
             self._runtime.tick(wait=False)  # callers read the job's state beside its metrics
         job = self._job_row(job_id, project)
         self._runtime.ingest(job["id"])
-        rows = self._ledger.query(
-            "SELECT name, step, value, source, attempt FROM metrics WHERE job_id=? ORDER BY attempt, step, rowid",
-            (job["id"],))
+        rows = self._jobs.metric_points(job["id"])
         by_name: dict[str, list[tuple[int, float | None]]] = {}
         for r in M.best_source(rows):
             if names and r["name"] not in names:
@@ -145,11 +128,11 @@ class Api:
         self._runtime.tick(wait=False)
         used: dict[str, set[str]] = {}
         running: dict[str, int] = {}
-        for r in self._ledger.query("SELECT node, gpu_ids FROM attempts WHERE state IN ('starting','running')"):
+        for r in self._jobs.busy_gpus():
             used.setdefault(r["node"], set()).update(json.loads(r["gpu_ids"]))
             running[r["node"]] = running.get(r["node"], 0) + 1
         out = []
-        for r in self._ledger.query("SELECT * FROM nodes ORDER BY name"):
+        for r in self._jobs.all_nodes():
             ids = json.loads(r["gpu_ids"])
             free = [g for g in ids if g not in used.get(r["name"], set())]
             out.append(NodeView(r["name"], r["backend"], r["state"], r["reason"], r["gpus"], len(free), free,
@@ -158,16 +141,13 @@ class Api:
 
     def cluster(self, project: str | None = None) -> ClusterView:
         nodes = self.nodes()
-        scope, params = ("AND project=?", (project,)) if project is not None else ("", ())
         queued = {p: 0 for p in ("critical", "normal", "best-effort")}
-        for r in self._ledger.query(f"SELECT priority, COUNT(*) AS n FROM jobs WHERE state='queued' {scope} "
-                                   "GROUP BY priority", params):
+        for r in self._jobs.queued_by_priority(project):
             queued[r["priority"]] = r["n"]
-        running = self._ledger.one(f"SELECT COUNT(*) AS n FROM jobs WHERE state IN ('starting','running') {scope}",
-                                  params)
+        running = self._jobs.running_count(project)
         return ClusterView(nodes, sum(n.gpus for n in nodes if n.state in ("healthy", "degraded")),
                            sum(n.gpus_free for n in nodes if n.state in ("healthy", "degraded")), queued,
-                           running["n"] if running else 0,
+                           running,
                            [f"{n.name}: {n.reason}" for n in nodes if n.state == "cordoned"])
 
     # -- the engine's passes, for a long-lived face (the MCP server) -------------------------
@@ -287,16 +267,15 @@ class Api:
         text = str(job_id).strip()
         if not (text.isascii() and text.isdigit()):  # '²'.isdigit() is true, int('²') raises
             raise NotFoundError(f"no job {job_id!r}: job ids are numbers", hint=LIST_HINT)
-        row = self._ledger.one("SELECT * FROM jobs WHERE id=?", (int(text),)) if len(text) < 19 else None
+        row = self._jobs.job(int(text)) if len(text) < 19 else None
         if row is None or (project is not None and row["project"] != project):
             raise NotFoundError(f"no job {text}", hint=LIST_HINT)
         return row
 
     def _attempt_row(self, job: Any, attempt: int | None) -> Any:
         if attempt is None:
-            return self._ledger.one("SELECT * FROM attempts WHERE job_id=? ORDER BY n DESC LIMIT 1", (job["id"],))
-        row = self._ledger.one("SELECT * FROM attempts WHERE job_id=? AND n=?", (job["id"], attempt)) \
-            if abs(attempt) < 2**63 else None
+            return self._jobs.latest_attempt(job["id"])
+        row = self._jobs.attempt(job["id"], attempt) if abs(attempt) < 2**63 else None
         if row is None:
             raise NotFoundError(f"job {job['id']} has no attempt {attempt}",
                                 hint=f"it has {job['attempts']} attempt(s), numbered from 1")
@@ -316,7 +295,7 @@ class Api:
         )
         if not detail:
             return view
-        for a in self._ledger.query("SELECT * FROM attempts WHERE job_id=? ORDER BY n", (job["id"],)):
+        for a in self._jobs.attempts(job["id"]):
             view.attempt_list.append(AttemptView(
                 a["n"], a["state"], a["node"], json.loads(a["gpu_ids"]), a["started_at"], a["ended_at"],
                 a["exit_code"], a["signal"], a["end_reason"], a["detail"] and redact(a["detail"], secrets),
@@ -346,3 +325,11 @@ def schema(what: str) -> dict[str, Any]:
     from autoresearch.spec import JobSpec
 
     return JobSpec.model_json_schema()
+
+
+def prompts_dir() -> Path:
+    """The folder of prompt templates: the MCP prompts' and the LLM proposers' (``AUTORESEARCH_PROMPTS``
+    overrides it)."""
+    from autoresearch import paths
+
+    return paths.prompts_dir()

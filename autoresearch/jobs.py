@@ -10,7 +10,6 @@ nothing here imports the facade, the loop or the MLflow mirror.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from autoresearch import isolation
@@ -40,16 +39,7 @@ def submit(runtime: Runtime, spec: Any, project: str = "") -> int:
     if problem:
         raise SpecError(f"checkpoint directory {checkpoint} cannot be created: {problem}",
                         hint="pass --checkpoint a writable directory, or --checkpoint alone for a per-job one")
-    now = time.time()
-    with ledger.tx() as c:
-        cur = c.execute(
-            "INSERT INTO jobs(name, state, priority, spec, gpus, nodes, cpus, memory, experiment, project, "
-            "backend, submitted_at, updated_at, isolation) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (job.name, "queued", job.priority, job.model_dump_json(), job.gpus, job.nodes, job.cpus, job.memory,
-             job.experiment, project, runtime.backend.name, now, now, policy),
-        )
-        job_id = int(cur.lastrowid or 0)
-        ledger.event(c, "submit", job_id, priority=job.priority, gpus=job.gpus)
+    job_id = runtime.jobs.add_job(job, project, runtime.backend.name, policy)
     runtime.tick()
     return job_id
 
@@ -61,7 +51,7 @@ def check_capacity(runtime: Runtime, gpus: int, nodes: int) -> None:
     runtime.refresh_nodes()
     # Capacity is what exists, cordoned or not (a cordoned node comes back); the wait for
     # a usable one is the queue's business, as with Slurm's drained nodes.
-    rows = runtime.ledger.query("SELECT name, gpus, state FROM nodes WHERE backend=?", (runtime.backend.name,))
+    rows = runtime.jobs.node_sizes(runtime.backend.name)
     largest = max((r["gpus"] for r in rows), default=0)
     if gpus > largest:
         if not largest:
@@ -81,19 +71,10 @@ def check_capacity(runtime: Runtime, gpus: int, nodes: int) -> None:
 
 def cancel(runtime: Runtime, job_ids: list[int]) -> None:
     """Cancel queued jobs now; stop running ones (SIGTERM, grace, SIGKILL). Ids must exist."""
-    ledger = runtime.ledger
     for job_id in job_ids:
-        with ledger.tx() as c:
-            job = c.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()
-            if job["state"] in FINAL:
-                continue
-            c.execute("UPDATE jobs SET cancel_requested=1, updated_at=? WHERE id=?", (time.time(), job_id))
-            if job["state"] == "queued":
-                c.execute("UPDATE jobs SET state='cancelled', end_reason='cancelled', ended_at=? WHERE id=?",
-                          (time.time(), job_id))
-            ledger.event(c, "cancel", job_id)
-        for att in ledger.query("SELECT n FROM attempts WHERE job_id=? AND state IN ('starting','running')",
-                                (job_id,)):
+        if not runtime.jobs.request_cancel(job_id, FINAL):
+            continue
+        for att in runtime.jobs.active_attempt_numbers(job_id):
             runtime.request_stop(job_id, att["n"], "cancelled")
     runtime.tick(wait=False)
 
@@ -153,9 +134,8 @@ def log_page(runtime: Runtime, job: Any, att: Any, tail_lines: int | None = None
 
 def log_tail(runtime: Runtime, job_id: int, lines: int, max_bytes: int) -> str:
     """The last ``lines`` of a job's latest attempt ('' when it never started)."""
-    ledger = runtime.ledger
-    job = ledger.one("SELECT * FROM jobs WHERE id=?", (job_id,))
-    att = ledger.one("SELECT * FROM attempts WHERE job_id=? ORDER BY n DESC LIMIT 1", (job_id,)) if job else None
+    job = runtime.jobs.job(job_id)
+    att = runtime.jobs.latest_attempt(job_id) if job else None
     if att is None:
         return ""
     return log_page(runtime, job, att, tail_lines=lines, max_bytes=max_bytes).text

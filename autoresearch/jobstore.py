@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from autoresearch.errors import NotFoundError
 from autoresearch.ledger import Ledger
 
 _REASON_CHARS = 300
@@ -36,6 +37,104 @@ class JobStore:
 
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
+
+    # -- jobs: submit, cancel, look-ups ----------------------------------------------------
+
+    def add_job(self, job: Any, project: str, backend: str, policy: str) -> int:
+        """Record a validated job (a JobSpec) as queued, with its ``submit`` event; its id."""
+        now = time.time()
+        with self.ledger.tx() as c:
+            cur = c.execute(
+                "INSERT INTO jobs(name, state, priority, spec, gpus, nodes, cpus, memory, experiment, project, "
+                "backend, submitted_at, updated_at, isolation) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (job.name, "queued", job.priority, job.model_dump_json(), job.gpus, job.nodes, job.cpus, job.memory,
+                 job.experiment, project, backend, now, now, policy),
+            )
+            job_id = int(cur.lastrowid or 0)
+            Ledger.event(c, "submit", job_id, priority=job.priority, gpus=job.gpus)
+        return job_id
+
+    def request_cancel(self, job_id: int, final: Iterable[str]) -> bool:
+        """Ask for a job's cancel (a queued job is cancelled at once), with its ``cancel`` event;
+        False when the job is already in a ``final`` state (nothing done)."""
+        with self.ledger.tx() as c:
+            job = c.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()
+            if job["state"] in final:
+                return False
+            c.execute("UPDATE jobs SET cancel_requested=1, updated_at=? WHERE id=?", (time.time(), job_id))
+            if job["state"] == "queued":
+                c.execute("UPDATE jobs SET state='cancelled', end_reason='cancelled', ended_at=? WHERE id=?",
+                          (time.time(), job_id))
+            Ledger.event(c, "cancel", job_id)
+        return True
+
+    def active_attempt_numbers(self, job_id: int) -> list[sqlite3.Row]:
+        """The numbers (``n``) of a job's starting or running attempts."""
+        return self.ledger.query("SELECT n FROM attempts WHERE job_id=? AND state IN ('starting','running')",
+                                 (job_id,))
+
+    def job(self, job_id: int) -> sqlite3.Row | None:
+        return self.ledger.one("SELECT * FROM jobs WHERE id=?", (job_id,))
+
+    def latest_attempt(self, job_id: int) -> sqlite3.Row | None:
+        return self.ledger.one("SELECT * FROM attempts WHERE job_id=? ORDER BY n DESC LIMIT 1", (job_id,))
+
+    def node_sizes(self, backend: str) -> list[sqlite3.Row]:
+        """Name, GPUs and state of ``backend``'s nodes (cordoned or not)."""
+        return self.ledger.query("SELECT name, gpus, state FROM nodes WHERE backend=?", (backend,))
+
+    def jobs_page(self, state: str | None, experiment: str | None, project: str | None, cursor: int | None,
+                  limit: int) -> list[sqlite3.Row]:
+        """Up to ``limit`` jobs, newest first, matching the filters that are not None, below
+        job id ``cursor``."""
+        where, params = ["1=1"], []  # type: list[str], list[Any]
+        for column, value in (("state", state), ("experiment", experiment), ("project", project)):
+            if value is not None:
+                where.append(f"{column}=?")
+                params.append(value)
+        if cursor is not None:
+            where.append("id<?")
+            params.append(min(int(cursor), 2**63 - 1))  # past any id: the first page
+        return self.ledger.query(f"SELECT * FROM jobs WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT ?",
+                                 (*params, limit))
+
+    def attempts(self, job_id: int) -> list[sqlite3.Row]:
+        """A job's attempts, first to last."""
+        return self.ledger.query("SELECT * FROM attempts WHERE job_id=? ORDER BY n", (job_id,))
+
+    def queued_by_priority(self, project: str | None) -> list[sqlite3.Row]:
+        """(priority, n) of the queued jobs (of ``project``, unless None)."""
+        scope, params = ("AND project=?", (project,)) if project is not None else ("", ())
+        return self.ledger.query(f"SELECT priority, COUNT(*) AS n FROM jobs WHERE state='queued' {scope} "
+                                 "GROUP BY priority", params)
+
+    def running_count(self, project: str | None) -> int:
+        """How many jobs (of ``project``, unless None) are starting or running."""
+        scope, params = ("AND project=?", (project,)) if project is not None else ("", ())
+        running = self.ledger.one(f"SELECT COUNT(*) AS n FROM jobs WHERE state IN ('starting','running') {scope}",
+                                  params)
+        return running["n"] if running else 0
+
+    # -- nodes: cordon, the cluster view ------------------------------------------------------
+
+    def set_node_state(self, node: str, state: str, why: str, kind: str) -> None:
+        """Set a node's state and reason, with a ``kind`` event (cordon, uncordon); NotFoundError
+        (naming the nodes) when there is no such node."""
+        with self.ledger.tx() as c:
+            row = c.execute("SELECT * FROM nodes WHERE name=?", (node,)).fetchone()
+            if row is None:
+                names = [r["name"] for r in c.execute("SELECT name FROM nodes")]
+                raise NotFoundError(f"no node named {node!r}", hint=f"nodes: {', '.join(names) or 'none yet'}")
+            c.execute("UPDATE nodes SET state=?, reason=?, updated_at=? WHERE name=?", (state, why, time.time(), node))
+            Ledger.event(c, kind, node=node, reason=why)
+
+    def busy_gpus(self) -> list[sqlite3.Row]:
+        """(node, gpu_ids) of every starting or running attempt."""
+        return self.ledger.query("SELECT node, gpu_ids FROM attempts WHERE state IN ('starting','running')")
+
+    def all_nodes(self) -> list[sqlite3.Row]:
+        """Every node of every backend, by name."""
+        return self.ledger.query("SELECT * FROM nodes ORDER BY name")
 
     # -- attempts: the pass ---------------------------------------------------------------
 
@@ -195,9 +294,10 @@ class JobStore:
             "AND value IS NOT NULL ORDER BY job_id, attempt, step, rowid", (name, *job_ids))
 
     def metric_points(self, job_id: int) -> list[sqlite3.Row]:
-        """Every point of a job (name, value, source), oldest first (see :meth:`metric_series`)."""
-        return self.ledger.query("SELECT name, value, source FROM metrics WHERE job_id=? "
-                                 "ORDER BY attempt, step, rowid", (job_id,))
+        """Every point of a job (name, step, value, source, attempt), oldest first (see :meth:`metric_series`)."""
+        return self.ledger.query(
+            "SELECT name, step, value, source, attempt FROM metrics WHERE job_id=? ORDER BY attempt, step, rowid",
+            (job_id,))
 
     # -- ingestion ------------------------------------------------------------------------
 

@@ -25,7 +25,8 @@ from typing import Any
 from autoresearch.errors import NotFoundError, PlanError, SpecError, StateError
 from autoresearch.loop.proposers import _gate
 from autoresearch.loop.proposers._base import Proposal, ProposerInfo
-from autoresearch.loop.proposers.agent import STOP_DECISION, SUBMIT_DECISION, loop_row, proposal_key, submitted
+from autoresearch.loop.proposers.agent import STOP_DECISION, SUBMIT_DECISION, proposal_key, submitted
+from autoresearch.loop.store import LoopStore
 
 
 @dataclass
@@ -61,10 +62,9 @@ def _plan_of(loop: Any) -> Any:
 
 def find_loop(ledger: Any, name: str, project: str | None = None) -> Any:
     """The loop row, if ``project`` (None: any) may see it; else NotFoundError naming the visible loops."""
-    loop = loop_row(ledger, name)
+    loop = LoopStore.find(ledger, name)
     if loop is None or (project is not None and loop["project"] != project):
-        names = [r["name"] for r in ledger.query(
-            "SELECT name FROM loops WHERE ? IS NULL OR project=? ORDER BY id DESC LIMIT 10", (project, project))]
+        names = LoopStore.visible_names(ledger, project)
         raise NotFoundError(f"no loop named {name!r}",
                             hint=(f"loops: {', '.join(names)}; " if names else "") + "start one with start_loop")
     return loop
@@ -80,7 +80,6 @@ def submit_proposals(runtime: Any, name: str, proposals: list[dict[str, Any]], r
     ``rejected`` with the reason; valid ones are clipped into range with a note. The loop's
     controller turns the recorded proposals into trials as slots free up.
     """
-    from autoresearch.loop.store import LoopStore
     from autoresearch.loop.views import incumbent_of
 
     ledger = runtime.ledger
@@ -171,8 +170,6 @@ def _one(item: Any, space: dict[str, dict[str, Any]], code: Any, trials: dict[in
 def stop_loop(runtime: Any, name: str, rationale: str = "", project: str | None = None) -> tuple[int, list[int]]:
     """Record a ``stop_loop`` decision (the controller finishes on it), skip trials not yet
     launched and stop the running ones; returns (decision id, stopped job ids)."""
-    from autoresearch.loop.store import LoopStore
-
     ledger = runtime.ledger
     loop = find_loop(ledger, name, project)
     store = LoopStore(ledger, loop["id"])
@@ -214,7 +211,7 @@ def start_loop(runtime: Any, plan_path: str | Path, resume: bool = False, wait_s
 
         LLMProposer.check(plan)
     home = Path(runtime.ledger.home)
-    existing = loop_row(runtime.ledger, plan.name)
+    existing = LoopStore.find(runtime.ledger, plan.name)
     if existing is not None and project is not None and existing["project"] != project:
         raise StateError(f"the loop name {plan.name!r} is taken by another project", hint="change name: in the plan")
     if controller_running(home, plan.name):
@@ -235,13 +232,13 @@ def start_loop(runtime: Any, plan_path: str | Path, resume: bool = False, wait_s
     while time.monotonic() < deadline:
         code = proc.poll()
         if code is not None and not controller_running(home, plan.name):
-            loop = loop_row(runtime.ledger, plan.name)
+            loop = LoopStore.find(runtime.ledger, plan.name)
             if code == 0 and loop is not None:
                 break  # finished already (the same finished plan, or a tiny budget)
             tail = log_path.read_text(errors="replace")[-1500:].strip()
             raise PlanError(f"the loop's controller exited with code {code}: {tail.splitlines()[-1] if tail else ''}",
                             hint=f"see {log_path}; fix the plan and call start_loop again")
-        if controller_running(home, plan.name) and loop_row(runtime.ledger, plan.name) is not None:
+        if controller_running(home, plan.name) and LoopStore.find(runtime.ledger, plan.name) is not None:
             break
         time.sleep(0.05)
     with contextlib.suppress(Exception):
@@ -259,8 +256,7 @@ def leaderboard(runtime: Any, name: str, top: int = 10, project: str | None = No
     done = sorted((t for t in view.trials if t.state == "succeeded" and t.objective is not None),
                   key=lambda t: (sign * (t.objective or 0.0), t.trial_id))
     rows = []
-    patches = {r["id"]: r["patch"] for r in runtime.ledger.query(
-        "SELECT id, patch FROM trials WHERE loop_id=? AND patch IS NOT NULL", (view.loop_id,))}
+    patches = LoopStore(runtime.ledger, view.loop_id).patches()
     for rank, t in enumerate(done[:top], 1):
         rows.append({"rank": rank, "trial_id": t.trial_id, "job_id": t.job_id, "objective": t.objective,
                      "params": t.params, "role": t.role, "parent_trial": t.parent_trial,
@@ -287,7 +283,7 @@ def patch_summary(patch: str | None) -> str:
 
 def trial_patch(runtime: Any, name: str, trial_id: int, project: str | None = None) -> str:
     loop = find_loop(runtime.ledger, name, project)
-    row = runtime.ledger.one("SELECT patch FROM trials WHERE id=? AND loop_id=?", (trial_id, loop["id"]))
+    row = LoopStore(runtime.ledger, loop["id"]).trial_patch(trial_id)
     if row is None:
         raise NotFoundError(f"loop {name!r} has no trial {trial_id}", hint="see leaderboard or loop_status")
     return str(row["patch"] or "")
@@ -303,14 +299,14 @@ def loop_status(runtime: Any, name: str, project: str | None = None) -> tuple[An
 
 def proposer_kind(runtime: Any, name: str) -> str | None:
     """The ``proposer.kind`` of a loop's recorded plan (None: no such loop)."""
-    row = loop_row(runtime.ledger, name)
+    row = LoopStore.find(runtime.ledger, name)
     return None if row is None else json.loads(row["plan"]).get("proposer", {}).get("kind")
 
 
 def stop_running(runtime: Any, name: str, reason: str = "stopped by the user") -> list[int]:
     """Stop every running trial of a loop (after an interrupt); returns their job ids."""
     from autoresearch import jobs as job_ops
-    from autoresearch.loop.store import ACTIVE_TRIAL, LoopStore
+    from autoresearch.loop.store import ACTIVE_TRIAL
 
     loop = find_loop(runtime.ledger, name)
     store = LoopStore(runtime.ledger, loop["id"])

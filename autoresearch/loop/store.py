@@ -52,6 +52,12 @@ class LoopStore:
         """The names of the newest loops, newest first (to suggest one)."""
         return [r["name"] for r in ledger.query("SELECT name FROM loops ORDER BY id DESC LIMIT ?", (limit,))]
 
+    @staticmethod
+    def visible_names(ledger: Ledger, project: str | None) -> list[str]:
+        """The names of the ten newest loops ``project`` may see (None: any), newest first."""
+        return [r["name"] for r in ledger.query(
+            "SELECT name FROM loops WHERE ? IS NULL OR project=? ORDER BY id DESC LIMIT 10", (project, project))]
+
     def loop(self) -> Any:
         return self.ledger.one("SELECT * FROM loops WHERE id=?", (self.loop_id,))
 
@@ -85,6 +91,17 @@ class LoopStore:
     def last_decision(self, kind: str) -> Any:
         return self.ledger.one("SELECT * FROM decisions WHERE loop_id=? AND kind=? ORDER BY id DESC LIMIT 1",
                                (self.loop_id, kind))
+
+    def last_decision_at(self, kind: str) -> float:
+        """When the newest ``kind`` decision was made (0.0: never)."""
+        last = self.ledger.one("SELECT MAX(created_at) AS t FROM decisions WHERE loop_id=? AND kind=?",
+                               (self.loop_id, kind))
+        return float(last["t"] or 0.0) if last else 0.0
+
+    def decisions_of(self, kind: str) -> list[Any]:
+        """Every ``kind`` decision (id, outputs, rationale, proposer), oldest first."""
+        return self.ledger.query("SELECT id, outputs, rationale, proposer FROM decisions WHERE loop_id=? AND kind=? "
+                                 "ORDER BY id", (self.loop_id, kind))
 
     def promotions(self) -> list[Any]:
         """The outputs of every keep-or-discard decision, newest first."""
@@ -173,6 +190,15 @@ class LoopStore:
 
     def trial(self, trial_id: int) -> Any:
         return self.ledger.one("SELECT * FROM trials WHERE id=?", (trial_id,))
+
+    def patches(self) -> dict[int, str]:
+        """The patch of every trial that has one, by trial id."""
+        return {r["id"]: r["patch"] for r in self.ledger.query(
+            "SELECT id, patch FROM trials WHERE loop_id=? AND patch IS NOT NULL", (self.loop_id,))}
+
+    def trial_patch(self, trial_id: int) -> Any:
+        """The trial's row (its ``patch``), None when it is not a trial of this loop."""
+        return self.ledger.one("SELECT patch FROM trials WHERE id=? AND loop_id=?", (trial_id, self.loop_id))
 
     def update_trial(self, trial_id: int, **fields: Any) -> None:
         sets = ", ".join(f"{k}=?" for k in fields)

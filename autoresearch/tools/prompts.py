@@ -14,8 +14,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from pydantic import Field
 
+from autoresearch.api import prompts_dir
 from autoresearch.errors import AutoresearchError
-from autoresearch.paths import prompts_dir
 from autoresearch.tools._context import ToolContext
 
 PROMPTS = ("diagnose_failed_job",)

@@ -18,15 +18,10 @@ from autoresearch.errors import SpecError, TrackingError
 def mirror_status(ledger: Any) -> dict[str, Any]:
     """How far the mirror is, from the ledger alone."""
     from autoresearch import tracking
+    from autoresearch.tracking._store import MirrorStore
 
     conn = ledger.connection()
-    state = {r["name"]: r["value"] for r in ledger.query("SELECT name, value FROM tracking_state")}
-    cursor = int(state.get("metrics", 0))
-    pending = ledger.one("SELECT COUNT(*) AS n FROM metrics WHERE rowid > ?", (cursor,))
-    unsent = ledger.one("SELECT COUNT(*) AS n FROM tracking_outbox WHERE done_at IS NULL")
-    blocked = [{"entity": r["entity"], "error": r["error"]}
-               for r in ledger.query("SELECT entity, error FROM tracking_runs WHERE error IS NOT NULL")]
-    runs = ledger.one("SELECT COUNT(*) AS n FROM tracking_runs WHERE run_id IS NOT NULL")
+    state, pending, unsent, blocked, runs = MirrorStore(ledger).progress()
     running = False
     fd = os.open(ledger.home / tracking.LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
@@ -37,8 +32,8 @@ def mirror_status(ledger: Any) -> dict[str, Any]:
         os.close(fd)
     last = float(state["last_sync"]) if "last_sync" in state else None
     return {
-        "uri": tracking.tracking_uri(ledger.home, conn), "runs": runs["n"] if runs else 0,
-        "metrics_pending": pending["n"] if pending else 0, "traces_pending": unsent["n"] if unsent else 0,
+        "uri": tracking.tracking_uri(ledger.home, conn), "runs": runs,
+        "metrics_pending": pending, "traces_pending": unsent,
         "last_sync": last, "syncer_running": running, "blocked": blocked,
         "background": tracking.background_enabled(), "log": str(ledger.home / tracking.LOG_FILE),
     }

@@ -47,6 +47,19 @@ class MirrorStore:
         with self.ledger.tx() as c:
             c.execute("INSERT OR REPLACE INTO tracking_state(name, value) VALUES (?,?)", (name, str(value)))
 
+    def progress(self) -> tuple[dict[str, str], int, int, list[dict[str, str]], int]:
+        """How far the mirror is: its state (name → value), the metric points past its cursor,
+        the outbox entries not sent, the blocked entities (entity, error) and the runs made."""
+        state = {r["name"]: r["value"] for r in self.ledger.query("SELECT name, value FROM tracking_state")}
+        cursor = int(state.get("metrics", 0))
+        pending = self.ledger.one("SELECT COUNT(*) AS n FROM metrics WHERE rowid > ?", (cursor,))
+        unsent = self.ledger.one("SELECT COUNT(*) AS n FROM tracking_outbox WHERE done_at IS NULL")
+        blocked = [{"entity": r["entity"], "error": r["error"]}
+                   for r in self.ledger.query("SELECT entity, error FROM tracking_runs WHERE error IS NOT NULL")]
+        runs = self.ledger.one("SELECT COUNT(*) AS n FROM tracking_runs WHERE run_id IS NOT NULL")
+        return (state, pending["n"] if pending else 0, unsent["n"] if unsent else 0, blocked,
+                runs["n"] if runs else 0)
+
     def offer_home_id(self, value: str) -> None:
         """Record ``value`` as this ledger's home id unless it has one."""
         with self.ledger.tx() as c:

@@ -33,6 +33,7 @@ from autoresearch.loop.proposers._base import (
     ProposerInfo,
     TrialRecord,
 )
+from autoresearch.loop.store import LoopStore
 
 POLL_S = 0.1
 IDLE_TIMEOUT_S = 1800.0
@@ -71,8 +72,9 @@ class AgentProposer(Proposer):
         ledger = self.ctx.runtime.ledger
         tried = {proposal_key(t.params, t.patch) for t in history}
         wall = getattr(self.plan.budget, "wall", None)
-        loop = loop_row(ledger, self.ctx.loop_name)
+        loop = LoopStore.find(ledger, self.ctx.loop_name)
         loop_id = int(loop["id"]) if loop else self.ctx.loop_id
+        store = LoopStore(ledger, loop_id)
         started, prior_elapsed = time.monotonic(), float(loop["elapsed_s"] or 0.0) if loop else 0.0
         while True:
             waiting = [(d, p) for d, p in submitted(ledger, loop_id) if proposal_key(p.params, p.patch) not in tried]
@@ -85,16 +87,13 @@ class AgentProposer(Proposer):
                 return ProposeResult([p for _, p in chosen], ProposerInfo(kind="agent", model=agent, provider="mcp"),
                                      rationale=f"from agent submission(s) {', '.join(f'#{i}' for i in ids)}: {why}")
             why = ""
-            stop = ledger.one("SELECT rationale, created_at FROM decisions WHERE loop_id=? AND kind=? "
-                              "ORDER BY id DESC LIMIT 1", (loop_id, STOP_DECISION))
+            stop = store.last_decision(STOP_DECISION)
             if stop is not None and stop["created_at"] >= self.since:
                 why = f"the agent stopped the loop: {stop['rationale'] or 'no reason given'}"
             elif wall is not None and prior_elapsed + time.monotonic() - started >= wall:
                 why = f"wall budget {wall:g}s used"
             else:
-                last = ledger.one("SELECT MAX(created_at) AS t FROM decisions WHERE loop_id=? AND kind=?",
-                                  (loop_id, SUBMIT_DECISION))
-                idle_since = max(self.since, float(last["t"] or 0.0) if last else 0.0)
+                idle_since = max(self.since, store.last_decision_at(SUBMIT_DECISION))
                 if time.time() - idle_since >= self.idle_timeout:
                     why = f"no proposal from the agent for {self.idle_timeout:g}s"
             if why:
@@ -105,8 +104,7 @@ class AgentProposer(Proposer):
 def submitted(ledger: Any, loop_id: int) -> list[tuple[Any, Proposal]]:
     """Every proposal the agent has submitted to a loop, oldest first, with its decision row."""
     out = []
-    for d in ledger.query("SELECT id, outputs, rationale, proposer FROM decisions WHERE loop_id=? AND kind=? "
-                          "ORDER BY id", (loop_id, SUBMIT_DECISION)):
+    for d in LoopStore(ledger, loop_id).decisions_of(SUBMIT_DECISION):
         for p in json.loads(d["outputs"]).get("proposals", []):
             out.append((d, Proposal(p["params"], p.get("rationale", ""), p.get("patch"), p.get("parent_trial"))))
     return out
@@ -115,6 +113,3 @@ def submitted(ledger: Any, loop_id: int) -> list[tuple[Any, Proposal]]:
 def proposal_key(params: dict[str, Any], patch: str | None) -> str:
     return json.dumps(params, sort_keys=True, default=str) + "\0" + (patch or "")
 
-
-def loop_row(ledger: Any, name: str) -> Any:
-    return ledger.one("SELECT * FROM loops WHERE name=?", (name,))
