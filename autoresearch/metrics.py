@@ -193,9 +193,7 @@ def parse_report_lines(lines: list[str], counters: dict[str, int], now: float,
             if problem is not None:
                 drops.add(problem)
                 continue
-            point_step = step if step is not None else min(counters.get(key, 0), MAX_STEP)
-            counters[key] = min(point_step + 1, MAX_STEP)
-            points.append(Point(name, point_step, value, ts))
+            points.append(_point(counters, key, name, step, value, ts))
     return points
 
 
@@ -225,10 +223,16 @@ def parse_log_lines(lines: list[str], counters: dict[str, int], now: float,
             if problem is not None:
                 drops.add(problem)
                 continue
-            point_step = step if step is not None else min(counters.get(key, 0), MAX_STEP)
-            counters[key] = min(point_step + 1, MAX_STEP)
-            points.append(Point(name, point_step, value, now))
+            points.append(_point(counters, key, name, step, value, now))
     return points
+
+
+def _point(counters: dict[str, int], key: str, name: str, step: int | None, value: float | None,
+           ts: float) -> Point:
+    """A point at ``step``, or (none given) at the next step of this name's own counter."""
+    point_step = step if step is not None else min(counters.get(key, 0), MAX_STEP)
+    counters[key] = min(point_step + 1, MAX_STEP)
+    return Point(name, point_step, value, ts)
 
 
 def _by_name(point: Any) -> Hashable:

@@ -39,6 +39,14 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A project root for tools that take paths relative to ``--root``."""
+    root = tmp_path / "project"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
 def api(home: Path) -> Iterator[Any]:
     from autoresearch.api import Api
 

@@ -10,13 +10,6 @@ import pytest
 
 
 @pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
 def api(api: Any) -> Any:
     api._runtime.refresh_nodes()
     for row in api._ledger.query("SELECT name FROM nodes"):

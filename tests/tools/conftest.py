@@ -21,13 +21,6 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
 def server(api: Any, workdir: Path) -> Any:
     from autoresearch.tools.server import build_server
 
