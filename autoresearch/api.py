@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autoresearch import isolation, jobs
+from autoresearch import jobs
 from autoresearch import metrics as M
 from autoresearch.errors import NotFoundError, SpecError
 from autoresearch.guard import warnings_of
@@ -163,6 +163,8 @@ class Api:
     def register_tenant(self, project: str, hide: tuple[str, ...] = ()) -> None:
         """Record ``project`` as served by a tokened server (its jobs get the tenant policy)."""
         with self._ledger.tx() as c:
+            from autoresearch import isolation
+
             isolation.register_tenant(c, project, isolation.tenant_policy(hide))
 
     # -- loops (autoresearch.loop.ops; the loop itself runs on the engine, below this facade) --

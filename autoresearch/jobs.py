@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from autoresearch import isolation
 from autoresearch.errors import CapacityError, SpecError
 from autoresearch.redact import context, job_secrets, mask
 from autoresearch.runtime import FINAL, Runtime, checkpoint_dir, checkpoint_problem
@@ -33,6 +32,8 @@ def submit(runtime: Runtime, spec: Any, project: str = "") -> int:
     job = spec if isinstance(spec, JobSpec) else make_spec(dict(spec))
     runtime.backend.check(job)  # what the backend cannot do is refused here, never retried
     check_capacity(runtime, job.gpus, job.nodes)
+    from autoresearch import isolation  # submits only: reads stay light
+
     policy = isolation.job_policy(ledger, project, runtime.backend)  # fails closed
     checkpoint = checkpoint_dir(ledger.home, 0, job.model_dump())
     problem = checkpoint_problem(checkpoint) if checkpoint else None

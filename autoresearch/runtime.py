@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autoresearch import isolation
 from autoresearch import scheduler as S
 from autoresearch.backends import AttemptStatus, Backend, LaunchRequest, get_backend
 from autoresearch.errors import AutoresearchError, LedgerError, SpecError
@@ -143,6 +142,8 @@ class Runtime:
         run_dir, log_path, metrics_path = attempt_paths(job_dir, n)
         try:  # from here on, whatever fails ends this attempt (retried as infra), not the pass
             spec: dict[str, Any] = json.loads(job["spec"])
+            from autoresearch import isolation  # only a launch needs it: reads stay light
+
             policy = isolation.load(job["isolation"])  # recorded at submit: never the launching process's say
             _prepare_checkpoint(self.ledger.home, job_id, spec)
             env = self._attempt_env(job_id, n, spec, node, gpu_ids, metrics_path, policy)
@@ -170,6 +171,8 @@ class Runtime:
 
     def _attempt_env(self, job_id: int, n: int, spec: dict[str, Any], node: str | None, gpu_ids: tuple[str, ...],
                      metrics_path: str, policy: dict[str, Any] | None = None) -> dict[str, str]:
+        from autoresearch import isolation
+
         env = isolation.base_env(policy, os.environ, _INTERNAL_ENV)
         from autoresearch import outbox  # here, not above: a status read does not need it
 

@@ -17,7 +17,6 @@ import time
 from functools import lru_cache
 from typing import Any
 
-from autoresearch.backends import _sandbox
 from autoresearch.backends import _supervisor as sup
 from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo
 from autoresearch.errors import BackendError, SpecError
@@ -76,7 +75,11 @@ class LocalBackend(Backend):
     def start(self, request: LaunchRequest) -> str:
         if request.nodes > 1:
             raise BackendError("the local backend runs single-node jobs", hint="use nodes: 1, or a multi-node backend")
-        argv = _sandbox.wrap(request.argv, request.workdir, request.sandbox) if request.sandbox else request.argv
+        argv = request.argv
+        if request.sandbox:
+            from autoresearch.backends import _sandbox  # tenant jobs only
+
+            argv = _sandbox.wrap(request.argv, request.workdir, request.sandbox)
         os.makedirs(request.run_dir, mode=0o700, exist_ok=True)
         os.makedirs(os.path.dirname(request.log_path), mode=0o700, exist_ok=True)
         try:  # O_EXCL makes the launch of one key happen at most once, whoever races
