@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autoresearch import jobs as job_ops
 from autoresearch.errors import NotFoundError, PlanError, SpecError, StateError
 from autoresearch.loop.proposers import _gate
 from autoresearch.loop.proposers._base import Proposal, ProposerInfo
 from autoresearch.loop.proposers.agent import STOP_DECISION, SUBMIT_DECISION, proposal_key, submitted
-from autoresearch.loop.store import LoopStore
+from autoresearch.loop.store import ACTIVE_TRIAL, LoopStore
 
 
 @dataclass
@@ -177,15 +178,9 @@ def stop_loop(runtime: Any, name: str, rationale: str = "", project: str | None 
     jobs = [r for r in store.trials(("queued", "running")) if r["job_id"] is not None]
     decision = store.decide(STOP_DECISION, inputs={"jobs": [r["job_id"] for r in jobs]}, rationale=why,
                             info=ProposerInfo(kind="agent", provider="mcp"))
-    for row in jobs:
-        store.decide("stop", trial_id=row["id"], inputs={"job_id": row["job_id"], "reason": "stop_loop"},
-                     outputs={"action": "cancel"}, rationale=why)
     for row in store.trials(("proposed",)):
         store.update_trial(row["id"], state="skipped", failure="not launched: the loop was stopped")
-    if jobs:
-        from autoresearch import jobs as job_ops
-
-        job_ops.cancel(runtime, [r["job_id"] for r in jobs])
+    _stop_trials(runtime, store, jobs, "stop_loop", why)
     if not controller_running(ledger.home, name) and loop["state"] != "finished":
         store.set_loop(state="finished", ended_at=time.time())
     return decision, [r["job_id"] for r in jobs]
@@ -305,18 +300,18 @@ def proposer_kind(runtime: Any, name: str) -> str | None:
 
 def stop_running(runtime: Any, name: str, reason: str = "stopped by the user") -> list[int]:
     """Stop every running trial of a loop (after an interrupt); returns their job ids."""
-    from autoresearch import jobs as job_ops
-    from autoresearch.loop.store import ACTIVE_TRIAL
-
     loop = find_loop(runtime.ledger, name)
     store = LoopStore(runtime.ledger, loop["id"])
-    jobs = []
-    for row in store.trials(ACTIVE_TRIAL):
-        if row["job_id"] is None:
-            continue
+    return _stop_trials(runtime, store, [r for r in store.trials(ACTIVE_TRIAL) if r["job_id"] is not None],
+                        reason, reason)
+
+
+def _stop_trials(runtime: Any, store: LoopStore, rows: list[Any], reason: str, rationale: str) -> list[int]:
+    """A stop decision per trial (write-ahead), then one cancel of their jobs; returns the job ids."""
+    jobs = [row["job_id"] for row in rows]
+    for row in rows:
         store.decide("stop", trial_id=row["id"], inputs={"job_id": row["job_id"], "reason": reason},
-                     outputs={"action": "cancel"}, rationale=reason)
-        jobs.append(row["job_id"])
+                     outputs={"action": "cancel"}, rationale=rationale)
     if jobs:
         job_ops.cancel(runtime, jobs)
     return jobs
