@@ -302,7 +302,7 @@ class Api:
                 a["n"], a["state"], a["node"], json.loads(a["gpu_ids"]), a["started_at"], a["ended_at"],
                 a["exit_code"], a["signal"], a["end_reason"], a["detail"] and redact(a["detail"], secrets),
                 a["peak_rss_mb"]))
-        view.warnings = warnings_of(self._ledger, job["id"])
+        view.warnings = [redact(w, secrets) for w in warnings_of(self._ledger, job["id"])]  # they quote trial output
         if job["state"] == "failed" and view.attempt_list:
             last = view.attempt_list[-1]
             view.failure_class = "infra" if last.end_reason == "infra" else "user"

@@ -118,3 +118,13 @@ async def test_mcp_status_list_logs_and_resource_hide_the_jobs_secrets(api: Any,
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def test_a_warning_quoting_the_trials_output_hides_its_secrets(api: Any, tmp_path: Path) -> None:
+    secret = "sk-live-0123456789"
+    script = f"import os; open(os.environ['AUTORESEARCH_METRICS_FILE'], 'a').write('{secret} is not json\\n')"
+    job = api.submit({"command": [sys.executable, "-c", script], "workdir": str(tmp_path),
+                      "env": {"SERVICE_TOKEN": secret}}).id
+    view = wait_state(api, job, "succeeded")
+    assert view.warnings and "not a JSON line" in view.warnings[0]
+    assert secret not in json.dumps(view.warnings)
