@@ -155,6 +155,7 @@ class Runtime:
                 on_exit=[sys.executable, "-m", "autoresearch.runtime", "--home", str(self.ledger.home),
                          "--backend", self.backend.name],
                 wake_fifo=str(self.ledger.home / WAKE_FIFO),
+                image=str(spec.get("image") or ""), mounts=dict(spec.get("mounts") or {}),
             )
             _prepare_mounts(spec)
             external_id = self.backend.start(isolation.apply(request, policy, self.ledger, job["project"], spec))

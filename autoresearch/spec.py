@@ -113,6 +113,8 @@ class JobSpec(BaseModel):
     experiment: str = ""
     tags: dict[str, str] = Field(default_factory=dict)
     mounts: dict[str, str] = Field(default_factory=dict, description="target path -> source path.")
+    image: str = Field("", max_length=512, description="Container image to run the command in (a backend "
+                       "with the containers capability); empty: the host's environment.")
 
     @field_validator("priority", mode="before")
     @classmethod

@@ -47,6 +47,8 @@ class NodeInfo:
     cpus: float = 0.0
     memory: int = 0  # MB
     labels: dict[str, str] = field(default_factory=dict)
+    state: str = ""  # the engine's own word for the node (Slurm: "idle", "drained", ...); "" if it has none
+    reason: str = ""  # the engine's reason for that state (Slurm's drain reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +80,8 @@ class LaunchRequest:
     # A FIFO a live watcher reads: when someone listens, poking it replaces running on_exit.
     wake_fifo: str | None = None
     sandbox: Sandbox | None = None  # None: run as the launching user sees the machine
+    image: str = ""  # container image (only a backend with the containers capability gets one)
+    mounts: dict[str, str] = field(default_factory=dict)  # target -> source, for engines that mount
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +120,8 @@ class Backend(abc.ABC):
         * ``priority: best-effort`` needs ``preemption``: a best-effort job is one that
           yields its slots to higher-priority work, a promise a backend that cannot stop
           attempts to make room does not keep (the scheduler only ever preempts those);
-        * ``containers``: no JobSpec field asks for an image today (``mounts`` are links
-          on the local backend), so nothing is refused for it yet;
+        * ``image`` needs ``containers`` (``mounts`` are links on the local backend, volumes
+          or bind mounts on engines that run containers);
         * ``sandbox``: tenant jobs are refused by ``isolation.check`` (a project's
           policy, not a spec field).
 
@@ -137,6 +141,26 @@ class Backend(abc.ABC):
             raise SpecError(f"the {name} backend cannot preempt, so it cannot run a best-effort job "
                             "(one that gives its place up to higher-priority work)",
                             hint=_instead("use priority: normal", "a backend that preempts", "preemption"))
+        image = str(getattr(spec, "image", "") or "")
+        if image and not caps.containers:
+            raise SpecError(f"the {name} backend cannot run containers (the job asks for image: {image[:80]!r})",
+                            hint=_instead("leave image out to run in the host's environment",
+                                          "a backend that runs containers", "containers"))
+
+    def probe(self) -> None:  # noqa: B027 - optional hook
+        """Check the engine answers (``autoresearch backends``, like ``sky check``).
+
+        Raises :class:`~autoresearch.errors.BackendError` that names the address tried and,
+        in its hint, how to start the engine (the kit under ``backends/``). Cheap and bounded
+        by a timeout: an engine that hangs is an engine that does not answer.
+        """
+
+    def cordon(self, node: str, reason: str) -> None:  # noqa: B027 - optional hook
+        """The ledger has cordoned ``node``; an engine that schedules itself takes it out too
+        (Slurm: ``scontrol update nodename=X state=drain reason=...``)."""
+
+    def uncordon(self, node: str) -> None:  # noqa: B027 - optional hook
+        """Undo :meth:`cordon` on the engine (Slurm: ``state=resume``)."""
 
     @abc.abstractmethod
     def nodes(self) -> list[NodeInfo]:

@@ -57,6 +57,16 @@ def test_best_effort_needs_a_backend_that_preempts(home: Path) -> None:
     assert submit(api, priority="normal").state == "starting"  # what it can do still starts
 
 
+def test_an_image_on_a_backend_without_containers_is_refused(home: Path) -> None:
+    fake = FakeBackend(gpus=1)  # the fake, like local, runs no containers
+    api = Api(home, backend=fake)
+    with pytest.raises(SpecError, match="cannot run containers") as err:
+        submit(api, image="nvcr.io/nvidia/pytorch:24.05-py3")
+    assert err.value.hint.startswith("leave image out")
+    nothing_written(api, fake)
+    assert submit(api, image="").state == "starting"
+
+
 def test_hints_never_name_the_fake() -> None:
     assert able("preemption") == ["local"] and able("gpus") == ["local"]
     assert able("multi_node") == []  # the fake can, but it runs nothing
