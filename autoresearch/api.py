@@ -177,14 +177,76 @@ class Api:
         return ops.start_loop(self._runtime, plan_path, resume=resume, wait_s=wait_s, project=project, check=check)
 
     def run_loop(self, plan: Any, resume: bool = False, project: str | None = None,
-                 on_update: Callable[[Any], None] | None = None) -> Any:
+                 on_update: Callable[[Any], None] | None = None, hard_budgets: bool = False,
+                 max_wall: float | None = None) -> Any:
         """Run a plan's loop here, in the foreground, until it ends (``autoresearch plan.yaml``); its
-        final LoopView. Ctrl-C raises LoopInterrupted (code ``interrupted``); see :meth:`stop_trials`."""
+        final LoopView. Ctrl-C raises LoopInterrupted (code ``interrupted``); see :meth:`stop_trials`.
+        ``hard_budgets``/``max_wall``: CI's hard stops (every budget stops running trials; a wall cap)."""
         from autoresearch.loop.controller import Controller
 
         controller = Controller(plan, runtime=self._runtime_for(plan), resume=resume, on_update=on_update,
-                                project=project)
+                                project=project, hard_budgets=hard_budgets, max_wall=max_wall)
         return controller.run()
+
+    def loop_decisions(self, name: str, after: int = 0, limit: int = 200) -> list[dict[str, Any]]:
+        """A loop's decisions with an id above ``after``, oldest first: {id, kind, trial_id, inputs,
+        outputs, rationale} (a CI log follows them; [] for a loop not created yet)."""
+        from autoresearch.loop.store import LoopStore
+
+        loop = LoopStore.find(self._ledger, name)
+        if loop is None:
+            return []
+        return [{"id": d["id"], "kind": d["kind"], "trial_id": d["trial_id"], "inputs": json.loads(d["inputs"] or "{}"),
+                 "outputs": json.loads(d["outputs"] or "{}"), "rationale": d["rationale"] or ""}
+                for d in LoopStore(self._ledger, loop["id"]).decisions_since(after, limit)]
+
+    def resolve_baseline(self, ref: str, plan: Any) -> Any:
+        """The CI gate's baseline (:class:`autoresearch.loop.gate.Baseline`) for ``plan.gate``: a
+        previous ``--json`` summary file, else an MLflow run id or experiment name (only then is
+        mlflow imported). NotFoundError/SpecError (exit 2) when it does not exist or lacks the metric."""
+        from autoresearch.loop import gate as G
+
+        if plan.gate is None:
+            raise SpecError("--baseline needs a gate: section in the plan",
+                            hint=f"add `gate: {{metric: {plan.objective.metric}, max_regression: 1%}}` to the plan")
+        metric, goal = plan.gate.metric, plan.objective.goal
+        ref = str(ref).strip()
+        if not ref or len(ref) > 4096 or "\x00" in ref:
+            raise SpecError("--baseline is empty or malformed", hint="give a summary file, an MLflow run id or an "
+                            "experiment name")
+        path = Path(ref.removeprefix("file:"))
+        if ref.startswith("file:") or path.suffix == ".json" or path.is_file():
+            return G.baseline_from_summary(path, metric, goal, ref=ref)
+        from autoresearch.tracking._baseline import find_baseline
+
+        found = find_baseline(self._ledger.home, ref, metric, goal)
+        return G.Baseline(ref, found["kind"], metric, found["value"], None, found["source"])
+
+    def ci_reports(self, plan: Any, baseline: Any, json_path: str | None = None, junit_path: str | None = None,
+                   summary_path: str | None = None) -> tuple[int, str, Any]:
+        """After a CI run: the loop's report (plots, summary.md, MLflow), the gate's verdict and the
+        requested JSON / JUnit / Markdown files; (exit code, why, LoopView)."""
+        from autoresearch.loop import ci_report
+        from autoresearch.loop import gate as G
+
+        out_dir = None
+        if summary_path:
+            target = Path(summary_path).resolve()
+            out_dir = str(target.parent / f"{target.stem}.files")
+        view, _ = self.loop_report(plan.name, out_dir)
+        result = G.evaluate(view, plan.gate, baseline) if plan.gate is not None else None
+        code, reason = G.exit_code(view, result)
+        loop_md = Path(view.report_dir, "summary.md").read_text() if summary_path and view.report_dir else ""
+        ci_report.write(self._ledger, view, result, code, reason, json_path=json_path, junit_path=junit_path,
+                        summary_path=summary_path, loop_md=loop_md, report_dir=out_dir)
+        return code, reason, view
+
+    @staticmethod
+    def check_report_paths(paths: dict[str, str | None]) -> None:
+        """Refuse report paths that cannot be written (SpecError, exit 2), before anything runs."""
+        from autoresearch.loop.ci_report import check_paths
+
+        check_paths(paths)
 
     def stop_trials(self, plan: Any, reason: str) -> list[int]:
         """Stop the running trials of a plan's loop (after an interrupt); their job ids."""
@@ -316,6 +378,13 @@ def load_plan(path: str | Path) -> Any:
     from autoresearch.loop.plan import load_plan as load
 
     return load(path)
+
+
+def duration(value: object, what: str) -> float | None:
+    """Seconds from '50m', '2h', '90s' or a number (SpecError naming ``what`` otherwise)."""
+    from autoresearch.spec import parse_duration
+
+    return parse_duration(value, what)
 
 
 def schema(what: str) -> dict[str, Any]:

@@ -13,14 +13,28 @@ from typing import Any
 
 def add_parser(sub: Any) -> None:
     r = sub.add_parser("run", help="run a research loop: autoresearch run plan.yaml (or just autoresearch plan.yaml)")
-    r.add_argument("plan", help="plan.yaml")
+    r.add_argument("plan", nargs="?", help="plan.yaml")
     r.add_argument("--resume", action="store_true",
                    help="continue the loop of this name even if the plan changed (same plan: implied)")
-    r.add_argument("--json", action="store_true", help="print one JSON object (the final loop view) for machines")
+    r.add_argument("--json", nargs="?", const=True, default=False, metavar="PATH",
+                   help="print one JSON object (the final loop view) for machines; with PATH (CI): write the "
+                        "run's summary there (a later --baseline)")
     r.add_argument("--no-report", action="store_true", help="skip the plots and summary at the end")
     r.add_argument("--project", default=None,
                    help="the project a new loop and its trial jobs belong to (default ''; MCP tokens see only "
                         "their project's loops and jobs); an existing loop keeps its own")
+    ci = r.add_argument_group("CI (docs/ci.md)")
+    ci.add_argument("--ci", action="store_true",
+                    help="CI mode: one log line per event, hard budgets, exit 0 pass / 1 regression / 2 error "
+                         "(also when CI=true and stdout is not a terminal, or with any flag below)")
+    ci.add_argument("--no-ci", action="store_true", help="never CI mode, even when CI=true")
+    ci.add_argument("--junit", metavar="PATH", help="JUnit XML: a testcase per trial and one for the gate")
+    ci.add_argument("--summary", metavar="PATH", help="Markdown summary (plots in PATH-stem.files/); appended "
+                                                      "to $GITHUB_STEP_SUMMARY when set")
+    ci.add_argument("--baseline", metavar="REF", help="gate against: a previous --json summary, an MLflow run id "
+                                                      "or an MLflow experiment name (its best run)")
+    ci.add_argument("--max-wall", metavar="DURATION", help="hard wall-clock stop, e.g. 50m (CI default: the plan's "
+                                                           "budget.wall, else 6h)")
     r.set_defaults(handler=run)
 
     s = sub.add_parser("schema", help="print the JSON Schema of a plan (or a job spec)")
@@ -66,10 +80,18 @@ def _report(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from autoresearch.api import load_plan
-    from autoresearch.cli import open_api
-    from autoresearch.errors import AutoresearchError
+    from autoresearch.cli import _ci, open_api
+    from autoresearch.errors import AutoresearchError, SpecError
     from autoresearch.views import to_dict
 
+    if args.plan is None and isinstance(args.json, str) and args.json.endswith((".yaml", ".yml")):
+        args.plan, args.json = args.json, True  # `autoresearch --json plan.yaml`
+    if args.plan is None:
+        raise SpecError("no plan given", hint="autoresearch run plan.yaml")
+    if _ci.wanted(args):
+        return _ci.run(args)
+    if isinstance(args.json, str):
+        raise SpecError("--json PATH writes a CI summary", hint="add --ci, or pass --json alone for the final view")
     plan = load_plan(args.plan)  # one clear error before anything is opened
     api = open_api(args)
     live = None

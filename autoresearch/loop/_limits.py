@@ -1,7 +1,13 @@
 """Budgets and the end of a loop, for the controller: when to stop (wall, GPU hours, LLM
 spend, all trials crashed, an agent's ``stop_loop``, the trial budget, an exhausted space)
 and, for a hard stop, which trials still running to stop. Works on the
-:class:`~autoresearch.loop.state.LoopState`."""
+:class:`~autoresearch.loop.state.LoopState`.
+
+GPU hours and LLM dollars normally stop launching and let running trials finish; with
+``hard_budgets`` (``--ci``) every budget stops the running trials too, a ``max_wall``
+(``--max-wall``) caps the wall time whatever the plan says, and trials that have not ended
+``HARD_STOP_WAIT_S`` after their grace are left behind (named in the stop reason) rather
+than waited for: a CI job ends with its report, never hangs."""
 
 from __future__ import annotations
 
@@ -10,14 +16,17 @@ from typing import Any
 
 from autoresearch.loop.state import LoopState
 
+HARD_STOP_WAIT_S = 60.0  # beyond the plan's grace: how long a hard stop waits for trials to end
+
 
 def check_limits(s: LoopState) -> list[int]:
     """Set ``s.stop_reason`` once a budget is spent; returns the running trials a hard stop
     must stop now (the controller decides and cancels them)."""
     b = s.plan.budget
     reason = s.stop_reason
-    if not reason and b.wall is not None and s.elapsed() >= b.wall:
-        reason = f"wall budget {b.wall:g}s used"
+    walls = [w for w in (b.wall, s.max_wall) if w is not None]
+    if not reason and walls and s.elapsed() >= min(walls):
+        reason = f"wall budget {min(walls):g}s used" + (" (--max-wall)" if min(walls) != b.wall else "")
     if not reason and b.gpu_hours is not None and gpu_hours(s) >= b.gpu_hours:
         reason = f"gpu_hours budget {b.gpu_hours:g} used"
     if not reason and b.llm_usd is not None and s.store.llm_cost() >= b.llm_usd:
@@ -29,9 +38,11 @@ def check_limits(s: LoopState) -> list[int]:
         reason = f"stopped by stop_loop: {stop['rationale']}" if stop is not None else ""
     if reason and not s.stop_reason:
         s.stop_reason = reason
-    hard = s.stop_reason and not s.stop_reason.startswith(("llm_usd", "gpu_hours"))
+    hard = s.stop_reason and (s.hard_budgets or not s.stop_reason.startswith(("llm_usd", "gpu_hours")))
     if not hard:
         return []
+    if s.hard_budgets and s.stop_deadline is None:
+        s.stop_deadline = time.monotonic() + s.plan.trial.grace + HARD_STOP_WAIT_S
     return [trial_id for trial_id in list(s.active)
             if trial_id not in s.stopping and s.active[trial_id]["job_id"] is not None]
 
@@ -45,6 +56,12 @@ def gpu_hours(s: LoopState) -> float:
 def done(s: LoopState, call: Any) -> bool:
     """Whether the loop ends now (nothing running, and nothing more to launch); ``call``: the
     propose() call in flight, if any."""
+    if s.stop_deadline is not None and time.monotonic() > s.stop_deadline:
+        if s.active:  # the backend did not end them: say so, do not hang
+            s.stop_reason += (f"; trial(s) {', '.join(str(t) for t in sorted(s.active))} did not end within "
+                              f"{s.plan.trial.grace + HARD_STOP_WAIT_S:g}s of the stop and were left behind")
+            s.active.clear()
+        return True
     if s.active:
         return False
     if s.stop_reason:  # _fill no longer collects a call that ends after the stop: do not wait for it

@@ -63,13 +63,15 @@ class Controller:
     def __init__(self, plan: Plan, *, runtime: Any = None, home: str | os.PathLike[str] | None = None,
                  resume: bool = False, on_update: Callable[[LoopView], None] | None = None,
                  poll_s: float = 0.01, update_every_s: float = 0.25, monitor_every_s: float = 0.5,
-                 project: str | None = None) -> None:
+                 project: str | None = None, hard_budgets: bool = False, max_wall: float | None = None) -> None:
         """``project``: the project a new loop belongs to (None: ''); an existing loop keeps its own,
-        and a loop of another project is refused."""
+        and a loop of another project is refused. ``hard_budgets``/``max_wall``: CI's hard stops
+        (:mod:`autoresearch.loop._limits`)."""
         self.plan = plan
         self.resume = resume
         self.project = project
-        self.state = LoopState(plan, plan.objective.sign(), loop_project=project or "")
+        self.state = LoopState(plan, plan.objective.sign(), loop_project=project or "", hard_budgets=hard_budgets,
+                               max_wall=max_wall)
         self.on_update = on_update
         self.poll_s, self.update_every_s, self.monitor_every_s = poll_s, update_every_s, monitor_every_s
         if runtime is None:

@@ -257,6 +257,54 @@ class Repeats(_Model):
     seeds: int = Field(3, ge=2, description="Runs of each new incumbent with different seeds (noise floor).")
 
 
+AMOUNT = r"^\s*([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*%?\s*$"  # '1%', '0.5 %', '2e-3'
+
+
+def _amount_schema(schema: dict[str, Any]) -> None:
+    schema.pop("anyOf", None)
+    schema["anyOf"] = [{"type": "number", "minimum": 0}, {"type": "string", "pattern": AMOUNT}]
+
+
+class Gate(_Model):
+    """The CI regression gate (``autoresearch plan.yaml --ci --baseline REF``): the sweep's best
+    (the noise-aware incumbent) may be worse than the baseline's by at most ``max_regression``
+    (and by no more than the noise floor when one is measured)."""
+
+    metric: str = Field(description="The metric gated: the objective's (the incumbent and the noise floor "
+                                    "are measured on it).")
+    max_regression: float | str = Field(
+        "0%", description="How much worse than the baseline passes: '1%' (relative to the baseline's value) "
+                          "or a number (absolute, in the metric's units).", json_schema_extra=_amount_schema)
+
+    @field_validator("max_regression", mode="before")
+    @classmethod
+    def _max_regression(cls, value: object) -> object:
+        gate_tolerance(value)  # refused here; kept as written, so the plan's digest does not change
+        return value
+
+    def tolerance(self, baseline: float) -> float:
+        """The largest allowed worsening against a baseline of ``baseline``, in the metric's units."""
+        amount, relative = gate_tolerance(self.max_regression)
+        return amount * abs(baseline) if relative else amount
+
+
+def gate_tolerance(value: object) -> tuple[float, bool]:
+    """``'1%'`` -> (0.01, relative); ``0.002`` -> (0.002, absolute). ValueError on anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError("give a percentage like '1%' or a number like 0.002")
+    text = str(value).strip()
+    if isinstance(value, str) and not re.match(AMOUNT, text):
+        raise ValueError(f"{text[:40]!r} is not an amount; give e.g. '1%' or 0.002")
+    relative = text.endswith("%")
+    try:
+        amount = float(text[:-1] if relative else text)
+    except ValueError:
+        raise ValueError(f"{text[:40]!r} is not a number; give e.g. '1%' or 0.002") from None
+    if not math.isfinite(amount) or amount < 0:
+        raise ValueError(f"{text[:40]!r}: give a finite amount >= 0, e.g. '1%'")
+    return (amount / 100 if relative else amount), relative
+
+
 class BackendRef(_Model):
     kind: str = "local"
     options: dict[str, Any] = Field(default_factory=dict)
@@ -286,6 +334,7 @@ class Plan(_Model):
     repeats: Repeats | None = None
     backend: BackendRef = Field(default_factory=lambda: BackendRef.model_validate({}))
     code: Code | None = None
+    gate: Gate | None = Field(None, description="CI regression gate against --baseline (see docs/ci.md).")
     tags: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("name")
@@ -322,6 +371,10 @@ class Plan(_Model):
                 near = difflib.get_close_matches(name, sorted(known), n=1)
                 hint = f" (did you mean {{{near[0]}}}?)" if near else ""
                 raise ValueError(f"trial.command uses {{{name}}} but space has no parameter {name!r}{hint}")
+        if self.gate is not None and self.gate.metric != self.objective.metric:
+            raise ValueError(f"gate.metric {self.gate.metric!r} is not a metric this plan's loop measures: the "
+                             f"incumbent and the noise floor are on the objective {self.objective.metric!r}; "
+                             f"set gate.metric: {self.objective.metric}")
         if not self.space and self.code is None and self.proposer.kind not in ("agent", "llm"):
             raise ValueError("space is empty: give at least one parameter, or a code: section for code-edit search")
         return self

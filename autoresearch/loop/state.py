@@ -43,6 +43,9 @@ class LoopState:
     exhausted: bool = False  # the proposer returned nothing
     history_loaded: bool = False  # ended trials' curves read for the stopper (once, after a resume)
     prior_elapsed: float = 0.0  # seconds run before this controller (a resumed loop)
+    hard_budgets: bool = False  # CI: every budget hit stops the running trials too (see _limits)
+    max_wall: float | None = None  # CI: a wall limit on top of the plan's budget.wall (not in the plan's digest)
+    stop_deadline: float | None = None  # hard stop: when to stop waiting for trials that do not end
     started: float = field(default_factory=time.monotonic)
 
     def elapsed(self) -> float:

@@ -88,6 +88,11 @@ class LoopStore:
     def decisions(self) -> list[Any]:
         return self.ledger.query("SELECT * FROM decisions WHERE loop_id=? ORDER BY id", (self.loop_id,))
 
+    def decisions_since(self, after_id: int, limit: int = 200) -> list[Any]:
+        """Decisions with an id above ``after_id``, oldest first (a CI log follows them)."""
+        return self.ledger.query("SELECT id, kind, trial_id, inputs, outputs, rationale FROM decisions WHERE loop_id=? "
+                                 "AND id>? ORDER BY id LIMIT ?", (self.loop_id, after_id, limit))
+
     def last_decision(self, kind: str) -> Any:
         return self.ledger.one("SELECT * FROM decisions WHERE loop_id=? AND kind=? ORDER BY id DESC LIMIT 1",
                                (self.loop_id, kind))
