@@ -9,3 +9,7 @@ import pytest
 @pytest.fixture(autouse=True)
 def _no_tracking(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AUTORESEARCH_TRACKING", "off")
+    # CI=true without a terminal turns `autoresearch plan.yaml` into --ci mode (docs/ci.md): the
+    # loop's CLI tests mean the interactive command, whatever CI runs them.
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
