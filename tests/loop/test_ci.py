@@ -211,3 +211,31 @@ def test_bad_input_exits_2_before_any_trial(tmp_path: Path, case: str) -> None:
     assert done.returncode == 2, done.stdout + done.stderr
     assert needle in done.stderr and "\nhint: " in done.stderr and "Traceback" not in done.stderr
     assert loops_in(home) == 0  # refused before the loop (and any trial) existed
+
+
+def test_a_summary_baseline_keeps_mlflow_off_the_path(tmp_path: Path) -> None:
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"format": "autoresearch-ci/1", "metric": "loss", "goal": "minimize",
+                                "best": {"trial": 1, "value": 1.0}, "noise_floor": 0.01}))
+    code = ("import sys; from autoresearch.api import Api, load_plan; api = Api(sys.argv[1]); "
+            "b = api.resolve_baseline(sys.argv[2], load_plan(sys.argv[3])); "
+            "print(b.value, b.noise_floor, 'mlflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "h"), str(base), str(plan(tmp_path, "p", [1]))],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1.0", "0.01", "False"]
+
+
+def test_gate_uses_the_baseline_noise_floor_when_this_run_has_none() -> None:
+    from autoresearch.loop.gate import Baseline, evaluate
+    from autoresearch.loop.plan import Gate
+    from autoresearch.loop.views import LoopView
+
+    view = LoopView("n", 1, "finished", "acc", "maximize", [], {"succeeded": 1}, 1, 0.90)
+    gate = Gate(metric="acc", max_regression=0.001)
+    noisy = evaluate(view, gate, Baseline("b.json", "json", "acc", 0.92, noise_floor=0.03))
+    assert noisy.verdict == "pass" and noisy.worse_by == pytest.approx(0.02) and noisy.allowed == 0.03
+    exact = evaluate(view, gate, Baseline("b.json", "json", "acc", 0.92))
+    assert exact.verdict == "regression" and exact.allowed == 0.001
+    better = evaluate(view, gate, Baseline("b.json", "json", "acc", 0.85))
+    assert better.verdict == "pass" and "better by 0.05" in better.rationale
