@@ -223,9 +223,10 @@ class Api:
         return G.Baseline(ref, found["kind"], metric, found["value"], None, found["source"])
 
     def ci_reports(self, plan: Any, baseline: Any, json_path: str | None = None, junit_path: str | None = None,
-                   summary_path: str | None = None) -> tuple[int, str, Any]:
+                   summary_path: str | None = None, interrupted: str = "") -> tuple[int, str, Any]:
         """After a CI run: the loop's report (plots, summary.md, MLflow), the gate's verdict and the
-        requested JSON / JUnit / Markdown files; (exit code, why, LoopView)."""
+        requested JSON / JUnit / Markdown files; (exit code, why, LoopView). ``interrupted``: why the
+        run was cut short (exit 2, whatever the gate says)."""
         from autoresearch.loop import ci_report
         from autoresearch.loop import gate as G
 
@@ -235,7 +236,7 @@ class Api:
             out_dir = str(target.parent / f"{target.stem}.files")
         view, _ = self.loop_report(plan.name, out_dir)
         result = G.evaluate(view, plan.gate, baseline) if plan.gate is not None else None
-        code, reason = G.exit_code(view, result)
+        code, reason = (2, interrupted) if interrupted else G.exit_code(view, result)
         loop_md = Path(view.report_dir, "summary.md").read_text() if summary_path and view.report_dir else ""
         ci_report.write(self._ledger, view, result, code, reason, json_path=json_path, junit_path=junit_path,
                         summary_path=summary_path, loop_md=loop_md, report_dir=out_dir)

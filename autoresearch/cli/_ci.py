@@ -177,9 +177,7 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     code, reason, view = api.ci_reports(plan, baseline, json_path=json_path, junit_path=args.junit,
-                                        summary_path=args.summary)
-    if interrupted:
-        code, reason = 2, f"{interrupted}; {reason}"
+                                        summary_path=args.summary, interrupted=interrupted)
     for flag, path in paths.items():
         if path:
             log.emit(f"wrote {flag[2:]} {path}")

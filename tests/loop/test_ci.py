@@ -239,3 +239,40 @@ def test_gate_uses_the_baseline_noise_floor_when_this_run_has_none() -> None:
     assert exact.verdict == "regression" and exact.allowed == 0.001
     better = evaluate(view, gate, Baseline("b.json", "json", "acc", 0.85))
     assert better.verdict == "pass" and "better by 0.05" in better.rationale
+
+
+def test_a_cancelled_job_stops_its_trials_and_still_reports(tmp_path: Path) -> None:
+    path = plan(tmp_path, "cancel", [3, 3.0001], extra="")
+    log = tmp_path / "out.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([*CLI, "--home", str(tmp_path / "h"), "run", str(path), "--ci", "--json",
+                                 str(tmp_path / "s.json")], stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while "trial 2 launched" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        proc.terminate()  # what a runner sends a cancelled job
+        assert proc.wait(timeout=60) == 2, log.read_text()
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["exit_code"] == 2 and summary["reason"].startswith("interrupted (the job was cancelled); stopped 2")
+    with sqlite3.connect(tmp_path / "h" / "ledger.db") as conn:  # the trials' jobs were asked to stop
+        assert conn.execute("SELECT COUNT(*) FROM jobs WHERE cancel_requested=1").fetchone()[0] == 2
+
+
+@pytest.mark.parametrize("value, ok", [("1%", True), (" 0.5 % ", True), (0.002, True), ("2e-3", True), (0, True),
+                                       ("abc", False), (-1, False), ("1_0", False), ("-1%", False)])
+def test_schema_and_loader_agree_on_the_gate(tmp_path: Path, value: Any, ok: bool) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    from autoresearch.api import schema
+    from autoresearch.errors import PlanError
+    from autoresearch.loop.plan import parse_plan
+
+    raw = {"name": "g", "objective": {"metric": "loss"}, "trial": {"command": "true {x}"}, "space": {"x": {"low": 0,
+           "high": 1}}, "gate": {"metric": "loss", "max_regression": value}}
+    valid = jsonschema.Draft202012Validator(schema("plan")).is_valid(raw)
+    try:
+        parse_plan(raw, base_dir=tmp_path)
+        loaded = True
+    except PlanError:
+        loaded = False
+    assert valid == loaded == ok
