@@ -276,3 +276,48 @@ def test_schema_and_loader_agree_on_the_gate(tmp_path: Path, value: Any, ok: boo
     except PlanError:
         loaded = False
     assert valid == loaded == ok
+
+
+def test_a_hard_stop_gives_up_on_trials_that_do_not_end(tmp_path: Path) -> None:
+    """A backend that cannot stop its trials: the loop ends anyway, naming them (exit 2), never hangs."""
+    from autoresearch.loop import _limits
+    from autoresearch.loop.gate import exit_code
+    from autoresearch.loop.plan import parse_plan
+    from autoresearch.loop.state import LoopState
+    from autoresearch.loop.views import LoopView
+
+    plan = parse_plan({"name": "s", "objective": {"metric": "loss"}, "trial": {"command": "true {x}"},
+                       "space": {"x": [1]}, "budget": {"gpu_hours": 1}}, base_dir=tmp_path)
+    soft = LoopState(plan, 1.0, stop_reason="gpu_hours budget 1 used")
+    soft.active = {5: {"job_id": 9}}
+    assert _limits.check_limits(soft) == []  # outside CI: stop launching, let it finish
+    hard = LoopState(plan, 1.0, stop_reason="gpu_hours budget 1 used", hard_budgets=True)
+    hard.active = {5: {"job_id": 9}}
+    assert _limits.check_limits(hard) == [5] and hard.stop_deadline is not None
+    assert not _limits.done(hard, None)  # waits for it, within the grace and a minute
+    hard.stop_deadline = time.monotonic() - 1
+    assert _limits.done(hard, None) and "trial(s) 5 did not end" in hard.stop_reason and not hard.active
+    view = LoopView("s", 1, "finished", "loss", "minimize", [], {"running": 1, "succeeded": 1}, 2, 0.5,
+                    stop_reason=hard.stop_reason)
+    code, reason = exit_code(view, None)
+    assert code == 2 and "1 trial(s) did not end" in reason
+
+
+@pytest.mark.parametrize("body, needle", [
+    ('{"format": "autoresearch-ci/1", "metric": "loss", "best": {"value": NaN}}', "no value of 'loss'"),
+    ('{"format": "autoresearch-ci/1", "metric": "loss", "best": {"value": "1.0"}}', "no value of 'loss'"),
+    ('{"format": "autoresearch-ci/1", "metric": "loss", "best": [1]}', "no value of 'loss'"),
+    ('{"format": "autoresearch-ci/1", "metric": "loss", "goal": "maximize", "best": {"value": 1}}', "maximizes"),
+    ('{"metric": "loss", "best": {"value": 1}}', "not an autoresearch summary"),
+    ('[]', "not an autoresearch summary"),
+    ("\udcff", "not a readable JSON summary"),
+])
+def test_hostile_baseline_files_are_refused(tmp_path: Path, body: str, needle: str) -> None:
+    from autoresearch.errors import SpecError
+    from autoresearch.loop.gate import baseline_from_summary
+
+    path = tmp_path / "b.json"
+    path.write_bytes(body.encode("utf-8", "surrogateescape"))
+    with pytest.raises(SpecError) as err:
+        baseline_from_summary(path, "loss", "minimize")
+    assert needle in err.value.message and err.value.hint
