@@ -111,12 +111,13 @@ def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt  # the controller records the interrupt; we then stop its trials
 
 
-def run(args: argparse.Namespace) -> int:
-    """The CI run; every failure that is not a regression exits 2 (never 1) with message and hint."""
+def run(args: argparse.Namespace, plan: Any) -> int:
+    """The CI run of a loaded ``plan``; every failure that is not a regression exits 2 (never 1),
+    with message and hint."""
     from autoresearch.errors import AutoresearchError
 
     try:
-        return _run(args)
+        return _run(args, plan)
     except AutoresearchError as err:
         if args.debug:
             raise
@@ -132,14 +133,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
-def _run(args: argparse.Namespace) -> int:
-    from autoresearch.api import duration, load_plan
+def _run(args: argparse.Namespace, plan: Any) -> int:
+    from autoresearch.api import duration
     from autoresearch.cli import open_api
     from autoresearch.errors import AutoresearchError, SpecError
 
     json_path = args.json if isinstance(args.json, str) else None
     out = sys.stderr if args.json is True else sys.stdout  # a bare --json: the summary alone on stdout
-    plan = load_plan(args.plan)  # each refusal below comes before any trial runs
+    # Each refusal below (like the plan's, already loaded) comes before any trial runs.
     max_wall = duration(args.max_wall, "--max-wall") if args.max_wall else None
     if max_wall is not None and max_wall <= 0:
         raise SpecError(f"--max-wall {args.max_wall}: give a positive duration", hint="e.g. --max-wall 50m")

@@ -88,11 +88,11 @@ def _run(args: argparse.Namespace) -> int:
         args.plan, args.json = args.json, True  # `autoresearch --json plan.yaml`
     if args.plan is None:
         raise SpecError("no plan given", hint="autoresearch run plan.yaml")
+    plan = load_plan(args.plan)  # one clear error before anything is opened
     if _ci.wanted(args):
-        return _ci.run(args)
+        return _ci.run(args, plan)
     if isinstance(args.json, str):
         raise SpecError("--json PATH writes a CI summary", hint="add --ci, or pass --json alone for the final view")
-    plan = load_plan(args.plan)  # one clear error before anything is opened
     api = open_api(args)
     live = None
     on_update = None
