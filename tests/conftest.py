@@ -18,6 +18,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # For every test and every process a test starts: no background MLflow syncer (an
     # mlflow import per throwaway home) unless a test turns it on (tests/tracking/).
     os.environ["AUTORESEARCH_SYNC"] = "off"
+    # CI=true without a terminal turns `autoresearch plan.yaml` into --ci mode (docs/ci.md); the
+    # suite means the interactive command wherever it runs (tests/loop/test_ci.py sets CI itself).
+    for name in ("CI", "GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS"):
+        os.environ.pop(name, None)
     # Property tests draw the same examples on every run, so CI is red only for a real change;
     # PROPERTY_RANDOM=1 explores new ones (then fix what it finds and pin it with @example).
     try:
