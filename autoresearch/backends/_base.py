@@ -82,6 +82,11 @@ class LaunchRequest:
     sandbox: Sandbox | None = None  # None: run as the launching user sees the machine
     image: str = ""  # container image (only a backend with the containers capability gets one)
     mounts: dict[str, str] = field(default_factory=dict)  # target -> source, for engines that mount
+    # What the job asks for, for engines that schedule themselves (places=False: Slurm, Kubernetes, ...).
+    gpus: int = 0  # per node
+    cpus: float = 0.0  # per node
+    memory: int = 0  # MB per node
+    priority: str = "normal"  # one of spec.PRIORITIES
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,382 @@
+"""The Kubernetes backend (kind ``kubernetes``): one batch/v1 Job per attempt, Kueue schedules.
+
+Built from the documented interfaces (the batch/v1 Job and core/v1 Pod APIs, Kueue's
+``kueue.x-k8s.io/queue-name`` and ``kueue.x-k8s.io/priority-class`` labels), tested against a
+fake API server that runs each pod's command as a local process (``tests/fakes/k8s_api.py``);
+not yet exercised against a live cluster. The Job itself is ``_k8s_job.py``; the HTTP client
+and its configuration (api/token/CA, kubeconfig, in-cluster) ``_k8s_api.py``.
+
+* At most once (issue 9 item 4): the Job's name comes from the attempt key, so a start that
+  is repeated (a submitter killed between the API's create and the ledger's write) finds
+  the Job (409 AlreadyExists) and adopts it instead of running the attempt twice.
+* State from the Job's conditions and its pods' statuses: exit code from the container;
+  ``activeDeadlineSeconds`` passed -> ``timed_out``; OOMKilled -> SIGKILL (the runtime calls it
+  infra, "out of memory?"); evicted, preempted by Kueue, an image that cannot be pulled ->
+  ``lost`` with the engine's reason (infra, retried as a new attempt, the old Job deleted).
+* Logs through the pod log API (rank 0's pod for a gang job; the API has no byte offset,
+  so ``limitBytes`` reads up to ``offset + max_bytes``). A pod's log and status vanish with
+  the pod, so once an attempt has ended the backend keeps both in ``state_dir`` (default
+  ``$AUTORESEARCH_HOME/backends/kubernetes``); ``poll`` stays stable after the Job is gone.
+* ``stop``: delete the Job (propagationPolicy Background) and its pods with
+  ``gracePeriodSeconds``: the kubelet sends SIGTERM, then SIGKILL after the grace.
+* ``places = False``: Kubernetes (with Kueue) schedules; ``nodes()`` is empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from autoresearch.backends import _k8s_job as manifest
+from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo
+from autoresearch.backends._k8s_api import KIT_HINT, ApiError, Client, connection
+from autoresearch.errors import AutoresearchError, BackendError, SpecError
+
+STARTED = "autoresearch.io/started"  # set on the Job once a pod of it ran: a later suspension is a preemption
+_FATAL_WAITING = {"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError",
+                  "CreateContainerError", "RunContainerError"}
+_LOG_CAP = 1 << 40
+
+
+class KubernetesBackend(Backend):
+    name = "kubernetes"
+    capabilities = Capabilities(gpus=True, preemption=True, multi_node=True, containers=True, places=False)
+
+    def __init__(self, api: str = "", namespace: str = "", token: str = "", token_file: str = "", ca_file: str = "",
+                 insecure: bool = False, kubeconfig: str = "", context: str = "", queue: str = "autoresearch",
+                 priority_classes: dict[str, str] | None = None, image: str = "", service_account: str = "",
+                 node_selector: dict[str, str] | None = None, name_prefix: str = "ar", state_dir: str = "",
+                 timeout: float = 10.0, ttl_after_finished: int | None = None) -> None:
+        from autoresearch.spec import PRIORITIES
+
+        classes = dict(manifest.DEFAULT_PRIORITY_CLASSES)
+        if priority_classes is not None:
+            if not isinstance(priority_classes, dict) or any(k not in PRIORITIES for k in priority_classes):
+                raise SpecError("kubernetes option priority_classes must map autoresearch priorities to "
+                                f"WorkloadPriorityClass names, got {str(priority_classes)[:120]!r}",
+                                hint=f"keys among {', '.join(PRIORITIES)}, e.g. {{critical: autoresearch-critical}}")
+            classes.update({k: str(v) for k, v in priority_classes.items()})
+        if not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or not 0 < timeout <= 600:
+            raise SpecError(f"kubernetes option timeout must be seconds in (0, 600], got {timeout!r}",
+                            hint="leave it out for 10 s")
+        for what, value in (("namespace", namespace), ("queue", queue), ("name_prefix", name_prefix)):
+            if value and manifest.dns_name(str(value), 63) != value:
+                raise SpecError(f"kubernetes option {what} {str(value)[:80]!r} is not a DNS-1123 name",
+                                hint="lower-case letters, digits and '-', at most 63 characters")
+        self._options: dict[str, Any] = dict(api=api, token=token, token_file=token_file, ca_file=ca_file, insecure=bool(insecure),
+                             kubeconfig=kubeconfig, context=context)
+        self._namespace, self.queue, self.priority_classes = namespace, queue, classes
+        self.image, self.service_account, self.node_selector = image, service_account, dict(node_selector or {})
+        self.prefix, self.timeout, self.ttl = name_prefix or "ar", float(timeout), ttl_after_finished
+        home = os.environ.get("AUTORESEARCH_HOME") or str(Path.home() / ".autoresearch")
+        self.state_dir = Path(state_dir or Path(home) / "backends" / "kubernetes").expanduser()
+        self._client: Client | None = None
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    @property
+    def api(self) -> Client:
+        if self._client is None:
+            conn = connection(**self._options)
+            self._namespace = self._namespace or conn.namespace or "autoresearch"
+            self._client = Client(conn, timeout=self.timeout)
+        return self._client
+
+    @property
+    def namespace(self) -> str:
+        self.api  # noqa: B018 - resolves the namespace from the kubeconfig when not given
+        return self._namespace
+
+    def _split(self, external_id: str) -> tuple[str, str]:
+        ns, _, name = str(external_id).partition("/")
+        if not ns or not name or manifest.dns_name(ns, 63) != ns or manifest.dns_name(name, 63) != name:
+            raise BackendError(f"{str(external_id)[:120]!r} is not a kubernetes attempt id (NAMESPACE/JOB)",
+                               hint="the ledger's external id of a kubernetes attempt names its Job")
+        return ns, name
+
+    def _file(self, ns: str, name: str, suffix: str) -> Path:
+        return self.state_dir / ns / f"{name}{suffix}"
+
+    def _write(self, path: Path, data: bytes) -> None:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
+    def _pods(self, ns: str, name: str) -> list[dict[str, Any]]:
+        found = self.api.call("GET", f"/api/v1/namespaces/{ns}/pods", query={"labelSelector": f"{manifest.LABEL}={name}"})
+        pods = [p for p in found.get("items") or [] if isinstance(p, dict)]
+        return sorted(pods, key=_index)
+
+    def _job(self, ns: str, name: str) -> dict[str, Any] | None:
+        try:
+            job: dict[str, Any] = self.api.call("GET", f"/apis/batch/v1/namespaces/{ns}/jobs/{name}")
+            return job
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise BackendError(f"reading Job {ns}/{name} failed: {err.message}", hint=KIT_HINT) from None
+
+    def _delete(self, path: str, grace: int | None) -> None:
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        if grace is not None:
+            body["gracePeriodSeconds"] = grace
+        try:
+            self.api.call("DELETE", path, body)
+        except ApiError as err:
+            if err.status != 404:
+                raise BackendError(f"deleting {path} failed: {err.message}", hint=KIT_HINT) from None
+
+    # -- the contract ---------------------------------------------------------------------
+
+    def nodes(self) -> list[NodeInfo]:
+        return []  # Kubernetes places pods; `kubectl get nodes` shows them
+
+    def probe(self) -> None:
+        try:
+            self.api.call("GET", "/version")
+        except ApiError as err:
+            raise BackendError(f"the Kubernetes API server at {self.api.conn.api} answered /version with "
+                               f"{err.status}: {err.message}", hint=KIT_HINT) from None
+
+    def start(self, request: LaunchRequest) -> str:
+        ns, owner = self.namespace, manifest.owner_of(request.env)
+        name = manifest.job_name(request.key, self.prefix, owner)
+        if self._file(ns, name, ".end.json").exists():
+            return f"{ns}/{name}"  # ended and forgotten by the engine: still the same attempt
+        body = manifest.job_manifest(request, name, owner, queue=self.queue, priority_classes=self.priority_classes,
+                                     image=self.image, service_account=self.service_account,
+                                     node_selector=self.node_selector, ttl_after_finished=self.ttl)
+        if request.nodes > 1:
+            _gang_env(body, name, int(request.nodes))
+        try:
+            created = self.api.call("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body)
+        except ApiError as err:
+            if err.status != 409:
+                raise BackendError(f"the Kubernetes API rejected Job {ns}/{name}: {err.message}",
+                                   hint="fix what the API names (image, resources, quota), or see "
+                                        "backends/kubernetes/README.md; kubectl auth can-i create jobs "
+                                        f"-n {ns}") from None
+            created = self._job(ns, name) or {}
+            notes = (created.get("metadata") or {}).get("annotations") or {}
+            if notes.get(manifest.ANNOTATION) != request.key or notes.get(manifest.OWNER) != owner:
+                raise BackendError(f"Job {ns}/{name} exists but is not attempt {request.key} of this home",
+                                   hint=f"delete it (kubectl -n {ns} delete job {name}) or set name_prefix") from None
+        if request.nodes > 1:
+            self._headless_service(ns, name, created)
+        return f"{ns}/{name}"
+
+    def _headless_service(self, ns: str, name: str, job: dict[str, Any]) -> None:
+        """Stable DNS for a gang's pods (``<job>-<index>.<job>``), deleted with the Job (owner reference)."""
+        uid = (job.get("metadata") or {}).get("uid")
+        meta: dict[str, Any] = {"name": name, "labels": {manifest.LABEL: name}}
+        if uid:
+            meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid}]
+        service = {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+                   "spec": {"clusterIP": "None", "selector": {manifest.LABEL: name}}}
+        with contextlib.suppress(ApiError):  # 409: made by the first start; anything else: the gang still runs
+            self.api.call("POST", f"/api/v1/namespaces/{ns}/services", service)
+
+    def poll(self, external_id: str) -> AttemptStatus:
+        ns, name = self._split(external_id)
+        ended = _load(self._file(ns, name, ".end.json"))
+        if ended is not None:
+            return AttemptStatus(**ended)
+        stopped = self._file(ns, name, ".stop.json").exists()
+        job, pods = self._job(ns, name), self._pods(ns, name)
+        status, kill = _interpret(job, pods, stopped, ns, name)
+        if job is not None and status.state == "running" and STARTED not in _annotations(job):
+            with contextlib.suppress(ApiError):
+                self.api.call("PATCH", f"/apis/batch/v1/namespaces/{ns}/jobs/{name}",
+                              {"metadata": {"annotations": {STARTED: str(int(time.time()))}}},
+                              content_type="application/merge-patch+json")
+        if kill:  # ended for us, not for the engine (evicted, preempted, unpullable): never let it run again
+            self._delete(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}", None)
+        if status.ended:
+            self._remember(ns, name, status, pods)
+        return status
+
+    def _remember(self, ns: str, name: str, status: AttemptStatus, pods: list[dict[str, Any]]) -> None:
+        log = b""
+        if pods:
+            with contextlib.suppress(ApiError, BackendError):
+                log = self._pod_log(ns, pods[0], None)
+        if not self._file(ns, name, ".log").exists() or log:
+            self._write(self._file(ns, name, ".log"), log)
+        fields = {k: getattr(status, k) for k in AttemptStatus.__dataclass_fields__}
+        self._write(self._file(ns, name, ".end.json"), json.dumps(fields).encode())
+
+    def _pod_log(self, ns: str, pod: dict[str, Any], limit: int | None) -> bytes:
+        pod_name = (pod.get("metadata") or {}).get("name", "")
+        try:
+            return self.api.raw("GET", f"/api/v1/namespaces/{ns}/pods/{pod_name}/log",
+                                query={"container": manifest.CONTAINER, "limitBytes": limit})
+        except ApiError as err:
+            if err.status in (400, 404):  # not started yet, or gone
+                return b""
+            raise
+
+    def read_log(self, external_id: str, offset: int = 0, max_bytes: int = 1 << 20) -> bytes:
+        ns, name = self._split(external_id)
+        offset, max_bytes = max(0, int(offset)), max(0, int(max_bytes))
+        cached = self._file(ns, name, ".log")
+        if self._file(ns, name, ".end.json").exists() and cached.exists():
+            with cached.open("rb") as f:
+                f.seek(offset)
+                return f.read(max_bytes)
+        pods = self._pods(ns, name)
+        if not pods:
+            return b""
+        data = self._pod_log(ns, pods[0], min(offset + max_bytes, _LOG_CAP))
+        return data[offset: offset + max_bytes]
+
+    def log_size(self, external_id: str) -> int:
+        ns, name = self._split(external_id)
+        cached = self._file(ns, name, ".log")
+        if self._file(ns, name, ".end.json").exists() and cached.exists():
+            return cached.stat().st_size
+        return len(self.read_log(external_id, 0, _LOG_CAP))
+
+    def stop(self, external_id: str, grace: float | None = None) -> None:
+        ns, name = self._split(external_id)
+        if self.poll(external_id).ended:
+            return  # over already (stop is idempotent): the ending stays its own
+        seconds = None if grace is None else max(0, int(math.ceil(grace)))
+        self._write(self._file(ns, name, ".stop.json"), json.dumps({"at": time.time(), "grace": seconds}).encode())
+        pods = self._pods(ns, name)
+        self._delete(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}", seconds)
+        for pod in pods:  # the pods too, with our grace (the garbage collector would use the pod's own)
+            self._delete(f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}", seconds)
+
+    def release(self, external_id: str) -> None:
+        """The ending is recorded (and kept in ``state_dir``): the Job may go."""
+        with contextlib.suppress(AutoresearchError):
+            ns, name = self._split(external_id)
+            if self._file(ns, name, ".end.json").exists():
+                self._delete(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}", None)
+
+
+def _gang_env(body: dict[str, Any], name: str, nodes: int) -> None:
+    """Rank and rendezvous of a gang: rank = the pod's completion index, rank 0 the master."""
+    container = body["spec"]["template"]["spec"]["containers"][0]
+    container["env"] += [
+        {"name": "AUTORESEARCH_NODES", "value": str(nodes)},
+        {"name": "WORLD_SIZE", "value": str(nodes)},
+        {"name": "MASTER_ADDR", "value": f"{name}-0.{name}"},
+        {"name": "NODE_RANK", "valueFrom": {"fieldRef": {
+            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
+    ]
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _annotations(obj: dict[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("annotations") or {})
+
+
+def _index(pod: dict[str, Any]) -> tuple[int, str]:
+    meta = pod.get("metadata") or {}
+    raw = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index", "0")
+    try:
+        index = int(raw)
+    except (TypeError, ValueError):
+        index = 0
+    return index, str(meta.get("creationTimestamp") or "")
+
+
+def _condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == kind and cond.get("status") == "True":
+            return cond
+    return None
+
+
+def _terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if isinstance(cs, dict) and cs.get("name") == manifest.CONTAINER:
+            term = (cs.get("state") or {}).get("terminated")
+            return term if isinstance(term, dict) else None
+    return None
+
+
+def _waiting(pod: dict[str, Any]) -> dict[str, Any]:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if isinstance(cs, dict):
+            waiting = (cs.get("state") or {}).get("waiting")
+            if isinstance(waiting, dict):
+                return waiting
+    return {}
+
+
+def _ended_status(pods: list[dict[str, Any]], stopped: bool, timed_out: bool, detail: str) -> AttemptStatus:
+    """The attempt's ending from its pods: the first failed rank's exit, else rank 0's."""
+    terms = [(p, t) for p in pods if (t := _terminated(p)) is not None]
+    failed = [(p, t) for p, t in terms if int(t.get("exitCode", 0) or 0) != 0 or t.get("reason") == "OOMKilled"]
+    pod_term = failed[0] if failed else (terms[0] if terms else None)
+    code: int | None = None
+    signal: int | None = None
+    if pod_term is not None:
+        term = pod_term[1]
+        code = int(term.get("exitCode", 0) or 0)
+        signal = int(term["signal"]) if term.get("signal") else None
+        if term.get("reason") == "OOMKilled":
+            signal, detail = 9, detail or f"OOMKilled: {term.get('message') or 'the container passed its memory limit'}"
+        elif signal is None and 128 < code <= 128 + 64 and (stopped or timed_out):
+            signal = code - 128  # the runtime's exit code for a death by signal N
+        if signal is not None:
+            code = None
+    elif stopped:
+        signal, detail = 9, detail or "stopped; the pod was removed before its exit status was read"
+    return AttemptStatus("exited", exit_code=code, signal=signal, timed_out=timed_out, stopped=stopped,
+                         ended_at=time.time(), detail=detail)
+
+
+def _interpret(job: dict[str, Any] | None, pods: list[dict[str, Any]], stopped: bool, ns: str,
+               name: str) -> tuple[AttemptStatus, bool]:
+    """(status, whether the Job must be deleted so that the engine never runs it again)."""
+    active = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    for pod in pods:
+        st = pod.get("status") or {}
+        if st.get("phase") == "Failed" and st.get("reason") in ("Evicted", "Preempting", "Shutdown", "NodeLost",
+                                                                "Terminated", "UnexpectedAdmissionError"):
+            return AttemptStatus("lost", ended_at=time.time(), stopped=stopped,
+                                 detail=f"pod {st.get('reason')}: {str(st.get('message') or '')[:200]}"), True
+        waiting = _waiting(pod)
+        if waiting.get("reason") in _FATAL_WAITING:
+            return AttemptStatus("lost", ended_at=time.time(),
+                                 detail=f"{waiting['reason']}: {str(waiting.get('message') or '')[:200]} "
+                                        f"(kubectl -n {ns} describe pod)"), True
+    if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
+        if active:
+            return AttemptStatus("running"), False
+        if pods or stopped:
+            return _ended_status(pods, stopped, False, ""), False
+        return AttemptStatus("lost", ended_at=time.time(),
+                             detail=f"Job {ns}/{name} is gone (deleted outside autoresearch, or by its TTL before "
+                                    "its ending was read)"), False
+    if (job.get("spec") or {}).get("suspend") and STARTED in _annotations(job) and not active:
+        return AttemptStatus("lost", ended_at=time.time(),
+                             detail="preempted: Kueue suspended the running Job (evicted for a higher-priority "
+                                    "workload); retried as a new attempt"), True
+    failed, complete = _condition(job, "Failed"), _condition(job, "Complete")
+    if (failed or complete) and not active:
+        reason = str((failed or {}).get("reason") or "")
+        detail = "" if not failed or reason in ("BackoffLimitExceeded", "DeadlineExceeded") else \
+            f"Job failed: {reason}: {str(failed.get('message') or '')[:200]}"
+        return _ended_status(pods, stopped, reason == "DeadlineExceeded", detail), False
+    if any((p.get("status") or {}).get("phase") == "Running" for p in active):
+        return AttemptStatus("running"), False
+    if not active and pods and all(_terminated(p) is not None for p in pods) and not (failed or complete):
+        return AttemptStatus("running"), False  # the Job controller has not caught up with its pods yet
+    return AttemptStatus("starting"), False
