@@ -41,6 +41,7 @@ STARTED = "autoresearch.io/started"  # set on the Job once a pod of it ran: a la
 _FATAL_WAITING = {"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError",
                   "CreateContainerError", "RunContainerError"}
 _LOG_CAP = 1 << 40
+POINTER = "kubernetes.json"  # in the attempt's run dir: which Job it is
 
 
 class KubernetesBackend(Backend):
@@ -93,6 +94,12 @@ class KubernetesBackend(Backend):
         return self._namespace
 
     def _split(self, external_id: str) -> tuple[str, str]:
+        if os.path.isabs(str(external_id)):  # the run dir: the launcher died before recording the Job's id
+            pointer = _load(Path(external_id) / POINTER) or {}
+            if not pointer.get("external_id"):
+                raise _NeverCreated(f"no Job was recorded for run dir {str(external_id)[:200]!r}",
+                                    hint="the launcher died before it reached the API; the attempt is retried")
+            external_id = str(pointer["external_id"])
         ns, _, name = str(external_id).partition("/")
         if not ns or not name or manifest.dns_name(ns, 63) != ns or manifest.dns_name(name, 63) != name:
             raise BackendError(f"{str(external_id)[:120]!r} is not a kubernetes attempt id (NAMESPACE/JOB)",
@@ -149,6 +156,9 @@ class KubernetesBackend(Backend):
         name = manifest.job_name(request.key, self.prefix, owner)
         if self._file(ns, name, ".end.json").exists():
             return f"{ns}/{name}"  # ended and forgotten by the engine: still the same attempt
+        # Write-ahead (invariant 1): the run dir names the Job before the Job exists, so a launcher
+        # killed between the create and the ledger's write is found, not launched again.
+        self._write(Path(request.run_dir) / POINTER, json.dumps({"external_id": f"{ns}/{name}"}).encode())
         body = manifest.job_manifest(request, name, owner, queue=self.queue, priority_classes=self.priority_classes,
                                      image=self.image, service_account=self.service_account,
                                      node_selector=self.node_selector, ttl_after_finished=self.ttl)
@@ -183,7 +193,10 @@ class KubernetesBackend(Backend):
             self.api.call("POST", f"/api/v1/namespaces/{ns}/services", service)
 
     def poll(self, external_id: str) -> AttemptStatus:
-        ns, name = self._split(external_id)
+        try:
+            ns, name = self._split(external_id)
+        except _NeverCreated as err:  # launches and passes hold the pass lock: nobody is creating it now
+            return AttemptStatus("lost", ended_at=time.time(), detail=err.message)
         ended = _load(self._file(ns, name, ".end.json"))
         if ended is not None:
             return AttemptStatus(**ended)
@@ -222,7 +235,10 @@ class KubernetesBackend(Backend):
             raise
 
     def read_log(self, external_id: str, offset: int = 0, max_bytes: int = 1 << 20) -> bytes:
-        ns, name = self._split(external_id)
+        try:
+            ns, name = self._split(external_id)
+        except _NeverCreated:
+            return b""
         offset, max_bytes = max(0, int(offset)), max(0, int(max_bytes))
         cached = self._file(ns, name, ".log")
         if self._file(ns, name, ".end.json").exists() and cached.exists():
@@ -236,14 +252,20 @@ class KubernetesBackend(Backend):
         return data[offset: offset + max_bytes]
 
     def log_size(self, external_id: str) -> int:
-        ns, name = self._split(external_id)
+        try:
+            ns, name = self._split(external_id)
+        except _NeverCreated:
+            return 0
         cached = self._file(ns, name, ".log")
         if self._file(ns, name, ".end.json").exists() and cached.exists():
             return cached.stat().st_size
         return len(self.read_log(external_id, 0, _LOG_CAP))
 
     def stop(self, external_id: str, grace: float | None = None) -> None:
-        ns, name = self._split(external_id)
+        try:
+            ns, name = self._split(external_id)
+        except _NeverCreated:
+            return  # nothing reached the engine
         if self.poll(external_id).ended:
             return  # over already (stop is idempotent): the ending stays its own
         seconds = None if grace is None else max(0, int(math.ceil(grace)))
@@ -259,6 +281,10 @@ class KubernetesBackend(Backend):
             ns, name = self._split(external_id)
             if self._file(ns, name, ".end.json").exists():
                 self._delete(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}", None)
+
+
+class _NeverCreated(BackendError):
+    """A run dir without a Job pointer: the launch died before the API call."""
 
 
 def _gang_env(body: dict[str, Any], name: str, nodes: int) -> None:
@@ -323,6 +349,9 @@ def _ended_status(pods: list[dict[str, Any]], stopped: bool, timed_out: bool, de
     """The attempt's ending from its pods: the first failed rank's exit, else rank 0's."""
     terms = [(p, t) for p in pods if (t := _terminated(p)) is not None]
     failed = [(p, t) for p, t in terms if int(t.get("exitCode", 0) or 0) != 0 or t.get("reason") == "OOMKilled"]
+    # The rank that failed on its own (not one the Job controller deleted after it), the earliest first.
+    failed.sort(key=lambda pt: (bool((pt[0].get("metadata") or {}).get("deletionTimestamp")),
+                                str(pt[1].get("finishedAt") or "")))
     pod_term = failed[0] if failed else (terms[0] if terms else None)
     code: int | None = None
     signal: int | None = None
