@@ -244,7 +244,7 @@ class KubernetesBackend(Backend):
         if self._file(ns, name, ".end.json").exists() and cached.exists():
             with cached.open("rb") as f:
                 f.seek(offset)
-                return f.read(max_bytes)
+                return f.read(max(0, min(max_bytes, cached.stat().st_size - offset)))
         pods = self._pods(ns, name)
         if not pods:
             return b""
