@@ -75,15 +75,15 @@ def job_manifest(request: Any, name: str, owner: str, *, queue: str = "", priori
         "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
         "resources": _resources(request),
     }
-    volumes, mounts = _volumes(request.mounts)
+    vols, mounts = volumes(request.mounts)
     if mounts:
         container["volumeMounts"] = mounts
     pod: dict[str, Any] = {
         "restartPolicy": "Never", "containers": [container],
         "terminationGracePeriodSeconds": int(math.ceil(max(0.0, float(request.grace)))),
     }
-    if volumes:
-        pod["volumes"] = volumes
+    if vols:
+        pod["volumes"] = vols
     if service_account:
         pod["serviceAccountName"] = service_account
     if node_selector:
@@ -124,8 +124,8 @@ def _resources(request: Any) -> dict[str, Any]:
     return out
 
 
-def _volumes(mounts: dict[str, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    volumes: list[dict[str, Any]] = []
+def volumes(mounts: dict[str, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    made: list[dict[str, Any]] = []
     points: list[dict[str, Any]] = []
     for i, (target, source) in enumerate(sorted(mounts.items())):
         if not target.startswith("/") or ".." in target.split("/"):
@@ -151,6 +151,6 @@ def _volumes(mounts: dict[str, str]) -> tuple[list[dict[str, Any]], list[dict[st
         else:
             raise SpecError(f"mount source {source!r} is not one the kubernetes backend knows",
                             hint="use pvc:CLAIM[/sub/path], host:/path or emptydir:")
-        volumes.append(volume)
+        made.append(volume)
         points.append(point)
-    return volumes, points
+    return made, points

@@ -65,8 +65,7 @@ class DatabricksBackend(Backend):
     def __init__(self, accelerator_type: str = "GPU_1xA10", pool_id: str = "", experiment: str = "autoresearch",
                  environment_version: str | int = "", profile: str = "", cli: str = "databricks",
                  state_dir: str = "", timeout: float = 60.0, priority_classes: dict[str, str] | None = None) -> None:
-        from autoresearch.spec import PRIORITIES
-
+        priorities = tuple(PRIORITY_CLASSES)  # spec.PRIORITIES (spec imports pydantic: not on a status read)
         if not re.fullmatch(r"GPU_\d+x[\w-]+", str(accelerator_type)):
             raise SpecError(f"databricks option accelerator_type {str(accelerator_type)[:80]!r} is not GPU_<n>x<model>",
                             hint="use the exact value from the workspace, e.g. GPU_8xH100 or GPU_1xA10")
@@ -75,7 +74,7 @@ class DatabricksBackend(Backend):
                             hint="leave it out for 60 s")
         classes = dict(PRIORITY_CLASSES)
         if priority_classes is not None:
-            if not isinstance(priority_classes, dict) or any(k not in PRIORITIES for k in priority_classes) or any(
+            if not isinstance(priority_classes, dict) or any(k not in priorities for k in priority_classes) or any(
                     str(v) not in PRIORITY_CLASSES.values() for v in priority_classes.values()):
                 raise SpecError(f"databricks option priority_classes {str(priority_classes)[:120]!r} is not a map of "
                                 "autoresearch priorities to BEST_EFFORT|NORMAL|CRITICAL",
@@ -159,6 +158,16 @@ class DatabricksBackend(Backend):
         return str(external_id)
 
     # -- the contract -----------------------------------------------------------------------
+
+    def check(self, spec: Any) -> None:
+        """Also refused at submit: an image that is not a Unity Catalog image, a mount that is not
+        a Unity Catalog volume path."""
+        super().check(spec)
+        mounts = getattr(spec, "mounts", None)
+        probe = LaunchRequest(key="check", argv=["true"], env={}, workdir="/", log_path="", run_dir="",
+                              image=str(getattr(spec, "image", "") or ""),
+                              mounts=dict(mounts) if isinstance(mounts, dict) else {})
+        self.workload(probe)
 
     def nodes(self) -> list[NodeInfo]:
         return []

@@ -53,14 +53,13 @@ class KubernetesBackend(Backend):
                  priority_classes: dict[str, str] | None = None, image: str = "", service_account: str = "",
                  node_selector: dict[str, str] | None = None, name_prefix: str = "ar", state_dir: str = "",
                  timeout: float = 10.0, ttl_after_finished: int | None = None) -> None:
-        from autoresearch.spec import PRIORITIES
-
-        classes = dict(manifest.DEFAULT_PRIORITY_CLASSES)
+        classes = dict(manifest.DEFAULT_PRIORITY_CLASSES)  # keyed by spec.PRIORITIES (spec imports pydantic)
+        priorities = tuple(classes)
         if priority_classes is not None:
-            if not isinstance(priority_classes, dict) or any(k not in PRIORITIES for k in priority_classes):
+            if not isinstance(priority_classes, dict) or any(k not in priorities for k in priority_classes):
                 raise SpecError("kubernetes option priority_classes must map autoresearch priorities to "
                                 f"WorkloadPriorityClass names, got {str(priority_classes)[:120]!r}",
-                                hint=f"keys among {', '.join(PRIORITIES)}, e.g. {{critical: autoresearch-critical}}")
+                                hint=f"keys among {', '.join(priorities)}, e.g. {{critical: autoresearch-critical}}")
             classes.update({k: str(v) for k, v in priority_classes.items()})
         if not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or not 0 < timeout <= 600:
             raise SpecError(f"kubernetes option timeout must be seconds in (0, 600], got {timeout!r}",
@@ -140,6 +139,17 @@ class KubernetesBackend(Backend):
                 raise BackendError(f"deleting {path} failed: {err.message}", hint=KIT_HINT) from None
 
     # -- the contract ---------------------------------------------------------------------
+
+    def check(self, spec: Any) -> None:
+        """Also refused at submit, not as failed attempts: no image anywhere, a mount the pod
+        cannot have, no API server configured (no network call here)."""
+        super().check(spec)
+        if not (str(getattr(spec, "image", "") or "") or self.image):
+            raise SpecError("the kubernetes backend needs a container image for the job",
+                            hint="set image: in the job spec or plan, or the backend option image: (a default)")
+        mounts = getattr(spec, "mounts", None)
+        manifest.volumes(dict(mounts) if isinstance(mounts, dict) else {})
+        self.api  # noqa: B018 - resolves api/token/kubeconfig: a SpecError with a hint when there is none
 
     def nodes(self) -> list[NodeInfo]:
         return []  # Kubernetes places pods; `kubectl get nodes` shows them

@@ -16,8 +16,9 @@ import yaml
 
 from autoresearch.api import Api
 from autoresearch.backends import Backend, LaunchRequest, get_backend
-from autoresearch.backends.databricks import DatabricksBackend
+from autoresearch.backends.databricks import PRIORITY_CLASSES, DatabricksBackend
 from autoresearch.errors import AuthError, BackendError, SpecError
+from autoresearch.spec import PRIORITIES
 from autoresearch.testing.backends import BackendConformance
 from tests.conftest import wait_for, wait_state
 
@@ -82,6 +83,7 @@ def test_workload_yaml_and_the_recorded_command_lines(fake_home: Path, tmp_path:
 
 
 def test_priority_needs_a_pool(fake_home: Path, tmp_path: Path) -> None:
+    assert set(PRIORITY_CLASSES) == set(PRIORITIES)
     workload = _backend(tmp_path).workload(_request(tmp_path, priority="critical"))
     assert "priority_class" not in workload["compute"] and workload["compute"]["num_accelerators"] == 1
     mapped = _backend(tmp_path, pool_id="p", priority_classes={"critical": "NORMAL"}).workload(
@@ -104,7 +106,7 @@ def test_the_same_key_submits_once_even_from_another_process(fake_home: Path, tm
 KILLED_AFTER_RUN = textwrap.dedent("""\
     import os, sys
     from autoresearch.api import Api
-    from autoresearch.backends.databricks import DatabricksBackend
+    from autoresearch.backends.databricks import PRIORITY_CLASSES, DatabricksBackend
     from autoresearch.jobstore import JobStore
 
     JobStore.set_external_id = lambda *a, **k: os._exit(9)  # dies after `air run`, before the ledger has the id
@@ -179,3 +181,13 @@ def test_garbage_run_ids_never_reach_the_cli(fake_home: Path, tmp_path: Path) ->
         with pytest.raises(BackendError):
             _backend(tmp_path).poll(bad)
     assert not (fake_home / "calls.jsonl").exists()
+
+
+def test_a_job_databricks_cannot_run_is_refused_at_submit(fake_home: Path, home: Path, tmp_path: Path) -> None:
+    api = Api(backend=_backend(tmp_path))
+    for spec, words in (({"image": "nvcr.io/nvidia/pytorch:24.05-py3"}, "Unity Catalog image"),
+                        ({"mounts": {"/d": "pvc:claim"}}, "Unity Catalog volume")):
+        with pytest.raises(SpecError) as err:
+            api.submit({"command": ["true"], "workdir": str(tmp_path), **spec})
+        assert words in err.value.render()
+    assert not (fake_home / "calls.jsonl").exists() and api.list_jobs().jobs == []

@@ -305,3 +305,22 @@ def test_no_image_anywhere_is_a_spec_error(k8s: FakeKubernetes, tmp_path: Path) 
     with pytest.raises(SpecError) as err:
         _backend(k8s, tmp_path, image="").start(_request(tmp_path))
     assert "image" in err.value.hint
+
+
+def test_what_no_attempt_could_run_is_refused_at_submit(k8s: FakeKubernetes, home: Path, tmp_path: Path) -> None:
+    api = Api(backend=_backend(k8s, tmp_path, image=""))
+    for spec, words in (({}, "needs a container image"), ({"image": "i", "mounts": {"/d": "nfs:server"}}, "pvc:CLAIM")):
+        with pytest.raises(SpecError) as err:
+            api.submit({"command": ["true"], "workdir": str(tmp_path), **spec})
+        assert words in err.value.render()
+    assert not k8s.requests and api.list_jobs().jobs == []  # nothing recorded, nothing sent
+
+
+def test_no_api_server_configured_is_refused_at_submit(home: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    api = Api(backend=KubernetesBackend(image="i"))
+    with pytest.raises(SpecError) as err:
+        api.submit({"command": ["true"], "workdir": str(tmp_path)})
+    assert "no API server" in err.value.message and "kubeconfig" in err.value.hint
