@@ -21,7 +21,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from autoresearch.errors import AuthError, BackendError, SpecError
 
@@ -146,7 +146,8 @@ class Client:
         return json.loads(raw) if raw else {}
 
     def raw(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None,
-            content_type: str = "application/json") -> bytes:
+            content_type: str = "application/json", sink: BinaryIO | None = None) -> bytes:
+        """The response body; with ``sink``, copied there in chunks instead (a log of any size)."""
         url = self.conn.api + path
         if query:
             url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
@@ -159,8 +160,12 @@ class Client:
         request = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout, context=self._context) as response:
-                out: bytes = response.read()
-                return out
+                if sink is None:
+                    out: bytes = response.read()
+                    return out
+                while chunk := response.read(1 << 20):
+                    sink.write(chunk)
+                return b""
         except urllib.error.HTTPError as err:
             raise self._error(err) from None
         except (urllib.error.URLError, OSError, ValueError) as err:

@@ -54,6 +54,7 @@ _STARTING = {"PENDING", "QUEUED", "SUBMITTED", "STARTING", "PROVISIONING", "SCHE
              "WAITING_FOR_RETRY", "CREATED"}
 _OK = {"SUCCEEDED", "SUCCESS", "COMPLETED", "FINISHED"}
 _CANCELLED = {"CANCELED", "CANCELLED", "KILLED", "CANCELING", "CANCELLING", "TERMINATING"}
+_FAILED = {"FAILED", "ERROR", "TIMEDOUT", "TIMED_OUT"}
 _LOST = {"INTERNAL_ERROR", "PREEMPTED", "LOST", "SKIPPED", "EVICTED"}
 _LOG_CAP = 1 << 40
 
@@ -297,6 +298,16 @@ class DatabricksBackend(Backend):
                 raise BackendError(f"the databricks CLI {self.cli[0]!r} cannot be run", hint=INSTALL_HINT) from None
 
 
+    def release(self, external_id: str) -> None:
+        """The ledger has ended the attempt; a run it never saw end (its launch raised after
+        ``air run`` made it) is cancelled so that it never runs beside the retry."""
+        with contextlib.suppress(BackendError):
+            known = _load(Path(external_id) / POINTER) if os.path.isabs(str(external_id)) else {"run_id": external_id}
+            run = str((known or {}).get("run_id") or "")
+            if _RUN_ID.match(run) and not self._file(run, ".end.json").exists():
+                self.stop(run)
+
+
 class _NeverSubmitted(BackendError):
     """A run dir without a workload key: the launch died before ``air run``."""
 
@@ -328,6 +339,10 @@ def _interpret(data: dict[str, Any], timeout: Any) -> AttemptStatus:
         return AttemptStatus("starting")
     if word == "RUNNING":
         return AttemptStatus("running")
+    if word not in _OK | _CANCELLED | _LOST | _FAILED:
+        # A state this backend does not know: never call it an ending (a retry beside a run that
+        # goes on would run the attempt twice); the job's timeout or a cancel still ends it.
+        return AttemptStatus("running", detail=f"unknown Databricks state {word[:40]!r}")
     if word in _LOST:
         return AttemptStatus("lost", ended_at=time.time(), detail=f"Databricks: {word.lower()}: {message}".strip())
     stopped = word in _CANCELLED

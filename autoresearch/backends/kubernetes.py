@@ -29,13 +29,14 @@ import json
 import math
 import os
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 from autoresearch.backends import _k8s_job as manifest
 from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo
 from autoresearch.backends._k8s_api import KIT_HINT, ApiError, Client, connection
-from autoresearch.errors import AutoresearchError, BackendError, SpecError
+from autoresearch.errors import AuthError, AutoresearchError, BackendError, SpecError
 
 STARTED = "autoresearch.io/started"  # set on the Job once a pod of it ran: a later suspension is a preemption
 _FATAL_WAITING = {"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError",
@@ -176,6 +177,16 @@ class KubernetesBackend(Backend):
             _gang_env(body, name, int(request.nodes))
         try:
             created = self.api.call("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body)
+        except AuthError:
+            raise
+        except BackendError:
+            # No answer (a timeout, a dropped connection): the API may have made the Job anyway.
+            # Ask; if it is there it is this attempt. If the API stays silent the launch fails, and
+            # release() deletes the Job of that name once the ledger has ended the attempt.
+            created = self._job(ns, name) or {}
+            if not created:
+                raise
+            self._check_ours(created, request.key, owner, ns, name)
         except ApiError as err:
             if err.status != 409:
                 raise BackendError(f"the Kubernetes API rejected Job {ns}/{name}: {err.message}",
@@ -183,13 +194,17 @@ class KubernetesBackend(Backend):
                                         "backends/kubernetes/README.md; kubectl auth can-i create jobs "
                                         f"-n {ns}") from None
             created = self._job(ns, name) or {}
-            notes = (created.get("metadata") or {}).get("annotations") or {}
-            if notes.get(manifest.ANNOTATION) != request.key or notes.get(manifest.OWNER) != owner:
-                raise BackendError(f"Job {ns}/{name} exists but is not attempt {request.key} of this home",
-                                   hint=f"delete it (kubectl -n {ns} delete job {name}) or set name_prefix") from None
+            self._check_ours(created, request.key, owner, ns, name)
         if request.nodes > 1:
             self._headless_service(ns, name, created)
         return f"{ns}/{name}"
+
+    @staticmethod
+    def _check_ours(job: dict[str, Any], key: str, owner: str, ns: str, name: str) -> None:
+        notes = _annotations(job)
+        if notes.get(manifest.ANNOTATION) != key or notes.get(manifest.OWNER) != owner:
+            raise BackendError(f"Job {ns}/{name} exists but is not attempt {key} of this home",
+                               hint=f"delete it (kubectl -n {ns} delete job {name}) or set name_prefix")
 
     def _headless_service(self, ns: str, name: str, job: dict[str, Any]) -> None:
         """Stable DNS for a gang's pods (``<job>-<index>.<job>``), deleted with the Job (owner reference)."""
@@ -225,17 +240,28 @@ class KubernetesBackend(Backend):
         return status
 
     def _remember(self, ns: str, name: str, status: AttemptStatus, pods: list[dict[str, Any]]) -> None:
-        log = b""
+        """Keep the ending and the whole log (streamed to disk) before the pod can vanish."""
+        path = self._file(ns, name, ".log")
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        kept = False
         if pods:
-            with contextlib.suppress(ApiError, BackendError):
-                log = self._pod_log(ns, pods[0], None)
-        if not self._file(ns, name, ".log").exists() or log:
-            self._write(self._file(ns, name, ".log"), log)
+            pod_name = urllib.parse.quote(str((pods[0].get("metadata") or {}).get("name", "")), safe="")
+            with contextlib.suppress(ApiError, BackendError), tmp.open("wb") as sink:
+                self.api.raw("GET", f"/api/v1/namespaces/{ns}/pods/{pod_name}/log",
+                             query={"container": manifest.CONTAINER}, sink=sink)
+                kept = True
+        if kept:
+            os.replace(tmp, path)
+        else:
+            tmp.unlink(missing_ok=True)
+            if not path.exists():
+                self._write(path, b"")
         fields = {k: getattr(status, k) for k in AttemptStatus.__dataclass_fields__}
         self._write(self._file(ns, name, ".end.json"), json.dumps(fields).encode())
 
     def _pod_log(self, ns: str, pod: dict[str, Any], limit: int | None) -> bytes:
-        pod_name = (pod.get("metadata") or {}).get("name", "")
+        pod_name = urllib.parse.quote(str((pod.get("metadata") or {}).get("name", "")), safe="")
         try:
             return self.api.raw("GET", f"/api/v1/namespaces/{ns}/pods/{pod_name}/log",
                                 query={"container": manifest.CONTAINER, "limitBytes": limit})
@@ -283,14 +309,16 @@ class KubernetesBackend(Backend):
         pods = self._pods(ns, name)
         self._delete(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}", seconds)
         for pod in pods:  # the pods too, with our grace (the garbage collector would use the pod's own)
-            self._delete(f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}", seconds)
+            pod_name = urllib.parse.quote(str((pod.get("metadata") or {}).get("name", "")), safe="")
+            self._delete(f"/api/v1/namespaces/{ns}/pods/{pod_name}", seconds)
 
     def release(self, external_id: str) -> None:
-        """The ending is recorded (and kept in ``state_dir``): the Job may go."""
+        """The ledger has recorded the attempt's ending (kept in ``state_dir``): the Job goes. Also
+        when the ending was "could not start" (the create timed out, yet the Job may exist): an
+        attempt the ledger calls ended must not run beside its retry."""
         with contextlib.suppress(AutoresearchError):
             ns, name = self._split(external_id)
-            if self._file(ns, name, ".end.json").exists():
-                self._delete(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}", None)
+            self._delete(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}", 0)
 
 
 class _NeverCreated(BackendError):

@@ -191,3 +191,26 @@ def test_a_job_databricks_cannot_run_is_refused_at_submit(fake_home: Path, home:
             api.submit({"command": ["true"], "workdir": str(tmp_path), **spec})
         assert words in err.value.render()
     assert not (fake_home / "calls.jsonl").exists() and api.list_jobs().jobs == []
+
+
+def test_an_unknown_state_is_never_taken_for_an_ending() -> None:
+    from autoresearch.backends.databricks import _interpret
+
+    assert _interpret({"state": "WARMING_UP_GPUS"}, None).state == "running"
+    assert _interpret({"state": {"life_cycle_state": "TERMINATED", "result_state": "SUCCESS"}}, None).exit_code == 0
+    assert _interpret({"status": "FAILED"}, None).exit_code == 1
+    failed = _interpret({"state": "FAILED", "exit_code": 137}, 60)
+    assert failed.timed_out and failed.signal == 9  # `timeout -k` killed it after the grace
+    cancelled = _interpret({"state": "CANCELED"}, None)
+    assert cancelled.stopped and cancelled.signal == 15
+    assert _interpret({"state": "PREEMPTED", "state_message": "pool reclaimed"}, None).state == "lost"
+    assert _interpret({"state": 7, "exit_code": True}, None).state == "starting"  # garbage: not an ending
+
+
+def test_release_cancels_a_run_the_ledger_never_saw_end(fake_home: Path, tmp_path: Path) -> None:
+    backend = _backend(tmp_path)
+    request = _request(tmp_path, argv=["/bin/sh", "-c", "sleep 60"])
+    run = backend.start(request)
+    backend.release(request.run_dir)
+    status = _wait(backend, run)
+    assert status.stopped

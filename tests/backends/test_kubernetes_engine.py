@@ -101,6 +101,25 @@ def test_a_submitter_killed_between_create_and_ledger_write_is_adopted_not_rerun
     assert api.metrics(1)  # metrics from the log's name: value lines, read through the pod log API
 
 
+def test_a_create_whose_answer_was_lost_adopts_the_job_it_made(k8s: FakeKubernetes, home: Path,
+                                                                tmp_path: Path) -> None:
+    k8s.drop_create_answer = True
+    marker = tmp_path / "ran"
+    api = Api(backend=_backend(k8s, tmp_path))
+    api.submit({"command": ["/bin/sh", "-c", f"echo x >> {marker}"], "workdir": str(tmp_path), "image": "i"})
+    view = wait_state(api, 1, "succeeded", timeout=60)
+    assert view.attempts == 1 and k8s.creates == 1 and marker.read_text() == "x\n"
+
+
+def test_an_attempt_ended_as_could_not_start_has_its_job_deleted(k8s: FakeKubernetes, tmp_path: Path) -> None:
+    backend = _backend(k8s, tmp_path)
+    request = _request(tmp_path, argv=["/bin/sh", "-c", "sleep 60"])
+    ext = backend.start(request)
+    backend.release(request.run_dir)  # the ledger ended it (the launch raised) and only knows the run dir
+    assert tuple(ext.split("/")) not in k8s.jobs
+    assert all(p.deleting for p in k8s.pods_of("default", ext.split("/")[1]))
+
+
 # -- the Job: Kueue, gangs, resources ------------------------------------------------------------
 
 

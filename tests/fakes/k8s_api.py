@@ -14,7 +14,7 @@ deletes the pods); Pods: list by ``labelSelector=k=v``, delete with ``gracePerio
 on the first failed pod (``BackoffLimitExceeded``); an Indexed Job runs ``completions`` pods.
 
 Faults: ``token`` (401 without it), ``forbid`` (403), ``reject`` (the next create answers 422
-with that message), ``evict(pod)``, ``suspend(job)`` (what Kueue does to preempt).
+with that message), ``drop_create_answer`` (the next create is made but never answered), ``evict(pod)``, ``suspend(job)`` (what Kueue does to preempt).
 A deleted pod stays visible ``linger`` seconds after its process ended, as a terminated pod
 stays until the kubelet and the Job controller have let it go.
 """
@@ -176,6 +176,7 @@ class FakeKubernetes:
         self.reject = ""
         self.unpullable = ""
         self.oom_next = False
+        self.drop_create_answer = False
         self.creates = 0
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -395,6 +396,11 @@ class FakeKubernetes:
                 query = {k: v[-1] for k, v in parse_qs(url.query).items()}
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
+                if method == "POST" and url.path.endswith("/jobs") and fake.drop_create_answer:
+                    fake.drop_create_answer = False
+                    fake.handle(method, url.path, query, json.loads(raw))
+                    self.close_connection = True  # made, but the client never hears so (a timeout, a reset)
+                    return
                 if fake.token and self.headers.get("Authorization") != f"Bearer {fake.token}":
                     code, payload = 401, status(401, "Unauthorized", "Unauthorized")
                 else:
