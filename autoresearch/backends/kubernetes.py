@@ -3,8 +3,9 @@
 Built from the documented interfaces (the batch/v1 Job and core/v1 Pod APIs, Kueue's
 ``kueue.x-k8s.io/queue-name`` and ``kueue.x-k8s.io/priority-class`` labels), tested against a
 fake API server that runs each pod's command as a local process (``tests/fakes/k8s_api.py``);
-not yet exercised against a live cluster. The Job itself is ``_k8s_job.py``; the HTTP client
-and its configuration (api/token/CA, kubeconfig, in-cluster) ``_k8s_api.py``.
+not yet exercised against a live cluster. The Job itself is ``_k8s_job.py``, reading its state
+``_k8s_status.py``, the HTTP client and its configuration (api/token/CA, kubeconfig,
+in-cluster) ``_k8s_api.py``.
 
 * At most once (issue 9 item 4): the Job's name comes from the attempt key, so a start that
   is repeated (a submitter killed between the API's create and the ledger's write) finds
@@ -36,11 +37,9 @@ from typing import Any
 from autoresearch.backends import _k8s_job as manifest
 from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo
 from autoresearch.backends._k8s_api import KIT_HINT, ApiError, Client, connection
+from autoresearch.backends._k8s_status import STARTED, index, interpret, job_annotations
 from autoresearch.errors import AuthError, AutoresearchError, BackendError, SpecError
 
-STARTED = "autoresearch.io/started"  # set on the Job once a pod of it ran: a later suspension is a preemption
-_FATAL_WAITING = {"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError",
-                  "CreateContainerError", "RunContainerError"}
 _LOG_CAP = 1 << 40
 POINTER = "kubernetes.json"  # in the attempt's run dir: which Job it is
 
@@ -118,7 +117,7 @@ class KubernetesBackend(Backend):
     def _pods(self, ns: str, name: str) -> list[dict[str, Any]]:
         found = self.api.call("GET", f"/api/v1/namespaces/{ns}/pods", query={"labelSelector": f"{manifest.LABEL}={name}"})
         pods = [p for p in found.get("items") or [] if isinstance(p, dict)]
-        return sorted(pods, key=_index)
+        return sorted(pods, key=index)
 
     def _job(self, ns: str, name: str) -> dict[str, Any] | None:
         try:
@@ -201,7 +200,7 @@ class KubernetesBackend(Backend):
 
     @staticmethod
     def _check_ours(job: dict[str, Any], key: str, owner: str, ns: str, name: str) -> None:
-        notes = _annotations(job)
+        notes = job_annotations(job)
         if notes.get(manifest.ANNOTATION) != key or notes.get(manifest.OWNER) != owner:
             raise BackendError(f"Job {ns}/{name} exists but is not attempt {key} of this home",
                                hint=f"delete it (kubectl -n {ns} delete job {name}) or set name_prefix")
@@ -227,8 +226,8 @@ class KubernetesBackend(Backend):
             return AttemptStatus(**ended)
         stopped = self._file(ns, name, ".stop.json").exists()
         job, pods = self._job(ns, name), self._pods(ns, name)
-        status, kill = _interpret(job, pods, stopped, ns, name)
-        if job is not None and status.state == "running" and STARTED not in _annotations(job):
+        status, kill = interpret(job, pods, stopped, ns, name)
+        if job is not None and status.state == "running" and STARTED not in job_annotations(job):
             with contextlib.suppress(ApiError):
                 self.api.call("PATCH", f"/apis/batch/v1/namespaces/{ns}/jobs/{name}",
                               {"metadata": {"annotations": {STARTED: str(int(time.time()))}}},
@@ -343,107 +342,3 @@ def _load(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
-
-
-def _annotations(obj: dict[str, Any]) -> dict[str, str]:
-    return dict((obj.get("metadata") or {}).get("annotations") or {})
-
-
-def _index(pod: dict[str, Any]) -> tuple[int, str]:
-    meta = pod.get("metadata") or {}
-    raw = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index", "0")
-    try:
-        index = int(raw)
-    except (TypeError, ValueError):
-        index = 0
-    return index, str(meta.get("creationTimestamp") or "")
-
-
-def _condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    for cond in (job.get("status") or {}).get("conditions") or []:
-        if isinstance(cond, dict) and cond.get("type") == kind and cond.get("status") == "True":
-            return cond
-    return None
-
-
-def _terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        if isinstance(cs, dict) and cs.get("name") == manifest.CONTAINER:
-            term = (cs.get("state") or {}).get("terminated")
-            return term if isinstance(term, dict) else None
-    return None
-
-
-def _waiting(pod: dict[str, Any]) -> dict[str, Any]:
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        if isinstance(cs, dict):
-            waiting = (cs.get("state") or {}).get("waiting")
-            if isinstance(waiting, dict):
-                return waiting
-    return {}
-
-
-def _ended_status(pods: list[dict[str, Any]], stopped: bool, timed_out: bool, detail: str) -> AttemptStatus:
-    """The attempt's ending from its pods: the first failed rank's exit, else rank 0's."""
-    terms = [(p, t) for p in pods if (t := _terminated(p)) is not None]
-    failed = [(p, t) for p, t in terms if int(t.get("exitCode", 0) or 0) != 0 or t.get("reason") == "OOMKilled"]
-    # The rank that failed on its own (not one the Job controller deleted after it), the earliest first.
-    failed.sort(key=lambda pt: (bool((pt[0].get("metadata") or {}).get("deletionTimestamp")),
-                                str(pt[1].get("finishedAt") or "")))
-    pod_term = failed[0] if failed else (terms[0] if terms else None)
-    code: int | None = None
-    signal: int | None = None
-    if pod_term is not None:
-        term = pod_term[1]
-        code = int(term.get("exitCode", 0) or 0)
-        signal = int(term["signal"]) if term.get("signal") else None
-        if term.get("reason") == "OOMKilled":
-            signal, detail = 9, detail or f"OOMKilled: {term.get('message') or 'the container passed its memory limit'}"
-        elif signal is None and 128 < code <= 128 + 64 and (stopped or timed_out):
-            signal = code - 128  # the runtime's exit code for a death by signal N
-        if signal is not None:
-            code = None
-    elif stopped:
-        signal, detail = 9, detail or "stopped; the pod was removed before its exit status was read"
-    return AttemptStatus("exited", exit_code=code, signal=signal, timed_out=timed_out, stopped=stopped,
-                         ended_at=time.time(), detail=detail)
-
-
-def _interpret(job: dict[str, Any] | None, pods: list[dict[str, Any]], stopped: bool, ns: str,
-               name: str) -> tuple[AttemptStatus, bool]:
-    """(status, whether the Job must be deleted so that the engine never runs it again)."""
-    active = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
-    for pod in pods:
-        st = pod.get("status") or {}
-        if st.get("phase") == "Failed" and st.get("reason") in ("Evicted", "Preempting", "Shutdown", "NodeLost",
-                                                                "Terminated", "UnexpectedAdmissionError"):
-            return AttemptStatus("lost", ended_at=time.time(), stopped=stopped,
-                                 detail=f"pod {st.get('reason')}: {str(st.get('message') or '')[:200]}"), True
-        waiting = _waiting(pod)
-        if waiting.get("reason") in _FATAL_WAITING:
-            return AttemptStatus("lost", ended_at=time.time(),
-                                 detail=f"{waiting['reason']}: {str(waiting.get('message') or '')[:200]} "
-                                        f"(kubectl -n {ns} describe pod)"), True
-    if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
-        if active:
-            return AttemptStatus("running"), False
-        if pods or stopped:
-            return _ended_status(pods, stopped, False, ""), False
-        return AttemptStatus("lost", ended_at=time.time(),
-                             detail=f"Job {ns}/{name} is gone (deleted outside autoresearch, or by its TTL before "
-                                    "its ending was read)"), False
-    if (job.get("spec") or {}).get("suspend") and STARTED in _annotations(job) and not active:
-        return AttemptStatus("lost", ended_at=time.time(),
-                             detail="preempted: Kueue suspended the running Job (evicted for a higher-priority "
-                                    "workload); retried as a new attempt"), True
-    failed, complete = _condition(job, "Failed"), _condition(job, "Complete")
-    if (failed or complete) and not active:
-        reason = str((failed or {}).get("reason") or "")
-        detail = "" if not failed or reason in ("BackoffLimitExceeded", "DeadlineExceeded") else \
-            f"Job failed: {reason}: {str(failed.get('message') or '')[:200]}"
-        return _ended_status(pods, stopped, reason == "DeadlineExceeded", detail), False
-    if any((p.get("status") or {}).get("phase") == "Running" for p in active):
-        return AttemptStatus("running"), False
-    if not active and pods and all(_terminated(p) is not None for p in pods) and not (failed or complete):
-        return AttemptStatus("running"), False  # the Job controller has not caught up with its pods yet
-    return AttemptStatus("starting"), False
