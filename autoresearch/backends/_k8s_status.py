@@ -20,39 +20,51 @@ _FATAL_WAITING = {"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "
                   "CreateContainerError", "RunContainerError"}
 
 
+def _d(value: Any) -> dict[str, Any]:
+    """``value`` if the API gave an object there, else ``{}``: its JSON is parsed defensively (invariant 8)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _int(value: Any, default: int = 0) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return default
+
+
 def job_annotations(obj: dict[str, Any]) -> dict[str, str]:
-    return dict((obj.get("metadata") or {}).get("annotations") or {})
+    return dict(_d(_d(_d(obj).get("metadata")).get("annotations")))
 
 
 def index(pod: dict[str, Any]) -> tuple[int, str]:
-    meta = pod.get("metadata") or {}
-    raw = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index", "0")
-    try:
-        index = int(raw)
-    except (TypeError, ValueError):
-        index = 0
-    return index, str(meta.get("creationTimestamp") or "")
+    meta = _d(_d(pod).get("metadata"))
+    return _int(_d(meta.get("annotations")).get("batch.kubernetes.io/job-completion-index")), \
+        str(meta.get("creationTimestamp") or "")
 
 
 def _condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    for cond in (job.get("status") or {}).get("conditions") or []:
+    for cond in _list(_d(job.get("status")).get("conditions")):
         if isinstance(cond, dict) and cond.get("type") == kind and cond.get("status") == "True":
             return cond
     return None
 
 
 def _terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+    for cs in _list(_d(pod.get("status")).get("containerStatuses")):
         if isinstance(cs, dict) and cs.get("name") == manifest.CONTAINER:
-            term = (cs.get("state") or {}).get("terminated")
+            term = _d(cs.get("state")).get("terminated")
             return term if isinstance(term, dict) else None
     return None
 
 
 def _waiting(pod: dict[str, Any]) -> dict[str, Any]:
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+    for cs in _list(_d(pod.get("status")).get("containerStatuses")):
         if isinstance(cs, dict):
-            waiting = (cs.get("state") or {}).get("waiting")
+            waiting = _d(cs.get("state")).get("waiting")
             if isinstance(waiting, dict):
                 return waiting
     return {}
@@ -61,17 +73,17 @@ def _waiting(pod: dict[str, Any]) -> dict[str, Any]:
 def _ended_status(pods: list[dict[str, Any]], stopped: bool, timed_out: bool, detail: str) -> AttemptStatus:
     """The attempt's ending from its pods: the first failed rank's exit, else rank 0's."""
     terms = [(p, t) for p in pods if (t := _terminated(p)) is not None]
-    failed = [(p, t) for p, t in terms if int(t.get("exitCode", 0) or 0) != 0 or t.get("reason") == "OOMKilled"]
+    failed = [(p, t) for p, t in terms if _int(t.get("exitCode")) != 0 or t.get("reason") == "OOMKilled"]
     # The rank that failed on its own (not one the Job controller deleted after it), the earliest first.
-    failed.sort(key=lambda pt: (bool((pt[0].get("metadata") or {}).get("deletionTimestamp")),
+    failed.sort(key=lambda pt: (bool(_d(pt[0].get("metadata")).get("deletionTimestamp")),
                                 str(pt[1].get("finishedAt") or "")))
     pod_term = failed[0] if failed else (terms[0] if terms else None)
     code: int | None = None
     signal: int | None = None
     if pod_term is not None:
         term = pod_term[1]
-        code = int(term.get("exitCode", 0) or 0)
-        signal = int(term["signal"]) if term.get("signal") else None
+        code = _int(term.get("exitCode"))
+        signal = _int(term.get("signal")) or None
         if term.get("reason") == "OOMKilled":
             signal, detail = 9, detail or f"OOMKilled: {term.get('message') or 'the container passed its memory limit'}"
         elif signal is None and 128 < code <= 128 + 64 and (stopped or timed_out):
@@ -87,19 +99,21 @@ def _ended_status(pods: list[dict[str, Any]], stopped: bool, timed_out: bool, de
 def interpret(job: dict[str, Any] | None, pods: list[dict[str, Any]], stopped: bool, ns: str,
                name: str) -> tuple[AttemptStatus, bool]:
     """(status, whether the Job must be deleted so that the engine never runs it again)."""
-    active = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    pods = [p for p in _list(pods) if isinstance(p, dict)]
+    job = job if isinstance(job, dict) else None
+    active = [p for p in pods if _d(p.get("status")).get("phase") not in ("Succeeded", "Failed")]
     for pod in pods:
-        st = pod.get("status") or {}
+        st = _d(pod.get("status"))
         if st.get("phase") == "Failed" and st.get("reason") in ("Evicted", "Preempting", "Shutdown", "NodeLost",
                                                                 "Terminated", "UnexpectedAdmissionError"):
             return AttemptStatus("lost", ended_at=time.time(), stopped=stopped,
                                  detail=f"pod {st.get('reason')}: {str(st.get('message') or '')[:200]}"), True
         waiting = _waiting(pod)
-        if waiting.get("reason") in _FATAL_WAITING:
+        if str(waiting.get("reason")) in _FATAL_WAITING:
             return AttemptStatus("lost", ended_at=time.time(),
                                  detail=f"{waiting['reason']}: {str(waiting.get('message') or '')[:200]} "
                                         f"(kubectl -n {ns} describe pod)"), True
-    if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
+    if job is None or _d(job.get("metadata")).get("deletionTimestamp"):
         if active:
             return AttemptStatus("running"), False
         if pods or stopped:
@@ -107,7 +121,7 @@ def interpret(job: dict[str, Any] | None, pods: list[dict[str, Any]], stopped: b
         return AttemptStatus("lost", ended_at=time.time(),
                              detail=f"Job {ns}/{name} is gone (deleted outside autoresearch, or by its TTL before "
                                     "its ending was read)"), False
-    if (job.get("spec") or {}).get("suspend") and STARTED in job_annotations(job) and not active:
+    if _d(job.get("spec")).get("suspend") is True and STARTED in job_annotations(job) and not active:
         return AttemptStatus("lost", ended_at=time.time(),
                              detail="preempted: Kueue suspended the running Job (evicted for a higher-priority "
                                     "workload); retried as a new attempt"), True
@@ -117,7 +131,7 @@ def interpret(job: dict[str, Any] | None, pods: list[dict[str, Any]], stopped: b
         detail = "" if not failed or reason in ("BackoffLimitExceeded", "DeadlineExceeded") else \
             f"Job failed: {reason}: {str(failed.get('message') or '')[:200]}"
         return _ended_status(pods, stopped, reason == "DeadlineExceeded", detail), False
-    if any((p.get("status") or {}).get("phase") == "Running" for p in active):
+    if any(_d(p.get("status")).get("phase") == "Running" for p in active):
         return AttemptStatus("running"), False
     if not active and pods and all(_terminated(p) is not None for p in pods) and not (failed or complete):
         return AttemptStatus("running"), False  # the Job controller has not caught up with its pods yet

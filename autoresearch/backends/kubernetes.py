@@ -116,13 +116,14 @@ class KubernetesBackend(Backend):
 
     def _pods(self, ns: str, name: str) -> list[dict[str, Any]]:
         found = self.api.call("GET", f"/api/v1/namespaces/{ns}/pods", query={"labelSelector": f"{manifest.LABEL}={name}"})
-        pods = [p for p in found.get("items") or [] if isinstance(p, dict)]
+        items = found.get("items") if isinstance(found, dict) else None
+        pods = [p for p in items if isinstance(p, dict)] if isinstance(items, list) else []
         return sorted(pods, key=index)
 
     def _job(self, ns: str, name: str) -> dict[str, Any] | None:
         try:
-            job: dict[str, Any] = self.api.call("GET", f"/apis/batch/v1/namespaces/{ns}/jobs/{name}")
-            return job
+            job = self.api.call("GET", f"/apis/batch/v1/namespaces/{ns}/jobs/{name}")
+            return job if isinstance(job, dict) else {}
         except ApiError as err:
             if err.status == 404:
                 return None
