@@ -51,10 +51,12 @@ def runner(run_dir: Path) -> None:
     import yaml
 
     workload = yaml.safe_load((run_dir / "workload.yaml").read_text())
+    if (run_dir / "cancelled").exists():  # cancelled while pending: never runs
+        (run_dir / "exit.json").write_text(json.dumps({"exit_code": None}))
+        return
     with (run_dir / "log").open("wb") as log:
         child = subprocess.Popen(["/bin/sh", "-c", workload["command"]], stdout=log, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, start_new_session=True)
-    (run_dir / "child.pid").write_text(str(child.pid))
     grace = float(os.environ.get("FAKE_DATABRICKS_GRACE", "3"))
 
     def cancel(*_: object) -> None:
@@ -70,6 +72,9 @@ def runner(run_dir: Path) -> None:
             os.killpg(child.pid, signal.SIGKILL)
 
     signal.signal(signal.SIGTERM, cancel)
+    (run_dir / "child.pid").write_text(str(child.pid))  # after the handler: `cancel` signals us once this exists
+    if (run_dir / "cancelled").exists():  # a cancel that came between the check above and child.pid
+        cancel()
     while True:
         try:
             code = child.wait()
@@ -145,8 +150,9 @@ def main(argv: list[str]) -> None:
         log = run_dir / "log"
         sys.stdout.write(log.read_text(errors="replace") if log.exists() else "")
     elif verb == "cancel":
-        if (run_dir / "child.pid").exists() and not (run_dir / "exit.json").exists():
+        if not (run_dir / "exit.json").exists():
             (run_dir / "cancelled").touch()
+        if (run_dir / "child.pid").exists() and not (run_dir / "exit.json").exists():
             for pid in _runner_pids(run_dir):
                 try:
                     os.kill(pid, signal.SIGTERM)
