@@ -343,3 +343,31 @@ def test_no_api_server_configured_is_refused_at_submit(home: Path, tmp_path: Pat
     with pytest.raises(SpecError) as err:
         api.submit({"command": ["true"], "workdir": str(tmp_path)})
     assert "no API server" in err.value.message and "kubeconfig" in err.value.hint
+
+
+def test_a_kubeconfig_gives_server_token_and_namespace(k8s: FakeKubernetes, tmp_path: Path) -> None:
+    import base64
+    import stat
+
+    import yaml
+
+    k8s.token = "from-kubeconfig"
+    config = {"apiVersion": "v1", "kind": "Config", "current-context": "dev",
+              "clusters": [{"name": "c", "cluster": {"server": k8s.url}}],
+              "users": [{"name": "u", "user": {"token": "from-kubeconfig",
+                                               "client-key-data": base64.b64encode(b"secret key").decode()}}],
+              "contexts": [{"name": "dev", "context": {"cluster": "c", "user": "u", "namespace": "team-a"}},
+                           {"name": "other", "context": {"cluster": "c", "user": "nobody"}}]}
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    backend = KubernetesBackend(kubeconfig=str(path), image="i", state_dir=str(tmp_path / "s"))
+    ext = backend.start(_request(tmp_path))
+    assert ext.startswith("team-a/") and ("team-a", ext.split("/")[1]) in k8s.jobs
+    key_file = Path(backend.api.conn.key_file)
+    assert key_file.read_bytes() == b"secret key" and stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    with pytest.raises(SpecError) as err:
+        KubernetesBackend(kubeconfig=str(path), context="other", image="i").probe()
+    assert "no user 'nobody'" in err.value.message
+    path.write_text("- just\n- a list\n")
+    with pytest.raises(SpecError):
+        KubernetesBackend(kubeconfig=str(path), image="i").probe()
