@@ -67,10 +67,19 @@ class DatabricksBackend(Backend):
                  environment_version: str | int = "", profile: str = "", cli: str = "databricks",
                  state_dir: str = "", timeout: float = 60.0, priority_classes: dict[str, str] | None = None) -> None:
         priorities = tuple(PRIORITY_CLASSES)  # spec.PRIORITIES (spec imports pydantic: not on a status read)
+        texts = dict(accelerator_type=accelerator_type, pool_id=pool_id, experiment=experiment, profile=profile,
+                     cli=cli, state_dir=state_dir)
+        for what, value in texts.items():
+            if not isinstance(value, str) or "\0" in value:
+                raise SpecError(f"databricks option {what} must be text, got {str(value)[:80]!r}",
+                                hint=f"write {what}: as a string")
+        if isinstance(environment_version, bool) or not isinstance(environment_version, (str, int)):
+            raise SpecError(f"databricks option environment_version must be a number or a name, got "
+                            f"{str(environment_version)[:80]!r}", hint="e.g. environment_version: 6")
         if not re.fullmatch(r"GPU_\d+x[\w-]+", str(accelerator_type)):
             raise SpecError(f"databricks option accelerator_type {str(accelerator_type)[:80]!r} is not GPU_<n>x<model>",
                             hint="use the exact value from the workspace, e.g. GPU_8xH100 or GPU_1xA10")
-        if not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or not 0 < timeout <= 600:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or not 0 < timeout <= 600:
             raise SpecError(f"databricks option timeout must be seconds in (0, 600], got {timeout!r}",
                             hint="leave it out for 60 s")
         classes = dict(PRIORITY_CLASSES)

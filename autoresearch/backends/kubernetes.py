@@ -61,17 +61,32 @@ class KubernetesBackend(Backend):
                                 f"WorkloadPriorityClass names, got {str(priority_classes)[:120]!r}",
                                 hint=f"keys among {', '.join(priorities)}, e.g. {{critical: autoresearch-critical}}")
             classes.update({k: str(v) for k, v in priority_classes.items()})
-        if not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or not 0 < timeout <= 600:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or not 0 < timeout <= 600:
             raise SpecError(f"kubernetes option timeout must be seconds in (0, 600], got {timeout!r}",
                             hint="leave it out for 10 s")
         for what, value in (("namespace", namespace), ("queue", queue), ("name_prefix", name_prefix)):
             if value and manifest.dns_name(str(value), 63) != value:
                 raise SpecError(f"kubernetes option {what} {str(value)[:80]!r} is not a DNS-1123 name",
                                 hint="lower-case letters, digits and '-', at most 63 characters")
-        self._options: dict[str, Any] = dict(api=api, token=token, token_file=token_file, ca_file=ca_file, insecure=bool(insecure),
-                             kubeconfig=kubeconfig, context=context)
+        texts = dict(api=api, token=token, token_file=token_file, ca_file=ca_file, kubeconfig=kubeconfig,
+                     context=context, image=image, service_account=service_account, state_dir=state_dir)
+        for what, value in texts.items():
+            if not isinstance(value, str) or "\0" in value:
+                raise SpecError(f"kubernetes option {what} must be text, got {str(value)[:80]!r}",
+                                hint=f"write {what}: as a string")
+        if node_selector is not None and not (isinstance(node_selector, dict) and all(
+                isinstance(v, (str, int, bool)) for v in node_selector.values())):
+            raise SpecError(f"kubernetes option node_selector must map labels to values, got {str(node_selector)[:80]!r}",
+                            hint="e.g. node_selector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}")
+        if ttl_after_finished is not None and (isinstance(ttl_after_finished, bool) or not isinstance(
+                ttl_after_finished, int) or not 0 <= ttl_after_finished <= 2**31 - 1):
+            raise SpecError(f"kubernetes option ttl_after_finished must be whole seconds >= 0, "
+                            f"got {ttl_after_finished!r}", hint="e.g. ttl_after_finished: 86400, or leave it out")
+        self._options: dict[str, Any] = dict(api=api, token=token, token_file=token_file, ca_file=ca_file,
+                                             insecure=insecure is True, kubeconfig=kubeconfig, context=context)
         self._namespace, self.queue, self.priority_classes = namespace, queue, classes
-        self.image, self.service_account, self.node_selector = image, service_account, dict(node_selector or {})
+        self.image, self.service_account = image, service_account
+        self.node_selector = {str(k): str(v) for k, v in (node_selector or {}).items()}
         self.prefix, self.timeout, self.ttl = name_prefix or "ar", float(timeout), ttl_after_finished
         home = os.environ.get("AUTORESEARCH_HOME") or str(Path.home() / ".autoresearch")
         self.state_dir = Path(state_dir or Path(home) / "backends" / "kubernetes").expanduser()

@@ -169,7 +169,8 @@ def test_bad_images_and_mounts_are_refused(fake_home: Path, tmp_path: Path, requ
     assert not (fake_home / "runs").exists()
 
 
-@pytest.mark.parametrize("options", [{"accelerator_type": "H100"}, {"timeout": -1}, {"cli": ""},
+@pytest.mark.parametrize("options", [{"accelerator_type": "H100"}, {"timeout": -1}, {"cli": ""}, {"timeout": True},
+                                     {"pool_id": 3}, {"environment_version": [6]}, {"cli": "'unclosed"},
                                      {"priority_classes": {"critical": "URGENT"}}, {"priority_classes": {"x": "NORMAL"}}])
 def test_bad_options_are_refused(options: dict[str, Any]) -> None:
     with pytest.raises(SpecError):

@@ -306,7 +306,10 @@ def test_a_rejected_job_carries_the_apis_message(k8s: FakeKubernetes, tmp_path: 
 
 
 @pytest.mark.parametrize("options", [{"namespace": "Bad_NS"}, {"queue": "../x"}, {"timeout": float("nan")},
-                                     {"priority_classes": {"urgent": "x"}}, {"priority_classes": "critical"}])
+                                     {"priority_classes": {"urgent": "x"}}, {"priority_classes": "critical"},
+                                     {"node_selector": "gpu"}, {"node_selector": {"a": [1]}},
+                                     {"ttl_after_finished": -1}, {"ttl_after_finished": "1d"}, {"image": 7},
+                                     {"token_file": ["a"]}, {"timeout": True}])
 def test_bad_options_are_refused(options: dict[str, Any]) -> None:
     with pytest.raises(SpecError):
         KubernetesBackend(api="http://127.0.0.1:1", **options)
