@@ -170,9 +170,14 @@ class DatabricksBackend(Backend):
     # -- the contract -----------------------------------------------------------------------
 
     def check(self, spec: Any) -> None:
-        """Also refused at submit: an image that is not a Unity Catalog image, a mount that is not
-        a Unity Catalog volume path."""
+        """Also refused at submit: no CLI, an image that is not a Unity Catalog image, a mount that
+        is not a Unity Catalog volume path."""
         super().check(spec)
+        import shutil
+
+        if shutil.which(self.cli[0]) is None:  # not a network call: a missing CLI fails every attempt
+            raise BackendError(f"the databricks CLI {self.cli[0]!r} is not installed or not on PATH",
+                               hint=INSTALL_HINT)
         mounts = getattr(spec, "mounts", None)
         probe = LaunchRequest(key="check", argv=["true"], env={}, workdir="/", log_path="", run_dir="",
                               image=str(getattr(spec, "image", "") or ""),

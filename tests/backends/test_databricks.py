@@ -139,10 +139,14 @@ def _wait(backend: DatabricksBackend, run: str) -> Any:
     raise AssertionError("did not end")
 
 
-def test_missing_cli_names_it_and_how_to_install(tmp_path: Path) -> None:
+def test_missing_cli_names_it_and_how_to_install(home: Path, tmp_path: Path) -> None:
     with pytest.raises(BackendError) as err:
         _backend(tmp_path, cli="/nonexistent/databricks").probe()
     assert "/nonexistent/databricks" in err.value.message and "install the Databricks CLI" in err.value.hint
+    api = Api(backend=_backend(tmp_path, cli="/nonexistent/databricks"))
+    with pytest.raises(BackendError) as err:  # at submit, not as attempts that fail one by one
+        api.submit({"command": ["true"], "workdir": str(tmp_path)})
+    assert "not installed" in err.value.message and api.list_jobs().jobs == []
 
 
 def test_an_expired_login_is_an_auth_error(fake_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
