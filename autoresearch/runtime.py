@@ -156,8 +156,11 @@ class Runtime:
                          "--backend", self.backend.name],
                 wake_fifo=str(self.ledger.home / WAKE_FIFO),
                 image=str(spec.get("image") or ""), mounts=dict(spec.get("mounts") or {}),
+                gpus=int(spec.get("gpus") or 0), cpus=float(spec.get("cpus") or 0), memory=int(spec.get("memory") or 0),
+                priority=str(spec.get("priority") or "normal"),
             )
-            _prepare_mounts(spec)
+            if not self.backend.capabilities.containers:  # a container backend mounts volumes itself
+                _prepare_mounts(spec)
             external_id = self.backend.start(isolation.apply(request, policy, self.ledger, job["project"], spec))
         except LedgerError:
             raise

@@ -22,6 +22,8 @@ MAX_COUNT = 2**31 - 1  # counts stay SQLite integers; no machine has more
 MAX_MEMORY_MB = 2**40  # an exabyte
 Priority = Literal["critical", "normal", "best-effort"]
 
+# A mount source an engine resolves, not a host path: "pvc:claim", "uc:/Volumes/c/s/v", "emptydir:".
+ENGINE_SOURCE = re.compile(r"^[a-z][a-z0-9]+:(?!//)")
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m(?!s))?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$")
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 _MEMORY_MB = {"": 1.0, "B": 1 / 2**20, "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2}
@@ -237,6 +239,8 @@ def _check_paths(spec: JobSpec) -> None:
         raise SpecError(f"workdir {spec.workdir!r} does not exist", hint="create it, or pass an existing --workdir")
     spec.workdir = str(workdir.resolve())
     for target, source in spec.mounts.items():
+        if ENGINE_SOURCE.match(source):
+            continue  # an engine's volume (pvc:claim, uc:/Volumes/...): the backend checks it (Backend.check)
         src = Path(source).expanduser()
         if not src.exists():
             raise SpecError(f"mount source {source!r} (for {target!r}) does not exist", hint="mount an existing path")

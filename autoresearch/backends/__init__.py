@@ -21,6 +21,8 @@ __all__ = ["AttemptStatus", "Backend", "Capabilities", "LaunchRequest", "NodeInf
 _BUILTIN: dict[str, str] = {
     "local": "autoresearch.backends._local:LocalBackend",
     "fake": "autoresearch.backends.fake:FakeBackend",  # in memory, for tests (backends/fake.py)
+    "kubernetes": "autoresearch.backends.kubernetes:KubernetesBackend",  # a batch/v1 Job per attempt (+ Kueue)
+    "databricks": "autoresearch.backends.databricks:DatabricksBackend",  # the databricks CLI's AI Runtime (air)
 }
 
 

@@ -21,6 +21,7 @@ Contract every implementation keeps (checked by ``autoresearch.testing.backends.
 from __future__ import annotations
 
 import abc
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -82,6 +83,11 @@ class LaunchRequest:
     sandbox: Sandbox | None = None  # None: run as the launching user sees the machine
     image: str = ""  # container image (only a backend with the containers capability gets one)
     mounts: dict[str, str] = field(default_factory=dict)  # target -> source, for engines that mount
+    # What the job asks for, for engines that schedule themselves (places=False: Slurm, Kubernetes, ...).
+    gpus: int = 0  # per node
+    cpus: float = 0.0  # per node
+    memory: int = 0  # MB per node
+    priority: str = "normal"  # one of spec.PRIORITIES
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +147,11 @@ class Backend(abc.ABC):
             raise SpecError(f"the {name} backend cannot preempt, so it cannot run a best-effort job "
                             "(one that gives its place up to higher-priority work)",
                             hint=_instead("use priority: normal", "a backend that preempts", "preemption"))
+        mounts = getattr(spec, "mounts", None)
+        engine = [str(s) for s in (mounts.values() if isinstance(mounts, dict) else ()) if _ENGINE_SOURCE.match(str(s))]
+        if engine and not caps.containers:
+            raise SpecError(f"the {name} backend mounts host paths only (the job mounts {engine[0][:80]!r})",
+                            hint=_instead("mount a host path", "a backend that runs containers", "containers"))
         image = str(getattr(spec, "image", "") or "")
         if image and not caps.containers:
             raise SpecError(f"the {name} backend cannot run containers (the job asks for image: {image[:80]!r})",
@@ -191,6 +202,9 @@ class Backend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients or connections the backend holds."""
+
+
+_ENGINE_SOURCE = re.compile(r"^[a-z][a-z0-9]+:(?!//)")  # spec.ENGINE_SOURCE (spec imports pydantic: not here)
 
 
 def _instead(fix: str, what: str, flag: str) -> str:

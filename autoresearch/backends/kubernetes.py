@@ -1,0 +1,360 @@
+"""The Kubernetes backend (kind ``kubernetes``): one batch/v1 Job per attempt, Kueue schedules.
+
+Built from the documented interfaces (the batch/v1 Job and core/v1 Pod APIs, Kueue's
+``kueue.x-k8s.io/queue-name`` and ``kueue.x-k8s.io/priority-class`` labels), tested against a
+fake API server that runs each pod's command as a local process (``tests/fakes/k8s_api.py``);
+not yet exercised against a live cluster. The Job itself is ``_k8s_job.py``, reading its state
+``_k8s_status.py``, the HTTP client and its configuration (api/token/CA, kubeconfig,
+in-cluster) ``_k8s_api.py``.
+
+* At most once (issue 9 item 4): the Job's name comes from the attempt key, so a start that
+  is repeated (a submitter killed between the API's create and the ledger's write) finds
+  the Job (409 AlreadyExists) and adopts it instead of running the attempt twice.
+* State from the Job's conditions and its pods' statuses: exit code from the container;
+  ``activeDeadlineSeconds`` passed -> ``timed_out``; OOMKilled -> SIGKILL (the runtime calls it
+  infra, "out of memory?"); evicted, preempted by Kueue, an image that cannot be pulled ->
+  ``lost`` with the engine's reason (infra, retried as a new attempt, the old Job deleted).
+* Logs through the pod log API (rank 0's pod for a gang job; the API has no byte offset,
+  so ``limitBytes`` reads up to ``offset + max_bytes``). A pod's log and status vanish with
+  the pod, so once an attempt has ended the backend keeps both in ``state_dir`` (default
+  ``$AUTORESEARCH_HOME/backends/kubernetes``); ``poll`` stays stable after the Job is gone.
+* ``stop``: delete the Job (propagationPolicy Background) and its pods with
+  ``gracePeriodSeconds``: the kubelet sends SIGTERM, then SIGKILL after the grace.
+* ``places = False``: Kubernetes (with Kueue) schedules; ``nodes()`` is empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from autoresearch.backends import _k8s_job as manifest
+from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo
+from autoresearch.backends._k8s_api import KIT_HINT, ApiError, Client, connection
+from autoresearch.backends._k8s_status import STARTED, index, interpret, job_annotations
+from autoresearch.errors import AuthError, AutoresearchError, BackendError, SpecError
+
+_LOG_CAP = 1 << 40
+POINTER = "kubernetes.json"  # in the attempt's run dir: which Job it is
+
+
+class KubernetesBackend(Backend):
+    name = "kubernetes"
+    capabilities = Capabilities(gpus=True, preemption=True, multi_node=True, containers=True, places=False)
+
+    def __init__(self, api: str = "", namespace: str = "", token: str = "", token_file: str = "", ca_file: str = "",
+                 insecure: bool = False, kubeconfig: str = "", context: str = "", queue: str = "autoresearch",
+                 priority_classes: dict[str, str] | None = None, image: str = "", service_account: str = "",
+                 node_selector: dict[str, str] | None = None, name_prefix: str = "ar", state_dir: str = "",
+                 timeout: float = 10.0, ttl_after_finished: int | None = None) -> None:
+        classes = dict(manifest.DEFAULT_PRIORITY_CLASSES)  # keyed by spec.PRIORITIES (spec imports pydantic)
+        priorities = tuple(classes)
+        if priority_classes is not None:
+            if not isinstance(priority_classes, dict) or any(k not in priorities for k in priority_classes):
+                raise SpecError("kubernetes option priority_classes must map autoresearch priorities to "
+                                f"WorkloadPriorityClass names, got {str(priority_classes)[:120]!r}",
+                                hint=f"keys among {', '.join(priorities)}, e.g. {{critical: autoresearch-critical}}")
+            classes.update({k: str(v) for k, v in priority_classes.items()})
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or not 0 < timeout <= 600:
+            raise SpecError(f"kubernetes option timeout must be seconds in (0, 600], got {timeout!r}",
+                            hint="leave it out for 10 s")
+        for what, value in (("namespace", namespace), ("queue", queue), ("name_prefix", name_prefix)):
+            if value and manifest.dns_name(str(value), 63) != value:
+                raise SpecError(f"kubernetes option {what} {str(value)[:80]!r} is not a DNS-1123 name",
+                                hint="lower-case letters, digits and '-', at most 63 characters")
+        texts = dict(api=api, token=token, token_file=token_file, ca_file=ca_file, kubeconfig=kubeconfig,
+                     context=context, image=image, service_account=service_account, state_dir=state_dir)
+        for what, value in texts.items():
+            if not isinstance(value, str) or "\0" in value:
+                raise SpecError(f"kubernetes option {what} must be text, got {str(value)[:80]!r}",
+                                hint=f"write {what}: as a string")
+        if node_selector is not None and not (isinstance(node_selector, dict) and all(
+                isinstance(v, (str, int, bool)) for v in node_selector.values())):
+            raise SpecError(f"kubernetes option node_selector must map labels to values, got {str(node_selector)[:80]!r}",
+                            hint="e.g. node_selector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}")
+        if ttl_after_finished is not None and (isinstance(ttl_after_finished, bool) or not isinstance(
+                ttl_after_finished, int) or not 0 <= ttl_after_finished <= 2**31 - 1):
+            raise SpecError(f"kubernetes option ttl_after_finished must be whole seconds >= 0, "
+                            f"got {ttl_after_finished!r}", hint="e.g. ttl_after_finished: 86400, or leave it out")
+        self._options: dict[str, Any] = dict(api=api, token=token, token_file=token_file, ca_file=ca_file,
+                                             insecure=insecure is True, kubeconfig=kubeconfig, context=context)
+        self._namespace, self.queue, self.priority_classes = namespace, queue, classes
+        self.image, self.service_account = image, service_account
+        self.node_selector = {str(k): str(v) for k, v in (node_selector or {}).items()}
+        self.prefix, self.timeout, self.ttl = name_prefix or "ar", float(timeout), ttl_after_finished
+        home = os.environ.get("AUTORESEARCH_HOME") or str(Path.home() / ".autoresearch")
+        self.state_dir = Path(state_dir or Path(home) / "backends" / "kubernetes").expanduser()
+        self._client: Client | None = None
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    @property
+    def api(self) -> Client:
+        if self._client is None:
+            conn = connection(**self._options)
+            self._namespace = self._namespace or conn.namespace or "autoresearch"
+            self._client = Client(conn, timeout=self.timeout)
+        return self._client
+
+    @property
+    def namespace(self) -> str:
+        self.api  # noqa: B018 - resolves the namespace from the kubeconfig when not given
+        return self._namespace
+
+    def _split(self, external_id: str) -> tuple[str, str]:
+        if os.path.isabs(str(external_id)):  # the run dir: the launcher died before recording the Job's id
+            pointer = _load(Path(external_id) / POINTER) or {}
+            if not pointer.get("external_id"):
+                raise _NeverCreated(f"no Job was recorded for run dir {str(external_id)[:200]!r}",
+                                    hint="the launcher died before it reached the API; the attempt is retried")
+            external_id = str(pointer["external_id"])
+        ns, _, name = str(external_id).partition("/")
+        if not ns or not name or manifest.dns_name(ns, 63) != ns or manifest.dns_name(name, 63) != name:
+            raise BackendError(f"{str(external_id)[:120]!r} is not a kubernetes attempt id (NAMESPACE/JOB)",
+                               hint="the ledger's external id of a kubernetes attempt names its Job")
+        return ns, name
+
+    def _file(self, ns: str, name: str, suffix: str) -> Path:
+        return self.state_dir / ns / f"{name}{suffix}"
+
+    def _write(self, path: Path, data: bytes) -> None:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
+    def _pods(self, ns: str, name: str) -> list[dict[str, Any]]:
+        found = self.api.call("GET", f"/api/v1/namespaces/{ns}/pods", query={"labelSelector": f"{manifest.LABEL}={name}"})
+        items = found.get("items") if isinstance(found, dict) else None
+        pods = [p for p in items if isinstance(p, dict)] if isinstance(items, list) else []
+        return sorted(pods, key=index)
+
+    def _job(self, ns: str, name: str) -> dict[str, Any] | None:
+        try:
+            job = self.api.call("GET", f"/apis/batch/v1/namespaces/{ns}/jobs/{name}")
+            return job if isinstance(job, dict) else {}
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise BackendError(f"reading Job {ns}/{name} failed: {err.message}", hint=KIT_HINT) from None
+
+    def _delete(self, path: str, grace: int | None) -> None:
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        if grace is not None:
+            body["gracePeriodSeconds"] = grace
+        try:
+            self.api.call("DELETE", path, body)
+        except ApiError as err:
+            if err.status != 404:
+                raise BackendError(f"deleting {path} failed: {err.message}", hint=KIT_HINT) from None
+
+    # -- the contract ---------------------------------------------------------------------
+
+    def check(self, spec: Any) -> None:
+        """Also refused at submit, not as failed attempts: no image anywhere, a mount the pod
+        cannot have, no API server configured (no network call here)."""
+        super().check(spec)
+        if not (str(getattr(spec, "image", "") or "") or self.image):
+            raise SpecError("the kubernetes backend needs a container image for the job",
+                            hint="set image: in the job spec or plan, or the backend option image: (a default)")
+        mounts = getattr(spec, "mounts", None)
+        manifest.volumes(dict(mounts) if isinstance(mounts, dict) else {})
+        self.api  # noqa: B018 - resolves api/token/kubeconfig: a SpecError with a hint when there is none
+
+    def nodes(self) -> list[NodeInfo]:
+        return []  # Kubernetes places pods; `kubectl get nodes` shows them
+
+    def probe(self) -> None:
+        try:
+            self.api.call("GET", "/version")
+        except ApiError as err:
+            raise BackendError(f"the Kubernetes API server at {self.api.conn.api} answered /version with "
+                               f"{err.status}: {err.message}", hint=KIT_HINT) from None
+
+    def start(self, request: LaunchRequest) -> str:
+        ns, owner = self.namespace, manifest.owner_of(request.env)
+        name = manifest.job_name(request.key, self.prefix, owner)
+        if self._file(ns, name, ".end.json").exists():
+            return f"{ns}/{name}"  # ended and forgotten by the engine: still the same attempt
+        # Write-ahead (invariant 1): the run dir names the Job before the Job exists, so a launcher
+        # killed between the create and the ledger's write is found, not launched again.
+        self._write(Path(request.run_dir) / POINTER, json.dumps({"external_id": f"{ns}/{name}"}).encode())
+        body = manifest.job_manifest(request, name, owner, queue=self.queue, priority_classes=self.priority_classes,
+                                     image=self.image, service_account=self.service_account,
+                                     node_selector=self.node_selector, ttl_after_finished=self.ttl)
+        if request.nodes > 1:
+            _gang_env(body, name, int(request.nodes))
+        try:
+            created = self.api.call("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body)
+        except AuthError:
+            raise
+        except BackendError:
+            # No answer (a timeout, a dropped connection): the API may have made the Job anyway.
+            # Ask; if it is there it is this attempt. If the API stays silent the launch fails, and
+            # release() deletes the Job of that name once the ledger has ended the attempt.
+            created = self._job(ns, name) or {}
+            if not created:
+                raise
+            self._check_ours(created, request.key, owner, ns, name)
+        except ApiError as err:
+            if err.status != 409:
+                raise BackendError(f"the Kubernetes API rejected Job {ns}/{name}: {err.message}",
+                                   hint="fix what the API names (image, resources, quota), or see "
+                                        "backends/kubernetes/README.md; kubectl auth can-i create jobs "
+                                        f"-n {ns}") from None
+            created = self._job(ns, name) or {}
+            self._check_ours(created, request.key, owner, ns, name)
+        if request.nodes > 1:
+            self._headless_service(ns, name, created)
+        return f"{ns}/{name}"
+
+    @staticmethod
+    def _check_ours(job: dict[str, Any], key: str, owner: str, ns: str, name: str) -> None:
+        notes = job_annotations(job)
+        if notes.get(manifest.ANNOTATION) != key or notes.get(manifest.OWNER) != owner:
+            raise BackendError(f"Job {ns}/{name} exists but is not attempt {key} of this home",
+                               hint=f"delete it (kubectl -n {ns} delete job {name}) or set name_prefix")
+
+    def _headless_service(self, ns: str, name: str, job: dict[str, Any]) -> None:
+        """Stable DNS for a gang's pods (``<job>-<index>.<job>``), deleted with the Job (owner reference)."""
+        uid = (job.get("metadata") or {}).get("uid")
+        meta: dict[str, Any] = {"name": name, "labels": {manifest.LABEL: name}}
+        if uid:
+            meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid}]
+        service = {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+                   "spec": {"clusterIP": "None", "selector": {manifest.LABEL: name}}}
+        with contextlib.suppress(ApiError):  # 409: made by the first start; anything else: the gang still runs
+            self.api.call("POST", f"/api/v1/namespaces/{ns}/services", service)
+
+    def poll(self, external_id: str) -> AttemptStatus:
+        try:
+            ns, name = self._split(external_id)
+        except _NeverCreated as err:  # launches and passes hold the pass lock: nobody is creating it now
+            return AttemptStatus("lost", ended_at=time.time(), detail=err.message)
+        ended = _load(self._file(ns, name, ".end.json"))
+        if ended is not None:
+            return AttemptStatus(**ended)
+        stopped = self._file(ns, name, ".stop.json").exists()
+        job, pods = self._job(ns, name), self._pods(ns, name)
+        status, kill = interpret(job, pods, stopped, ns, name)
+        if job is not None and status.state == "running" and STARTED not in job_annotations(job):
+            with contextlib.suppress(ApiError):
+                self.api.call("PATCH", f"/apis/batch/v1/namespaces/{ns}/jobs/{name}",
+                              {"metadata": {"annotations": {STARTED: str(int(time.time()))}}},
+                              content_type="application/merge-patch+json")
+        if kill:  # ended for us, not for the engine (evicted, preempted, unpullable): never let it run again
+            self._delete(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}", None)
+        if status.ended:
+            self._remember(ns, name, status, pods)
+        return status
+
+    def _remember(self, ns: str, name: str, status: AttemptStatus, pods: list[dict[str, Any]]) -> None:
+        """Keep the ending and the whole log (streamed to disk) before the pod can vanish."""
+        path = self._file(ns, name, ".log")
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        kept = False
+        if pods:
+            pod_name = urllib.parse.quote(str((pods[0].get("metadata") or {}).get("name", "")), safe="")
+            with contextlib.suppress(ApiError, BackendError), tmp.open("wb") as sink:
+                self.api.raw("GET", f"/api/v1/namespaces/{ns}/pods/{pod_name}/log",
+                             query={"container": manifest.CONTAINER}, sink=sink)
+                kept = True
+        if kept:
+            os.replace(tmp, path)
+        else:
+            tmp.unlink(missing_ok=True)
+            if not path.exists():
+                self._write(path, b"")
+        fields = {k: getattr(status, k) for k in AttemptStatus.__dataclass_fields__}
+        self._write(self._file(ns, name, ".end.json"), json.dumps(fields).encode())
+
+    def _pod_log(self, ns: str, pod: dict[str, Any], limit: int | None) -> bytes:
+        pod_name = urllib.parse.quote(str((pod.get("metadata") or {}).get("name", "")), safe="")
+        try:
+            return self.api.raw("GET", f"/api/v1/namespaces/{ns}/pods/{pod_name}/log",
+                                query={"container": manifest.CONTAINER, "limitBytes": limit})
+        except ApiError as err:
+            if err.status in (400, 404):  # not started yet, or gone
+                return b""
+            raise
+
+    def read_log(self, external_id: str, offset: int = 0, max_bytes: int = 1 << 20) -> bytes:
+        try:
+            ns, name = self._split(external_id)
+        except _NeverCreated:
+            return b""
+        offset, max_bytes = max(0, int(offset)), max(0, int(max_bytes))
+        cached = self._file(ns, name, ".log")
+        if self._file(ns, name, ".end.json").exists() and cached.exists():
+            with cached.open("rb") as f:
+                f.seek(offset)
+                return f.read(max(0, min(max_bytes, cached.stat().st_size - offset)))
+        pods = self._pods(ns, name)
+        if not pods:
+            return b""
+        data = self._pod_log(ns, pods[0], min(offset + max_bytes, _LOG_CAP))
+        return data[offset: offset + max_bytes]
+
+    def log_size(self, external_id: str) -> int:
+        try:
+            ns, name = self._split(external_id)
+        except _NeverCreated:
+            return 0
+        cached = self._file(ns, name, ".log")
+        if self._file(ns, name, ".end.json").exists() and cached.exists():
+            return cached.stat().st_size
+        return len(self.read_log(external_id, 0, _LOG_CAP))
+
+    def stop(self, external_id: str, grace: float | None = None) -> None:
+        try:
+            ns, name = self._split(external_id)
+        except _NeverCreated:
+            return  # nothing reached the engine
+        if self.poll(external_id).ended:
+            return  # over already (stop is idempotent): the ending stays its own
+        seconds = None if grace is None else max(0, int(math.ceil(grace)))
+        self._write(self._file(ns, name, ".stop.json"), json.dumps({"at": time.time(), "grace": seconds}).encode())
+        pods = self._pods(ns, name)
+        self._delete(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}", seconds)
+        for pod in pods:  # the pods too, with our grace (the garbage collector would use the pod's own)
+            pod_name = urllib.parse.quote(str((pod.get("metadata") or {}).get("name", "")), safe="")
+            self._delete(f"/api/v1/namespaces/{ns}/pods/{pod_name}", seconds)
+
+    def release(self, external_id: str) -> None:
+        """The ledger has recorded the attempt's ending (kept in ``state_dir``): the Job goes. Also
+        when the ending was "could not start" (the create timed out, yet the Job may exist): an
+        attempt the ledger calls ended must not run beside its retry."""
+        with contextlib.suppress(AutoresearchError):
+            ns, name = self._split(external_id)
+            self._delete(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}", 0)
+
+
+class _NeverCreated(BackendError):
+    """A run dir without a Job pointer: the launch died before the API call."""
+
+
+def _gang_env(body: dict[str, Any], name: str, nodes: int) -> None:
+    """Rank and rendezvous of a gang: rank = the pod's completion index, rank 0 the master."""
+    container = body["spec"]["template"]["spec"]["containers"][0]
+    container["env"] += [
+        {"name": "AUTORESEARCH_NODES", "value": str(nodes)},
+        {"name": "WORLD_SIZE", "value": str(nodes)},
+        {"name": "MASTER_ADDR", "value": f"{name}-0.{name}"},
+        {"name": "NODE_RANK", "valueFrom": {"fieldRef": {
+            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
+    ]
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
