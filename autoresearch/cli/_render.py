@@ -69,10 +69,10 @@ def _state(v: JobView) -> str:
     return f"[{STATE_STYLE.get(v.state, 'white')}]{label}[/]"
 
 
-def render_jobs(jobs: list[JobView]) -> None:
+def render_jobs(jobs: list[JobView], empty: str = "no jobs yet — submit one: autoresearch submit -- CMD") -> None:
     from rich.table import Table
 
-    table = Table(title=None if jobs else "no jobs yet — submit one: autoresearch submit -- CMD")
+    table = Table(title=None if jobs else empty)
     for col in ("ID", "NAME", "STATE", "PRIORITY", "GPUS", "ATTEMPTS", "SUBMITTED", "RUNTIME", "EXIT"):
         table.add_column(col)
     for v in jobs:

@@ -119,7 +119,10 @@ def run(args: argparse.Namespace) -> int:
         page = api.list_jobs(state=args.state, experiment=args.experiment, limit=args.limit, cursor=args.cursor)
         if args.json:
             return print_json(page)
-        render_jobs(page.jobs)
+        filters = " ".join(f"{flag} {value}" for flag, value in (("--state", args.state),
+                                                                  ("--experiment", args.experiment)) if value is not None)
+        empty = f"no jobs match {filters}" if filters else "no older jobs" if args.cursor else None
+        render_jobs(page.jobs, *([empty] if empty else []))
         if page.next_cursor:
             print(f"more: {_next_page(args, page.next_cursor)}")
     elif cmd == "logs":
