@@ -202,10 +202,14 @@ def _submit(args: argparse.Namespace) -> int:
     if not args.wait:
         return 0
     delay = 0.2
-    while view.state not in FINAL:
-        time.sleep(delay)
-        delay = min(delay * 1.5, 2.0)
-        view = api.status(view.id)
+    try:
+        while view.state not in FINAL:
+            time.sleep(delay)
+            delay = min(delay * 1.5, 2.0)
+            view = api.status(view.id)
+    except KeyboardInterrupt:
+        print(f"\njob {view.id} keeps running; follow it with: autoresearch logs {view.id} -f", file=sys.stderr)
+        return 130
     if args.json:
         from autoresearch.cli._render import print_json
 
