@@ -249,7 +249,7 @@ def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
     # its own just before the SIGTERM keeps its own ending (a success stays a success).
     stop_reason = att["stop_reason"] if (status.stopped or status.state == "lost") else None
     if stop_reason == "stopped" and status.stopped:
-        return "stopped", "stopped early by its research loop"
+        return "stopped", "stopped by its research loop (early stopping, its end or stop_loop)"
     if stop_reason == "cancelled" or (att["cancel_requested"] and status.stopped):
         return "cancelled", "cancelled by request"
     if stop_reason == "preempted":
