@@ -31,6 +31,10 @@ from autoresearch.runtime import ACTIVE, FINAL, Runtime
 from autoresearch.views import AttemptView, ClusterView, JobPage, JobView, LogPage, MetricView, NodeView
 
 LIST_HINT = "list jobs with `autoresearch list` (MCP: list_jobs)"
+# What a trial may write to be heard, for the faces' "no metrics" messages (autoresearch.metrics).
+METRIC_FORMATS = M.LOG_FORMATS
+UNSEEN_AFTER_S = M.UNSEEN_AFTER_S
+unseen_warning = M.unseen_warning
 EXCERPT_LINES = 20
 
 
@@ -57,7 +61,7 @@ class Api:
         """Cancel queued jobs now; stop running ones (SIGTERM, grace, SIGKILL)."""
         ids = [self._job_row(j, project)["id"] for j in job_ids]  # all must exist before anything changes
         jobs.cancel(self._runtime, ids)
-        return [self._view(self._job_row(j, project), detail=False) for j in ids]
+        return [self._view(self._job_row(j, project), detail=True) for j in ids]  # with the attempts it stopped
 
     def cordon(self, node: str, reason: str = "", undo: bool = False) -> NodeView:
         """Take a node out of scheduling (running attempts continue), or put it back."""
@@ -286,8 +290,8 @@ class Api:
 
         return ops.trial_patch(self._runtime, name, trial_id, project=project)
 
-    def stop_loop(self, name: str, rationale: str = "", project: str | None = None) -> tuple[int, list[int]]:
-        """Stop a loop: (the stop decision's id, the job ids stopped)."""
+    def stop_loop(self, name: str, rationale: str = "", project: str | None = None) -> tuple[int | None, list[int]]:
+        """Stop a loop: (the stop decision's id, the job ids stopped); (None, []) when it had already ended."""
         from autoresearch.loop import ops
 
         return ops.stop_loop(self._runtime, name, rationale=rationale, project=project)
@@ -365,7 +369,7 @@ class Api:
                 a["n"], a["state"], a["node"], json.loads(a["gpu_ids"]), a["started_at"], a["ended_at"],
                 a["exit_code"], a["signal"], a["end_reason"], a["detail"] and redact(a["detail"], secrets),
                 a["peak_rss_mb"]))
-        view.warnings = [redact(w, secrets) for w in warnings_of(self._ledger, job["id"])]  # they quote trial output
+        view.warnings = [redact(w, secrets) for w in warnings_of(self._ledger, job["id"], job["state"] == "queued")]  # they quote trial output
         if job["state"] == "failed" and view.attempt_list:
             last = view.attempt_list[-1]
             view.failure_class = "infra" if last.end_reason == "infra" else "user"

@@ -25,15 +25,17 @@ from autoresearch.errors import LedgerError
 from autoresearch.jobstore import JobStore
 from autoresearch.ledger import Ledger
 
-WARNING_KINDS = ("metrics_dropped", "pass_error")
+WARNING_KINDS = ("metrics_dropped", "pass_error", "unschedulable", "metric_unseen")
 GIVE_UP_AFTER = 20
 GIVE_UP_S = 120.0
 
 
-def warnings_of(ledger: Ledger, job_id: int) -> list[str]:
-    """One line per warning of a job's attempts, oldest first (for ``status``)."""
+def warnings_of(ledger: Ledger, job_id: int, queued: bool = False) -> list[str]:
+    """One line per warning of a job's attempts, oldest first (for ``status``); "no node can run it"
+    only while the job is still ``queued``."""
     out = []
-    for row in JobStore(ledger).warning_events(job_id, WARNING_KINDS):
+    kinds = WARNING_KINDS if queued else tuple(k for k in WARNING_KINDS if k != "unschedulable")
+    for row in JobStore(ledger).warning_events(job_id, kinds):
         try:
             data = json.loads(row["data"])
             count, reason = int(data.get("count") or 1), str(data.get("reason") or "")
@@ -42,6 +44,8 @@ def warnings_of(ledger: Ledger, job_id: int) -> list[str]:
         where = f"attempt {row['attempt']}" if row["attempt"] is not None else "job"
         if row["kind"] == "metrics_dropped":
             out.append(f"{where}: dropped {count} metric point(s) or line(s) it wrote; first: {reason}")
+        elif row["kind"] in ("unschedulable", "metric_unseen"):
+            out.append(f"{where}: {reason}")
         else:
             out.append(f"{where}: autoresearch failed {count} time(s) while handling it; first: {reason}")
     return out

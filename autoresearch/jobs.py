@@ -42,7 +42,29 @@ def submit(runtime: Runtime, spec: Any, project: str = "") -> int:
                         hint="pass --checkpoint a writable directory, or --checkpoint alone for a per-job one")
     job_id = runtime.jobs.add_job(job, project, runtime.backend.name, policy)
     runtime.tick()
+    warn_if_unschedulable(runtime, job_id, job.gpus, job.nodes)
     return job_id
+
+
+def warn_if_unschedulable(runtime: Runtime, job_id: int, gpus: int, nodes: int) -> None:
+    """A job that fits the cluster but has no usable node (all cordoned or down) queues, with a
+    warning on it saying so, instead of waiting in silence."""
+    if not runtime.backend.capabilities.places:
+        return
+    rows = runtime.jobs.node_sizes(runtime.backend.name)
+    fitting = [r for r in rows if r["gpus"] >= gpus]
+    if sum(1 for r in fitting if r["state"] in USABLE) >= nodes:
+        return
+    job = runtime.jobs.job(job_id)
+    if job is None or job["state"] != "queued":
+        return
+    blocked = ", ".join(f"{r['name']} ({r['state']})" for r in fitting if r["state"] not in USABLE)
+    runtime.jobs.warn("unschedulable", job_id, None,
+                      f"queued, but no node can run it now: {blocked}; it starts once one is back "
+                      "(autoresearch uncordon NODE)")
+
+
+USABLE = ("healthy", "degraded")  # node states the scheduler places onto
 
 
 def check_capacity(runtime: Runtime, gpus: int, nodes: int) -> None:
@@ -70,13 +92,16 @@ def check_capacity(runtime: Runtime, gpus: int, nodes: int) -> None:
                             hint=f"ask for at most {fitting} node(s)")
 
 
-def cancel(runtime: Runtime, job_ids: list[int]) -> None:
-    """Cancel queued jobs now; stop running ones (SIGTERM, grace, SIGKILL). Ids must exist."""
+def cancel(runtime: Runtime, job_ids: list[int], reason: str = "cancelled") -> None:
+    """Cancel queued jobs now; stop running ones (SIGTERM, grace, SIGKILL). Ids must exist.
+
+    ``reason`` is the running attempts' end reason: ``cancelled`` (by a person or an agent)
+    or ``stopped`` (by a research loop: early stopping, the loop's own end)."""
     for job_id in job_ids:
         if not runtime.jobs.request_cancel(job_id, FINAL):
             continue
         for att in runtime.jobs.active_attempt_numbers(job_id):
-            runtime.request_stop(job_id, att["n"], "cancelled")
+            runtime.request_stop(job_id, att["n"], reason)
     runtime.tick(wait=False)
 
 
@@ -108,7 +133,8 @@ def log_page(runtime: Runtime, job: Any, att: Any, tail_lines: int | None = None
         return LogPage(job["id"], att["n"], text, 0, size, size, cut, hint)
     if offset is None and tail_lines is not None:
         start = max(0, size - max(max_bytes, 1) * 4)
-        raw = mask(backend.read_log(ext, start, size - start), secrets).decode("utf-8", "replace")
+        raw_bytes = mask(backend.read_log(ext, start, size - start), secrets)
+        raw = raw_bytes.decode("utf-8", "replace")
         lines = raw.splitlines()
         if start > 0 and lines:
             lines = lines[1:]  # drop the partial first line
@@ -116,7 +142,8 @@ def log_page(runtime: Runtime, job: Any, att: Any, tail_lines: int | None = None
         text, cut = _fit_tail("\n".join(kept), max_bytes)
         first = max(0, size - len(text.encode()) - raw.endswith("\n"))  # the join dropped the last newline
         cut = cut or first > 0
-        back = f" (or offset={first - max_bytes} for the page before this one)" if first > max_bytes else ""
+        back = f" (or offset={_line_start(raw_bytes, start, first - max_bytes)} for the page before this one)" \
+            if first > max_bytes else ""
         hint = f"earlier output exists: call again with offset=0{back}" if cut else ""
         return LogPage(job["id"], att["n"], text, first, size, size, cut, hint)
     start = min(offset or 0, size)  # past the end: an empty page, not a seek error
@@ -124,6 +151,8 @@ def log_page(runtime: Runtime, job: Any, att: Any, tail_lines: int | None = None
     before = min(start, margin)
     window = mask(backend.read_log(ext, start - before, before + max_bytes + margin), secrets)
     chunk = window[before:before + max_bytes]
+    if start + len(chunk) < size and b"\n" in chunk:
+        chunk = chunk[:chunk.rindex(b"\n") + 1]  # a cut page ends at a line end: the next one starts a line
     text = chunk.decode("utf-8", "replace")
     end = start + len(chunk)
     cut = end < size
@@ -143,7 +172,21 @@ def log_tail(runtime: Runtime, job_id: int, lines: int, max_bytes: int) -> str:
 
 
 def _fit_tail(text: str, max_bytes: int) -> tuple[str, bool]:
+    """The end of ``text`` in ``max_bytes``, starting at a line start (unless one line is longer)."""
     data = text.encode()
     if len(data) <= max_bytes:
         return text, False
-    return data[-max_bytes:].decode("utf-8", "ignore"), True
+    tail = data[-max_bytes:]
+    if data[-max_bytes - 1:-max_bytes] != b"\n" and b"\n" in tail[:-1]:
+        tail = tail[tail.index(b"\n") + 1:]
+    return tail.decode("utf-8", "ignore"), True
+
+
+def _line_start(data: bytes, raw_offset: int, offset: int) -> int:
+    """The first line start at or after byte ``offset`` of the log, ``data`` being its bytes from
+    byte ``raw_offset`` (``offset`` itself when it cannot tell)."""
+    at = offset - raw_offset
+    if at <= 0 or at > len(data) or data[at - 1:at] == b"\n":
+        return offset
+    newline = data.find(b"\n", at)
+    return offset if newline < 0 else raw_offset + newline + 1

@@ -86,12 +86,19 @@ class JobStore:
     def jobs_page(self, state: str | None, experiment: str | None, project: str | None, cursor: int | None,
                   limit: int) -> list[sqlite3.Row]:
         """Up to ``limit`` jobs, newest first, matching the filters that are not None, below
-        job id ``cursor``."""
+        job id ``cursor``. ``experiment`` matches case-insensitively: a glob when it has ``*?[``,
+        else any experiment containing it ('' matches jobs without one)."""
         where, params = ["1=1"], []  # type: list[str], list[Any]
-        for column, value in (("state", state), ("experiment", experiment), ("project", project)):
+        for column, value in (("state", state), ("project", project)):
             if value is not None:
                 where.append(f"{column}=?")
                 params.append(value)
+        if experiment:
+            glob = any(ch in experiment for ch in "*?[")
+            where.append("lower(experiment) GLOB lower(?)" if glob else "instr(lower(experiment), lower(?)) > 0")
+            params.append(experiment)
+        elif experiment is not None:
+            where.append("experiment=''")
         if cursor is not None:
             where.append("id<?")
             params.append(min(int(cursor), 2**63 - 1))  # past any id: the first page

@@ -4,10 +4,12 @@ Two sources, both read incrementally from a byte offset kept in the ledger, in t
 same transaction as the inserted points, so reading twice never duplicates a point:
 
 * ``$AUTORESEARCH_METRICS_FILE`` lines written by :func:`autoresearch.report`;
-* log lines that are only ``name: value`` or ``name=value`` pairs — a
-  karpathy/autoresearch summary block (``val_bpb:          0.997900``) works as is,
-  and so does ``epoch=3 val_loss=0.41``. A ``step``/``epoch``/``iter`` key on the
-  same line gives the step; otherwise each name counts its own steps.
+* log lines in one of the :data:`LOG_FORMATS`: only ``name: value`` or ``name=value``
+  pairs (a karpathy/autoresearch summary block ``val_bpb:          0.997900`` works as
+  is, and so does ``val_loss=0.41 epoch=3``), the same after a leading ``epoch 3`` /
+  ``step 3/100``, or a JSON object of numbers (``{"step": 3, "val_acc": 0.95}``). A
+  ``step``/``epoch``/``iter`` key on the line gives the step; otherwise each name counts
+  its own steps.
 
 When a name comes from both sources, ``report()`` wins (see :func:`best_source`).
 
@@ -33,6 +35,15 @@ _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)"
 _PAIR = re.compile(rf"([A-Za-z_][\w./-]{{0,80}})\s*(?::|=)\s*({_NUMBER})(?![\w.:/-])", re.IGNORECASE)
 _LINE = re.compile(rf"^\s*(?:[A-Za-z_][\w./-]{{0,80}}\s*(?::|=)\s*(?:{_NUMBER})[\s,|;]*)+$", re.IGNORECASE)
 STEP_KEYS = ("step", "epoch", "iter", "iteration")
+# A leading "epoch 3", "Step 3/100:", "iter 7 |" before the pairs: the step of the line.
+_LEAD = re.compile(r"^\s*(step|epoch|iter|iteration)\s+(\d{1,19})(?:\s*/\s*\d+)?\s*[:,|;-]?\s*(.*)$", re.IGNORECASE)
+# Numbers a structured logger puts on every JSON line; they are not metrics.
+_JSON_NOT_METRICS = frozenset({"ts", "time", "timestamp", "created", "msecs", "relativeCreated", "pid", "process",
+                               "thread", "lineno"})
+LOG_FORMATS = ("report(step=3, val_acc=0.95) (from autoresearch import report)",
+               "val_acc: 0.95 (a line of name: value pairs; name=value too: val_acc=0.95 step=3)",
+               "epoch 3 val_acc: 0.95 (after a leading step/epoch/iter N)",
+               '{"step": 3, "val_acc": 0.95} (a JSON line of numbers)')
 MAX_NAME = 250  # MLflow's limit on a metric name
 MAX_NAMES = 1000  # distinct metric names per attempt and source; more is a runaway loop, not a metric
 MAX_LINE = 1 << 20  # a metrics-file line longer than this is dropped unread
@@ -199,13 +210,13 @@ def parse_report_lines(lines: list[str], counters: dict[str, int], now: float,
 
 def parse_log_lines(lines: list[str], counters: dict[str, int], now: float,
                     drops: Drops | None = None) -> list[Point]:
-    """Points of log lines made only of ``name: value`` pairs; other lines are plain output."""
+    """Points of metrics log lines (:data:`LOG_FORMATS`); other lines are plain output."""
     drops = drops if drops is not None else Drops()
     points: list[Point] = []
     for line in lines:
-        if len(line) > 2000 or not _LINE.match(line):
+        pairs = _log_pairs(line) if len(line) <= 2000 else None
+        if not pairs:
             continue
-        pairs = [(name, _number(value)) for name, value in _PAIR.findall(line)]
         step_pair = next(((n, v) for n, v in pairs if n.lower() in STEP_KEYS and v is not None), None)
         step: int | None = None
         if step_pair is not None:
@@ -225,6 +236,57 @@ def parse_log_lines(lines: list[str], counters: dict[str, int], now: float,
                 continue
             points.append(_point(counters, key, name, step, value, now))
     return points
+
+
+def _log_pairs(line: str) -> list[tuple[str, float | None]] | None:
+    """The (name, value) pairs of a metrics log line (see :data:`LOG_FORMATS`); None for other output."""
+    text = line.strip()
+    if text.startswith("{") and text.endswith("}"):
+        return _json_pairs(text)
+    lead = _LEAD.match(line)
+    if lead is not None and lead.group(3) and _LINE.match(lead.group(3)):
+        rest = [(name, _number(value)) for name, value in _PAIR.findall(lead.group(3))]
+        if not any(name.lower() in STEP_KEYS for name, _ in rest):
+            return [(lead.group(1), float(lead.group(2))), *rest]
+    if not _LINE.match(line):
+        return None
+    return [(name, _number(value)) for name, value in _PAIR.findall(line)]
+
+
+def _json_pairs(text: str) -> list[tuple[str, float | None]] | None:
+    """The numbers of a one-line JSON object (``{"metrics": {...}, "step": N}`` too); strings,
+    lists and the like are other fields of a structured log line, not metrics."""
+    try:
+        record = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    nested = record.get("metrics")
+    values: dict[str, Any] = nested if isinstance(nested, dict) else record
+    pairs: list[tuple[str, float | None]] = []
+    for name, raw in values.items():
+        if name in _JSON_NOT_METRICS:
+            continue
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            pairs.append((name, _value(raw)))
+    if values is not record:
+        step = record.get("step")
+        if isinstance(step, (int, float)) and not isinstance(step, bool):
+            pairs.append(("step", _value(step)))
+    metrics = [p for p in pairs if p[0].lower() not in STEP_KEYS]
+    return pairs if metrics else None
+
+
+UNSEEN_AFTER_S = 30.0  # a running trial without its objective this long gets one warning
+
+
+def unseen_warning(metric: str, seconds: float) -> str:
+    """The warning for a trial whose objective was not seen: what it means and how to write it."""
+    name = metric[:60]
+    return (f"no {metric[:60]!r} seen after {seconds:.0f}s of running, so early stopping cannot judge it: call "
+            f"report(step=3, {name}=0.95) or print lines like '{name}: 0.95', 'epoch 3 {name}: 0.95' or "
+            f"JSON '{{\"step\": 3, \"{name}\": 0.95}}'")
 
 
 def _point(counters: dict[str, int], key: str, name: str, step: int | None, value: float | None,

@@ -247,10 +247,12 @@ class Runtime:
 
 
 def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
-    """End reason (exit, timeout, cancelled, preempted, infra) and a one-line detail."""
+    """End reason (exit, timeout, cancelled, stopped, preempted, infra) and a one-line detail."""
     # Why we stopped it wins — but only if our stop reached it: an attempt that ended on
     # its own just before the SIGTERM keeps its own ending (a success stays a success).
     stop_reason = att["stop_reason"] if (status.stopped or status.state == "lost") else None
+    if stop_reason == "stopped" and status.stopped:
+        return "stopped", "stopped by its research loop (early stopping, its end or stop_loop)"
     if stop_reason == "cancelled" or (att["cancel_requested"] and status.stopped):
         return "cancelled", "cancelled by request"
     if stop_reason == "preempted":

@@ -1,7 +1,8 @@
 """What the facade returns: plain dataclasses (cheap to import, JSON-ready).
 
 The MCP server returns these as structured output; the CLI renders them as rich
-tables or ``--json``. Times are Unix seconds.
+tables or ``--json``. Times are Unix seconds; :func:`with_iso` adds their ISO 8601 twins
+for the faces.
 """
 
 from __future__ import annotations
@@ -100,6 +101,37 @@ class ClusterView:
     queued: dict[str, int]  # priority -> count
     running: int
     cordoned: list[str]
+
+
+def iso(ts: float | None) -> str | None:
+    """A Unix time as ISO 8601 in UTC, to the second (``2026-11-30T15:17:27Z``); None stays None."""
+    if ts is None or isinstance(ts, bool) or not isinstance(ts, (int, float)):
+        return None
+    import datetime as _dt
+
+    try:
+        moment = _dt.datetime.fromtimestamp(ts, _dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+TIME_KEYS = ("last_sync",)  # Unix times whose name does not end in _at
+
+
+def with_iso(data: Any) -> Any:
+    """JSON-ready data with an ``<key>_iso`` twin after every Unix-time field (``*_at``, ``last_sync``)."""
+    if isinstance(data, list):
+        return [with_iso(v) for v in data]
+    if not isinstance(data, dict):
+        return data
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        out[key] = with_iso(value)
+        if isinstance(key, str) and (key.endswith("_at") or key in TIME_KEYS) and f"{key}_iso" not in data \
+                and (value is None or isinstance(value, (int, float))):
+            out[f"{key}_iso"] = iso(value)
+    return out
 
 
 def to_dict(view: Any) -> Any:

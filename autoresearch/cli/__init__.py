@@ -3,41 +3,56 @@
 One module per group of commands, each with ``add_parser(sub)`` (argparse only: every
 call imports them all) and ``run(args) -> int`` (which imports what it needs):
 :mod:`.jobs` (submit, status, list, logs, metrics, cancel, nodes, cordon), :mod:`.loop`
-(``autoresearch plan.yaml``, run, schema, report), :mod:`.serve` (the MCP server) and
-:mod:`.tracking` (ui, sync). They reach the system only through
-:class:`autoresearch.api.Api`; :mod:`._render` prints.
+(``autoresearch plan.yaml``, run, schema, report), :mod:`.serve` (the MCP server),
+:mod:`.tracking` (ui, sync) and :mod:`.completion` (shell completion scripts). They reach
+the system only through :class:`autoresearch.api.Api`; :mod:`._render` prints.
 
 Reads print rich tables for people and JSON with ``--json``. Errors print message
 and hint, exit 2 for usage/spec errors and 1 for runtime failures; tracebacks only
-with ``--debug``.
+with ``--debug``. The global flags (``--debug``, ``--home``) work before or after the
+command; a closed pipe (``autoresearch list --json | head``) ends quietly.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
-from autoresearch.cli import jobs, loop, serve, tracking
+from autoresearch import __version__
+from autoresearch.cli import completion, jobs, loop, serve, tracking
 from autoresearch.errors import AutoresearchError
 
-COMMANDS = (jobs, serve, tracking, loop)  # the order of `autoresearch --help`
+COMMANDS = (jobs, serve, tracking, loop, completion)  # the order of `autoresearch --help`
+EXIT_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader went away
+
+
+def _global_flags(p: argparse.ArgumentParser, suppress: bool) -> None:
+    """``--debug`` and ``--home``; on a subcommand their default is SUPPRESS, so a value given
+    before the command is not reset by the subparser's default."""
+    extra: dict[str, Any] = {"default": argparse.SUPPRESS} if suppress else {}
+    p.add_argument("--debug", action="store_true", help="show tracebacks", **extra)
+    p.add_argument("--home", help="state directory (default $AUTORESEARCH_HOME or ~/.autoresearch)",
+                   **({"default": None} | extra))
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="autoresearch", description="Run ML research jobs and loops on GPUs.")
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
-    p.add_argument("--home", help="state directory (default $AUTORESEARCH_HOME or ~/.autoresearch)")
+    p.add_argument("--version", action="version", version=f"autoresearch {__version__}",
+                   help="print the version and exit")
+    _global_flags(p, suppress=False)
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
     for module in COMMANDS:
         module.add_parser(sub)
+    for command in sub.choices.values():
+        _global_flags(command, suppress=True)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    first = next((a for a in argv if not a.startswith("-")), "")
-    if first.endswith((".yaml", ".yml")):
+    if _first_word(argv).endswith((".yaml", ".yml")):
         argv = ["run", *argv]  # `autoresearch plan.yaml` runs the loop
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -55,6 +70,31 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _closed_pipe()
+
+
+def _first_word(argv: list[str]) -> str:
+    """The first word that is not a flag nor the value of ``--home``."""
+    words = iter(argv)
+    for word in words:
+        if word == "--home":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return ""
+
+
+def _closed_pipe() -> int:
+    """The reader of stdout went away (``| head``): stop quietly, as other Unix tools do.
+
+    stdout is pointed at /dev/null so the interpreter's final flush does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return EXIT_PIPE
 
 
 def open_api(args: argparse.Namespace) -> Any:

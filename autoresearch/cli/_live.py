@@ -45,6 +45,7 @@ class LiveTable:
         self.console = Console()
         self.live: Any = None
         self.printed: set[int] = set()
+        self.warned: set[int] = set()  # trials whose unseen objective was said (once each)
 
     def __enter__(self) -> LiveTable:
         if self.interactive:
@@ -67,6 +68,8 @@ class LiveTable:
         if self.live is not None:
             self.live.update(self._table(view))
             return
+        for trial_id, text in self._unseen(view):
+            self.console.print(f"warning: trial {trial_id}: {text}", highlight=False, markup=False, soft_wrap=True)
         for t in view.trials:
             if t.ended_at and t.trial_id not in self.printed:
                 self.printed.add(t.trial_id)
@@ -89,7 +92,26 @@ class LiveTable:
         ended = sorted((t for t in view.trials if t.ended_at), key=lambda t: t.ended_at or 0)[-max(0, ROWS - len(active)):]
         for t in sorted(active + ended, key=lambda t: t.trial_id)[-ROWS:]:
             table.add_row(*self._row(t))
+        notes = [f"warning: trial {trial_id}: {text}" for trial_id, text in self._unseen(view, again=True)]
+        if notes:
+            table.caption = escape("\n".join(notes[:3]))
+            table.caption_justify = "left"
         return table
+
+    def _unseen(self, view: LoopView, again: bool = False) -> list[tuple[int, str]]:
+        """Running trials that have not shown the objective after UNSEEN_AFTER_S: once each in a log
+        (``again``: every refresh, for the live table, while it lasts)."""
+        from autoresearch.api import UNSEEN_AFTER_S, unseen_warning
+
+        now, out = time.time(), []
+        for t in view.trials:
+            if t.state != "running" or t.step is not None or t.value is not None or not t.started_at:
+                continue
+            if now - t.started_at < UNSEEN_AFTER_S or (t.trial_id in self.warned and not again):
+                continue
+            self.warned.add(t.trial_id)
+            out.append((t.trial_id, unseen_warning(view.metric, now - t.started_at)))
+        return out
 
     @staticmethod
     def _row(t: TrialRow) -> list[str]:

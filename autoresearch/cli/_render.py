@@ -6,17 +6,19 @@ rich is imported inside the functions, so a ``--json`` call never loads it.
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 from typing import Any
 
-from autoresearch.views import JobView, to_dict
+from autoresearch.views import JobView, to_dict, with_iso
 
 STATE_STYLE = {"queued": "yellow", "starting": "cyan", "running": "cyan", "succeeded": "green", "failed": "red",
                "cancelled": "magenta"}
 
 
 def print_json(value: Any) -> int:
-    print(json.dumps(to_dict(value), indent=2, default=str))
+    print(json.dumps(with_iso(to_dict(value)), indent=2, default=str))
     return 0
 
 
@@ -37,10 +39,20 @@ def _dur(seconds: float | None) -> str:
     return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
 
 
+PIPED_WIDTH = 400  # a table piped to a file or grep is not cut at 80 columns
+
+
 def _console() -> Any:
     from rich.console import Console
 
-    return Console()
+    return Console(width=console_width())
+
+
+def console_width() -> int | None:
+    """None (the terminal's, or $COLUMNS) on a terminal; wide when piped, unless $COLUMNS says otherwise."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
+        return None
+    return PIPED_WIDTH
 
 
 def _esc(text: object) -> str:
@@ -52,13 +64,15 @@ def _esc(text: object) -> str:
 
 def _state(v: JobView) -> str:
     label = "cancelling" if v.cancelling else v.state
+    if v.state == "cancelled" and v.end_reason == "stopped":
+        label = "stopped"  # stopped early by its research loop (an early stopper, the loop's end)
     return f"[{STATE_STYLE.get(v.state, 'white')}]{label}[/]"
 
 
-def render_jobs(jobs: list[JobView]) -> None:
+def render_jobs(jobs: list[JobView], empty: str = "no jobs yet — submit one: autoresearch submit -- CMD") -> None:
     from rich.table import Table
 
-    table = Table(title=None if jobs else "no jobs yet — submit one: autoresearch submit -- CMD")
+    table = Table(title=None if jobs else empty)
     for col in ("ID", "NAME", "STATE", "PRIORITY", "GPUS", "ATTEMPTS", "SUBMITTED", "RUNTIME", "EXIT"):
         table.add_column(col)
     for v in jobs:
@@ -101,7 +115,14 @@ def render_job(v: JobView) -> None:
 def render_metrics(rows: list[Any]) -> None:
     from rich.table import Table
 
-    table = Table(title=None if rows else "no metrics reported yet")
+    if not rows:
+        from autoresearch.api import METRIC_FORMATS
+
+        print("no metrics reported yet. A job reports a metric with any of:")
+        for shape in METRIC_FORMATS:
+            print(f"  {shape}")
+        return
+    table = Table()
     for col in ("METRIC", "LAST", "BEST", "STEP", "COUNT"):
         table.add_column(col)
     for m in rows:

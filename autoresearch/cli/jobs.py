@@ -14,67 +14,75 @@ from typing import Any
 
 from autoresearch.errors import SpecError
 
+JSON_HELP = "print JSON for machines (times as Unix seconds with an ISO 8601 *_iso twin)"
+
 
 def add_parser(sub: Any) -> None:
     s = sub.add_parser("submit", help="submit a job: autoresearch submit [options] -- CMD ARGS...")
     s.add_argument("-f", "--file", help="job spec YAML; options below override it")
-    s.add_argument("--name")
-    s.add_argument("--gpus", type=int)
-    s.add_argument("--cpus", type=float)
-    s.add_argument("--memory", help="e.g. 16G")
-    s.add_argument("--nodes", type=int)
-    s.add_argument("--priority", help="critical | normal | best-effort")
-    s.add_argument("--env", action="append", metavar="K=V")
-    s.add_argument("--tag", action="append", metavar="K=V")
-    s.add_argument("--mount", action="append", metavar="TARGET=SOURCE")
-    s.add_argument("--workdir")
-    s.add_argument("--timeout", help="e.g. 300, 5m, 1h30m")
+    s.add_argument("--name", help="display name (default: the program's name)")
+    s.add_argument("--gpus", type=int, help="GPUs per node (default 0: a CPU job)")
+    s.add_argument("--cpus", type=float, help="CPU cores to reserve (default: none reserved)")
+    s.add_argument("--memory", help="memory to reserve, e.g. 16G")
+    s.add_argument("--nodes", type=int, help="number of nodes (default 1)")
+    s.add_argument("--priority", help="critical | normal | best-effort (best-effort may be preempted)")
+    s.add_argument("--env", action="append", metavar="K=V", help="an environment variable for the job (repeatable)")
+    s.add_argument("--tag", action="append", metavar="K=V", help="a free-form label (repeatable)")
+    s.add_argument("--mount", action="append", metavar="TARGET=SOURCE",
+                   help="link TARGET inside the workdir to SOURCE (repeatable)")
+    s.add_argument("--workdir", help="directory to run in (default: the current one)")
+    s.add_argument("--timeout", help="wall-clock limit per attempt, e.g. 300, 5m, 1h30m")
     s.add_argument("--grace", help="SIGTERM to SIGKILL, e.g. 30s")
     s.add_argument("--retries", type=int, help="retries after infrastructure failures (default 2)")
-    s.add_argument("--retry-on-exit-code", type=int, action="append", dest="retry_codes", metavar="CODE")
-    s.add_argument("--experiment")
+    s.add_argument("--retry-on-exit-code", type=int, action="append", dest="retry_codes", metavar="CODE",
+                   help="an exit code that means 'retry me' (repeatable)")
+    s.add_argument("--experiment", help="experiment (MLflow) name to group runs under")
     s.add_argument("--checkpoint", nargs="?", const=True, metavar="DIR",
                    help="give the job a stable AUTORESEARCH_CHECKPOINT_DIR (optionally DIR)")
     s.add_argument("--shell", action="store_true", help="run the command through /bin/sh -c")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--wait", action="store_true",
+                   help="wait until the job ends and exit with its status (like sbatch --wait)")
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
     st = sub.add_parser("status", help="one job in detail, or the recent jobs")
-    st.add_argument("job", nargs="?")
-    st.add_argument("--json", action="store_true")
+    st.add_argument("job", nargs="?", help="the job's id (default: the recent jobs)")
+    st.add_argument("--json", action="store_true", help=JSON_HELP)
 
     ls = sub.add_parser("list", help="list jobs, newest first")
-    ls.add_argument("--state")
-    ls.add_argument("--experiment")
-    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--state", help="only jobs in this state (queued, running, succeeded, failed, cancelled, ...)")
+    ls.add_argument("--experiment", help="only jobs whose experiment contains this text, or matches this glob "
+                                         "(e.g. 'digits*'); case-insensitive")
+    ls.add_argument("--limit", type=int, default=50, help="jobs per page (default 50)")
     ls.add_argument("--cursor", type=int, help="continue after this job id (from the previous page)")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help=JSON_HELP)
 
     lg = sub.add_parser("logs", help="print a job's log")
-    lg.add_argument("job")
+    lg.add_argument("job", help="the job's id")
     lg.add_argument("--tail", type=int, metavar="N", help="last N lines")
-    lg.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
-    lg.add_argument("--attempt", type=int)
-    lg.add_argument("--grep")
-    lg.add_argument("--json", action="store_true")
+    lg.add_argument("-f", "--follow", action="store_true",
+                    help="keep printing until the job ends, then exit with its status")
+    lg.add_argument("--attempt", type=int, help="which attempt (default: the latest)")
+    lg.add_argument("--grep", help="only lines matching this regular expression, with their line numbers")
+    lg.add_argument("--json", action="store_true", help=JSON_HELP)
 
     mt = sub.add_parser("metrics", help="a job's metrics: last, best, step, count")
-    mt.add_argument("job")
+    mt.add_argument("job", help="the job's id")
     mt.add_argument("--series", action="store_true", help="include the (downsampled) series")
-    mt.add_argument("--json", action="store_true")
+    mt.add_argument("--json", action="store_true", help=JSON_HELP)
 
     cn = sub.add_parser("cancel", help="cancel jobs (running ones get SIGTERM, grace, SIGKILL)")
-    cn.add_argument("jobs", nargs="+")
-    cn.add_argument("--json", action="store_true")
+    cn.add_argument("jobs", nargs="+", help="the ids of the jobs to cancel")
+    cn.add_argument("--json", action="store_true", help=JSON_HELP)
 
     nd = sub.add_parser("nodes", help="nodes, GPUs free/used, cordoned nodes")
-    nd.add_argument("--json", action="store_true")
+    nd.add_argument("--json", action="store_true", help=JSON_HELP)
 
     co = sub.add_parser("cordon", help="stop scheduling onto a node")
-    co.add_argument("node")
-    co.add_argument("--reason", default="")
+    co.add_argument("node", help="the node's name (see autoresearch nodes)")
+    co.add_argument("--reason", default="", help="why, shown by nodes and status")
     uc = sub.add_parser("uncordon", help="schedule onto a node again")
-    uc.add_argument("node")
+    uc.add_argument("node", help="the node's name (see autoresearch nodes)")
 
     for name in ("submit", "status", "list", "logs", "metrics", "cancel", "nodes", "cordon", "uncordon"):
         sub.choices[name].set_defaults(handler=run)
@@ -111,9 +119,12 @@ def run(args: argparse.Namespace) -> int:
         page = api.list_jobs(state=args.state, experiment=args.experiment, limit=args.limit, cursor=args.cursor)
         if args.json:
             return print_json(page)
-        render_jobs(page.jobs)
+        filters = " ".join(f"{flag} {value}" for flag, value in (("--state", args.state),
+                                                                  ("--experiment", args.experiment)) if value is not None)
+        empty = f"no jobs match {filters}" if filters else "no older jobs" if args.cursor else None
+        render_jobs(page.jobs, *([empty] if empty else []))
         if page.next_cursor:
-            print(f"more: autoresearch list --cursor {page.next_cursor}")
+            print(f"more: {_next_page(args, page.next_cursor)}")
     elif cmd == "logs":
         return _logs(api, args)
     elif cmd == "metrics":
@@ -180,12 +191,71 @@ def _submit(args: argparse.Namespace) -> int:
         if values:
             spec[key] = {**(spec.get(key) or {}), **values}
     spec.setdefault("workdir", os.getcwd())
-    view = open_api(args).submit(spec)
-    if args.json:
+    api = open_api(args)
+    view = api.submit(spec)
+    if args.json and not args.wait:
         print(json.dumps({"id": view.id, "state": view.state}))
-    else:
-        print(view.id)
-    return 0
+    elif not args.json:
+        print(view.id, flush=True)
+    for warning in view.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if not args.wait:
+        return 0
+    delay = 0.2
+    try:
+        while view.state not in FINAL:
+            time.sleep(delay)
+            delay = min(delay * 1.5, 2.0)
+            view = api.status(view.id)
+    except KeyboardInterrupt:
+        print(f"\njob {view.id} keeps running; follow it with: autoresearch logs {view.id} -f", file=sys.stderr)
+        return 130
+    if args.json:
+        from autoresearch.cli._render import print_json
+
+        print_json(view)
+    print(final_line(view), file=sys.stderr)
+    return exit_status(view)
+
+
+FINAL = ("succeeded", "failed", "cancelled")
+
+
+def exit_status(job: Any) -> int:
+    """What ``submit --wait`` and ``logs -f`` exit with: 0 if the job succeeded, its exit code if
+    it failed with one, 124 if it timed out (as timeout(1) does), 1 otherwise (cancelled, killed)."""
+    if job.state == "succeeded":
+        return 0
+    if job.end_reason == "timeout":
+        return 124
+    if job.state == "failed" and job.exit_code is not None and 0 < job.exit_code < 256:
+        return int(job.exit_code)
+    return 1
+
+
+def final_line(job: Any) -> str:
+    """One line saying how a job ended, for stderr after ``--wait`` / ``logs -f``."""
+    how = job.end_reason or ""
+    if job.exit_code is not None and job.state != "succeeded":
+        how = f"exit {job.exit_code}" + (f", {job.end_reason}" if job.end_reason not in (None, "exit") else "")
+    ran = f" after {job.ended_at - job.started_at:.1f}s" if job.ended_at and job.started_at else ""
+    state = "stopped" if job.state == "cancelled" and job.end_reason == "stopped" else job.state
+    return f"job {job.id} {state}" + (f" ({how})" if how and job.state != "succeeded" else "") + ran
+
+
+def _next_page(args: argparse.Namespace, cursor: int) -> str:
+    """The command for the next page: the same filters, the new cursor."""
+    import shlex
+
+    words = ["autoresearch", "list"]
+    if args.home:
+        words += ["--home", args.home]
+    for flag, value in (("--state", args.state), ("--experiment", args.experiment)):
+        if value is not None:
+            words += [flag, value]
+    if args.limit != 50:
+        words += ["--limit", str(args.limit)]
+    return shlex.join([*words, "--cursor", str(cursor)])
 
 
 def _logs(api: Any, args: argparse.Namespace) -> int:
@@ -214,11 +284,12 @@ def _logs(api: Any, args: argparse.Namespace) -> int:
         if not args.follow:
             return 0
         job = api.status(args.job)
-        if job.state in ("succeeded", "failed", "cancelled"):
+        if job.state in FINAL:
             last = api.logs(args.job, attempt=attempt, offset=offset, max_bytes=1 << 20)
             out.write(last.text)
             out.flush()
-            return 0
+            print(final_line(job), file=sys.stderr)
+            return exit_status(job)
         if args.attempt is None and job.attempts and job.attempts != attempt:
             if offset >= page.size:  # this attempt is drained: follow the newer one
                 attempt, offset = job.attempts, 0

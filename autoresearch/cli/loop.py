@@ -38,13 +38,13 @@ def add_parser(sub: Any) -> None:
     r.set_defaults(handler=run)
 
     s = sub.add_parser("schema", help="print the JSON Schema of a plan (or a job spec)")
-    s.add_argument("what", choices=["plan", "job"])
+    s.add_argument("what", choices=["plan", "job"], help="plan (plan.yaml) or job (a job spec)")
     s.set_defaults(handler=run)
 
     rp = sub.add_parser("report", help="plots and a Markdown summary of a loop, logged to MLflow")
     rp.add_argument("name", help="the loop's name (name: in its plan)")
     rp.add_argument("--out", help="directory (default $AUTORESEARCH_HOME/loops/NAME/report)")
-    rp.add_argument("--json", action="store_true")
+    rp.add_argument("--json", action="store_true", help="print JSON for machines")
     rp.set_defaults(handler=run)
 
 
@@ -65,14 +65,14 @@ def _schema(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from autoresearch.cli import open_api
-    from autoresearch.views import to_dict
+    from autoresearch.views import to_dict, with_iso
 
     view, run_id = open_api(args).loop_report(args.name, args.out)
     if args.json:
         out = to_dict(view)
         out["trials"] = len(view.trials)
         out["mlflow_run_id"] = run_id
-        print(json.dumps(out, indent=2, default=str))
+        print(json.dumps(with_iso(out), indent=2, default=str))
         return 0
     print(f"report: {view.report_dir}/summary.md" + (f" (logged to MLflow run {run_id})" if run_id else ""))
     return 0
@@ -82,7 +82,7 @@ def _run(args: argparse.Namespace) -> int:
     from autoresearch.api import load_plan
     from autoresearch.cli import _ci, open_api
     from autoresearch.errors import AutoresearchError, SpecError
-    from autoresearch.views import to_dict
+    from autoresearch.views import to_dict, with_iso
 
     if args.plan is None and isinstance(args.json, str) and args.json.endswith((".yaml", ".yml")):
         args.plan, args.json = args.json, True  # `autoresearch --json plan.yaml`
@@ -116,7 +116,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         out = to_dict(view)
         out["trials"] = [t for t in out["trials"]]
-        print(json.dumps(out, default=str))
+        print(json.dumps(with_iso(out), default=str))
     elif live is not None:
         live.summary(view)
     return 0

@@ -16,7 +16,7 @@ from typing import Any
 
 def add_parser(sub: Any) -> None:
     ui = sub.add_parser("ui", help="open the MLflow UI on the tracking store (loopback)")
-    ui.add_argument("--port", type=int, default=5000)
+    ui.add_argument("--port", type=int, default=5000, help="port to serve the UI on (default 5000)")
     ui.add_argument("--host", default="127.0.0.1", help="interface to listen on (default loopback only)")
     ui.add_argument("--no-sync", action="store_true", help="do not mirror pending ledger rows first")
     ui.set_defaults(handler=run)
@@ -24,7 +24,7 @@ def add_parser(sub: Any) -> None:
     sy = sub.add_parser("sync", help="mirror the ledger to MLflow now (the background syncer does it too)")
     sy.add_argument("--status", action="store_true", help="show how far the mirror is; no mlflow import")
     sy.add_argument("--uri", help="bind this ledger to another tracking store and mirror everything there")
-    sy.add_argument("--json", action="store_true")
+    sy.add_argument("--json", action="store_true", help="print JSON for machines")
     sy.set_defaults(handler=run)
 
 

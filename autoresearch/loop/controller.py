@@ -318,7 +318,7 @@ class Controller:
         s.stopping.add(trial_id)
         s.store.decide("stop", trial_id=trial_id, inputs={"job_id": row["job_id"], **inputs},
                        outputs={"action": "cancel", "grace_s": self.plan.trial.grace}, rationale=rationale)
-        job_ops.cancel(self.runtime, [row["job_id"]])
+        job_ops.cancel(self.runtime, [row["job_id"]], reason="stopped")
 
     # -- the end ----------------------------------------------------------------------------
 

@@ -168,14 +168,23 @@ def _one(item: Any, space: dict[str, dict[str, Any]], code: Any, trials: dict[in
     return Proposal(params, str(item.get("rationale") or ""), patch, parent_id), notes
 
 
-def stop_loop(runtime: Any, name: str, rationale: str = "", project: str | None = None) -> tuple[int, list[int]]:
+def stop_loop(runtime: Any, name: str, rationale: str = "",
+              project: str | None = None) -> tuple[int | None, list[int]]:
     """Record a ``stop_loop`` decision (the controller finishes on it), skip trials not yet
-    launched and stop the running ones; returns (decision id, stopped job ids)."""
+    launched and stop the running ones; returns (decision id, stopped job ids).
+
+    Idempotent: a loop that has already ended (or was stopped already) with nothing left to
+    stop records nothing and returns (None, [])."""
     ledger = runtime.ledger
     loop = find_loop(ledger, name, project)
     store = LoopStore(ledger, loop["id"])
     why = rationale or "stopped by the agent"
     jobs = [r for r in store.trials(("queued", "running")) if r["job_id"] is not None]
+    ended = loop["state"] != "running" or store.last_decision(STOP_DECISION) is not None
+    if ended and not jobs and not store.trials(("proposed",)):
+        if loop["state"] == "running" and not controller_running(ledger.home, name):
+            store.set_loop(state="finished", ended_at=time.time())
+        return None, []
     decision = store.decide(STOP_DECISION, inputs={"jobs": [r["job_id"] for r in jobs]}, rationale=why,
                             info=ProposerInfo(kind="agent", provider="mcp"))
     for row in store.trials(("proposed",)):
@@ -313,5 +322,5 @@ def _stop_trials(runtime: Any, store: LoopStore, rows: list[Any], reason: str, r
         store.decide("stop", trial_id=row["id"], inputs={"job_id": row["job_id"], "reason": reason},
                      outputs={"action": "cancel"}, rationale=rationale)
     if jobs:
-        job_ops.cancel(runtime, jobs)
+        job_ops.cancel(runtime, jobs, reason="stopped")
     return jobs

@@ -55,6 +55,7 @@ def monitor(c: LoopHost) -> None:
     s = c.state
     running = [r for r in s.active.values() if r["state"] == "running"]
     fresh = read_series(c, running)
+    _warn_unseen(c, running)
     if c.stopper is None:
         return
     if not s.history_loaded:  # ended trials' curves, once (after a resume)
@@ -71,6 +72,19 @@ def monitor(c: LoopHost) -> None:
             c.stop_trial(trial_id, verdict.rationale, {"rule": verdict.rule, "step": verdict.step,
                                                   "value": verdict.value * c.sign,
                                                   "threshold": verdict.threshold * c.sign})
+
+
+def _warn_unseen(c: LoopHost, running: list[Any]) -> None:
+    """Once per trial: a warning on its job (``status`` shows it) when it has run
+    :data:`~autoresearch.metrics.UNSEEN_AFTER_S` without one point of the objective."""
+    s, now = c.state, time.time()
+    for r in running:
+        since = r["started_at"]
+        if r["id"] in c.series or r["id"] in s.unseen_warned or since is None or now - since < M.UNSEEN_AFTER_S:
+            continue
+        s.unseen_warned.add(r["id"])
+        JobStore(c.ledger).warn("metric_unseen", r["job_id"], None,
+                                M.unseen_warning(c.plan.objective.metric, now - since))
 
 
 def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:

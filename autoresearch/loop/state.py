@@ -41,6 +41,7 @@ class LoopState:
     incumbent: int | None = None
     stop_reason: str = ""
     exhausted: bool = False  # the proposer returned nothing
+    unseen_warned: set[int] = field(default_factory=set)  # trials warned that their objective is unseen
     history_loaded: bool = False  # ended trials' curves read for the stopper (once, after a resume)
     prior_elapsed: float = 0.0  # seconds run before this controller (a resumed loop)
     hard_budgets: bool = False  # CI: every budget hit stops the running trials too (see _limits)

@@ -76,7 +76,7 @@ def register(server: Any, ctx: ToolContext) -> None:
                 ctx.relative_path(target, "mounts target")
             spec["mounts"] = {t: ctx.relative_path(s, f"mounts[{t!r}]") for t, s in mounts.items()}
         view = ctx.api.submit(spec, project=ctx.submit_project())
-        return SubmitResult(id=view.id, state=view.state, name=view.name,
+        return SubmitResult(id=view.id, state=view.state, name=view.name, warnings=view.warnings,
                             next_step=f"call status(job_id={view.id}) to follow it, logs(job_id={view.id}) for "
                                       f"its output, metrics(job_id={view.id}) for reported metrics")
 
@@ -105,7 +105,9 @@ def register(server: Any, ctx: ToolContext) -> None:
     @tool_errors
     def list_jobs(
         state: Annotated[State | None, Field(description="Only jobs in this state.")] = None,
-        experiment: Annotated[str | None, Field(description="Only jobs of this experiment.")] = None,
+        experiment: Annotated[str | None, Field(description=(
+            "Only jobs whose experiment contains this text, or matches this glob ('digits*'); "
+            "case-insensitive."))] = None,
         limit: Annotated[int, Field(ge=1, le=200, description="Jobs per page.")] = 20,
         cursor: Annotated[int | None, Field(ge=1, description="next_cursor from the previous page, for older "
                                                               "jobs.")] = None,

@@ -13,6 +13,7 @@ from autoresearch.tools._context import ToolContext, tool_errors
 from autoresearch.tools.models import LogResult
 
 MAX_BYTES = 16_000  # what one result may carry: about 4k tokens
+DEFAULT_BYTES = 4_096  # a default page: about 1k tokens
 MAX_TAIL_LINES = 5_000
 RESOURCE_TAIL_LINES = 200
 
@@ -27,12 +28,14 @@ def register(server: Any, ctx: ToolContext) -> None:
         offset: Annotated[int | None, Field(ge=0, description=(
             "Read from this byte offset instead of the tail: 0 is the start; pass next_offset of the previous "
             "page to read on."))] = None,
-        max_bytes: Annotated[int, Field(ge=1, le=MAX_BYTES, description="At most this many bytes of text.")] = MAX_BYTES,
+        max_bytes: Annotated[int, Field(ge=1, le=MAX_BYTES, description=(
+            f"At most this many bytes of text (default {DEFAULT_BYTES}, up to {MAX_BYTES}); pages start and end "
+            "at line boundaries."))] = DEFAULT_BYTES,
         grep: Annotated[str | None, Field(max_length=500, description=(
             "A regular expression: return only matching lines, each prefixed with its line number."))] = None,
         attempt: Annotated[int | None, Field(ge=1, description="Which attempt (default: the latest).")] = None,
     ) -> Annotated[CallToolResult, LogResult]:
-        """Read a job's combined stdout/stderr, a page at a time (never more than ~16 KB).
+        """Read a job's combined stdout/stderr, a page at a time (~4 KB by default, never more than ~16 KB).
 
         By default returns the last 200 lines of the latest attempt. Use grep to find
         errors or metric lines in a long log, offset to read from the start or continue

@@ -120,7 +120,8 @@ class TrialPatchResult(BaseModel):
 
 class StopLoopResult(BaseModel):
     loop: str
-    decision_id: int
+    decision_id: int | None = Field(description="The stop decision recorded (None: the loop had already ended).")
+    already_ended: bool = Field(False, description="True when the loop had already ended: nothing was changed.")
     stopped_jobs: list[int]
     next_step: str
 
@@ -254,11 +255,18 @@ def register(server: Any, ctx: ToolContext) -> None:
     ) -> StopLoopResult:
         """Stop a research loop: records the decision with your rationale, skips trials not yet
         launched and stops the running ones (SIGTERM, grace period, SIGKILL); its controller then
-        finishes. The results stay readable with loop_status and leaderboard.
+        finishes. The results stay readable with loop_status and leaderboard. On a loop that has
+        already ended it changes nothing and says so (already_ended).
         """
         ctx.require_write("stop_loop")
         decision, jobs = ctx.api.stop_loop(loop, rationale=rationale, project=ctx.caller_project())
-        return StopLoopResult(loop=loop, decision_id=decision, stopped_jobs=jobs,
+        if decision is None:
+            view, _ = ctx.api.loop_status(loop, ctx.caller_project())
+            why = f": {view.stop_reason}" if view.stop_reason else ""
+            return StopLoopResult(loop=loop, decision_id=None, already_ended=True, stopped_jobs=[],
+                                  next_step=f"the loop had already ended ({view.state}{why}); nothing was recorded. "
+                                            f"See leaderboard(loop={loop!r})")
+        return StopLoopResult(loop=loop, decision_id=decision, already_ended=False, stopped_jobs=jobs,
                               next_step=f"see leaderboard(loop={loop!r}); `autoresearch report {loop}` writes plots")
 
 

@@ -39,7 +39,9 @@ def register(server: Any, ctx: ToolContext) -> None:
             step = "" if job.state in ("succeeded", "failed", "cancelled") else \
                 f"the job is {job.state}: call metrics again later for newer values"
         else:
-            step = (f"no metrics yet; the job should call autoresearch.report(step, name=value) or print "
-                    f"'name: value' lines; check logs(job_id={job_id})")
+            from autoresearch.api import METRIC_FORMATS
+
+            step = (f"no metrics yet; a job reports them with any of: {' | '.join(METRIC_FORMATS)}; "
+                    f"check logs(job_id={job_id})")
         return MetricsResult(job_id=job.id, state=job.state, metrics=[from_view(Metric, r) for r in rows],
                              next_step=step)

@@ -1,15 +1,18 @@
 """Pydantic return models: the structured output every tool declares.
 
 Kept flat and small so a result fits in a model's context window: times are Unix
-seconds, lists are capped by the tools that fill them, and every model that can
-lead somewhere has a ``next_step`` telling the agent what to call next.
+seconds with an ISO 8601 twin (``*_iso``, UTC), lists are capped by the tools that fill
+them, and every model that can lead somewhere has a ``next_step`` telling the agent
+what to call next.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
+
+from autoresearch.views import iso
 
 
 class Attempt(BaseModel):
@@ -21,8 +24,19 @@ class Attempt(BaseModel):
     ended_at: float | None
     exit_code: int | None
     signal: int | None
-    end_reason: str | None = Field(description="exit | timeout | cancelled | preempted | infra")
+    end_reason: str | None = Field(description="exit | timeout | cancelled | stopped (by its research loop) | "
+                                                 "preempted | infra")
     detail: str | None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def started_at_iso(self) -> str | None:
+        return iso(self.started_at)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def ended_at_iso(self) -> str | None:
+        return iso(self.ended_at)
 
 
 class JobSummary(BaseModel):
@@ -39,6 +53,21 @@ class JobSummary(BaseModel):
     started_at: float | None
     ended_at: float | None
     cancelling: bool = False
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def submitted_at_iso(self) -> str | None:
+        return iso(self.submitted_at)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def started_at_iso(self) -> str | None:
+        return iso(self.started_at)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def ended_at_iso(self) -> str | None:
+        return iso(self.ended_at)
 
 
 class JobDetail(JobSummary):
@@ -58,6 +87,7 @@ class SubmitResult(BaseModel):
     state: str
     name: str
     next_step: str
+    warnings: list[str] = Field(default_factory=list, description="e.g. no node can run it now (all cordoned).")
 
 
 class StatusResult(BaseModel):

@@ -9,6 +9,7 @@ stdout belongs to the protocol.
 from __future__ import annotations
 
 import ipaddress
+import json
 import logging
 import os
 import sys
@@ -19,6 +20,7 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import TextContent
 from pydantic import ValidationError
 
 from autoresearch.errors import AuthError
@@ -44,7 +46,7 @@ class AutoresearchMCP(MCPServer[Any]):
                 raise ToolError(f"Error executing tool {name}: [spec_invalid] unknown argument(s) "
                                 f"{', '.join(unknown)}\nhint: valid arguments: {', '.join(known) or 'none'}")
         try:
-            return await super().call_tool(name, arguments, context)
+            return compact(await super().call_tool(name, arguments, context))
         except ToolError as err:
             cause = err.__cause__
             if isinstance(cause, ValidationError):
@@ -72,6 +74,42 @@ class AutoresearchMCP(MCPServer[Any]):
         return f"Error executing tool {name}: [spec_invalid] invalid arguments: " + "; ".join(lines) + f"\nhint: fix and call again. {hint}"
 
 
+def compact(result: Any) -> Any:
+    """A tool result whose text is the structured content as compact JSON for a model to read:
+    no indentation, no null or empty fields, times as ISO 8601 only (the structured content
+    keeps every field, Unix seconds beside their ``*_iso`` twins, for programs). A result
+    that wrote its own text (logs) is left as it is."""
+    structured = getattr(result, "structured_content", None)
+    content = getattr(result, "content", None)
+    if structured is None or getattr(result, "is_error", False) or not content or len(content) != 1 \
+            or not isinstance(content[0], TextContent):
+        return result
+    try:
+        same = json.loads(content[0].text) == structured
+    except ValueError:
+        same = False
+    if not same:
+        return result
+    text = json.dumps(_for_model(structured), separators=(",", ":"), ensure_ascii=False, default=str)
+    return result.model_copy(update={"content": [TextContent(type="text", text=text)]})
+
+
+def _for_model(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_for_model(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for key, item in value.items():
+        if isinstance(key, str) and f"{key}_iso" in value:
+            continue  # the ISO twin says it for a reader
+        if item is None or item == "" or item == [] or item == {}:
+            continue
+        name = key[:-4] if isinstance(key, str) and key.endswith("_at_iso") else key
+        out[name] = _for_model(item)
+    return out
+
+
 def build_server(api: Any = None, *, home: str | os.PathLike[str] | None = None, read_only: bool = False,
                  project: str | None = None, root: str | os.PathLike[str] | None = None,
                  token_verifier: Any = None, resource_url: str = "http://127.0.0.1:8765/mcp",
@@ -86,9 +124,10 @@ def build_server(api: Any = None, *, home: str | os.PathLike[str] | None = None,
         from mcp.server.auth.settings import AuthSettings
         from pydantic import AnyHttpUrl
 
+        # Static bearer tokens, no OAuth: without a resource_server_url the SDK neither serves
+        # protected-resource metadata nor points a 401 at an authorization server that is not there.
         base = resource_url.rsplit("/mcp", 1)[0]
-        auth = AuthSettings(issuer_url=AnyHttpUrl(base), resource_server_url=AnyHttpUrl(resource_url),
-                            validate_token_resource=False)
+        auth = AuthSettings(issuer_url=AnyHttpUrl(base), resource_server_url=None, validate_token_resource=False)
     server = AutoresearchMCP("autoresearch", instructions=INSTRUCTIONS, token_verifier=token_verifier, auth=auth,
                              log_level=log_level.upper(), version=_version())  # type: ignore[arg-type]
     ctx = ToolContext(api=api, read_only=read_only, project=project, root=Path(root or os.getcwd()).resolve(),

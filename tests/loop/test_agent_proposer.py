@@ -104,6 +104,12 @@ def test_stop_loop_stops_running_trials_and_finishes_the_controller(api: Any, tm
     kinds = [r["kind"] for r in api._ledger.query("SELECT kind FROM decisions ORDER BY id")]
     assert kinds.index("stop_loop") < kinds.index("stop") < kinds.index("finish")  # recorded before acted on
     assert decision == api._ledger.one("SELECT id FROM decisions WHERE kind='stop_loop'")["id"]
+    stopped_job = api.status(jobs[0])
+    assert stopped_job.state == "cancelled" and stopped_job.end_reason == "stopped"  # `list` shows it as stopped
+
+    # Stopping it again is idempotent: it says the loop had already ended and records nothing.
+    assert api.stop_loop("agentic", rationale="again") == (None, [])
+    assert [r["kind"] for r in api._ledger.query("SELECT kind FROM decisions ORDER BY id")] == kinds
     with pytest.raises(NotFoundError) as err:
         api.stop_loop("agentic-typo")
     assert "agentic" in err.value.hint

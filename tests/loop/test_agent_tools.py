@@ -107,6 +107,10 @@ async def test_an_agent_drives_a_loop_end_to_end(api: Any, root: Path) -> None:
         wait_for(lambda: api._ledger.one("SELECT 1 FROM loops WHERE name='agent-quad' AND state='finished'"), 30)
         final = await call(client, "loop_status", loop="agent-quad")
         assert final["counts"] == {"succeeded": 2, "stopped": 1} and not final["controller_running"]
+        decisions = api._ledger.one("SELECT COUNT(*) AS n FROM decisions")["n"]
+        again = await call(client, "stop_loop", loop="agent-quad", rationale="once more")
+        assert again["already_ended"] and again.get("decision_id") is None and "already ended" in again["next_step"]
+        assert api._ledger.one("SELECT COUNT(*) AS n FROM decisions")["n"] == decisions  # nothing recorded
         late = await call(client, "propose_trials", loop="agent-quad", rationale="late",
                           proposals=[{"params": {"x": 0.1, "wait": 0}}])
         assert "[bad_state]" in late and "resume=true" in late

@@ -166,3 +166,26 @@ def test_any_json_record_parses_without_raising(metrics: object, step: object, t
 @hypothesis.settings(max_examples=300, deadline=None)
 def test_any_log_line_parses_without_raising(line: str) -> None:
     _storable(M.parse_log_lines([line], {}, NOW, M.Drops()))
+
+
+def test_common_metric_line_shapes_are_heard() -> None:
+    points, drops = log_lines("epoch 3 val_acc: 0.95", "val_acc=0.96 step=4", "Epoch 5/10 - val_acc: 0.97, loss: 0.1",
+                              '{"step": 6, "val_acc": 0.98, "msg": "eval done", "ts": 1700000000}',
+                              '{"metrics": {"val_acc": 0.99}, "step": 7}', "Step 8 | val_acc=0.991 | lr=1e-3")
+    assert [(p.name, p.step, p.value) for p in points] == [
+        ("val_acc", 3, 0.95), ("val_acc", 4, 0.96), ("val_acc", 5, 0.97), ("loss", 5, 0.1), ("val_acc", 6, 0.98),
+        ("val_acc", 7, 0.99), ("val_acc", 8, 0.991), ("lr", 8, 0.001)]
+    assert drops.count == 0
+
+
+@pytest.mark.parametrize("line", ["epoch 3 finished in 12s", "step 5", "Epoch 3 of training", '{"level": "info"}',
+                                  '{"step": 3}', "[1, 2, 3]", "{not json}", '{"a": true, "b": "0.5"}',
+                                  "epoch 3 val_acc: 0.9 extra words"])
+def test_prose_and_other_json_are_not_metrics(line: str) -> None:
+    points, drops = log_lines(line)
+    assert points == [] and drops.count == 0
+
+
+def test_a_json_step_out_of_range_is_dropped_with_a_reason() -> None:
+    points, drops = log_lines('{"step": -1, "loss": 0.5}', "epoch 9999999999999999999 loss: 1")
+    assert points == [] and drops.count == 2 and "outside" in drops.reason

@@ -78,10 +78,12 @@ async def test_logs_are_paged_under_16kb_and_say_how_to_get_the_rest(server: Any
     assert "loss: 0.25" in page["text"] and "line 02999" in page["text"]
 
     first = (await call(server, "logs", {"job_id": sub["id"], "offset": 0, "max_bytes": 1000})).structured_content
-    assert first["text"].startswith("line 00000") and first["next_offset"] == 1000 and first["truncated"]
-    assert "offset=1000" in first["hint"]
-    second = (await call(server, "logs", {"job_id": sub["id"], "offset": 1000, "max_bytes": 1000})).structured_content
-    assert second["offset"] == 1000 and second["text"] != first["text"]
+    line = len(("line 00000 " + "x" * 40 + "\n").encode())  # 51 bytes: a cut page ends at a line end
+    assert first["text"].startswith("line 00000") and first["next_offset"] == 1000 // line * line
+    assert first["truncated"] and first["text"].split("\n[truncated")[0].endswith("x\n") and f"offset={first['next_offset']}" in first["hint"]
+    second = (await call(server, "logs", {"job_id": sub["id"], "offset": first["next_offset"],
+                                          "max_bytes": 1000})).structured_content
+    assert second["offset"] == first["next_offset"] and second["text"].startswith("line 00019 ")
 
     few = (await call(server, "logs", {"job_id": sub["id"], "tail_lines": 3})).structured_content
     lines, trailer = few["text"].splitlines()[:-1], few["text"].splitlines()[-1]
