@@ -2,7 +2,8 @@
 
 One module per group of commands, each with ``add_parser(sub)`` (argparse only: every
 call imports them all) and ``run(args) -> int`` (which imports what it needs):
-:mod:`.jobs` (submit, status, list, logs, metrics, cancel, nodes, cordon), :mod:`.loop`
+:mod:`.jobs` (submit, status, list, logs, metrics, cancel, nodes, cordon), :mod:`.health`
+(this machine's GPUs; Slurm's health program), :mod:`.loop`
 (``autoresearch plan.yaml``, run, schema, report), :mod:`.serve` (the MCP server) and
 :mod:`.tracking` (ui, sync). They reach the system only through
 :class:`autoresearch.api.Api`; :mod:`._render` prints.
@@ -18,10 +19,10 @@ import argparse
 import sys
 from typing import Any
 
-from autoresearch.cli import jobs, loop, serve, tracking
+from autoresearch.cli import health, jobs, loop, serve, tracking
 from autoresearch.errors import AutoresearchError
 
-COMMANDS = (jobs, serve, tracking, loop)  # the order of `autoresearch --help`
+COMMANDS = (jobs, health, serve, tracking, loop)  # the order of `autoresearch --help`
 
 
 def build_parser() -> argparse.ArgumentParser:
