@@ -351,7 +351,8 @@ class Api:
         return view
 
 
-def local_health(home: str | os.PathLike[str] | None = None, drain: bool = False) -> HealthView:
+def local_health(home: str | os.PathLike[str] | None = None, drain: bool = False,
+                 expect_gpus: int | None = None) -> HealthView:
     """This machine's GPUs checked now (``autoresearch health``; ``--slurm-hc`` for Slurm). The
     thresholds are the home's ``health:`` settings (a bad one raises SpecError with a hint);
     ``drain``: an unhealthy Slurm node drains itself with the reason."""
@@ -362,7 +363,9 @@ def local_health(home: str | os.PathLike[str] | None = None, drain: bool = False
     from autoresearch.ledger import default_home
 
     config = health_config.load(Path(home).expanduser() if home else default_home(), strict=True)
-    node, sample, findings = local.check_here(config)
+    if expect_gpus is not None and not 0 <= expect_gpus <= 4096:
+        raise SpecError(f"--expect-gpus {expect_gpus} is not a GPU count", hint="pass the node's GPU count, e.g. 8")
+    node, sample, findings = local.check_here(config, expect_gpus)
     bad = blocking(findings)
     gpus = [GpuHealthView(g.index, g.name, g.temperature_c, g.ecc_volatile_uncorrected,
                           reason_names(g.clock_event_reasons), list(g.xids)) for g in sample.gpus]

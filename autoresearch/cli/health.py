@@ -27,6 +27,7 @@ def add_parser(sub: Any) -> None:
                    help="Slurm HealthCheckProgram mode: silent when healthy, one reason line and exit 1 when not")
     h.add_argument("--drain", action="store_true", help="on an unhealthy node, drain it in Slurm (scontrol) "
                                                         "with the reason")
+    h.add_argument("--expect-gpus", type=int, metavar="N", help="the node must have N GPUs (fewer is a fault)")
     h.add_argument("--json", action="store_true")
     h.set_defaults(handler=run)
 
@@ -34,7 +35,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from autoresearch.api import local_health
 
-    view = local_health(args.home, drain=args.drain)
+    view = local_health(args.home, drain=args.drain, expect_gpus=args.expect_gpus)
     if args.json:
         from autoresearch.cli._render import print_json
 

@@ -24,12 +24,14 @@ def node_name() -> str:
     return os.environ.get("SLURMD_NODENAME") or os.environ.get("AUTORESEARCH_NODE") or socket.gethostname().split(".")[0]
 
 
-def check_here(config: HealthConfig) -> tuple[str, NodeSample, list[Finding]]:
-    """This node's name, its GPUs' sample and the findings on it."""
+def check_here(config: HealthConfig, expect_gpus: int | None = None) -> tuple[str, NodeSample, list[Finding]]:
+    """This node's name, its GPUs' sample and the findings on it (``expect_gpus``: how many the
+    node must have, e.g. its Slurm Gres count; None: whatever the driver reports)."""
     node = node_name()
     fake = os.environ.get(FAKE_ENV)
     sample = RecordedNvml.from_file(fake, node).sample() if fake else RealNvml().sample()
-    return node, sample, check_sample(node, sample, None, config, time.time(), source="health")
+    wanted = None if expect_gpus is None else tuple(str(i) for i in range(expect_gpus))
+    return node, sample, check_sample(node, sample, wanted, config, time.time(), source="health")
 
 
 def drain(node: str, reason: str) -> str:

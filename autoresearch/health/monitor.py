@@ -65,7 +65,7 @@ class Health:
         reader = reader_for(node, self.backend.name)
         if reader is None:
             return []  # this process cannot see the node's GPUs: the node's own health program can
-        findings, result = P.check(node, reader, gpu_ids, config, now)
+        findings, result = P.check(node, reader, gpu_ids, config, now, _gpus_of(row) or None)
         self.store.record(_redacted(findings))
         self.store.mark_checked(node, now, result)
         passed = not result["bad"] and not result["node"]
@@ -108,7 +108,7 @@ class Health:
         reader = reader_for(node, self.backend.name)
         findings: list[Finding] = []
         if reader is not None:
-            findings = check_sample(node, reader.sample(), None, config, now)
+            findings = check_sample(node, reader.sample(), _gpus_of(self.store.node(node)) or None, config, now)
             for i, f in enumerate(findings):  # a GPU's fault belongs to the attempt that runs on it
                 owner = next((a for a in attempts if f.gpu is not None and f.gpu in json.loads(a["gpu_ids"])), None)
                 if owner is not None:
@@ -219,6 +219,14 @@ def record_log_hits(ledger: Ledger, backend: Backend, att: Any, lines: list[str]
         for h in hits], store.job_secrets(att["job_id"])))
     if node and any(f.severity == "hard" for f in stored):
         review(ledger, backend, node, now)
+
+
+def _gpus_of(row: Any) -> tuple[str, ...]:
+    """The GPU slots the backend reports for a node (its ``nodes`` row)."""
+    try:
+        return tuple(str(g) for g in json.loads(row["gpu_ids"]))
+    except (TypeError, ValueError, KeyError, IndexError):
+        return ()
 
 
 def _owned(f: Finding, job_id: int, n: int) -> Finding:

@@ -12,7 +12,7 @@
 * ``degraded``: it throttled (clock-event reasons, temperature near slowdown) within
   ``degraded_for``; the scheduler places it last. Healthy again once that passes.
 
-Findings older than the node's last clearing (an uncordon) no longer count.
+Findings up to the node's last clearing (an uncordon) no longer count.
 
 :func:`failure_class`: whose fault an ended attempt was. ``infra`` (the machine's:
 retried elsewhere, from its checkpoint, not against the user's retries being wasted on
@@ -47,6 +47,11 @@ def _window(findings: Sequence[Finding], start: float) -> list[Finding]:
     return [f for f in findings if f.ts >= start]
 
 
+def _after(findings: Sequence[Finding], cleared_at: float) -> list[Finding]:
+    """The findings a clearing (an uncordon at ``cleared_at``) did not forgive."""
+    return [f for f in findings if f.ts > cleared_at]
+
+
 def node_state(current: NodeStatus, findings: Sequence[Finding], config: HealthConfig, now: float,
                preflight_passed_at: float | None = None) -> NodeStatus:
     """The node's state after ``findings`` (this node's, any age; those that no longer count are ignored)."""
@@ -57,7 +62,7 @@ def node_state(current: NodeStatus, findings: Sequence[Finding], config: HealthC
                 and preflight_passed_at >= current.since):
             return NodeStatus("healthy", "", now, now)
         return current
-    live = _window(findings, current.cleared_at)
+    live = _after(findings, current.cleared_at)
     hard = [f for f in live if f.severity == "hard" and f.cls == "infra"]
     if hard:
         first = min(hard, key=lambda f: f.ts)
@@ -106,6 +111,8 @@ INFRA_HINT = "the machine's fault, not the program's: it is retried on another n
 
 
 def _tier(f: Finding) -> int:
+    if f.severity == "info":
+        return 9  # shown, never decisive
     if f.cls == "infra" and f.severity == "hard":
         return 0
     if f.signature == "cuda_oom":

@@ -43,10 +43,11 @@ def cached_block(row: Any, gpu_ids: tuple[str, ...], config: HealthConfig, now: 
 
 
 def check(node: str, reader: NvmlReader, gpu_ids: tuple[str, ...], config: HealthConfig,
-          now: float) -> tuple[list[Finding], dict[str, Any]]:
-    """Every finding of the node now (all its GPUs: one bad GPU is the node's fault) and the cache
-    entry: ``{"bad": {gpu: signature}, "node": [signature]}`` of the blocking ones."""
-    findings = check_sample(node, reader.sample(), None, config, now, source="preflight")
+          now: float, node_gpus: tuple[str, ...] | None = None) -> tuple[list[Finding], dict[str, Any]]:
+    """Every finding of the node now (all its GPUs, ``node_gpus`` as the backend counts them: one
+    bad GPU is the node's fault) and the cache entry: ``{"bad": {gpu: signature}, "node":
+    [signature]}`` of the blocking ones."""
+    findings = check_sample(node, reader.sample(), node_gpus, config, now, source="preflight")
     wanted = set(gpu_ids)
     blocked = blocking(findings)
     if config.probe.command and gpu_ids and not any(f.gpu is None or f.gpu in wanted for f in blocked):
