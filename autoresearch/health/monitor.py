@@ -118,7 +118,8 @@ class Health:
         for att in attempts:
             ingest_attempt(self.ledger, self.backend, att)
             findings += self._hang(node, att, config, now)
-        self.store.record(_redacted(findings))
+        # throttling is recorded again often enough to keep the node degraded while it lasts
+        self.store.record(_redacted(findings), throttle_dedupe_s=min(3600.0, config.degraded_for_s / 3))
         passed = reader is not None and not blocking(findings)
         review(self.ledger, self.backend, node, now, preflight_passed_at=now if passed and not attempts else None)
 

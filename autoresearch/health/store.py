@@ -30,8 +30,10 @@ class HealthStore:
 
     # -- findings ---------------------------------------------------------------------------
 
-    def record(self, findings: Iterable[Finding]) -> list[Finding]:
-        """Store new findings (a repeat within DEDUPE_S, or of the same attempt, is dropped); the stored ones."""
+    def record(self, findings: Iterable[Finding], throttle_dedupe_s: float = DEDUPE_S) -> list[Finding]:
+        """Store new findings (a repeat within DEDUPE_S, ``throttle_dedupe_s`` for throttling, which must
+        be seen again within ``degraded_for`` to keep a node degraded, or of the same attempt, is
+        dropped); the stored ones."""
         findings = list(findings)
         if not findings:
             return []
@@ -42,10 +44,11 @@ class HealthStore:
                                  "ORDER BY id DESC LIMIT ?", (RECENT,)):
                 old = Finding.from_json(_load(row["data"]), row["ts"], row["job_id"], row["attempt"])
                 if old is not None:
-                    seen.add(_key(old, row["ts"]))
+                    seen.add(_key(old, row["ts"], _span(old, throttle_dedupe_s)))
             for f in findings:
-                key = _key(f, f.ts)
-                if key in seen or _key(f, f.ts - DEDUPE_S) in seen:
+                span = _span(f, throttle_dedupe_s)
+                key = _key(f, f.ts, span)
+                if key in seen or _key(f, f.ts - span, span) in seen:
                     continue
                 seen.add(key)
                 c.execute("INSERT INTO events(ts, job_id, attempt, kind, data) VALUES (?,?,?,?,?)",
@@ -140,7 +143,11 @@ def _finding(row: sqlite3.Row) -> Finding | None:
     return Finding.from_json(_load(row["data"]), row["ts"], row["job_id"], row["attempt"])
 
 
-def _key(f: Finding, ts: float) -> tuple[Any, ...]:
+def _span(f: Finding, throttle_dedupe_s: float) -> float:
+    return max(1.0, throttle_dedupe_s) if f.cls == "throttle" else DEDUPE_S
+
+
+def _key(f: Finding, ts: float, span: float) -> tuple[Any, ...]:
     if f.job_id is not None:
         return (f.node, f.gpu, f.signature, f.job_id, f.attempt)
-    return (f.node, f.gpu, f.signature, int(ts // DEDUPE_S))
+    return (f.node, f.gpu, f.signature, int(ts // span))

@@ -203,3 +203,19 @@ def test_a_finding_with_a_hostile_record_does_not_break_reads(home: Path, fleet:
         for data in ("{", "[]", json.dumps({"signature": None}), json.dumps({"node": 5, "ts": "x"})):
             c.execute("INSERT INTO events(ts, kind, data) VALUES (1, 'finding', ?)", (data,))
     assert len(api.nodes()) == 2
+
+
+def test_a_node_that_keeps_throttling_stays_degraded_and_recovers_when_it_stops(home: Path, fleet: Fleet) -> None:
+    api, fake = setup(home, nodes=1)
+    submit(api, gpus=1)
+    fleet.set("fake-0", "thermal")
+    health, active = api._runtime.health, api._runtime.jobs.active_attempts()
+    t0 = active[0]["created_at"] + 1000
+    for minute in range(0, 40, 1):  # polled every minute for 40 minutes (degraded_for: 10 min)
+        health.monitor(active, now=t0 + 60 * minute)
+        assert node_states(api)["fake-0"][0] == "degraded", minute
+    fleet.set("fake-0", "healthy")
+    health.monitor(active, now=t0 + 60 * 41)
+    assert node_states(api)["fake-0"][0] == "degraded"  # within degraded_for of the last throttling
+    health.monitor(active, now=t0 + 60 * 55)
+    assert node_states(api)["fake-0"] == ("healthy", "")
