@@ -239,7 +239,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ALTER TABLE nodes ADD COLUMN cleared_at REAL NOT NULL DEFAULT 0;
     ALTER TABLE nodes ADD COLUMN checked_at REAL;
     ALTER TABLE nodes ADD COLUMN check_result TEXT NOT NULL DEFAULT '';
-    ALTER TABLE nodes ADD COLUMN polled_at REAL;
+    ALTER TABLE nodes ADD COLUMN poll_due_at REAL;
     ALTER TABLE attempts ADD COLUMN failure_class TEXT;
     ALTER TABLE attempts ADD COLUMN failure_why TEXT;
     ALTER TABLE attempts ADD COLUMN seen_bytes INTEGER NOT NULL DEFAULT 0;

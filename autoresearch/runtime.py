@@ -96,9 +96,15 @@ class Runtime:
         return self._health
 
     def monitor(self) -> None:
-        """The runtime monitor's round (rate-limited per node; most passes find nothing due)."""
+        """The runtime monitor's round (rate-limited per node; most passes find nothing due, and
+        then do not even load the health checks: a fresh on-exit process stays light)."""
         active = self.jobs.active_attempts()
-        if active or self.jobs.any_health_cordon():
+        waiting = self.jobs.any_health_cordon()  # a passing check may lift it (uncordon: preflight)
+        if not active and not waiting:
+            return
+        now = time.time()
+        due = {r["name"] for r in self.jobs.nodes(self.backend.name) if (r["poll_due_at"] or 0) <= now}
+        if waiting or any(a["node"] in due for a in active):
             self.health.monitor(active)
 
     def refresh_nodes(self) -> None:
@@ -244,7 +250,8 @@ class Runtime:
         self.ingest_attempt(att, final=True)
         spec = json.loads(att["spec"])
         reason, detail = classify(att, status)
-        failure = self.health.on_ending(att, reason, status.exit_code, detail)  # infra or user, and why
+        failed = not (reason in ("cancelled", "preempted") or (reason == "exit" and status.exit_code == 0))
+        failure = self.health.on_ending(att, reason, status.exit_code, detail) if failed else None  # infra/user
 
         def next_state(job: Any) -> tuple[str, int]:
             retries = job["retries_used"]

@@ -3,7 +3,7 @@
 No daemon (docs/architecture.md): :class:`Health` runs in the processes that already run
 passes (a CLI call, an attempt's on-exit hook, a loop, the MCP server) and in the live
 ingestion of logs (the mirror's syncer, a loop's monitor), rate-limited per node across
-processes by the ledger (``nodes.polled_at``):
+processes by the ledger (``nodes.poll_due_at``):
 
 * :meth:`Health.preflight` before an attempt starts (cached per node);
 * :meth:`Health.monitor` once per pass: for each node with running attempts and due for a

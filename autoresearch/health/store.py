@@ -5,7 +5,7 @@ A finding is an ``events`` row of kind ``finding`` (job and attempt set when it 
 one); its data holds node, GPU, signature, class, severity, source and excerpt. Node
 health lives on the ``nodes`` row (state, reason, ``since``, ``cleared_at``), with the
 preflight cache (``checked_at``, ``check_result``) and the monitor's rate limit
-(``polled_at``). Stdlib only: it is on the pass.
+(``poll_due_at``). Stdlib only: it is on the pass.
 """
 
 from __future__ import annotations
@@ -99,8 +99,8 @@ class HealthStore:
     def claim_poll(self, node: str, now: float, interval: float) -> bool:
         """Whether this process polls ``node`` now (at most once per ``interval`` across processes)."""
         with self.ledger.tx() as c:
-            cur = c.execute("UPDATE nodes SET polled_at=? WHERE name=? AND (polled_at IS NULL OR polled_at<=?)",
-                            (now, node, now - interval))
+            cur = c.execute("UPDATE nodes SET poll_due_at=? WHERE name=? AND (poll_due_at IS NULL OR poll_due_at<=?)",
+                            (now + interval, node, now))
             return bool(cur.rowcount)
 
     def mark_checked(self, node: str, at: float, result: dict[str, Any]) -> None:

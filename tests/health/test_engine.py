@@ -5,6 +5,7 @@ nodes get cordoned (through Backend.cordon) or degraded, and every face says so.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -219,3 +220,40 @@ def test_a_node_that_keeps_throttling_stays_degraded_and_recovers_when_it_stops(
     assert node_states(api)["fake-0"][0] == "degraded"  # within degraded_for of the last throttling
     health.monitor(active, now=t0 + 60 * 55)
     assert node_states(api)["fake-0"] == ("healthy", "")
+
+
+def probe_config(home: Path, script: str, extra: str = "") -> None:
+    configure(home, f"probe:\n  command: [{sys.executable!r}, -c, {script!r}]\n  timeout: 5s\n{extra}")
+
+
+def test_a_failing_probe_job_turns_the_node_away(home: Path, fleet: Fleet) -> None:
+    probe_config(home, "import os,sys; sys.exit(3 if os.environ['CUDA_VISIBLE_DEVICES'].startswith('0') else 0)")
+    api, fake = setup(home, nodes=1)
+    job = submit(api, gpus=2)
+    assert view(api, job).state == "queued"
+    state, reason = node_states(api)["fake-0"]
+    assert state == "cordoned" and "probe_failed" in reason and "exited 3" in reason
+
+
+def test_a_probe_below_the_bus_bandwidth_threshold_fails_and_one_above_passes(home: Path, fleet: Fleet) -> None:
+    probe_config(home, "import os; print('busbw_gbps: 40.5' if os.environ['AUTORESEARCH_PROBE_GPUS'] == '8' "
+                       "else 'busbw_gbps: 400')", "  min_busbw_gbps: 100")
+    api, fake = setup(home)
+    small = submit(api, gpus=2)
+    assert view(api, small).state in ("starting", "running")
+    configure(home, "preflight_cache: 0\nprobe:\n"
+                    f"  command: [{sys.executable!r}, -c, \"print('busbw_gbps: 40.5')\"]\n  min_busbw_gbps: 100")
+    big = submit(api, gpus=4)
+    assert view(api, big).state == "queued"
+    assert any("busbw_low" in r and "40.5 GB/s < 100 GB/s" in r for _, r in node_states(api).values())
+
+
+def test_a_probe_that_hangs_is_a_timeout_and_one_that_cannot_run_blocks_nothing(home: Path, fleet: Fleet) -> None:
+    configure(home, f"probe:\n  command: [{sys.executable!r}, -c, 'import time; time.sleep(30)']\n  timeout: 0.5")
+    api, _ = setup(home, nodes=1)
+    assert view(api, submit(api, gpus=1)).state == "queued"
+    assert "probe_timeout" in node_states(api)["fake-0"][1]
+    home2 = home.parent / "home2"
+    configure(home2, "probe:\n  command: [/nonexistent/probe]")
+    api2, _ = setup(home2, nodes=1)
+    assert view(api2, submit(api2, gpus=1)).state in ("starting", "running")  # the operator's typo, not the node's
