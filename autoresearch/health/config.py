@@ -9,7 +9,8 @@ checks off. Every key, with its default::
       preflight: true            # check an attempt's GPUs before its command starts
       preflight_cache: 5m        # a node that passed is not checked again for this long
       poll_interval: 30s         # NVML polling and log scanning per node, at most this often
-      cordon_after: 3            # infra failures on one node within cordon_window cordon it
+      cordon_after: 3            # infra failures of this many different jobs on one node within
+                                 # cordon_window cordon it
       cordon_window: 1h
       degraded_for: 10m          # a node that throttled stays degraded (placed last) this long
       uncordon: manual           # or "preflight": a health cordon lifts when the node passes again
