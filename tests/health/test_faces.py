@@ -61,6 +61,9 @@ def test_invalid_thresholds_fail_the_health_command_with_a_hint(home: Path) -> N
     out = health()
     assert out.returncode == 2 and "does not compile" in out.stderr and "hint:" in out.stderr
     assert "Traceback" not in out.stderr
+    (home / "config.yaml").unlink()
+    bad = health("--expect-gpus", "-1")
+    assert bad.returncode == 2 and "hint:" in bad.stderr
 
 
 def test_nodes_and_status_show_health_at_the_terminal(home: Path, fleet: Fleet, capsys: Any,

@@ -72,6 +72,8 @@ def test_a_fleet_file_gives_each_node_its_state(tmp_path: Path, monkeypatch: pyt
     a, b = reader_for("a", "fake"), reader_for("b", "fake")
     assert a is not None and b is not None and reader_for("c", "fake") is None
     assert b.sample().gpus[5].xids == (79,) and a.sample().gpus[5].xids == ()
+    monkeypatch.setenv("AUTORESEARCH_NVML_FAKE", str(tmp_path / "missing.json"))
+    assert reader_for("a", "fake") is None  # a missing test double cordons nothing
 
 
 def test_without_the_fake_a_remote_node_or_declared_slots_have_no_reader(monkeypatch: pytest.MonkeyPatch) -> None:
