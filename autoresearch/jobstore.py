@@ -126,9 +126,10 @@ class JobStore:
                 names = [r["name"] for r in c.execute("SELECT name FROM nodes")]
                 raise NotFoundError(f"no node named {node!r}", hint=f"nodes: {', '.join(names) or 'none yet'}")
             now = time.time()
-            c.execute("UPDATE nodes SET state=?, reason=?, updated_at=?, since=?, "
-                      "cleared_at=CASE WHEN ?='healthy' THEN ? ELSE cleared_at END WHERE name=?",
-                      (state, why, now, now, state, now, node))
+            c.execute("UPDATE nodes SET state=?, reason=?, updated_at=?, since=?, "  # an uncordon: check it afresh
+                      "cleared_at=CASE WHEN ?='healthy' THEN ? ELSE cleared_at END, "
+                      "checked_at=CASE WHEN ?='healthy' THEN NULL ELSE checked_at END WHERE name=?",
+                      (state, why, now, now, state, now, state, node))
             Ledger.event(c, kind, node=node, reason=why)
 
     def busy_gpus(self) -> list[sqlite3.Row]:

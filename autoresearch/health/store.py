@@ -40,10 +40,11 @@ class HealthStore:
         stored: list[Finding] = []
         with self.ledger.tx() as c:
             seen = set()
+            cleared = {r["name"]: r["cleared_at"] or 0.0 for r in c.execute("SELECT name, cleared_at FROM nodes")}
             for row in c.execute("SELECT ts, job_id, attempt, data FROM events WHERE kind='finding' "
                                  "ORDER BY id DESC LIMIT ?", (RECENT,)):
                 old = Finding.from_json(_load(row["data"]), row["ts"], row["job_id"], row["attempt"])
-                if old is not None:
+                if old is not None and old.ts > cleared.get(old.node, 0.0):  # an uncordon forgave the rest
                     seen.add(_key(old, row["ts"], _span(old, throttle_dedupe_s)))
             for f in findings:
                 span = _span(f, throttle_dedupe_s)

@@ -257,3 +257,20 @@ def test_a_probe_that_hangs_is_a_timeout_and_one_that_cannot_run_blocks_nothing(
     configure(home2, "probe:\n  command: [/nonexistent/probe]")
     api2, _ = setup(home2, nodes=1)
     assert view(api2, submit(api2, gpus=1)).state in ("starting", "running")  # the operator's typo, not the node's
+
+
+def test_a_hand_uncordon_forgives_old_findings_but_a_fault_that_is_still_there_cordons_again(
+        home: Path, fleet: Fleet) -> None:
+    fleet.set("fake-0", "xid79")
+    api, fake = setup(home)
+    first = submit(api, gpus=8)
+    assert fake.attempt(f"{first}.1").request.node == "fake-1"
+    api.cordon("fake-0", undo=True)  # someone says it is fixed; it is not
+    second = submit(api, gpus=8)  # only fake-0 has room: checked afresh, turned away, cordoned again
+    assert view(api, second).state == "queued"
+    assert node_states(api)["fake-0"][0] == "cordoned"
+    fleet.set("fake-0", "healthy")
+    api.cordon("fake-0", undo=True)  # fixed now
+    api._runtime.tick()
+    assert view(api, second).state in ("starting", "running")
+    assert fake.attempt(f"{second}.1").request.node == "fake-0"
