@@ -28,7 +28,17 @@ from autoresearch.guard import warnings_of
 from autoresearch.jobs import MAX_LOG_BYTES
 from autoresearch.redact import MARK, is_secret, job_secrets, redact, redact_command
 from autoresearch.runtime import ACTIVE, FINAL, Runtime
-from autoresearch.views import AttemptView, ClusterView, JobPage, JobView, LogPage, MetricView, NodeView
+from autoresearch.views import (
+    AttemptView,
+    ClusterView,
+    GpuHealthView,
+    HealthView,
+    JobPage,
+    JobView,
+    LogPage,
+    MetricView,
+    NodeView,
+)
 
 LIST_HINT = "list jobs with `autoresearch list` (MCP: list_jobs)"
 # What a trial may write to be heard, for the faces' "no metrics" messages (autoresearch.metrics).
@@ -64,11 +74,28 @@ class Api:
         return [self._view(self._job_row(j, project), detail=True) for j in ids]  # with the attempts it stopped
 
     def cordon(self, node: str, reason: str = "", undo: bool = False) -> NodeView:
-        """Take a node out of scheduling (running attempts continue), or put it back."""
+        """Take a node out of scheduling (running attempts continue), or put it back. Cordoning the
+        last healthy node while critical jobs queue is allowed, with a warning on the view."""
         state, why = ("healthy", "") if undo else ("cordoned", reason or "cordoned by hand")
+        warning = "" if undo else self._last_node_warning(node)
         self._jobs.set_node_state(node, state, why, "uncordon" if undo else "cordon")
         self._runtime.tick(wait=False)
-        return next(n for n in self.nodes() if n.name == node)
+        view = next(n for n in self.nodes() if n.name == node)
+        view.warning = warning
+        return view
+
+    def _last_node_warning(self, node: str) -> str:
+        from autoresearch.health.store import HealthStore
+
+        rows = self._jobs.all_nodes()
+        others = [r["name"] for r in rows if r["name"] != node and r["state"] in ("healthy", "degraded")]
+        if others or not any(r["name"] == node and r["state"] in ("healthy", "degraded") for r in rows):
+            return ""
+        critical = HealthStore(self._ledger).critical_queued()
+        if not critical:
+            return ""
+        return (f"{node} was the last schedulable node and {critical} critical job(s) are queued: they wait until "
+                f"a node is uncordoned (autoresearch uncordon {node})")
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -135,12 +162,20 @@ class Api:
         for r in self._jobs.busy_gpus():
             used.setdefault(r["node"], set()).update(json.loads(r["gpu_ids"]))
             running[r["node"]] = running.get(r["node"], 0) + 1
+        from autoresearch.health.store import HealthStore
+
+        findings: dict[str, list[str]] = {}
+        for f in HealthStore(self._ledger).recent_findings():
+            lines = findings.setdefault(f.node, [])
+            if len(lines) < 3:
+                lines.append(f.line()[:200])
         out = []
         for r in self._jobs.all_nodes():
             ids = json.loads(r["gpu_ids"])
             free = [g for g in ids if g not in used.get(r["name"], set())]
             out.append(NodeView(r["name"], r["backend"], r["state"], r["reason"], r["gpus"], len(free), free,
-                                running.get(r["name"], 0)))
+                                running.get(r["name"], 0), r["since"] or r["updated_at"],
+                                findings.get(r["name"], [])))
         return out
 
     def cluster(self, project: str | None = None) -> ClusterView:
@@ -152,7 +187,8 @@ class Api:
         return ClusterView(nodes, sum(n.gpus for n in nodes if n.state in ("healthy", "degraded")),
                            sum(n.gpus_free for n in nodes if n.state in ("healthy", "degraded")), queued,
                            running,
-                           [f"{n.name}: {n.reason}" for n in nodes if n.state == "cordoned"])
+                           [f"{n.name}: {n.reason}" for n in nodes if n.state == "cordoned"],
+                           [f"{n.name}: {n.reason}" for n in nodes if n.state == "degraded"])
 
     # -- the engine's passes, for a long-lived face (the MCP server) -------------------------
 
@@ -368,14 +404,43 @@ class Api:
             view.attempt_list.append(AttemptView(
                 a["n"], a["state"], a["node"], json.loads(a["gpu_ids"]), a["started_at"], a["ended_at"],
                 a["exit_code"], a["signal"], a["end_reason"], a["detail"] and redact(a["detail"], secrets),
-                a["peak_rss_mb"]))
+                a["peak_rss_mb"], a["failure_class"]))
         view.warnings = [redact(w, secrets) for w in warnings_of(self._ledger, job["id"], job["state"] == "queued")]  # they quote trial output
         if job["state"] == "failed" and view.attempt_list:
             last = view.attempt_list[-1]
-            view.failure_class = "infra" if last.end_reason == "infra" else "user"
+            view.failure_class = last.failure_class or ("infra" if last.end_reason == "infra" else "user")
+            why = next((a["failure_why"] for a in self._jobs.attempts(job["id"]) if a["n"] == last.n), None)
+            if why:
+                text, _, hint = str(why).partition("\nhint: ")
+                view.failure_why, view.failure_hint = redact(text, secrets), hint or None
             page = self.logs(job["id"], attempt=last.n, tail_lines=EXCERPT_LINES, max_bytes=2000)
             view.log_excerpt = page.text
         return view
+
+
+def local_health(home: str | os.PathLike[str] | None = None, drain: bool = False,
+                 expect_gpus: int | None = None) -> HealthView:
+    """This machine's GPUs checked now (``autoresearch health``; ``--slurm-hc`` for Slurm). The
+    thresholds are the home's ``health:`` settings (a bad one raises SpecError with a hint);
+    ``drain``: an unhealthy Slurm node drains itself with the reason."""
+    from autoresearch.health import config as health_config
+    from autoresearch.health import local
+    from autoresearch.health.findings import blocking
+    from autoresearch.health.nvml import reason_names
+    from autoresearch.ledger import default_home
+
+    config = health_config.load(Path(home).expanduser() if home else default_home(), strict=True)
+    if expect_gpus is not None and not 0 <= expect_gpus <= 4096:
+        raise SpecError(f"--expect-gpus {expect_gpus} is not a GPU count", hint="pass the node's GPU count, e.g. 8")
+    node, sample, findings = local.check_here(config, expect_gpus)
+    bad = blocking(findings)
+    gpus = [GpuHealthView(g.index, g.name, g.temperature_c, g.ecc_volatile_uncorrected,
+                          reason_names(g.clock_event_reasons), list(g.xids)) for g in sample.gpus]
+    view = HealthView(node, not bad, sample.driver_version, gpus, [f.line()[:300] for f in findings],
+                      "; ".join(f.line() for f in bad)[:400])
+    if bad and drain:
+        view.action = local.drain(node, "autoresearch health: " + view.reason)
+    return view
 
 
 def load_plan(path: str | Path) -> Any:

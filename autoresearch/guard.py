@@ -25,7 +25,7 @@ from autoresearch.errors import LedgerError
 from autoresearch.jobstore import JobStore
 from autoresearch.ledger import Ledger
 
-WARNING_KINDS = ("metrics_dropped", "pass_error", "unschedulable", "metric_unseen")
+WARNING_KINDS = ("metrics_dropped", "pass_error", "unschedulable", "metric_unseen", "preflight")
 GIVE_UP_AFTER = 20
 GIVE_UP_S = 120.0
 
@@ -42,7 +42,9 @@ def warnings_of(ledger: Ledger, job_id: int, queued: bool = False) -> list[str]:
         except (ValueError, TypeError, AttributeError):
             count, reason = 1, ""
         where = f"attempt {row['attempt']}" if row["attempt"] is not None else "job"
-        if row["kind"] == "metrics_dropped":
+        if row["kind"] == "preflight":
+            out.append(f"{where}: preflight turned it away {count} time(s) (not counted as a retry); first: {reason}")
+        elif row["kind"] == "metrics_dropped":
             out.append(f"{where}: dropped {count} metric point(s) or line(s) it wrote; first: {reason}")
         elif row["kind"] in ("unschedulable", "metric_unseen"):
             out.append(f"{where}: {reason}")

@@ -90,7 +90,21 @@ def _ingest_chunk(ledger: Ledger, backend: Backend, att: Any, final: bool) -> bo
     if not JobStore(ledger).store_points(att, (m_off, l_off), rows, (m_off + m_used, l_off + l_used), counters,
                                          (drops.count, drops.reason)):
         return False  # another process ingested this chunk
+    if l_lines:
+        _health_signatures(ledger, backend, att, l_lines)
     return m_full or l_full
+
+
+def _health_signatures(ledger: Ledger, backend: Backend, att: Any, lines: list[str]) -> None:
+    """The same lines, read once, scanned for faults of the machine and the program (autoresearch/health/)."""
+    from autoresearch.health.monitor import record_log_hits
+
+    try:
+        record_log_hits(ledger, backend, att, lines)
+    except LedgerError:
+        raise
+    except Exception as err:  # noqa: BLE001 - findings are diagnostics: the points are stored
+        JobStore(ledger).warn("metrics_dropped", att["job_id"], att["n"], f"health scan failed: {err}")
 
 
 def _lines(chunk: bytes, counters: dict[str, int], source: str, drops: M.Drops | None, full: bool,

@@ -132,7 +132,11 @@ class JobStore:
             if row is None:
                 names = [r["name"] for r in c.execute("SELECT name FROM nodes")]
                 raise NotFoundError(f"no node named {node!r}", hint=f"nodes: {', '.join(names) or 'none yet'}")
-            c.execute("UPDATE nodes SET state=?, reason=?, updated_at=? WHERE name=?", (state, why, time.time(), node))
+            now = time.time()
+            c.execute("UPDATE nodes SET state=?, reason=?, updated_at=?, since=?, "  # an uncordon: check it afresh
+                      "cleared_at=CASE WHEN ?='healthy' THEN ? ELSE cleared_at END, "
+                      "checked_at=CASE WHEN ?='healthy' THEN NULL ELSE checked_at END WHERE name=?",
+                      (state, why, now, now, state, now, state, node))
             Ledger.event(c, kind, node=node, reason=why)
 
     def busy_gpus(self) -> list[sqlite3.Row]:
@@ -203,10 +207,11 @@ class JobStore:
             return att
 
     def end_attempt(self, job_id: int, n: int, status: Any, reason: str, detail: str,
-                    next_state: Callable[[sqlite3.Row], tuple[str, int]]) -> str | None:
+                    next_state: Callable[[sqlite3.Row], tuple[str, int]],
+                    failure: tuple[str, str] | None = None) -> str | None:
         """Record how attempt ``n`` ended (``status``: an AttemptStatus) and what ``next_state(job)``
         (state, retries used) makes of its job, in one transaction; the job's new state, or None
-        when another pass ended this attempt first."""
+        when another pass ended this attempt first. ``failure``: its class (infra, user) and why."""
         with self.ledger.tx() as c:
             job = c.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
             current = c.execute("SELECT state FROM attempts WHERE job_id=? AND n=?", (job_id, n)).fetchone()
@@ -215,9 +220,10 @@ class JobStore:
             now = time.time()
             c.execute(
                 "UPDATE attempts SET state='ended', started_at=COALESCE(started_at, ?), ended_at=?, exit_code=?, "
-                "signal=?, end_reason=?, detail=?, peak_rss_mb=? WHERE job_id=? AND n=?",
+                "signal=?, end_reason=?, detail=?, peak_rss_mb=?, failure_class=?, failure_why=? "
+                "WHERE job_id=? AND n=?",
                 (status.started_at, status.ended_at or now, status.exit_code, status.signal, reason, detail,
-                 status.peak_rss_mb, job_id, n),
+                 status.peak_rss_mb, *(failure or (None, None)), job_id, n),
             )
             state, retries = next_state(job)
             c.execute(
@@ -227,7 +233,7 @@ class JobStore:
                 (state, retries, status.exit_code, reason, now, status.started_at, state, now, job_id),
             )
             Ledger.event(c, "end", job_id, n, reason=reason, exit_code=status.exit_code, job_state=state,
-                         detail=detail)
+                         detail=detail, **({"failure_class": failure[0]} if failure else {}))
             return state
 
     def give_up_attempt(self, job_id: int, n: int, detail: str) -> None:
@@ -257,23 +263,39 @@ class JobStore:
                     "VALUES (?,?,?,?,?,?,'healthy','',?) ON CONFLICT(name) DO UPDATE SET gpus=excluded.gpus, "
                     "gpu_ids=excluded.gpu_ids, cpus=excluded.cpus, memory=excluded.memory, "
                     "updated_at=excluded.updated_at, "
+                    "since=CASE WHEN nodes.state='down' THEN excluded.updated_at ELSE nodes.since END, "
                     "state=CASE WHEN nodes.state='down' THEN 'healthy' ELSE nodes.state END",
                     (node.name, backend, len(node.gpu_ids), json.dumps(node.gpu_ids), node.cpus,
                      node.memory, now),
                 )
             names = [n.name for n in seen]
             c.execute(
-                f"UPDATE nodes SET state='down', reason='not reported by backend', updated_at=? "
+                f"UPDATE nodes SET state='down', reason='not reported by backend', updated_at=?, since=? "
                 f"WHERE backend=? AND state!='down' AND name NOT IN ({','.join('?' * len(names))})",
-                (now, backend, *names),
+                (now, now, backend, *names),
             )
 
     def any_queued(self, backend: str) -> bool:
         return self.ledger.one("SELECT 1 FROM jobs WHERE state='queued' AND backend=? LIMIT 1", (backend,)) is not None
 
     def queued(self, backend: str) -> list[sqlite3.Row]:
-        return self.ledger.query("SELECT id, priority, gpus, nodes, cpus, memory, updated_at FROM jobs "
+        return self.ledger.query("SELECT id, priority, gpus, nodes, cpus, memory, updated_at, attempts FROM jobs "
                                  "WHERE state='queued' AND backend=? ORDER BY id", (backend,))
+
+    def infra_failed_nodes(self, job_ids: list[int]) -> dict[int, list[str]]:
+        """Per job, the nodes where an attempt of it failed for the machine's fault (placed last)."""
+        out: dict[int, list[str]] = {}
+        for chunk in range(0, len(job_ids), 500):
+            ids = job_ids[chunk:chunk + 500]
+            for r in self.ledger.query(f"SELECT job_id, node FROM attempts WHERE failure_class='infra' AND node IS NOT "
+                                       f"NULL AND job_id IN ({','.join('?' * len(ids))})", tuple(ids)):
+                out.setdefault(r["job_id"], []).append(r["node"])
+        return out
+
+    def any_health_cordon(self) -> bool:
+        """Whether a node is cordoned by the health checks (a passing check may lift it)."""
+        return self.ledger.one("SELECT 1 FROM nodes WHERE state='cordoned' AND reason LIKE 'health: %' "
+                               "LIMIT 1") is not None
 
     def placed(self, backend: str) -> list[sqlite3.Row]:
         """The active attempts of ``backend``'s jobs, with what the scheduler needs of their job."""

@@ -231,6 +231,21 @@ MIGRATIONS: list[tuple[str, str]] = [
         updated_at REAL NOT NULL
     );
     """),
+    # autoresearch/health/: node health (since when, last clearing), the preflight cache and the
+    # monitor's rate limit on nodes; an attempt's failure class and output progress (hangs);
+    # findings are events of kind 'finding', read newest first.
+    ("health-1", """
+    ALTER TABLE nodes ADD COLUMN since REAL;
+    ALTER TABLE nodes ADD COLUMN cleared_at REAL NOT NULL DEFAULT 0;
+    ALTER TABLE nodes ADD COLUMN checked_at REAL;
+    ALTER TABLE nodes ADD COLUMN check_result TEXT NOT NULL DEFAULT '';
+    ALTER TABLE nodes ADD COLUMN poll_due_at REAL;
+    ALTER TABLE attempts ADD COLUMN failure_class TEXT;
+    ALTER TABLE attempts ADD COLUMN failure_why TEXT;
+    ALTER TABLE attempts ADD COLUMN seen_bytes INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE attempts ADD COLUMN seen_at REAL;
+    CREATE INDEX events_by_kind ON events(kind, id);
+    """),
 ]
 
 

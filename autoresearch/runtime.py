@@ -54,6 +54,7 @@ class Runtime:
         if backend is None or isinstance(backend, str):
             backend = get_backend(backend or os.environ.get("AUTORESEARCH_BACKEND") or "local")
         self.backend = backend
+        self._health: Any = None
 
     # -- the pass -----------------------------------------------------------------------
 
@@ -64,6 +65,7 @@ class Runtime:
                 return False
             self.reconcile()
             self.refresh_nodes()
+            self.monitor()
             self.schedule()
             return True
 
@@ -84,6 +86,27 @@ class Runtime:
         elif status.state == "running" and att["state"] == "starting":
             self.jobs.mark_running(att["job_id"], att["n"], status.started_at or time.time())
 
+    @property
+    def health(self) -> Any:
+        """The health checks (autoresearch/health/), loaded by the first pass that needs them."""
+        if self._health is None:
+            from autoresearch.health.monitor import Health
+
+            self._health = Health(self.ledger, self.backend)
+        return self._health
+
+    def monitor(self) -> None:
+        """The runtime monitor's round (rate-limited per node; most passes find nothing due, and
+        then do not even load the health checks: a fresh on-exit process stays light)."""
+        active = self.jobs.active_attempts()
+        waiting = self.jobs.any_health_cordon()  # a passing check may lift it (uncordon: preflight)
+        if not active and not waiting:
+            return
+        now = time.time()
+        due = {r["name"] for r in self.jobs.nodes(self.backend.name) if (r["poll_due_at"] or 0) <= now}
+        if waiting or any(a["node"] in due for a in active):
+            self.health.monitor(active)
+
     def refresh_nodes(self) -> None:
         now = time.time()
         seen = self.backend.nodes()
@@ -95,18 +118,22 @@ class Runtime:
             return  # nothing changed: no write on the read path
         self.jobs.save_nodes(self.backend.name, seen, now)
 
-    def schedule(self) -> S.Decisions:
+    def schedule(self, rounds: int = 3) -> S.Decisions:
         now = time.time()
         if not self.jobs.any_queued(self.backend.name):
             return S.Decisions()  # most passes (an attempt ended) have nothing to place
+        rows = {r["name"]: r for r in self.jobs.nodes(self.backend.name)}
         nodes = [
             S.NodeState(r["name"], tuple(json.loads(r["gpu_ids"])), r["cpus"], r["memory"],
-                        r["state"] in ("healthy", "degraded"))
-            for r in self.jobs.nodes(self.backend.name)
+                        r["state"] in ("healthy", "degraded"), r["state"] == "degraded")
+            for r in rows.values()
         ]
+        queued = self.jobs.queued(self.backend.name)
+        avoid = self.jobs.infra_failed_nodes([r["id"] for r in queued if r["attempts"]])
         pending = [
-            S.Pending(r["id"], r["priority"], r["gpus"], r["nodes"], r["cpus"], r["memory"], now - r["updated_at"])
-            for r in self.jobs.queued(self.backend.name)
+            S.Pending(r["id"], r["priority"], r["gpus"], r["nodes"], r["cpus"], r["memory"], now - r["updated_at"],
+                      frozenset(avoid.get(r["id"], ())))
+            for r in queued
         ]
         if not pending:
             return S.Decisions()
@@ -124,10 +151,27 @@ class Runtime:
         for pre in decisions.preemptions:
             with surviving(self.ledger, self.backend, "preempt", pre.job_id, pre.attempt):
                 self.request_stop(pre.job_id, pre.attempt, "preempted", for_job=pre.for_job)
+        blocked = False
         for placement in decisions.placements:
             with surviving(self.ledger, self.backend, "launch", placement.job_id):
+                if self.preflight(placement, rows):
+                    blocked = True  # the job stays queued, its retries untouched; the node is marked
+                    continue
                 self.launch(placement)
+        if blocked and rounds > 1:
+            return self.schedule(rounds - 1)  # place what preflight turned away on the other nodes
         return decisions
+
+    def preflight(self, placement: S.Placement, rows: dict[str, Any]) -> bool:
+        """Whether preflight keeps ``placement`` from starting (its GPUs missing or faulty)."""
+        if not self.backend.capabilities.places:
+            return False
+        for node, gpu_ids in placement.alloc:
+            why = self.health.preflight(node, gpu_ids, rows.get(node))
+            if why:
+                self.jobs.warn("preflight", placement.job_id, None, f"not started on {node}: {'; '.join(why)}")
+                return True
+        return False
 
     # -- actions ------------------------------------------------------------------------
 
@@ -209,10 +253,12 @@ class Runtime:
         self.ingest_attempt(att, final=True)
         spec = json.loads(att["spec"])
         reason, detail = classify(att, status)
+        failed = not (reason in ("cancelled", "preempted") or (reason == "exit" and status.exit_code == 0))
+        failure = self.health.on_ending(att, reason, status.exit_code, detail) if failed else None  # infra/user
 
         def next_state(job: Any) -> tuple[str, int]:
             retries = job["retries_used"]
-            retryable = reason == "infra" or (
+            retryable = (failure.cls == "infra" if failure is not None else reason == "infra") or (
                 reason == "exit" and exit_status(status) in (spec.get("retry_on_exit_codes") or []))
             if reason == "exit" and status.exit_code == 0:
                 return "succeeded", retries
@@ -224,7 +270,9 @@ class Runtime:
                 return "queued", retries + 1
             return "failed", retries
 
-        if self.jobs.end_attempt(job_id, n, status, reason, detail, next_state) is None:
+        if self.jobs.end_attempt(job_id, n, status, reason, detail, next_state,
+                                 (failure.cls, f"{failure.why}\nhint: {failure.hint}") if failure is not None
+                                 else None) is None:
             return  # another pass got here first
         self.backend.release(att["external_id"])
         from autoresearch import outbox

@@ -7,7 +7,9 @@ Policy (what a Slurm or Kueue user would expect):
 
 * Order: priority class (critical, normal, best-effort), then submit order.
 * Placement: best fit — the node with the fewest free GPUs that still fits, so big
-  holes stay open for big jobs. GPU slots are never shared between attempts.
+  holes stay open for big jobs. GPU slots are never shared between attempts. Degraded
+  nodes (throttling) and the nodes a job already failed on for the machine's fault
+  come last: used only when nothing else fits.
 * Backfill: when a job cannot fit yet, later (smaller) jobs that fit still start.
   To keep a big job from starving behind a stream of small ones, a job that has
   waited ``reserve_after_s`` reserves the node closest to fitting it: nothing that
@@ -32,6 +34,7 @@ class NodeState:
     cpus: float = 0.0
     memory: int = 0
     schedulable: bool = True
+    degraded: bool = False  # throttling (autoresearch/health/): placed last
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,7 @@ class Pending:
     cpus: float = 0.0
     memory: int = 0
     waited_s: float = 0.0
+    avoid: frozenset[str] = frozenset()  # nodes where it failed for the machine's fault: placed last
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +88,7 @@ class _Node:
     free: list[str]
     cpus: float
     memory: int
+    degraded: bool = False
     victims: list[Running] = field(default_factory=list)  # best-effort, youngest first
     stopping: list[Running] = field(default_factory=list)  # already being stopped, unclaimed
     reserved_for: int | None = None
@@ -100,7 +105,8 @@ def schedule(
     state: dict[str, _Node] = {}
     for node in nodes:
         if node.schedulable:
-            state[node.name] = _Node(node.name, len(node.gpu_ids), sorted(node.gpu_ids, key=_slot_key), node.cpus, node.memory)
+            state[node.name] = _Node(node.name, len(node.gpu_ids), sorted(node.gpu_ids, key=_slot_key), node.cpus,
+                                     node.memory, node.degraded)
     for att in running:
         for name, ids in att.alloc:
             slot = state.get(name)
@@ -164,13 +170,22 @@ def _rebucket(buckets: list[dict[str, _Node]], slot: _Node, old_free: int) -> No
 
 
 def _fit(job: Pending, buckets: list[dict[str, _Node]], max_gpus: int) -> list[_Node] | None:
+    """Best fit; degraded nodes and the nodes the job failed on (infra) only when nothing else fits."""
     chosen: list[_Node] = []
+    last: list[_Node] = []
     for k in range(job.gpus, max_gpus + 1):
         for slot in buckets[k].values():
             if slot.cpus + 1e-9 >= job.cpus and (slot.memory >= job.memory or job.memory == 0):
+                if slot.degraded or slot.name in job.avoid:
+                    last.append(slot)
+                    continue
                 chosen.append(slot)
                 if len(chosen) == job.nodes:
                     return chosen
+    for slot in last:  # best fit among them too: they were met in the same order
+        chosen.append(slot)
+        if len(chosen) == job.nodes:
+            return chosen
     return None
 
 

@@ -25,6 +25,7 @@ class AttemptView:
     end_reason: str | None
     detail: str | None
     peak_rss_mb: float | None
+    failure_class: str | None = None  # infra | user, when it failed
 
 
 @dataclass
@@ -47,6 +48,8 @@ class JobView:
     tags: dict[str, str] = field(default_factory=dict)
     attempt_list: list[AttemptView] = field(default_factory=list)
     failure_class: str | None = None  # "user" or "infra", when the job failed
+    failure_why: str | None = None  # the signature that decided it, with its log line (autoresearch/health/)
+    failure_hint: str | None = None  # what happens now / what to do
     log_excerpt: str | None = None  # last lines of the failed attempt's log
     next_step: str | None = None  # what to call next (for agents)
     warnings: list[str] = field(default_factory=list)  # what was dropped or failed while handling it
@@ -91,6 +94,9 @@ class NodeView:
     gpus_free: int
     free_ids: list[str]
     running: int
+    since: float | None = None  # when it entered its state
+    findings: list[str] = field(default_factory=list)  # the last health findings, newest first
+    warning: str = ""  # e.g. cordoning the last healthy node while critical jobs queue
 
 
 @dataclass
@@ -101,6 +107,30 @@ class ClusterView:
     queued: dict[str, int]  # priority -> count
     running: int
     cordoned: list[str]
+    degraded: list[str] = field(default_factory=list)  # 'node: reason' (placed last)
+
+
+@dataclass
+class GpuHealthView:
+    index: int
+    name: str
+    temperature_c: float | None
+    ecc_uncorrected: int
+    clock_event_reasons: list[str]
+    xids: list[int]
+
+
+@dataclass
+class HealthView:
+    """This machine's GPUs, checked now (``autoresearch health``)."""
+
+    node: str
+    healthy: bool
+    driver_version: str
+    gpus: list[GpuHealthView]
+    findings: list[str]  # one line each: signature on node GPU n: what
+    reason: str = ""  # why it is not healthy (Slurm's drain reason)
+    action: str = ""  # what was done about it (drained, ...)
 
 
 def iso(ts: float | None) -> str | None:

@@ -2,10 +2,11 @@
 
 One module per group of commands, each with ``add_parser(sub)`` (argparse only: every
 call imports them all) and ``run(args) -> int`` (which imports what it needs):
-:mod:`.jobs` (submit, status, list, logs, metrics, cancel, nodes, cordon), :mod:`.loop`
-(``autoresearch plan.yaml``, run, schema, report), :mod:`.serve` (the MCP server),
-:mod:`.tracking` (ui, sync) and :mod:`.completion` (shell completion scripts). They reach
-the system only through :class:`autoresearch.api.Api`; :mod:`._render` prints.
+:mod:`.jobs` (submit, status, list, logs, metrics, cancel, nodes, cordon), :mod:`.health`
+(this machine's GPUs; Slurm's health program), :mod:`.loop` (``autoresearch plan.yaml``, run,
+schema, report), :mod:`.serve` (the MCP server), :mod:`.tracking` (ui, sync) and
+:mod:`.completion` (shell completion scripts). They reach the system only through
+:class:`autoresearch.api.Api`; :mod:`._render` prints.
 
 Reads print rich tables for people and JSON with ``--json``. Errors print message
 and hint, exit 2 for usage/spec errors and 1 for runtime failures; tracebacks only
@@ -21,10 +22,10 @@ import sys
 from typing import Any
 
 from autoresearch import __version__
-from autoresearch.cli import completion, jobs, loop, serve, tracking
+from autoresearch.cli import completion, health, jobs, loop, serve, tracking
 from autoresearch.errors import AutoresearchError
 
-COMMANDS = (jobs, serve, tracking, loop, completion)  # the order of `autoresearch --help`
+COMMANDS = (jobs, health, serve, tracking, loop, completion)  # the order of `autoresearch --help`
 EXIT_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader went away
 
 

@@ -107,6 +107,11 @@ def render_job(v: JobView) -> None:
         console.print(table)
     for note in notes + [f"warning: {w}" for w in v.warnings]:
         console.print(note, markup=False, highlight=False)
+    if v.failure_why:
+        whose = "the machine's fault" if v.failure_class == "infra" else "the program's error"
+        console.print(f"[red]failed: {whose} ({v.failure_class})[/]: {_esc(v.failure_why)}")
+        if v.failure_hint:
+            console.print(f"hint: {v.failure_hint}", markup=False, highlight=False)
     if v.log_excerpt:
         console.print(f"[red]failed ({v.failure_class} error); last lines of the log:[/]")
         console.print(v.log_excerpt, markup=False, highlight=False)
@@ -138,12 +143,31 @@ def render_nodes(cluster: Any) -> None:
     from rich.table import Table
 
     table = Table()
-    for col in ("NODE", "BACKEND", "STATE", "GPUS FREE/TOTAL", "RUNNING", "REASON"):
+    for col in ("NODE", "BACKEND", "STATE", "SINCE", "GPUS FREE/TOTAL", "RUNNING", "REASON", "LAST FINDINGS"):
         table.add_column(col)
     for n in cluster.nodes:
-        table.add_row(_esc(n.name), _esc(n.backend), n.state, f"{n.gpus_free}/{n.gpus}", str(n.running),
-                      _esc(n.reason or "-"))
+        table.add_row(_esc(n.name), _esc(n.backend), n.state, _ago(n.since), f"{n.gpus_free}/{n.gpus}",
+                      str(n.running), _esc(n.reason or "-"), _esc("\n".join(n.findings[:2]) or "-"))
     console = _console()
     console.print(table)
     queued = ", ".join(f"{k}={v}" for k, v in cluster.queued.items())
     console.print(f"GPUs free {cluster.gpus_free}/{cluster.gpus_total}; running {cluster.running}; queued {queued}")
+
+
+def render_health(view: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{view.node}: driver {view.driver_version or '?'}, {len(view.gpus)} GPU(s)")
+    for col in ("GPU", "NAME", "TEMP C", "ECC UNCORR", "CLOCK EVENTS", "XIDS"):
+        table.add_column(col)
+    for g in view.gpus:
+        table.add_row(str(g.index), _esc(g.name or "-"), "-" if g.temperature_c is None else f"{g.temperature_c:.0f}",
+                      str(g.ecc_uncorrected), ", ".join(g.clock_event_reasons) or "-",
+                      ", ".join(map(str, g.xids)) or "-")
+    console = _console()
+    console.print(table)
+    for line in view.findings:
+        console.print(f"finding: {line}", markup=False, highlight=False)
+    console.print("[green]healthy[/]" if view.healthy else f"[red]unhealthy[/]: {_esc(view.reason)}")
+    if view.action:
+        console.print(view.action, markup=False, highlight=False)

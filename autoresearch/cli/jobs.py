@@ -146,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
     elif cmd in ("cordon", "uncordon"):
         node = api.cordon(args.node, getattr(args, "reason", ""), undo=cmd == "uncordon")
         print(f"{node.name}\t{node.state}\t{node.reason}")
+        if node.warning:
+            print(f"warning: {node.warning}", file=sys.stderr)
     return 0
 
 

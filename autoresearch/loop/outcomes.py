@@ -107,8 +107,13 @@ def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
         series = s.series.get(trial_id)
         if value is None and series:
             value = series[-1][1] * c.sign
-    elif job["end_reason"] == "infra":
-        state, failure = "crashed", "infrastructure failure after retries\n" + log_tail(c.runtime, job["id"])
+    elif (last := JobStore(c.ledger).latest_attempt(job["id"])) is not None and (
+            last["failure_class"] == "infra" or (last["failure_class"] is None and job["end_reason"] == "infra")):
+        # The machine's fault (a GPU, the driver, NCCL, a lost node): say so, so that the proposer
+        # does not learn to avoid a config that did nothing wrong.
+        why = str(last["failure_why"] or last["detail"] or "").partition("\nhint: ")[0]
+        state, failure = "crashed", (f"crashed for the machine's fault, not this config's ({why[:300]}); "
+                                     "infrastructure failure after retries\n" + log_tail(c.runtime, job["id"]))
     else:
         state = "failed"
         why = "timed out" if job["end_reason"] == "timeout" else f"exited {job['exit_code']}"

@@ -14,13 +14,18 @@ def register(server: Any, ctx: ToolContext) -> None:
     @server.tool(annotations=ToolAnnotations(title="Cluster status", read_only_hint=True, open_world_hint=False))
     @tool_errors
     def cluster_status() -> ClusterResult:
-        """Show the cluster: each node with its GPUs free/total and state, cordoned nodes with reasons, and the queue.
+        """Show the cluster: each node with its GPUs free/total, health state (since when, last findings), cordoned and
+        degraded nodes with reasons, and the queue.
 
         Use it before submitting big jobs (how many GPUs are free?) or to understand why a
         job is still queued (queued counts per priority class: critical, normal,
         best-effort). Queue and running counts cover only the jobs you can see.
         """
         view = ctx.api.cluster(project=ctx.caller_project())
-        return ClusterResult(nodes=[from_view(Node, n) for n in view.nodes], gpus_total=view.gpus_total,
+        nodes = [from_view(Node, n) for n in view.nodes]
+        for node in nodes:
+            node.findings = node.findings[:2]  # few tokens: `autoresearch nodes` shows more
+        return ClusterResult(nodes=nodes, gpus_total=view.gpus_total,
                              gpus_free=view.gpus_free, gpus_used=view.gpus_total - view.gpus_free,
-                             running=view.running, queued=view.queued, cordoned=view.cordoned)
+                             running=view.running, queued=view.queued, cordoned=view.cordoned,
+                             degraded=view.degraded)

@@ -90,8 +90,9 @@ def register(server: Any, ctx: ToolContext) -> None:
         """Show one job in detail (state, attempts with node, exit code and end reason) or the recent jobs.
 
         Use it to follow a job you submitted. For a failed job the result also carries the
-        failure class ('user': the program failed; 'infra': the node or a signal killed it)
-        and the last lines of its log, so you can usually diagnose it without calling logs.
+        failure class ('user': the program failed; 'infra': the machine's fault, retried on
+        another node), why (the log line or GPU finding that decided it), a hint, and the
+        last lines of its log, so you can usually diagnose it without calling logs.
         """
         project = ctx.caller_project()
         if job_id is None:

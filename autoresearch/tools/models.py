@@ -27,6 +27,8 @@ class Attempt(BaseModel):
     end_reason: str | None = Field(description="exit | timeout | cancelled | stopped (by its research loop) | "
                                                  "preempted | infra")
     detail: str | None
+    failure_class: str | None = Field(default=None, description="When it failed: 'infra' (the machine's fault: "
+                                      "retried on another node) or 'user' (the program's: not retried).")
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -75,8 +77,12 @@ class JobDetail(JobSummary):
     workdir: str
     tags: dict[str, str] = Field(default_factory=dict)
     attempt_list: list[Attempt] = Field(default_factory=list)
-    failure_class: str | None = Field(default=None, description="On failure: 'user' (the program: its exit code "
-                                      "or its own crash) or 'infra' (node, lost supervisor, a signal from outside).")
+    failure_class: str | None = Field(default=None, description="On failure: 'user' (the program: its exit code, "
+                                      "its own crash, CUDA out of memory, an exception) or 'infra' (the machine: GPU "
+                                      "fault, Xid, ECC, NCCL error or timeout, lost node or supervisor).")
+    failure_why: str | None = Field(default=None, description="On failure: the signature that decided the class "
+                                    "and its log line or GPU finding.")
+    failure_hint: str | None = Field(default=None, description="On failure: what happens next or what to fix.")
     log_excerpt: str | None = Field(default=None, description="On failure: the last lines of the failed attempt's log.")
     warnings: list[str] = Field(default_factory=list, description="Metrics the job wrote that were dropped "
                                 "(bad step or value), or errors autoresearch hit while handling it.")
@@ -144,6 +150,9 @@ class Node(BaseModel):
     gpus: int
     gpus_free: int
     running: int
+    since: float | None = Field(default=None, description="When it entered its state.")
+    findings: list[str] = Field(default_factory=list, description="Its last health findings (at most 2): "
+                                "'signature on node GPU n: what'.")
 
 
 class ClusterResult(BaseModel):
@@ -154,6 +163,8 @@ class ClusterResult(BaseModel):
     running: int
     queued: dict[str, int] = Field(description="Queued jobs per priority class (critical, normal, best-effort).")
     cordoned: list[str] = Field(description="'node: reason' for each cordoned node.")
+    degraded: list[str] = Field(default_factory=list, description="'node: reason' for each degraded (throttling) "
+                                "node: jobs go there last.")
 
 
 def from_view(model: type[BaseModel], view: Any) -> Any:

@@ -124,6 +124,9 @@ def sync_job(syncer: Mirror, job: Any, report: SyncReport) -> str | None:
             "autoresearch.node": (last["node"] or "") if last else "",
             "autoresearch.end_reason": job["end_reason"] or "", "autoresearch.priority": job["priority"],
             "autoresearch.kind": "trial" if trial is not None else "job",
+            # infra (the machine's fault) or user (the program's), for a failed job (autoresearch/health/)
+            "autoresearch.failure_class": ((last["failure_class"] or "") if last and job["state"] == "failed"
+                                           else ""),
         })
         params: dict[str, str] = {}
         first = created or job["synced_version"] is None or job["synced_version"] < 0

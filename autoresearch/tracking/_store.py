@@ -181,8 +181,9 @@ class MirrorStore:
         return self.ledger.one("SELECT * FROM decisions WHERE id=?", (decision_id,))
 
     def last_node(self, job_id: int) -> Row | None:
-        """The node of a job's latest attempt."""
-        return self.ledger.one("SELECT node FROM attempts WHERE job_id=? ORDER BY n DESC LIMIT 1", (job_id,))
+        """The node of a job's latest attempt, and its failure class (infra, user; NULL unless it failed)."""
+        return self.ledger.one("SELECT node, failure_class FROM attempts WHERE job_id=? ORDER BY n DESC LIMIT 1",
+                               (job_id,))
 
     def decisions_after(self, cursor: int, limit: int = 500) -> list[Row]:
         return self.ledger.query("SELECT * FROM decisions WHERE id > ? ORDER BY id LIMIT ?", (cursor, limit))

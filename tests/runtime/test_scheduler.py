@@ -127,3 +127,18 @@ def test_ten_thousand_jobs_scale() -> None:
     elapsed = time.perf_counter() - t0
     assert sum(len(ids) for p in out.placements for _, ids in p.alloc) == 1024  # the cluster is full
     assert elapsed < 2.0  # generous for a shared CI core; bench/ reports the real figure
+
+
+def test_degraded_nodes_and_nodes_a_job_failed_on_come_last() -> None:
+    # best fit would pick the smaller hole (n1); degraded (throttling), it is used only when nothing else fits
+    nodes = [node("n1", 2, degraded=True), node("n2", 4)]
+    out = schedule([Pending(1, "normal", gpus=2)], nodes, [])
+    assert out.placements[0].alloc[0][0] == "n2"
+    out = schedule([Pending(1, "normal", gpus=2), Pending(2, "normal", gpus=4)], nodes, [])
+    assert {p.job_id: p.alloc[0][0] for p in out.placements} == {1: "n2"}  # job 2 does not fit anywhere now
+    out = schedule([Pending(1, "normal", gpus=4), Pending(2, "normal", gpus=2)], nodes, [])
+    assert {p.job_id: p.alloc[0][0] for p in out.placements} == {1: "n2", 2: "n1"}  # degraded, but the only room
+    avoid = schedule([Pending(1, "normal", gpus=2, avoid=frozenset({"n2"}))], [node("n2", 2), node("n3", 4)], [])
+    assert avoid.placements[0].alloc[0][0] == "n3"
+    only = schedule([Pending(1, "normal", gpus=2, avoid=frozenset({"n2"}))], [node("n2", 2)], [])
+    assert only.placements[0].alloc[0][0] == "n2"

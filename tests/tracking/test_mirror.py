@@ -70,6 +70,7 @@ def test_failed_job_run_is_failed_and_nan_is_kept(api: Any, quiet: Path, tmp_pat
     uri = tracking.tracking_uri(quiet)
     run = _job_run(uri, "Default", view.id)
     assert run.info.status == "FAILED"
+    assert run.data.tags["autoresearch.failure_class"] == "user"  # its own exit, no fault of the machine seen
     history = metric_history(uri, run.info.run_id, "loss")
     assert math.isnan(history[0][1]) and history[1] == (1, 2.0)
 

@@ -1,0 +1,120 @@
+"""What the health checks find, as plain data, and the rules that turn NVML samples into findings.
+
+A :class:`Finding` names a node, a GPU (or none), a ``signature`` (``xid_79``,
+``ecc_uncorrectable``, ``nccl_error``, ``cuda_oom``...), whose fault it is (``cls``:
+``infra``, ``user``, or ``throttle`` for a node that slows down) and how bad
+(``severity``: ``hard`` cordons a node at once, ``soft`` counts toward ``cordon_after``,
+``info`` is only shown). :func:`check_sample` is pure: a sample, the GPUs an attempt
+was given and the thresholds in, findings out. Stdlib only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from autoresearch.health.config import HealthConfig
+from autoresearch.health.nvml import NodeSample, reason_names
+
+EXCERPT_CHARS = 400
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    node: str
+    signature: str
+    cls: str  # infra | user | throttle
+    severity: str  # hard | soft | info
+    source: str  # nvml | log | preflight | probe | hang
+    gpu: str | None = None
+    excerpt: str = ""
+    ts: float = 0.0
+    job_id: int | None = None
+    attempt: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v not in (None, "")}
+
+    @classmethod
+    def from_json(cls, data: Any, ts: float = 0.0, job_id: int | None = None,
+                  attempt: int | None = None) -> Finding | None:
+        """A finding read back from the ledger; None when the record is not one."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            return cls(node=str(data.get("node") or ""), signature=str(data["signature"])[:60],
+                       cls=str(data.get("cls") or "infra"), severity=str(data.get("severity") or "info"),
+                       source=str(data.get("source") or ""), gpu=None if data.get("gpu") is None else str(data["gpu"]),
+                       excerpt=str(data.get("excerpt") or "")[:EXCERPT_CHARS], ts=float(data.get("ts") or ts),
+                       job_id=job_id, attempt=attempt)
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def line(self) -> str:
+        """One short line: ``xid_79 on node-a GPU 1: <excerpt>``."""
+        where = f"{self.node} GPU {self.gpu}" if self.gpu is not None else self.node
+        text = f"{self.signature} on {where}" if where else self.signature
+        return f"{text}: {self.excerpt}" if self.excerpt else text
+
+
+def _version(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(p) for p in text.split(".")[:4] if p != "")
+    except ValueError:
+        return ()
+
+
+def check_sample(node: str, sample: NodeSample, gpu_ids: tuple[str, ...] | None, config: HealthConfig,
+                 now: float = 0.0, source: str = "nvml") -> list[Finding]:
+    """Findings of one node's sample. ``gpu_ids``: the GPUs that must be present and healthy
+    (an attempt's); None: every GPU the sample has."""
+
+    def found(signature: str, cls: str, severity: str, gpu: Any, excerpt: str) -> Finding:
+        return Finding(node, signature, cls, severity, source, None if gpu is None else str(gpu), excerpt[:EXCERPT_CHARS],
+                       now)
+
+    out: list[Finding] = []
+    if sample.error:
+        return [found("nvml_unavailable", "infra", "hard", None, sample.error)]
+    by_index = {str(g.index): g for g in sample.gpus}
+    wanted = list(by_index) if gpu_ids is None else [str(g) for g in gpu_ids]
+    for gpu in wanted:
+        if gpu not in by_index:
+            out.append(found("gpu_missing", "infra", "hard", gpu,
+                             f"GPU {gpu} is not among the {sample.device_count} the driver reports"))
+    if config.min_driver and sample.driver_version and _version(sample.driver_version) < _version(config.min_driver):
+        out.append(found("driver_old", "infra", "soft", None,
+                         f"driver {sample.driver_version} is older than {config.min_driver}"))
+    for gpu in wanted:
+        g = by_index.get(gpu)
+        if g is None:
+            continue
+        if g.ecc_volatile_uncorrected > config.ecc_uncorrected_max:
+            out.append(found("ecc_uncorrectable", "infra", "hard", gpu,
+                             f"{g.ecc_volatile_uncorrected} uncorrectable ECC error(s) since the driver loaded "
+                             f"({g.ecc_aggregate_uncorrected} in its lifetime)"))
+        if g.retired_pages_pending:
+            out.append(found("retired_pages_pending", "infra", "hard", gpu,
+                             "retired pages are pending: the GPU needs a reset"))
+        if g.row_remap_failure:
+            out.append(found("row_remap_failure", "infra", "hard", gpu, "a memory row could not be remapped"))
+        for xid in sorted(set(g.xids)):
+            hard = xid in config.hard_xids
+            out.append(found(f"xid_{xid}", "infra" if hard else "user", "hard" if hard else "info", gpu,
+                             f"Xid {xid} reported by the driver"))
+        throttled = g.clock_event_reasons & config.throttle_reasons
+        if throttled:
+            out.append(found("throttling", "throttle", "soft", gpu,
+                             f"clocks slowed: {', '.join(reason_names(throttled)) or hex(throttled)}"))
+        if g.temperature_c is not None and g.slowdown_c is not None and \
+                g.temperature_c >= g.slowdown_c - config.temperature_margin_c:
+            out.append(found("hot", "throttle", "soft", gpu,
+                             f"{g.temperature_c:.0f} C, slowdown at {g.slowdown_c:.0f} C"))
+        if not g.persistence_mode:
+            out.append(found("persistence_off", "infra", "info", gpu, "persistence mode is off (slow first start)"))
+    return out
+
+
+def blocking(findings: list[Finding]) -> list[Finding]:
+    """The findings that stop an attempt from starting (hard infra faults)."""
+    return [f for f in findings if f.severity == "hard" and f.cls == "infra"]

@@ -1,0 +1,242 @@
+"""The health checks inside the pass: preflight, the runtime monitor, endings, node reviews.
+
+No daemon (docs/architecture.md): :class:`Health` runs in the processes that already run
+passes (a CLI call, an attempt's on-exit hook, a loop, the MCP server) and in the live
+ingestion of logs (the mirror's syncer, a loop's monitor), rate-limited per node across
+processes by the ledger (``nodes.poll_due_at``):
+
+* :meth:`Health.preflight` before an attempt starts (cached per node);
+* :meth:`Health.monitor` once per pass: for each node with running attempts and due for a
+  poll, NVML findings, the attempts' logs scanned for signatures (through the ingestion of
+  their metrics, which reads the same bytes), and hangs (no new output for ``hang_after``);
+* :meth:`Health.on_ending`: whose fault a failed attempt was (:func:`policy.failure_class`);
+* :func:`review`: the policy applied to a node's findings; a cordon goes through
+  ``Backend.cordon`` too, so an engine that schedules itself (Slurm) drains the node.
+
+Every finding is a ledger event (:mod:`autoresearch.health.store`) with node, GPU,
+signature and a redacted excerpt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from typing import Any
+
+from autoresearch.backends import Backend
+from autoresearch.errors import LedgerError
+from autoresearch.health import config as C
+from autoresearch.health import policy
+from autoresearch.health.findings import Finding, blocking, check_sample
+from autoresearch.health.nvml import reader_for
+from autoresearch.health.store import HealthStore
+from autoresearch.ledger import Ledger
+from autoresearch.redact import ambient_secrets, redact
+
+HANG_ENV = "AUTORESEARCH_HANG_AFTER"
+
+
+class Health:
+    def __init__(self, ledger: Ledger, backend: Backend) -> None:
+        self.ledger = ledger
+        self.backend = backend
+        self.store = HealthStore(ledger)
+
+    @property
+    def config(self) -> C.HealthConfig:
+        return C.load(self.ledger.home)
+
+    # -- preflight --------------------------------------------------------------------------
+
+    def preflight(self, node: str | None, gpu_ids: tuple[str, ...], row: Any, now: float | None = None) -> list[str]:
+        """Why an attempt must not start on ``node``'s ``gpu_ids`` ([]: it may). ``row``: the node's
+        ``nodes`` row as the pass read it (its cache)."""
+        config = self.config
+        if not (config.enabled and config.preflight and gpu_ids and node):
+            return []
+        from autoresearch.health import preflight as P
+
+        now = time.time() if now is None else now
+        cached = P.cached_block(row, gpu_ids, config, now)
+        if cached is not None:
+            return cached
+        reader = reader_for(node, self.backend.name)
+        if reader is None:
+            return []  # this process cannot see the node's GPUs: the node's own health program can
+        findings, result = P.check(node, reader, gpu_ids, config, now, _gpus_of(row) or None)
+        self.store.record(_redacted(findings))
+        self.store.mark_checked(node, now, result)
+        passed = not result["bad"] and not result["node"]
+        state = review(self.ledger, self.backend, node, now, preflight_passed_at=now if passed else None)
+        wanted = set(gpu_ids)
+        why = [f.line() for f in blocking(findings) if f.gpu is None or f.gpu in wanted
+               or any(g in wanted for g in f.gpu.split(","))]
+        if not why and state == "cordoned":
+            why = [f"node {node} is cordoned"]
+        return why
+
+    # -- the runtime monitor ----------------------------------------------------------------
+
+    def monitor(self, active: list[Any], now: float | None = None) -> None:
+        """One rate-limited round over the nodes that run ``active`` attempts (and health-cordoned
+        nodes waiting for a passing check, with ``uncordon: preflight``)."""
+        config = self.config
+        if not config.enabled:
+            return
+        now = time.time() if now is None else now
+        by_node: dict[str, list[Any]] = {}
+        for att in active:
+            if att["node"]:
+                by_node.setdefault(att["node"], []).append(att)
+        waiting = []
+        if config.uncordon == "preflight":
+            waiting = [r["name"] for r in self.store.nodes()
+                       if r["state"] == "cordoned" and str(r["reason"]).startswith(policy.PREFIX)]
+        for node in sorted(set(by_node) | set(waiting)):
+            if not self.store.claim_poll(node, now, config.poll_interval_s):
+                continue
+            try:
+                self._poll(node, by_node.get(node, []), config, now)
+            except LedgerError:
+                raise
+            except Exception as err:  # noqa: BLE001 - a monitor bug must not stop the pass
+                print(f"warning: health monitor on {node} failed: {type(err).__name__}: {err}", file=sys.stderr)
+
+    def _poll(self, node: str, attempts: list[Any], config: C.HealthConfig, now: float) -> None:
+        reader = reader_for(node, self.backend.name)
+        findings: list[Finding] = []
+        if reader is not None:
+            findings = check_sample(node, reader.sample(), _gpus_of(self.store.node(node)) or None, config, now)
+            for i, f in enumerate(findings):  # a GPU's fault belongs to the attempt that runs on it
+                owner = next((a for a in attempts if f.gpu is not None and f.gpu in json.loads(a["gpu_ids"])), None)
+                if owner is not None:
+                    findings[i] = _owned(f, owner["job_id"], owner["n"])
+        from autoresearch.ingest import ingest_attempt  # the log's signatures are found as it is ingested
+
+        for att in attempts:
+            ingest_attempt(self.ledger, self.backend, att)
+            findings += self._hang(node, att, config, now)
+        # throttling is recorded again often enough to keep the node degraded while it lasts
+        self.store.record(_redacted(findings), throttle_dedupe_s=min(3600.0, config.degraded_for_s / 3))
+        passed = reader is not None and not blocking(findings)
+        review(self.ledger, self.backend, node, now, preflight_passed_at=now if passed and not attempts else None)
+
+    def _hang(self, node: str, att: Any, config: C.HealthConfig, now: float) -> list[Finding]:
+        hang_after = config.hang_after_s
+        with contextlib.suppress(ValueError, TypeError, C.SpecError):
+            env = json.loads(att["spec"]).get("env") or {}
+            if env.get(HANG_ENV):
+                hang_after = C.duration(env[HANG_ENV], "hang_after (job env)", "the job's env")
+        if not hang_after or att["state"] != "running" or not att["external_id"]:
+            return []
+        try:
+            size = self.backend.log_size(att["external_id"])
+        except Exception:  # noqa: BLE001 - no size now: no verdict now
+            return []
+        with contextlib.suppress(OSError):
+            import os
+
+            size += os.stat(att["metrics_path"]).st_size
+        seen_at = att["seen_at"] or att["started_at"] or att["created_at"]
+        if size != att["seen_bytes"]:
+            self.store.note_progress(att["job_id"], att["n"], size, now)
+            return []
+        if now - seen_at < hang_after:
+            return []
+        gpus = ",".join(json.loads(att["gpu_ids"])) or None
+        return [Finding(node, "hang", "infra", "soft", "hang", gpus,
+                        f"no new log line or metric for {int(now - seen_at)} s (hang_after {hang_after:g} s)", now,
+                        att["job_id"], att["n"])]
+
+    # -- endings ----------------------------------------------------------------------------
+
+    def on_ending(self, att: Any, end_reason: str, exit_code: int | None, detail: str,
+                  now: float | None = None) -> policy.Classified | None:
+        """Whose fault an ended attempt was, from its findings (and, if it failed, a last look at its
+        GPUs); an infra failure counts against its node (``cordon_after``)."""
+        config = self.config
+        now = time.time() if now is None else now
+        if end_reason in ("cancelled", "preempted") or (end_reason == "exit" and exit_code == 0):
+            return None
+        node = att["node"]
+        if config.enabled and node:
+            reader = reader_for(node, self.backend.name)
+            if reader is not None:  # the Xid that killed it may be in the driver, not in its log
+                gpus = tuple(json.loads(att["gpu_ids"]))
+                if gpus:
+                    seen = check_sample(node, reader.sample(), gpus, config, now)
+                    self.store.record(_redacted([_owned(f, att["job_id"], att["n"]) for f in seen]))
+        found = self.store.attempt_findings(att["job_id"], att["n"])
+        classified = policy.failure_class(end_reason, exit_code, detail, found)
+        if classified is not None and classified.cls == "infra" and node and config.enabled:
+            self.store.record([Finding(node, "infra_failure", "infra", "soft", "ending", None,
+                                       f"job {att['job_id']} attempt {att['n']}: {classified.why}"[:300], now,
+                                       att["job_id"], att["n"])])
+            review(self.ledger, self.backend, node, now)
+        return classified
+
+
+def review(ledger: Ledger, backend: Backend, node: str, now: float, preflight_passed_at: float | None = None) -> str:
+    """Apply the policy to ``node``'s findings and record a change; its state after."""
+    store = HealthStore(ledger)
+    row = store.node(node)
+    if row is None:
+        return ""
+    before = policy.NodeStatus(row["state"], row["reason"] or "", row["since"] or row["updated_at"] or 0.0,
+                               row["cleared_at"] or 0.0)
+    config = C.load(ledger.home)
+    findings = store.node_findings(node, since=before.cleared_at)
+    after = policy.node_state(before, findings, config, now, preflight_passed_at)
+    if after == before or not store.set_status(node, before, after):
+        return before.state
+    if after.state == "cordoned":
+        try:
+            backend.cordon(node, after.reason)
+        except Exception as err:  # noqa: BLE001 - the ledger's cordon stands; the engine is told next time
+            print(f"warning: could not cordon {node} on the {backend.name} engine: {err}", file=sys.stderr)
+    elif before.state == "cordoned" and after.state == "healthy":
+        with contextlib.suppress(Exception):
+            backend.uncordon(node)
+    return after.state
+
+
+def record_log_hits(ledger: Ledger, backend: Backend, att: Any, lines: list[str]) -> None:
+    """Signatures in new log lines of an attempt become findings (called by the ingestion)."""
+    config = C.load(ledger.home)
+    if not config.enabled or not lines:
+        return
+    from autoresearch.health.signatures import scan
+
+    hits = scan(lines, config)
+    if not hits:
+        return
+    node = att["node"] or ""
+    now = time.time()
+    store = HealthStore(ledger)
+    stored = store.record(_redacted([
+        Finding(node, h.signature, h.cls, h.severity, "log", h.gpu, h.line, now, att["job_id"], att["n"])
+        for h in hits], store.job_secrets(att["job_id"])))
+    if node and any(f.severity == "hard" for f in stored):
+        review(ledger, backend, node, now)
+
+
+def _gpus_of(row: Any) -> tuple[str, ...]:
+    """The GPU slots the backend reports for a node (its ``nodes`` row)."""
+    try:
+        return tuple(str(g) for g in json.loads(row["gpu_ids"]))
+    except (TypeError, ValueError, KeyError, IndexError):
+        return ()
+
+
+def _owned(f: Finding, job_id: int, n: int) -> Finding:
+    return Finding(f.node, f.signature, f.cls, f.severity, f.source, f.gpu, f.excerpt, f.ts, job_id, n)
+
+
+def _redacted(findings: list[Finding], secrets: list[str] | None = None) -> list[Finding]:
+    """Excerpts quote trial output: secrets (the job's, else this process's environment's) are
+    masked before they are stored, like every other view of trial output."""
+    secrets = ambient_secrets() if secrets is None else secrets
+    return [Finding(f.node, f.signature, f.cls, f.severity, f.source, f.gpu, redact(f.excerpt, secrets), f.ts,
+                    f.job_id, f.attempt) for f in findings]

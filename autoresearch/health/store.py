@@ -1,0 +1,154 @@
+"""The health store: every query of findings, node health and the preflight cache (migration
+``health-1`` in :mod:`autoresearch.ledger`).
+
+A finding is an ``events`` row of kind ``finding`` (job and attempt set when it came from
+one); its data holds node, GPU, signature, class, severity, source and excerpt. Node
+health lives on the ``nodes`` row (state, reason, ``since``, ``cleared_at``), with the
+preflight cache (``checked_at``, ``check_result``) and the monitor's rate limit
+(``poll_due_at``). Stdlib only: it is on the pass.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from autoresearch.health.findings import Finding
+from autoresearch.health.policy import NodeStatus
+from autoresearch.ledger import Ledger
+
+DEDUPE_S = 3600.0  # the same fault of the same GPU is one finding per hour, not one per poll
+RECENT = 500
+
+
+class HealthStore:
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+
+    # -- findings ---------------------------------------------------------------------------
+
+    def record(self, findings: Iterable[Finding], throttle_dedupe_s: float = DEDUPE_S) -> list[Finding]:
+        """Store new findings (a repeat within DEDUPE_S, ``throttle_dedupe_s`` for throttling, which must
+        be seen again within ``degraded_for`` to keep a node degraded, or of the same attempt, is
+        dropped); the stored ones."""
+        findings = list(findings)
+        if not findings:
+            return []
+        stored: list[Finding] = []
+        with self.ledger.tx() as c:
+            seen = set()
+            cleared = {r["name"]: r["cleared_at"] or 0.0 for r in c.execute("SELECT name, cleared_at FROM nodes")}
+            for row in c.execute("SELECT ts, job_id, attempt, data FROM events WHERE kind='finding' "
+                                 "ORDER BY id DESC LIMIT ?", (RECENT,)):
+                old = Finding.from_json(_load(row["data"]), row["ts"], row["job_id"], row["attempt"])
+                if old is not None and old.ts > cleared.get(old.node, 0.0):  # an uncordon forgave the rest
+                    seen.add(_key(old, row["ts"], _span(old, throttle_dedupe_s)))
+            for f in findings:
+                span = _span(f, throttle_dedupe_s)
+                key = _key(f, f.ts, span)
+                if key in seen or _key(f, f.ts - span, span) in seen:
+                    continue
+                seen.add(key)
+                c.execute("INSERT INTO events(ts, job_id, attempt, kind, data) VALUES (?,?,?,?,?)",
+                          (f.ts or time.time(), f.job_id, f.attempt, "finding", json.dumps(f.to_json())))
+                stored.append(f)
+        return stored
+
+    def node_findings(self, node: str, since: float = 0.0, limit: int = RECENT) -> list[Finding]:
+        """A node's findings since ``since``, oldest first (the most recent ``limit``)."""
+        rows = self.ledger.query("SELECT ts, job_id, attempt, data FROM events WHERE kind='finding' AND ts>=? "
+                                 "ORDER BY id DESC LIMIT ?", (since, RECENT * 4))
+        out = [f for f in (_finding(r) for r in rows) if f is not None and f.node == node]
+        return list(reversed(out[:limit]))
+
+    def recent_findings(self, limit: int = 200) -> list[Finding]:
+        """The newest findings of every node, newest first."""
+        rows = self.ledger.query("SELECT ts, job_id, attempt, data FROM events WHERE kind='finding' "
+                                 "ORDER BY id DESC LIMIT ?", (limit,))
+        return [f for f in (_finding(r) for r in rows) if f is not None]
+
+    def attempt_findings(self, job_id: int, n: int) -> list[Finding]:
+        rows = self.ledger.query("SELECT ts, job_id, attempt, data FROM events WHERE job_id=? AND attempt=? "
+                                 "AND kind='finding' ORDER BY id", (job_id, n))
+        return [f for f in (_finding(r) for r in rows) if f is not None]
+
+    # -- node health --------------------------------------------------------------------------
+
+    def node(self, node: str) -> sqlite3.Row | None:
+        return self.ledger.one("SELECT * FROM nodes WHERE name=?", (node,))
+
+    def nodes(self) -> list[sqlite3.Row]:
+        return self.ledger.query("SELECT * FROM nodes ORDER BY name")
+
+    def set_status(self, node: str, before: NodeStatus, after: NodeStatus) -> bool:
+        """Move a node from ``before`` to ``after`` with an event (cordon, degrade, healthy); False
+        when someone changed it meanwhile (their word stands)."""
+        with self.ledger.tx() as c:
+            cur = c.execute("UPDATE nodes SET state=?, reason=?, since=?, cleared_at=?, updated_at=? "
+                            "WHERE name=? AND state=? AND reason=?",
+                            (after.state, after.reason, after.since, after.cleared_at, time.time(), node,
+                             before.state, before.reason))
+            if not cur.rowcount:
+                return False
+            kind = {"cordoned": "cordon", "degraded": "degrade"}.get(after.state, "uncordon")
+            Ledger.event(c, kind, node=node, reason=after.reason, by="health")
+        return True
+
+    def claim_poll(self, node: str, now: float, interval: float) -> bool:
+        """Whether this process polls ``node`` now (at most once per ``interval`` across processes)."""
+        with self.ledger.tx() as c:
+            cur = c.execute("UPDATE nodes SET poll_due_at=? WHERE name=? AND (poll_due_at IS NULL OR poll_due_at<=?)",
+                            (now + interval, node, now))
+            return bool(cur.rowcount)
+
+    def mark_checked(self, node: str, at: float, result: dict[str, Any]) -> None:
+        """Remember a preflight's result (``{"bad": {gpu: signature}}``) for the cache."""
+        with self.ledger.tx() as c:
+            c.execute("UPDATE nodes SET checked_at=?, check_result=? WHERE name=?", (at, json.dumps(result), node))
+
+    # -- attempts: progress (hangs) and failure classes ------------------------------------------
+
+    def note_progress(self, job_id: int, n: int, size: int, at: float) -> None:
+        with self.ledger.tx() as c:
+            c.execute("UPDATE attempts SET seen_bytes=?, seen_at=? WHERE job_id=? AND n=?", (size, at, job_id, n))
+
+    def running_on(self, node: str) -> list[sqlite3.Row]:
+        """Active attempts on ``node`` with their job's spec."""
+        return self.ledger.query("SELECT a.*, j.spec FROM attempts a JOIN jobs j ON j.id=a.job_id "
+                                 "WHERE a.node=? AND a.state IN ('starting','running')", (node,))
+
+    def job_secrets(self, job_id: int) -> list[str]:
+        """What to mask in a job's output (its env's and command's secrets, and this process's)."""
+        from autoresearch.redact import ambient_secrets, job_secrets
+
+        row = self.ledger.one("SELECT spec FROM jobs WHERE id=?", (job_id,))
+        spec = _load(row["spec"]) if row is not None else None
+        return job_secrets(spec) if isinstance(spec, dict) else ambient_secrets()
+
+    def critical_queued(self) -> int:
+        row = self.ledger.one("SELECT COUNT(*) AS n FROM jobs WHERE state='queued' AND priority='critical'")
+        return int(row["n"]) if row else 0
+
+
+def _load(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _finding(row: sqlite3.Row) -> Finding | None:
+    return Finding.from_json(_load(row["data"]), row["ts"], row["job_id"], row["attempt"])
+
+
+def _span(f: Finding, throttle_dedupe_s: float) -> float:
+    return max(1.0, throttle_dedupe_s) if f.cls == "throttle" else DEDUPE_S
+
+
+def _key(f: Finding, ts: float, span: float) -> tuple[Any, ...]:
+    if f.job_id is not None:
+        return (f.node, f.gpu, f.signature, f.job_id, f.attempt)
+    return (f.node, f.gpu, f.signature, int(ts // span))
