@@ -28,7 +28,7 @@ def add_parser(sub: Any) -> None:
     h.add_argument("--drain", action="store_true", help="on an unhealthy node, drain it in Slurm (scontrol) "
                                                         "with the reason")
     h.add_argument("--expect-gpus", type=int, metavar="N", help="the node must have N GPUs (fewer is a fault)")
-    h.add_argument("--json", action="store_true")
+    h.add_argument("--json", action="store_true", help="print the GPUs and findings as JSON")
     h.set_defaults(handler=run)
 
 
