@@ -72,7 +72,7 @@ class Api:
                refresh: bool = True) -> JobView | list[JobView]:
         """One job in detail, or the most recent jobs."""
         if refresh:
-            self._runtime.tick(wait=False)
+            self._runtime.tick_all(wait=False)
         if job_id is None:
             return self.list_jobs(project=project, limit=limit, refresh=False).jobs
         return self._view(self._job_row(job_id, project), detail=True)
@@ -86,7 +86,7 @@ class Api:
         if limit < 1 or limit > 1000:
             raise SpecError(f"limit must be 1..1000, got {limit}", hint="use a cursor to page instead")
         if refresh:
-            self._runtime.tick(wait=False)
+            self._runtime.tick_all(wait=False)
         rows = self._jobs.jobs_page(state, experiment, project, cursor, limit + 1)
         more = len(rows) > limit
         rows = rows[:limit]
@@ -106,7 +106,7 @@ class Api:
                 max_points: int = 200, project: str | None = None, refresh: bool = True) -> list[MetricView]:
         """Per metric: last, best, step, count; optionally the series downsampled."""
         if refresh:
-            self._runtime.tick(wait=False)  # callers read the job's state beside its metrics
+            self._runtime.tick_all(wait=False)  # callers read the job's state beside its metrics
         job = self._job_row(job_id, project)
         self._runtime.ingest(job["id"])
         rows = self._jobs.metric_points(job["id"])
@@ -125,7 +125,7 @@ class Api:
         return out
 
     def nodes(self) -> list[NodeView]:
-        self._runtime.tick(wait=False)
+        self._runtime.tick_all(wait=False)
         used: dict[str, set[str]] = {}
         running: dict[str, int] = {}
         for r in self._jobs.busy_gpus():
@@ -177,20 +177,21 @@ class Api:
         return ops.start_loop(self._runtime, plan_path, resume=resume, wait_s=wait_s, project=project, check=check)
 
     def run_loop(self, plan: Any, resume: bool = False, project: str | None = None,
-                 on_update: Callable[[Any], None] | None = None) -> Any:
+                 on_update: Callable[[Any], None] | None = None, backend: str | None = None) -> Any:
         """Run a plan's loop here, in the foreground, until it ends (``autoresearch plan.yaml``); its
-        final LoopView. Ctrl-C raises LoopInterrupted (code ``interrupted``); see :meth:`stop_trials`."""
+        final LoopView. ``backend`` (a profile or kind) overrides the plan's. Ctrl-C raises
+        LoopInterrupted (code ``interrupted``); see :meth:`stop_trials`."""
         from autoresearch.loop.controller import Controller
 
-        controller = Controller(plan, runtime=self._runtime_for(plan), resume=resume, on_update=on_update,
+        controller = Controller(plan, runtime=self._runtime_for(plan, backend), resume=resume, on_update=on_update,
                                 project=project)
         return controller.run()
 
-    def stop_trials(self, plan: Any, reason: str) -> list[int]:
+    def stop_trials(self, plan: Any, reason: str, backend: str | None = None) -> list[int]:
         """Stop the running trials of a plan's loop (after an interrupt); their job ids."""
         from autoresearch.loop import ops
 
-        return ops.stop_running(self._runtime_for(plan), plan.name, reason)
+        return ops.stop_running(self._runtime_for(plan, backend), plan.name, reason)
 
     def loop_status(self, name: str, project: str | None = None) -> tuple[Any, bool]:
         """A loop's view (LoopView) and whether a controller is running it now."""
@@ -259,11 +260,14 @@ class Api:
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def _runtime_for(self, plan: Any) -> Runtime:
-        """The engine on a plan's backend (``backend:`` in the plan), sharing this facade's home."""
-        from autoresearch.backends import get_backend
+    def _runtime_for(self, plan: Any, backend: str | None = None) -> Runtime:
+        """The engine of a loop: ``backend``, else the plan's ``backend:``, else this facade's."""
+        name, options = plan.backend_choice()
+        if (backend or name) in (None, self._runtime.backend.name) and not (name and options):
+            return self._runtime
+        from autoresearch.runtime import runtime_for_plan
 
-        return Runtime(self._ledger.home, backend=get_backend(plan.backend.kind, **plan.backend.options))
+        return runtime_for_plan(self._ledger.home, plan, backend)
 
     def _job_row(self, job_id: int | str, project: str | None) -> Any:
         text = str(job_id).strip()
@@ -316,6 +320,19 @@ def load_plan(path: str | Path) -> Any:
     from autoresearch.loop.plan import load_plan as load
 
     return load(path)
+
+
+def check_backends(home: str | os.PathLike[str] | None = None, probe: bool = True,
+                   timeout: float = 10.0) -> list[Any]:
+    """Every backend profile of ``home``'s config.yaml and every kind: capabilities and, with
+    ``probe``, whether it answers (BackendCheck rows). No engine is opened for the home's ledger,
+    so a default backend that is down or broken is reported, not raised. SpecError: a broken
+    config.yaml."""
+    from autoresearch.backends.check import check
+
+    if not 0 < timeout <= 600:
+        raise SpecError(f"timeout must be in (0, 600] seconds, got {timeout}", hint="e.g. --timeout 10")
+    return check(home, probe, timeout)
 
 
 def schema(what: str) -> dict[str, Any]:

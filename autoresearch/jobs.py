@@ -29,7 +29,8 @@ def submit(runtime: Runtime, spec: Any, project: str = "") -> int:
     from autoresearch.spec import JobSpec, make_spec  # pydantic stays off the read paths
 
     ledger = runtime.ledger
-    job = spec if isinstance(spec, JobSpec) else make_spec(dict(spec))
+    job = spec if isinstance(spec, JobSpec) else make_spec(dict(spec),
+                                                           containers=runtime.backend.capabilities.containers)
     runtime.backend.check(job)  # what the backend cannot do is refused here, never retried
     check_capacity(runtime, job.gpus, job.nodes)
     from autoresearch import isolation  # submits only: reads stay light
@@ -90,7 +91,7 @@ def log_page(runtime: Runtime, job: Any, att: Any, tail_lines: int | None = None
         raise SpecError("offset must be >= 0", hint="offset 0 is the start of the log")
     if tail_lines is not None and tail_lines < 1:
         raise SpecError("tail_lines must be >= 1", hint="leave it out to read from an offset")
-    backend = runtime.backend
+    backend = runtime.for_backend(job["backend"]).backend  # the job's own, in a home of several
     ext = att["external_id"]
     size = backend.log_size(ext)
     secrets = job_secrets(json.loads(job["spec"]))  # masked with '*' of the same length: offsets stay exact

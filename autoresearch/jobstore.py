@@ -23,7 +23,7 @@ from autoresearch.errors import NotFoundError
 from autoresearch.ledger import Ledger
 
 _REASON_CHARS = 300
-_ATTEMPT_WITH_JOB = ("SELECT a.*, j.priority, j.spec, j.retries_used, j.cancel_requested FROM attempts a "
+_ATTEMPT_WITH_JOB = ("SELECT a.*, j.priority, j.spec, j.retries_used, j.cancel_requested, j.backend FROM attempts a "
                      "JOIN jobs j ON j.id = a.job_id ")
 
 
@@ -138,9 +138,15 @@ class JobStore:
 
     # -- attempts: the pass ---------------------------------------------------------------
 
-    def active_attempts(self) -> list[sqlite3.Row]:
-        """Every starting or running attempt, with its job's priority, spec, retries and cancel flag."""
-        return self.ledger.query(_ATTEMPT_WITH_JOB + "WHERE a.state IN ('starting','running')")
+    def active_attempts(self, backend: str) -> list[sqlite3.Row]:
+        """Every starting or running attempt on ``backend``, with its job's priority, spec, retries and cancel flag."""
+        return self.ledger.query(_ATTEMPT_WITH_JOB + "WHERE a.state IN ('starting','running') AND j.backend=?",
+                                 (backend,))
+
+    def busy_backends(self) -> list[str]:
+        """The backends with queued or running jobs (a read runs a pass on each)."""
+        return [r["backend"] for r in self.ledger.query(
+            "SELECT DISTINCT backend FROM jobs WHERE state IN ('queued','starting','running')")]
 
     def attempt_with_job(self, job_id: int, n: int) -> sqlite3.Row | None:
         return self.ledger.one(_ATTEMPT_WITH_JOB + "WHERE a.job_id=? AND a.n=?", (job_id, n))
@@ -187,7 +193,8 @@ class JobStore:
         """Record why an active attempt is being stopped (the first reason stays); the attempt, or
         None when it is not active (nothing to stop)."""
         with self.ledger.tx() as c:
-            att = c.execute("SELECT * FROM attempts WHERE job_id=? AND n=?", (job_id, n)).fetchone()
+            att = c.execute("SELECT a.*, j.backend FROM attempts a JOIN jobs j ON j.id=a.job_id "
+                            "WHERE a.job_id=? AND a.n=?", (job_id, n)).fetchone()
             if att is None or att["state"] not in ("starting", "running"):
                 return None
             if att["stop_reason"] is None:

@@ -4,7 +4,7 @@ One module per group of commands, each with ``add_parser(sub)`` (argparse only: 
 call imports them all) and ``run(args) -> int`` (which imports what it needs):
 :mod:`.jobs` (submit, status, list, logs, metrics, cancel, nodes, cordon), :mod:`.loop`
 (``autoresearch plan.yaml``, run, schema, report), :mod:`.serve` (the MCP server) and
-:mod:`.tracking` (ui, sync). They reach the system only through
+:mod:`.tracking` (ui, sync), :mod:`.backends` (profiles and whether each answers). They reach the system only through
 :class:`autoresearch.api.Api`; :mod:`._render` prints.
 
 Reads print rich tables for people and JSON with ``--json``. Errors print message
@@ -18,10 +18,10 @@ import argparse
 import sys
 from typing import Any
 
-from autoresearch.cli import jobs, loop, serve, tracking
+from autoresearch.cli import backends, jobs, loop, serve, tracking
 from autoresearch.errors import AutoresearchError
 
-COMMANDS = (jobs, serve, tracking, loop)  # the order of `autoresearch --help`
+COMMANDS = (jobs, backends, serve, tracking, loop)  # the order of `autoresearch --help`
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,4 +61,4 @@ def open_api(args: argparse.Namespace) -> Any:
     """The facade for ``--home`` (imported here, not at the top: ``--help`` stays instant)."""
     from autoresearch.api import Api
 
-    return Api(args.home)
+    return Api(args.home, getattr(args, "backend", None))

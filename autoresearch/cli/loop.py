@@ -21,6 +21,8 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--project", default=None,
                    help="the project a new loop and its trial jobs belong to (default ''; MCP tokens see only "
                         "their project's loops and jobs); an existing loop keeps its own")
+    r.add_argument("--backend", metavar="NAME", help="run the trials on this backend profile (config.yaml) or kind, "
+                   "over the plan's backend:")
     r.set_defaults(handler=run)
 
     s = sub.add_parser("schema", help="print the JSON Schema of a plan (or a job spec)")
@@ -82,9 +84,11 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if live is not None:
             with live:
-                view = api.run_loop(plan, resume=args.resume, on_update=on_update, project=args.project)
+                view = api.run_loop(plan, resume=args.resume, on_update=on_update, project=args.project,
+                                    backend=args.backend)
         else:
-            view = api.run_loop(plan, resume=args.resume, on_update=on_update, project=args.project)
+            view = api.run_loop(plan, resume=args.resume, on_update=on_update, project=args.project,
+                                backend=args.backend)
     except AutoresearchError as err:
         if err.code != "interrupted":
             raise
@@ -110,7 +114,7 @@ def _interrupted(api: Any, plan: Any, err: Any, args: argparse.Namespace) -> int
             answer = ""
         stop = answer in ("y", "yes")
     if stop:
-        stopped = api.stop_trials(plan, "stopped by the user after Ctrl-C")
+        stopped = api.stop_trials(plan, "stopped by the user after Ctrl-C", backend=args.backend)
         print(f"stopped {len(stopped)} trial(s); resume later with: autoresearch run {args.plan} --resume",
               file=sys.stderr)
     else:

@@ -97,12 +97,13 @@ def parse_plan(data: Any, source: str = "plan", base_dir: str | Path | None = No
         raise
     except SpecError as err:  # a duration or size the shared parsers refused
         raise PlanError(f"{source}: {err.message}", hint=err.hint) from None
-    from autoresearch.backends import check_options
+    from autoresearch.backends import check_options, is_kind
     from autoresearch.loop.proposers import check_kind
 
     check_kind(plan.proposer.kind)
     try:
-        check_options(plan.backend.kind, plan.backend.options)
+        if is_kind(plan.backend.kind):  # a profile's name is resolved (and checked) in the home the loop runs in
+            check_options(plan.backend.kind, plan.backend.options)
     except SpecError as err:
         raise PlanError(f"{source}: {err.message}", hint=err.hint) from None
     _check_trial_spec(plan, source)
@@ -133,7 +134,7 @@ def _check_trial_spec(plan: Plan, source: str) -> None:
     try:
         JobSpec.model_validate({"name": plan.name, "command": command or [""], "shell": t.shell, "env": t.env, "gpus": t.gpus,
                                 "cpus": t.cpus, "memory": t.memory, "max_retries": t.max_retries,
-                                "tags": plan.tags})
+                                "tags": plan.tags, "image": t.image, "mounts": t.mounts})
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])

@@ -220,6 +220,8 @@ def start_loop(runtime: Any, plan_path: str | Path, resume: bool = False, wait_s
         argv.append("--resume")
     if project is not None:
         argv += ["--project", project]
+    if plan.backend_choice()[0] is None:  # the caller's backend (serve --backend), not the detached process's default
+        argv += ["--backend", runtime.backend.name]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=str(Path(plan_path).resolve().parent))

@@ -43,7 +43,7 @@ def test_gpus_on_a_backend_without_gpus_name_one_that_has_them(home: Path) -> No
     api = Api(home, backend=fake)
     with pytest.raises(SpecError, match="the fake backend has no GPUs") as err:
         submit(api, gpus=1)
-    assert "use gpus: 0, or submit to a backend with GPUs: local" in err.value.hint
+    assert "use gpus: 0, or submit to a backend with GPUs: " in err.value.hint and "local" in err.value.hint
     nothing_written(api, fake)
 
 
@@ -52,7 +52,7 @@ def test_best_effort_needs_a_backend_that_preempts(home: Path) -> None:
     api = Api(home, backend=fake)
     with pytest.raises(SpecError, match="cannot preempt") as err:
         submit(api, priority="best-effort")
-    assert "use priority: normal, or submit to a backend that preempts: local" in err.value.hint
+    assert "use priority: normal, or submit to a backend that preempts: " in err.value.hint and "local" in err.value.hint
     nothing_written(api, fake)
     assert submit(api, priority="normal").state == "starting"  # what it can do still starts
 
@@ -68,8 +68,8 @@ def test_an_image_on_a_backend_without_containers_is_refused(home: Path) -> None
 
 
 def test_hints_never_name_the_fake() -> None:
-    assert able("preemption") == ["local"] and able("gpus") == ["local"]
-    assert able("multi_node") == []  # the fake can, but it runs nothing
+    assert "fake" not in able("preemption") + able("gpus") + able("multi_node")  # the fake can, but runs nothing
+    assert "local" in able("preemption") and "local" in able("gpus")
 
 
 def test_cli_refuses_a_gang_job_with_exit_2_and_a_hint(home: Path, tmp_path: Path) -> None:
