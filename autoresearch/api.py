@@ -315,11 +315,12 @@ class Api:
         return view
 
 
-def load_plan(path: str | Path) -> Any:
-    """A validated plan.yaml (:class:`autoresearch.loop.plan.Plan`); PlanError names what is wrong."""
+def load_plan(path: str | Path, home: str | os.PathLike[str] | None = None) -> Any:
+    """A validated plan.yaml (:class:`autoresearch.loop.plan.Plan`); PlanError names what is wrong.
+    ``home``: whose config.yaml names the plan's backend profile (default $AUTORESEARCH_HOME)."""
     from autoresearch.loop.plan import load_plan as load
 
-    return load(path)
+    return load(path, home=home)
 
 
 def check_backends(home: str | os.PathLike[str] | None = None, probe: bool = True,

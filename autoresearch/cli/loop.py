@@ -72,7 +72,7 @@ def _run(args: argparse.Namespace) -> int:
     from autoresearch.errors import AutoresearchError
     from autoresearch.views import to_dict
 
-    plan = load_plan(args.plan)  # one clear error before anything is opened
+    plan = load_plan(args.plan, home=args.home)  # one clear error before anything is opened
     api = open_api(args)
     live = None
     on_update = None

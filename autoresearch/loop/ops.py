@@ -197,7 +197,7 @@ def start_loop(runtime: Any, plan_path: str | Path, resume: bool = False, wait_s
     from autoresearch.loop.plan import load_plan
     from autoresearch.loop.proposers import resolve_kind
 
-    plan = load_plan(plan_path)
+    plan = load_plan(plan_path, home=runtime.ledger.home)
     if check is not None:
         check(plan)
     kind = resolve_kind(plan)

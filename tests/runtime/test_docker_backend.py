@@ -138,3 +138,38 @@ def test_bad_options_are_refused_with_a_hint(options: dict[str, Any]) -> None:
     with pytest.raises(SpecError) as err:
         DockerBackend(**options)
     assert err.value.hint
+
+
+def test_a_docker_profile_runs_a_job_end_to_end_through_the_cli(home: Path, fake_docker: Path,
+                                                                tmp_path: Path) -> None:
+    from tests.conftest import wait_for
+    from tests.runtime.test_cli import cli
+
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text("backends:\n  box: {kind: docker, image: 'python:3.11-slim', gpus: 2}\n")
+    data = tmp_path / "data"
+    data.mkdir()
+    target = f"/ar-test-{os.getpid()}-{time.monotonic_ns()}"  # a path inside the container, none on the host
+    job = cli("submit", "--backend", "box", "--gpus", "1", "--mount", f"{target}={data}", "--env", "LR=0.1", "--",
+              sys.executable, "-c", "import os; print('loss: 0.5'); print('lr', os.environ['LR'])").stdout.strip()
+    from autoresearch.api import Api
+
+    # Reads that run no pass: the container's waiter runs the pass of `box` (on_exit) when it ends.
+    wait_for(lambda: Api(home).status(job, refresh=False).state == "succeeded", timeout=60)  # type: ignore[union-attr]
+    view = json.loads(cli("status", job, "--json").stdout)
+    assert view["attempt_list"][0]["node"].startswith("docker@")
+    assert "lr 0.1" in cli("logs", job).stdout
+    assert json.loads(cli("metrics", job, "--json").stdout)[0]["last"] == 0.5
+    argv = calls(fake_docker, "run")[0]["argv"]
+    assert f"{data}:{target}" in argv and not os.path.lexists(target)  # a bind mount, no link on the host
+    assert argv[argv.index("--gpus") + 1] == '"device=0"'
+    wait_for(lambda: calls(fake_docker, "rm"))  # released once the ledger recorded the ending
+
+
+def test_a_relative_mount_target_is_refused_for_containers(home: Path, fake_docker: Path, tmp_path: Path) -> None:
+    from tests.runtime.test_cli import cli
+
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text("backends:\n  box: {kind: docker, image: 'python:3.11-slim'}\n")
+    proc = cli("submit", "--backend", "box", "--mount", f"data={tmp_path}", "--", "true", check=False)
+    assert proc.returncode == 2 and "absolute path inside the container" in proc.stderr
