@@ -139,6 +139,10 @@ class Api:
                                 running.get(r["name"], 0)))
         return out
 
+    def backends(self, probe: bool = True, timeout: float = 10.0) -> list[Any]:
+        """This home's backend profiles and kinds: capabilities and whether each answers (:func:`check_backends`)."""
+        return check_backends(self._ledger.home, probe, timeout)
+
     def cluster(self, project: str | None = None) -> ClusterView:
         nodes = self.nodes()
         queued = {p: 0 for p in ("critical", "normal", "best-effort")}
