@@ -113,7 +113,11 @@ def open_backend(name: str, home: str | os.PathLike[str] | None, **options: obje
     profile = profiles.resolve(name, home)
     merged = {**profile.options, **options}
     check_options(profile.kind, merged)
-    backend = _factory(profile.kind)(**merged)
+    try:
+        backend = _factory(profile.kind)(**merged)
+    except SpecError as err:  # an option the backend itself refused: say which profile holds it
+        where = f"profile {name!r} ({profiles.config_path(home)})" if name != profile.kind else f"backend {name!r}"
+        raise SpecError(f"{where}: {err.message}", hint=err.hint) from None
     if backend.name != name:
         backend.name = name
     return backend

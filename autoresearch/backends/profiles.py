@@ -124,8 +124,9 @@ def _parse(path: Path, data: Any) -> Config:
         options = {str(k): v for k, v in body.items() if k != "kind"}
         try:
             check_options(kind, options)
+            _check_types(kind, options)
         except SpecError as err:
-            raise _bad(path, f"backends.{name}: {err.message}", err.hint) from None
+            raise _bad(path, f"backends.{name}: {err.message.removeprefix('backend.options: ')}", err.hint) from None
         profiles[name] = Profile(name, kind, options)
     default = data.get("default")
     if default is not None:
@@ -154,6 +155,56 @@ def resolve(name: str, home: str | os.PathLike[str] | None = None) -> Profile:
 def default_name(home: str | os.PathLike[str] | None = None) -> str:
     """The backend to use when nobody named one: AUTORESEARCH_BACKEND, the config's default, local."""
     return os.environ.get("AUTORESEARCH_BACKEND") or load(home).default or "local"
+
+
+def _check_types(kind: str, options: dict[str, Any]) -> None:
+    """An option of the wrong type (a list where a name goes) is refused here, not deep in a pass.
+    Only plain annotations are checked (str, int, float, bool, list[str], their unions with None)."""
+    import typing
+
+    from autoresearch.backends import _factory
+
+    factory = _factory(kind)
+    try:
+        hints = typing.get_type_hints(getattr(factory, "__init__") if isinstance(factory, type) else factory)  # noqa: B009
+    except Exception:  # noqa: BLE001 - an annotation we cannot resolve: the backend judges its own options
+        return
+    for key, value in options.items():
+        hint = hints.get(key)
+        allowed = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, _UnionType) else (hint,)
+        if hint is None or not all(_plain(t) for t in allowed):
+            continue
+        if not any(_fits(value, t) for t in allowed):
+            names = " or ".join(_WORDS.get(t, "a list of text") for t in allowed)
+            raise SpecError(f"option {key} must be {names}, got {str(value)[:60]!r}", hint=f"write {key}: <{names}>")
+
+
+_UnionType = type(int | None)
+_WORDS = {str: "text (one line, no NUL)", int: "a whole number", float: "a finite number", bool: "true or false",
+          type(None): "null"}
+
+
+def _plain(t: Any) -> bool:
+    import typing
+
+    return t in (str, int, float, bool, type(None)) or (typing.get_origin(t) is list and typing.get_args(t) == (str,))
+
+
+def _fits(value: Any, t: Any) -> bool:
+    import math
+    import typing
+
+    if t is type(None):
+        return value is None
+    if t is bool:
+        return isinstance(value, bool)
+    if t is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if t is float:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if typing.get_origin(t) is list:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    return isinstance(value, t) and "\0" not in str(value)
 
 
 def _near(word: str, choices: Any, what: str) -> str:

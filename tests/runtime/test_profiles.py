@@ -216,3 +216,17 @@ def test_backends_masks_secret_options(home: Path) -> None:
 
     masked = _masked({"api_token": "s3cret", "image": "x"})
     assert "s3cret" not in json.dumps(masked) and masked["image"] == "x"
+
+
+@pytest.mark.parametrize(("options", "words"), [
+    ("{kind: local, node_name: [1, 2]}", "node_name must be text"),
+    ("{kind: docker, gpus: true}", "gpus must be a whole number"),
+    ("{kind: docker, timeout: .nan}", "timeout must be a finite number"),
+    ("{kind: docker, run_args: --rm}", "run_args must be a list of text"),
+    ("{kind: docker, gpus: 99999999999999999999}", "profile 'box'"),
+])
+def test_an_option_of_the_wrong_type_is_refused_when_the_config_is_read(home: Path, options: str, words: str) -> None:
+    write_config(home, f"backends: {{box: {options}}}\n")
+    with pytest.raises(SpecError) as err:
+        open_backend("box", home)
+    assert words in err.value.message and err.value.hint
