@@ -51,6 +51,11 @@ def check_capacity(runtime: Runtime, gpus: int, nodes: int) -> None:
     if not runtime.backend.capabilities.places:
         return
     runtime.refresh_nodes()
+    for node, other in runtime.node_clash.items():
+        raise SpecError(f"backend {runtime.backend.name!r} reports node {node!r}, which backend {other!r} of this "
+                        "home reports already (node names are unique in a home)",
+                        hint=f"give profile {runtime.backend.name!r} its own node_name: in config.yaml "
+                             "(two backends on one machine also share its GPUs: give each its own, or use one)")
     # Capacity is what exists, cordoned or not (a cordoned node comes back); the wait for
     # a usable one is the queue's business, as with Slurm's drained nodes.
     rows = runtime.jobs.node_sizes(runtime.backend.name)

@@ -64,6 +64,7 @@ class Runtime:
             backend = open_backend(backend or profiles.default_name(self.ledger.home), self.ledger.home,
                                    **(options or {}))
         self.backend = backend
+        self.node_clash: dict[str, str] = {}  # node name -> the other backend that reports it (refresh_nodes)
         self._others: dict[str, Runtime] = {backend.name: self}
 
     def for_backend(self, name: str) -> Runtime:
@@ -71,7 +72,7 @@ class Runtime:
         other = self._others.get(name)
         if other is None:
             other = Runtime.__new__(Runtime)
-            other.ledger, other.jobs, other._others = self.ledger, self.jobs, self._others
+            other.ledger, other.jobs, other._others, other.node_clash = self.ledger, self.jobs, self._others, {}
             other.backend = open_backend(name, self.ledger.home)  # SpecError when the profile is gone
             self._others[name] = other
         return other
@@ -123,6 +124,11 @@ class Runtime:
     def refresh_nodes(self) -> None:
         now = time.time()
         seen = self.backend.nodes()
+        # Nodes are named once per home: a name another backend reports stays that backend's (no
+        # tug of war on every pass); a submit to this one is refused naming the clash (jobs.check_capacity).
+        self.node_clash = self.jobs.node_owners([n.name for n in seen], self.backend.name)
+        if self.node_clash:
+            seen = [n for n in seen if n.name not in self.node_clash]
         known = {r["name"]: (r["gpu_ids"], r["cpus"], r["memory"], r["state"])
                  for r in self.jobs.nodes(self.backend.name)}
         current = {n.name: (json.dumps(n.gpu_ids), n.cpus, n.memory) for n in seen}

@@ -230,3 +230,13 @@ def test_an_option_of_the_wrong_type_is_refused_when_the_config_is_read(home: Pa
     with pytest.raises(SpecError) as err:
         open_backend("box", home)
     assert words in err.value.message and err.value.hint
+
+
+def test_two_backends_reporting_one_node_name_refuse_the_second_submit_and_reads_go_on(home: Path) -> None:
+    write_config(home, "backends: {box: {kind: local}}\n")  # the same host name as the built-in local
+    assert cli("submit", "--", "true").returncode == 0
+    proc = cli("submit", "--backend", "box", "--", "true", check=False)
+    assert proc.returncode == 2 and "which backend 'local'" in proc.stderr and "node_name" in proc.stderr
+    assert cli("status").returncode == 0 and cli("nodes", "--json").returncode == 0
+    nodes = json.loads(cli("nodes", "--json").stdout)["nodes"]
+    assert [n["backend"] for n in nodes] == ["local"]  # no tug of war over the row
