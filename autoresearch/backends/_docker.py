@@ -32,6 +32,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -42,6 +43,7 @@ from typing import Any
 from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo
 from autoresearch.errors import BackendError, SpecError
 
+IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}$")  # a reference: never an option ("--privileged")
 START_GRACE_S = 15.0  # a request with no container after this long never started
 REQUEST, FINAL, STOP, TIMED_OUT, LOG_DONE = "request.json", "final.json", "stop.json", "timed_out", "log.complete"
 # Variables of the launching host that mean nothing inside an image (its own PATH, HOME, ...).
@@ -69,6 +71,9 @@ class DockerBackend(Backend):
             if value is not None and (not isinstance(value, str) or "\0" in value or "\n" in value):
                 raise SpecError(f"docker backend: {key} must be one line of text, got {value!r:.60}",
                                 hint=f"write {key}: <text> in the profile")
+        if image and not IMAGE.match(image):
+            raise SpecError(f"docker backend: image {image[:80]!r} is not an image reference",
+                            hint="e.g. image: python:3.11-slim or registry.example.com/team/train:v3")
         if pull not in (None, "missing", "always", "never"):
             raise SpecError(f"docker backend: pull {pull!r} is not missing, always or never", hint="e.g. pull: missing")
         if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= 4096):
@@ -121,9 +126,13 @@ class DockerBackend(Backend):
 
     def check(self, spec: Any) -> None:
         super().check(spec)
-        if not (str(getattr(spec, "image", "") or "") or self.image):
+        image = str(getattr(spec, "image", "") or "")
+        if not (image or self.image):
             raise SpecError(f"the {self.name} backend runs every job in a container, and this one names no image",
                             hint="give image: (--image python:3.11-slim), or image: in the backend's profile")
+        if image and not IMAGE.match(image):
+            raise SpecError(f"image {image[:80]!r} is not an image reference",
+                            hint="name one like python:3.11-slim or registry.example.com/team/train:v3")
 
     def nodes(self) -> list[NodeInfo]:
         from autoresearch.backends._local import _memory_mb, local_gpu_ids
@@ -135,8 +144,9 @@ class DockerBackend(Backend):
         if request.nodes > 1:
             raise BackendError("the docker backend runs single-node jobs", hint="use nodes: 1")
         image = request.image or self.image
-        if not image:
-            raise BackendError("no image for a container", hint="give the job image:, or the profile image:")
+        if not IMAGE.match(image):  # checked at submit too: never an option on docker's command line
+            raise BackendError(f"no usable image for a container ({image[:80]!r})",
+                               hint="give the job image:, or the profile image:")
         run_dir = request.run_dir
         name = container_name(request.key, run_dir)
         os.makedirs(run_dir, mode=0o700, exist_ok=True)
@@ -171,7 +181,8 @@ class DockerBackend(Backend):
         if self.pull:
             argv += ["--pull", self.pull]
         env = {k: v for k, v in request.env.items()
-               if k not in _HOST_ONLY and (os.environ.get(k) != v or k.startswith(("AUTORESEARCH_", "MLFLOW_")))}
+               if k and "=" not in k and k not in _HOST_ONLY
+               and (os.environ.get(k) != v or k.startswith(("AUTORESEARCH_", "MLFLOW_")))}
         env.pop("AUTORESEARCH_HOME", None)  # the home is not mounted: a trial finds nothing there
         binds: dict[str, str] = {request.workdir: request.workdir, os.path.dirname(request.log_path):
                                  os.path.dirname(request.log_path)}

@@ -173,3 +173,15 @@ def test_a_relative_mount_target_is_refused_for_containers(home: Path, fake_dock
     (home / "config.yaml").write_text("backends:\n  box: {kind: docker, image: 'python:3.11-slim'}\n")
     proc = cli("submit", "--backend", "box", "--mount", f"data={tmp_path}", "--", "true", check=False)
     assert proc.returncode == 2 and "absolute path inside the container" in proc.stderr
+
+
+@pytest.mark.parametrize("image", ["--privileged", "-v/:/host", "python 3", "a\nb", "x" * 600])
+def test_an_image_that_is_not_a_reference_is_refused(image: str, home: Path, fake_docker: Path,
+                                                     tmp_path: Path) -> None:
+    from autoresearch.spec import JobSpec
+
+    with pytest.raises(SpecError):
+        DockerBackend(image="python:3.11").check(JobSpec.model_construct(command=["true"], image=image))
+    with pytest.raises(BackendError):
+        DockerBackend().start(request(tmp_path, image=image))
+    assert not (fake_docker / "calls.jsonl").exists() or not calls(fake_docker, "run")

@@ -240,3 +240,12 @@ def test_two_backends_reporting_one_node_name_refuse_the_second_submit_and_reads
     assert cli("status").returncode == 0 and cli("nodes", "--json").returncode == 0
     nodes = json.loads(cli("nodes", "--json").stdout)["nodes"]
     assert [n["backend"] for n in nodes] == ["local"]  # no tug of war over the row
+
+
+def test_backends_refuses_a_timeout_that_is_not_seconds_and_lists_without_probing(home: Path) -> None:
+    for bad in ("nan", "inf", "-1", "0"):
+        proc = cli("backends", "--timeout", bad, check=False)
+        assert proc.returncode == 2 and "hint:" in proc.stderr, (bad, proc.stderr)
+    rows = json.loads(cli("backends", "--no-probe", "--json").stdout)
+    local = next(r for r in rows if r["name"] == "local")
+    assert local["ok"] is None and local["default"] and "places" in local["capabilities"]
