@@ -301,7 +301,7 @@ class Api:
             command=command, workdir=spec.get("workdir", ""), experiment=job["experiment"],
             submitted_at=job["submitted_at"], started_at=job["started_at"], ended_at=job["ended_at"],
             attempts=job["attempts"], exit_code=job["exit_code"], end_reason=job["end_reason"],
-            cancelling=bool(job["cancel_requested"]) and job["state"] not in FINAL, tags=tags,
+            cancelling=bool(job["cancel_requested"]) and job["state"] not in FINAL, tags=tags, backend=job["backend"],
         )
         if not detail:
             return view

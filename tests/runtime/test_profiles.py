@@ -109,7 +109,8 @@ def test_submit_backend_flag_and_two_profiles_in_one_home(home: Path) -> None:
     b = cli("submit", "--backend", "beta", "--", "/bin/sh", "-c", "echo from-beta").stdout.strip()
     wait_for(lambda: all(json.loads(cli("status", j, "--json").stdout)["state"] == "succeeded" for j in (a, b)))
     view = json.loads(cli("status", b, "--json").stdout)
-    assert view["attempt_list"][0]["node"] == "node-b"
+    assert view["attempt_list"][0]["node"] == "node-b" and view["backend"] == "beta"
+    assert "backend=beta" in cli("status", b).stdout
     assert "from-beta" in cli("logs", b).stdout  # read through the job's own backend
     nodes = {n["name"]: n["backend"] for n in json.loads(cli("nodes", "--json").stdout)["nodes"]}
     assert nodes["node-a"] == "alpha" and nodes["node-b"] == "beta"
