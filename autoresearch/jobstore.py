@@ -262,7 +262,8 @@ class JobStore:
             for node in seen:
                 c.execute(
                     "INSERT INTO nodes(name, backend, gpus, gpu_ids, cpus, memory, state, reason, updated_at) "
-                    "VALUES (?,?,?,?,?,?,'healthy','',?) ON CONFLICT(name) DO UPDATE SET gpus=excluded.gpus, "
+                    "VALUES (?,?,?,?,?,?,'healthy','',?) ON CONFLICT(name) DO UPDATE SET backend=excluded.backend, "
+                    "gpus=excluded.gpus, "
                     "gpu_ids=excluded.gpu_ids, cpus=excluded.cpus, memory=excluded.memory, "
                     "updated_at=excluded.updated_at, "
                     "state=CASE WHEN nodes.state='down' THEN 'healthy' ELSE nodes.state END",

@@ -126,7 +126,9 @@ class Runtime:
         seen = self.backend.nodes()
         # Nodes are named once per home: a name another backend reports stays that backend's (no
         # tug of war on every pass); a submit to this one is refused naming the clash (jobs.check_capacity).
-        self.node_clash = self.jobs.node_owners([n.name for n in seen], self.backend.name)
+        self.node_clash = {node: owner for node, owner in
+                           self.jobs.node_owners([n.name for n in seen], self.backend.name).items()
+                           if _still_exists(owner, self.ledger.home)}  # a removed profile's node is taken over
         if self.node_clash:
             seen = [n for n in seen if n.name not in self.node_clash]
         known = {r["name"]: (r["gpu_ids"], r["cpus"], r["memory"], r["state"])
@@ -286,6 +288,16 @@ class Runtime:
     def ingest_attempt(self, att: Any, final: bool = False) -> None:
         """Move new metric points of one attempt into the ledger; never raises but for the ledger."""
         ingest_attempt(self.ledger, self.backend, att, final)
+
+
+def _still_exists(backend: str, home: Path) -> bool:
+    from autoresearch.backends import profiles
+
+    try:
+        profiles.resolve(backend, home)
+    except AutoresearchError:
+        return False
+    return True
 
 
 def runtime_for_plan(home: str | os.PathLike[str] | None, plan: Any, backend: str | None = None) -> Runtime:

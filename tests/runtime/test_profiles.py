@@ -250,3 +250,11 @@ def test_backends_refuses_a_timeout_that_is_not_seconds_and_lists_without_probin
     rows = json.loads(cli("backends", "--no-probe", "--json").stdout)
     local = next(r for r in rows if r["name"] == "local")
     assert local["ok"] is None and local["default"] and "places" in local["capabilities"]
+
+
+def test_a_removed_profiles_node_is_taken_over(home: Path) -> None:
+    write_config(home, "default: box\nbackends: {box: {kind: local}}\n")
+    assert cli("submit", "--", "true").returncode == 0  # box registers this host's node
+    (home / "config.yaml").unlink()  # box is gone: the built-in local reports the same host name
+    assert cli("submit", "--", "true").returncode == 0
+    assert [n["backend"] for n in json.loads(cli("nodes", "--json").stdout)["nodes"]] == ["local"]
