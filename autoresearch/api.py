@@ -103,7 +103,7 @@ class Api:
                refresh: bool = True) -> JobView | list[JobView]:
         """One job in detail, or the most recent jobs."""
         if refresh:
-            self._runtime.tick(wait=False)
+            self._runtime.tick_all(wait=False)
         if job_id is None:
             return self.list_jobs(project=project, limit=limit, refresh=False).jobs
         return self._view(self._job_row(job_id, project), detail=True)
@@ -117,7 +117,7 @@ class Api:
         if limit < 1 or limit > 1000:
             raise SpecError(f"limit must be 1..1000, got {limit}", hint="use a cursor to page instead")
         if refresh:
-            self._runtime.tick(wait=False)
+            self._runtime.tick_all(wait=False)
         rows = self._jobs.jobs_page(state, experiment, project, cursor, limit + 1)
         more = len(rows) > limit
         rows = rows[:limit]
@@ -137,7 +137,7 @@ class Api:
                 max_points: int = 200, project: str | None = None, refresh: bool = True) -> list[MetricView]:
         """Per metric: last, best, step, count; optionally the series downsampled."""
         if refresh:
-            self._runtime.tick(wait=False)  # callers read the job's state beside its metrics
+            self._runtime.tick_all(wait=False)  # callers read the job's state beside its metrics
         job = self._job_row(job_id, project)
         self._runtime.ingest(job["id"])
         rows = self._jobs.metric_points(job["id"])
@@ -156,7 +156,7 @@ class Api:
         return out
 
     def nodes(self) -> list[NodeView]:
-        self._runtime.tick(wait=False)
+        self._runtime.tick_all(wait=False)
         used: dict[str, set[str]] = {}
         running: dict[str, int] = {}
         for r in self._jobs.busy_gpus():
@@ -177,6 +177,10 @@ class Api:
                                 running.get(r["name"], 0), r["since"] or r["updated_at"],
                                 findings.get(r["name"], [])))
         return out
+
+    def backends(self, probe: bool = True, timeout: float = 10.0) -> list[Any]:
+        """This home's backend profiles and kinds: capabilities and whether each answers (:func:`check_backends`)."""
+        return check_backends(self._ledger.home, probe, timeout)
 
     def cluster(self, project: str | None = None) -> ClusterView:
         nodes = self.nodes()
@@ -218,13 +222,13 @@ class Api:
 
     def run_loop(self, plan: Any, resume: bool = False, project: str | None = None,
                  on_update: Callable[[Any], None] | None = None, hard_budgets: bool = False,
-                 max_wall: float | None = None) -> Any:
+                 max_wall: float | None = None, backend: str | None = None) -> Any:
         """Run a plan's loop here, in the foreground, until it ends (``autoresearch plan.yaml``); its
-        final LoopView. Ctrl-C raises LoopInterrupted (code ``interrupted``); see :meth:`stop_trials`.
+        final LoopView. ``backend`` (a profile or kind) overrides the plan's. Ctrl-C raises LoopInterrupted (code ``interrupted``); see :meth:`stop_trials`.
         ``hard_budgets``/``max_wall``: CI's hard stops (every budget stops running trials; a wall cap)."""
         from autoresearch.loop.controller import Controller
 
-        controller = Controller(plan, runtime=self._runtime_for(plan), resume=resume, on_update=on_update,
+        controller = Controller(plan, runtime=self._runtime_for(plan, backend), resume=resume, on_update=on_update,
                                 project=project, hard_budgets=hard_budgets, max_wall=max_wall)
         return controller.run()
 
@@ -289,11 +293,11 @@ class Api:
 
         check_paths(paths)
 
-    def stop_trials(self, plan: Any, reason: str) -> list[int]:
+    def stop_trials(self, plan: Any, reason: str, backend: str | None = None) -> list[int]:
         """Stop the running trials of a plan's loop (after an interrupt); their job ids."""
         from autoresearch.loop import ops
 
-        return ops.stop_running(self._runtime_for(plan), plan.name, reason)
+        return ops.stop_running(self._runtime_for(plan, backend), plan.name, reason)
 
     def loop_status(self, name: str, project: str | None = None) -> tuple[Any, bool]:
         """A loop's view (LoopView) and whether a controller is running it now."""
@@ -362,11 +366,14 @@ class Api:
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def _runtime_for(self, plan: Any) -> Runtime:
-        """The engine on a plan's backend (``backend:`` in the plan), sharing this facade's home."""
-        from autoresearch.backends import get_backend
+    def _runtime_for(self, plan: Any, backend: str | None = None) -> Runtime:
+        """The engine of a loop: ``backend``, else the plan's ``backend:``, else this facade's."""
+        name, options = plan.backend_choice()
+        if (backend or name) in (None, self._runtime.backend.name) and not (name and options):
+            return self._runtime
+        from autoresearch.runtime import runtime_for_plan
 
-        return Runtime(self._ledger.home, backend=get_backend(plan.backend.kind, **plan.backend.options))
+        return runtime_for_plan(self._ledger.home, plan, backend)
 
     def _job_row(self, job_id: int | str, project: str | None) -> Any:
         text = str(job_id).strip()
@@ -396,7 +403,7 @@ class Api:
             command=command, workdir=spec.get("workdir", ""), experiment=job["experiment"],
             submitted_at=job["submitted_at"], started_at=job["started_at"], ended_at=job["ended_at"],
             attempts=job["attempts"], exit_code=job["exit_code"], end_reason=job["end_reason"],
-            cancelling=bool(job["cancel_requested"]) and job["state"] not in FINAL, tags=tags,
+            cancelling=bool(job["cancel_requested"]) and job["state"] not in FINAL, tags=tags, backend=job["backend"],
         )
         if not detail:
             return view
@@ -443,11 +450,25 @@ def local_health(home: str | os.PathLike[str] | None = None, drain: bool = False
     return view
 
 
-def load_plan(path: str | Path) -> Any:
-    """A validated plan.yaml (:class:`autoresearch.loop.plan.Plan`); PlanError names what is wrong."""
+def load_plan(path: str | Path, home: str | os.PathLike[str] | None = None) -> Any:
+    """A validated plan.yaml (:class:`autoresearch.loop.plan.Plan`); PlanError names what is wrong.
+    ``home``: whose config.yaml names the plan's backend profile (default $AUTORESEARCH_HOME)."""
     from autoresearch.loop.plan import load_plan as load
 
-    return load(path)
+    return load(path, home=home)
+
+
+def check_backends(home: str | os.PathLike[str] | None = None, probe: bool = True,
+                   timeout: float = 10.0) -> list[Any]:
+    """Every backend profile of ``home``'s config.yaml and every kind: capabilities and, with
+    ``probe``, whether it answers (BackendCheck rows). No engine is opened for the home's ledger,
+    so a default backend that is down or broken is reported, not raised. SpecError: a broken
+    config.yaml."""
+    from autoresearch.backends.check import check
+
+    if not 0 < timeout <= 600:
+        raise SpecError(f"timeout must be in (0, 600] seconds, got {timeout}", hint="e.g. --timeout 10")
+    return check(home, probe, timeout)
 
 
 def duration(value: object, what: str) -> float | None:

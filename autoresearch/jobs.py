@@ -29,7 +29,8 @@ def submit(runtime: Runtime, spec: Any, project: str = "") -> int:
     from autoresearch.spec import JobSpec, make_spec  # pydantic stays off the read paths
 
     ledger = runtime.ledger
-    job = spec if isinstance(spec, JobSpec) else make_spec(dict(spec))
+    job = spec if isinstance(spec, JobSpec) else make_spec(dict(spec),
+                                                           containers=runtime.backend.capabilities.containers)
     runtime.backend.check(job)  # what the backend cannot do is refused here, never retried
     check_capacity(runtime, job.gpus, job.nodes)
     from autoresearch import isolation  # submits only: reads stay light
@@ -72,6 +73,11 @@ def check_capacity(runtime: Runtime, gpus: int, nodes: int) -> None:
     if not runtime.backend.capabilities.places:
         return
     runtime.refresh_nodes()
+    for node, other in runtime.node_clash.items():
+        raise SpecError(f"backend {runtime.backend.name!r} reports node {node!r}, which backend {other!r} of this "
+                        "home reports already (node names are unique in a home)",
+                        hint=f"give profile {runtime.backend.name!r} its own node_name: in config.yaml "
+                             "(two backends on one machine also share its GPUs: give each its own, or use one)")
     # Capacity is what exists, cordoned or not (a cordoned node comes back); the wait for
     # a usable one is the queue's business, as with Slurm's drained nodes.
     rows = runtime.jobs.node_sizes(runtime.backend.name)
@@ -115,7 +121,7 @@ def log_page(runtime: Runtime, job: Any, att: Any, tail_lines: int | None = None
         raise SpecError("offset must be >= 0", hint="offset 0 is the start of the log")
     if tail_lines is not None and tail_lines < 1:
         raise SpecError("tail_lines must be >= 1", hint="leave it out to read from an offset")
-    backend = runtime.backend
+    backend = runtime.for_backend(job["backend"]).backend  # the job's own, in a home of several
     ext = att["external_id"]
     size = backend.log_size(ext)
     secrets = job_secrets(json.loads(job["spec"]))  # masked with '*' of the same length: offsets stay exact

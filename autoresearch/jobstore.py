@@ -23,7 +23,7 @@ from autoresearch.errors import NotFoundError
 from autoresearch.ledger import Ledger
 
 _REASON_CHARS = 300
-_ATTEMPT_WITH_JOB = ("SELECT a.*, j.priority, j.spec, j.retries_used, j.cancel_requested FROM attempts a "
+_ATTEMPT_WITH_JOB = ("SELECT a.*, j.priority, j.spec, j.retries_used, j.cancel_requested, j.backend FROM attempts a "
                      "JOIN jobs j ON j.id = a.job_id ")
 
 
@@ -82,6 +82,14 @@ class JobStore:
     def node_sizes(self, backend: str) -> list[sqlite3.Row]:
         """Name, GPUs and state of ``backend``'s nodes (cordoned or not)."""
         return self.ledger.query("SELECT name, gpus, state FROM nodes WHERE backend=?", (backend,))
+
+    def node_owners(self, names: list[str], backend: str) -> dict[str, str]:
+        """Which of ``names`` another backend of this home already reports (node name -> that backend)."""
+        if not names:
+            return {}
+        rows = self.ledger.query(f"SELECT name, backend FROM nodes WHERE backend!=? AND name IN "
+                                 f"({','.join('?' * len(names))})", (backend, *names))
+        return {r["name"]: r["backend"] for r in rows}
 
     def jobs_page(self, state: str | None, experiment: str | None, project: str | None, cursor: int | None,
                   limit: int) -> list[sqlite3.Row]:
@@ -149,9 +157,15 @@ class JobStore:
 
     # -- attempts: the pass ---------------------------------------------------------------
 
-    def active_attempts(self) -> list[sqlite3.Row]:
-        """Every starting or running attempt, with its job's priority, spec, retries and cancel flag."""
-        return self.ledger.query(_ATTEMPT_WITH_JOB + "WHERE a.state IN ('starting','running')")
+    def active_attempts(self, backend: str) -> list[sqlite3.Row]:
+        """Every starting or running attempt on ``backend``, with its job's priority, spec, retries and cancel flag."""
+        return self.ledger.query(_ATTEMPT_WITH_JOB + "WHERE a.state IN ('starting','running') AND j.backend=?",
+                                 (backend,))
+
+    def busy_backends(self) -> list[str]:
+        """The backends with queued or running jobs (a read runs a pass on each)."""
+        return [r["backend"] for r in self.ledger.query(
+            "SELECT DISTINCT backend FROM jobs WHERE state IN ('queued','starting','running')")]
 
     def attempt_with_job(self, job_id: int, n: int) -> sqlite3.Row | None:
         return self.ledger.one(_ATTEMPT_WITH_JOB + "WHERE a.job_id=? AND a.n=?", (job_id, n))
@@ -198,7 +212,8 @@ class JobStore:
         """Record why an active attempt is being stopped (the first reason stays); the attempt, or
         None when it is not active (nothing to stop)."""
         with self.ledger.tx() as c:
-            att = c.execute("SELECT * FROM attempts WHERE job_id=? AND n=?", (job_id, n)).fetchone()
+            att = c.execute("SELECT a.*, j.backend FROM attempts a JOIN jobs j ON j.id=a.job_id "
+                            "WHERE a.job_id=? AND a.n=?", (job_id, n)).fetchone()
             if att is None or att["state"] not in ("starting", "running"):
                 return None
             if att["stop_reason"] is None:
@@ -260,7 +275,8 @@ class JobStore:
             for node in seen:
                 c.execute(
                     "INSERT INTO nodes(name, backend, gpus, gpu_ids, cpus, memory, state, reason, updated_at) "
-                    "VALUES (?,?,?,?,?,?,'healthy','',?) ON CONFLICT(name) DO UPDATE SET gpus=excluded.gpus, "
+                    "VALUES (?,?,?,?,?,?,'healthy','',?) ON CONFLICT(name) DO UPDATE SET backend=excluded.backend, "
+                    "gpus=excluded.gpus, "
                     "gpu_ids=excluded.gpu_ids, cpus=excluded.cpus, memory=excluded.memory, "
                     "updated_at=excluded.updated_at, "
                     "since=CASE WHEN nodes.state='down' THEN excluded.updated_at ELSE nodes.since END, "

@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch import scheduler as S
-from autoresearch.backends import AttemptStatus, Backend, LaunchRequest, get_backend
+from autoresearch.backends import AttemptStatus, Backend, LaunchRequest, open_backend
 from autoresearch.errors import AutoresearchError, LedgerError, SpecError
 from autoresearch.guard import surviving
 from autoresearch.ingest import ingest_attempt
 from autoresearch.jobstore import JobStore, attempt_paths
 from autoresearch.ledger import Ledger
-from autoresearch.watcher import WAKE_FIFO, Watcher
+from autoresearch.watcher import Watcher, fifo_name
 
 ACTIVE = ("starting", "running")
 FINAL = ("succeeded", "failed", "cancelled")
@@ -48,13 +48,51 @@ CRASH_SIGNALS = frozenset({_signal.SIGSEGV, _signal.SIGABRT, _signal.SIGBUS, _si
 
 
 class Runtime:
-    def __init__(self, home: str | os.PathLike[str] | None = None, backend: Backend | str | None = None) -> None:
+    """The engine on one backend of a home. A home may hold jobs of several backends (profiles):
+    a pass reconciles and places only its own backend's jobs; reads and stops of another's
+    job go through that backend (:meth:`for_backend`)."""
+
+    def __init__(self, home: str | os.PathLike[str] | None = None, backend: Backend | str | None = None,
+                 options: dict[str, Any] | None = None) -> None:
+        """``backend``: an instance, or a profile or kind name (None: AUTORESEARCH_BACKEND, then
+        config.yaml's ``default:``, then local) opened with ``options``."""
         self.ledger = Ledger(home)
         self.jobs = JobStore(self.ledger)
         if backend is None or isinstance(backend, str):
-            backend = get_backend(backend or os.environ.get("AUTORESEARCH_BACKEND") or "local")
+            from autoresearch.backends import profiles
+
+            backend = open_backend(backend or profiles.default_name(self.ledger.home), self.ledger.home,
+                                   **(options or {}))
         self.backend = backend
         self._health: Any = None
+        self.node_clash: dict[str, str] = {}  # node name -> the other backend that reports it (refresh_nodes)
+        self._others: dict[str, Runtime] = {backend.name: self}
+
+    def for_backend(self, name: str) -> Runtime:
+        """The engine on backend ``name`` (a job's ``backend`` column) sharing this home's ledger."""
+        other = self._others.get(name)
+        if other is None:
+            other = Runtime.__new__(Runtime)
+            other.ledger, other.jobs, other._others = self.ledger, self.jobs, self._others
+            other.node_clash, other._health = {}, None
+            other.backend = open_backend(name, self.ledger.home)  # SpecError when the profile is gone
+            self._others[name] = other
+        return other
+
+    def tick_all(self, wait: bool = False) -> None:
+        """A pass on this backend, then on every other backend with unfinished jobs in this home
+        (a read sees them move too). Another backend's failure (gone from config.yaml, engine
+        down) never breaks the read; its jobs wait for a pass that can reach it."""
+        self.tick(wait=wait)
+        for name in self.jobs.busy_backends():
+            if name == self.backend.name:
+                continue
+            try:
+                self.for_backend(name).tick(wait=wait)
+            except LedgerError:
+                raise
+            except Exception:  # noqa: BLE001, S112 - a read shows the ledger's rows regardless
+                continue
 
     # -- the pass -----------------------------------------------------------------------
 
@@ -70,7 +108,7 @@ class Runtime:
             return True
 
     def reconcile(self) -> None:
-        for att in self.jobs.active_attempts():
+        for att in self.jobs.active_attempts(self.backend.name):
             with surviving(self.ledger, self.backend, "reconcile", att["job_id"], att["n"]):
                 self._reconcile_attempt(att)
 
@@ -98,7 +136,7 @@ class Runtime:
     def monitor(self) -> None:
         """The runtime monitor's round (rate-limited per node; most passes find nothing due, and
         then do not even load the health checks: a fresh on-exit process stays light)."""
-        active = self.jobs.active_attempts()
+        active = self.jobs.active_attempts(self.backend.name)
         waiting = self.jobs.any_health_cordon()  # a passing check may lift it (uncordon: preflight)
         if not active and not waiting:
             return
@@ -110,6 +148,13 @@ class Runtime:
     def refresh_nodes(self) -> None:
         now = time.time()
         seen = self.backend.nodes()
+        # Nodes are named once per home: a name another backend reports stays that backend's (no
+        # tug of war on every pass); a submit to this one is refused naming the clash (jobs.check_capacity).
+        self.node_clash = {node: owner for node, owner in
+                           self.jobs.node_owners([n.name for n in seen], self.backend.name).items()
+                           if _still_exists(owner, self.ledger.home)}  # a removed profile's node is taken over
+        if self.node_clash:
+            seen = [n for n in seen if n.name not in self.node_clash]
         known = {r["name"]: (r["gpu_ids"], r["cpus"], r["memory"], r["state"])
                  for r in self.jobs.nodes(self.backend.name)}
         current = {n.name: (json.dumps(n.gpu_ids), n.cpus, n.memory) for n in seen}
@@ -198,7 +243,7 @@ class Runtime:
                 timeout=spec.get("timeout"), grace=float(spec.get("grace", 10.0)),
                 on_exit=[sys.executable, "-m", "autoresearch.runtime", "--home", str(self.ledger.home),
                          "--backend", self.backend.name],
-                wake_fifo=str(self.ledger.home / WAKE_FIFO),
+                wake_fifo=str(self.ledger.home / fifo_name(self.backend.name)),
                 image=str(spec.get("image") or ""), mounts=dict(spec.get("mounts") or {}),
                 gpus=int(spec.get("gpus") or 0), cpus=float(spec.get("cpus") or 0), memory=int(spec.get("memory") or 0),
                 priority=str(spec.get("priority") or "normal"),
@@ -245,7 +290,7 @@ class Runtime:
         att = self.jobs.mark_stop(job_id, n, reason, **data)
         if att is None:
             return
-        self.backend.stop(att["external_id"])
+        self.for_backend(att["backend"]).backend.stop(att["external_id"])
 
     def finalize(self, att: Any, status: AttemptStatus) -> None:
         """Record how an attempt ended and what that means for its job."""
@@ -280,18 +325,41 @@ class Runtime:
         outbox.kick(self.ledger.home)  # mirror the ending to MLflow in the background (whichever process saw it)
 
     def watch(self) -> Watcher:
-        """Open a :class:`Watcher` on this runtime's home."""
-        return Watcher(self.ledger.home)
+        """Open a :class:`Watcher` on this runtime's home and backend."""
+        return Watcher(self.ledger.home, self.backend.name)
 
     # -- metrics --------------------------------------------------------------------------
 
     def ingest(self, job_id: int) -> None:
+        job = self.jobs.job(job_id)
+        runtime = self.for_backend(job["backend"]) if job is not None else self
         for att in self.jobs.unended_attempts(job_id):
-            self.ingest_attempt(att)
+            runtime.ingest_attempt(att)
 
     def ingest_attempt(self, att: Any, final: bool = False) -> None:
         """Move new metric points of one attempt into the ledger; never raises but for the ledger."""
         ingest_attempt(self.ledger, self.backend, att, final)
+
+
+def _still_exists(backend: str, home: Path) -> bool:
+    from autoresearch.backends import profiles
+
+    try:
+        profiles.resolve(backend, home)
+    except AutoresearchError:
+        return False
+    return True
+
+
+def runtime_for_plan(home: str | os.PathLike[str] | None, plan: Any, backend: str | None = None) -> Runtime:
+    """The engine a loop runs on: ``backend`` (``--backend``), else the plan's ``backend:``, else the
+    home's default. The plan's options go with the plan's own backend only."""
+    name, options = plan.backend_choice()
+    if name is None and options:
+        name = "local"  # backend: {options: ...} without a kind has always meant local
+    if backend is not None and backend != name:
+        name, options = backend, {}
+    return Runtime(home, name, options)
 
 
 def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:

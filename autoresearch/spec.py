@@ -216,15 +216,18 @@ def _explain(err: ValidationError) -> SpecError:
     return SpecError(f"invalid job spec: {loc}: {msg}", hint=hint or "see `autoresearch submit --help`")
 
 
-def make_spec(data: dict[str, Any], *, check_paths: bool = True) -> JobSpec:
-    """Validate a spec dict into a :class:`JobSpec` or raise a one-line :class:`SpecError`."""
+def make_spec(data: dict[str, Any], *, check_paths: bool = True, containers: bool = False) -> JobSpec:
+    """Validate a spec dict into a :class:`JobSpec` or raise a one-line :class:`SpecError`.
+
+    ``containers``: the backend mounts into a container (a target is a path inside it, the
+    source becomes absolute); otherwise a mount is a link made on this host."""
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as err:
         raise _explain(err) from None
     if check_paths:
         try:
-            _check_paths(spec)
+            _check_paths(spec, containers)
         except OSError as err:  # a name too long, a loop of links, no permission
             name = str(err.filename or "a path")
             name = name if len(name) <= 80 else name[:80] + "..."
@@ -233,7 +236,7 @@ def make_spec(data: dict[str, Any], *, check_paths: bool = True) -> JobSpec:
     return spec
 
 
-def _check_paths(spec: JobSpec) -> None:
+def _check_paths(spec: JobSpec, containers: bool = False) -> None:
     workdir = Path(spec.workdir).expanduser()
     if not workdir.is_dir():
         raise SpecError(f"workdir {spec.workdir!r} does not exist", hint="create it, or pass an existing --workdir")
@@ -244,6 +247,12 @@ def _check_paths(spec: JobSpec) -> None:
         src = Path(source).expanduser()
         if not src.exists():
             raise SpecError(f"mount source {source!r} (for {target!r}) does not exist", hint="mount an existing path")
+        if containers:
+            if not target.startswith("/") or ":" in target or ":" in str(src.resolve()):
+                raise SpecError(f"mount target {target!r} must be an absolute path inside the container, and "
+                                "neither path may hold ':'", hint="write --mount /data=./data")
+            spec.mounts[target] = str(src.resolve())
+            continue
         # The same rule as the local backend's mount (a link at the target, made at launch):
         # an existing target that is not that link would fail every attempt as "infra".
         path = Path(target) if Path(target).is_absolute() else Path(spec.workdir) / target

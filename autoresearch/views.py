@@ -53,6 +53,7 @@ class JobView:
     log_excerpt: str | None = None  # last lines of the failed attempt's log
     next_step: str | None = None  # what to call next (for agents)
     warnings: list[str] = field(default_factory=list)  # what was dropped or failed while handling it
+    backend: str = ""  # the backend (profile or kind) it runs on
 
 
 @dataclass

@@ -12,6 +12,13 @@ from pathlib import Path
 WAKE_FIFO = "wake.fifo"
 
 
+def fifo_name(backend: str) -> str:
+    """The FIFO of one backend's endings: a pass reconciles only its own backend's attempts, so a
+    watcher on backend A must not swallow the pokes of backend B's attempts (their supervisors
+    then run B's pass themselves). ``local`` keeps the historic name."""
+    return WAKE_FIFO if backend == "local" else f"wake.{backend}.fifo"
+
+
 class Watcher:
     """Hear attempt endings, so a long-lived process (a loop, a server) runs the pass.
 
@@ -27,8 +34,8 @@ class Watcher:
                 runtime.tick()
     """
 
-    def __init__(self, home: Path) -> None:
-        path = home / WAKE_FIFO
+    def __init__(self, home: Path, backend: str = "local") -> None:
+        path = home / fifo_name(backend)
         try:
             os.mkfifo(path, 0o600)
         except FileExistsError:

@@ -8,6 +8,7 @@ the in-memory fake backend do: tests/runtime/test_local_backend.py, test_fake_ba
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Callable
 from importlib import import_module
 
@@ -15,7 +16,7 @@ from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, La
 from autoresearch.errors import SpecError
 
 __all__ = ["AttemptStatus", "Backend", "Capabilities", "LaunchRequest", "NodeInfo", "Sandbox", "get_backend",
-           "backend_names", "able", "check_options"]
+           "open_backend", "backend_names", "able", "check_options"]
 
 # name -> "module:Class", imported only when asked for.
 _BUILTIN: dict[str, str] = {
@@ -23,6 +24,7 @@ _BUILTIN: dict[str, str] = {
     "fake": "autoresearch.backends.fake:FakeBackend",  # in memory, for tests (backends/fake.py)
     "kubernetes": "autoresearch.backends.kubernetes:KubernetesBackend",  # a batch/v1 Job per attempt (+ Kueue)
     "databricks": "autoresearch.backends.databricks:DatabricksBackend",  # the databricks CLI's AI Runtime (air)
+    "docker": "autoresearch.backends._docker:DockerBackend",
 }
 
 
@@ -34,6 +36,15 @@ def _entry_points() -> dict[str, str]:
 
 def backend_names() -> list[str]:
     return sorted({**_entry_points(), **_BUILTIN})
+
+
+def _builtin_kinds() -> list[str]:
+    return backend_names()
+
+
+def is_kind(name: str) -> bool:
+    """Whether ``name`` is a registered backend kind (built in first: no entry-point scan for those)."""
+    return name in _BUILTIN or name in _entry_points()
 
 
 def able(flag: str) -> list[str]:
@@ -90,5 +101,25 @@ def check_options(name: str, options: dict[str, object]) -> None:
 
 
 def get_backend(name: str = "local", **options: object) -> Backend:
-    check_options(name, options)
-    return _factory(name)(**options)
+    """The backend ``name``: a profile of the default home's config.yaml, else a kind (see
+    :func:`open_backend`)."""
+    return open_backend(name, None, **options)
+
+
+def open_backend(name: str, home: str | os.PathLike[str] | None, **options: object) -> Backend:
+    """The backend ``name`` of ``home``: a profile (``backends:`` in ``home/config.yaml``: its kind,
+    its options updated by ``options``), else a built-in kind with ``options``. The instance's
+    ``name`` is ``name``, the word the ledger stores, so a later process rebuilds the same one."""
+    from autoresearch.backends import profiles
+
+    profile = profiles.resolve(name, home)
+    merged = {**profile.options, **options}
+    check_options(profile.kind, merged)
+    try:
+        backend = _factory(profile.kind)(**merged)
+    except SpecError as err:  # an option the backend itself refused: say which profile holds it
+        where = f"profile {name!r} ({profiles.config_path(home)})" if name != profile.kind else f"backend {name!r}"
+        raise SpecError(f"{where}: {err.message}", hint=err.hint) from None
+    if backend.name != name:
+        backend.name = name
+    return backend

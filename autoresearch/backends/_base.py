@@ -213,5 +213,5 @@ def _instead(fix: str, what: str, flag: str) -> str:
 
     names = able(flag)
     if names:
-        return f"{fix}, or submit to {what}: {', '.join(names)} (AUTORESEARCH_BACKEND or a plan's backend.kind)"
+        return f"{fix}, or submit to {what}: {', '.join(names)} (--backend NAME, a plan's backend:, or AUTORESEARCH_BACKEND)"
     return f"{fix} (no installed backend is {what})"

@@ -4,8 +4,8 @@ One module per group of commands, each with ``add_parser(sub)`` (argparse only: 
 call imports them all) and ``run(args) -> int`` (which imports what it needs):
 :mod:`.jobs` (submit, status, list, logs, metrics, cancel, nodes, cordon), :mod:`.health`
 (this machine's GPUs; Slurm's health program), :mod:`.loop` (``autoresearch plan.yaml``, run,
-schema, report), :mod:`.serve` (the MCP server), :mod:`.tracking` (ui, sync) and
-:mod:`.completion` (shell completion scripts). They reach the system only through
+schema, report), :mod:`.serve` (the MCP server), :mod:`.tracking` (ui, sync), :mod:`.backends` (profiles and whether
+each answers) and :mod:`.completion` (shell completion scripts). They reach the system only through
 :class:`autoresearch.api.Api`; :mod:`._render` prints.
 
 Reads print rich tables for people and JSON with ``--json``. Errors print message
@@ -22,10 +22,10 @@ import sys
 from typing import Any
 
 from autoresearch import __version__
-from autoresearch.cli import completion, health, jobs, loop, serve, tracking
+from autoresearch.cli import backends, completion, health, jobs, loop, serve, tracking
 from autoresearch.errors import AutoresearchError
 
-COMMANDS = (jobs, health, serve, tracking, loop, completion)  # the order of `autoresearch --help`
+COMMANDS = (jobs, backends, health, serve, tracking, loop, completion)  # the order of `autoresearch --help`
 EXIT_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader went away
 
 
@@ -102,4 +102,4 @@ def open_api(args: argparse.Namespace) -> Any:
     """The facade for ``--home`` (imported here, not at the top: ``--help`` stays instant)."""
     from autoresearch.api import Api
 
-    return Api(args.home)
+    return Api(args.home, getattr(args, "backend", None))

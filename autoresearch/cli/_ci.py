@@ -167,12 +167,12 @@ def _run(args: argparse.Namespace, plan: Any) -> int:
     interrupted = ""
     try:
         view = api.run_loop(plan, resume=args.resume, on_update=log.update, project=args.project,
-                            hard_budgets=True, max_wall=max_wall)
+                            hard_budgets=True, max_wall=max_wall, backend=getattr(args, "backend", None))
         log.update(view)
     except AutoresearchError as err:
         if err.code != "interrupted":
             raise
-        stopped = api.stop_trials(plan, "stopped: the CI job was cancelled")
+        stopped = api.stop_trials(plan, "stopped: the CI job was cancelled", backend=getattr(args, "backend", None))
         interrupted = f"interrupted (the job was cancelled); stopped {len(stopped)} running trial(s)"
         log.emit(interrupted)
     finally:

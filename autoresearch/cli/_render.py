@@ -88,7 +88,8 @@ def render_job(v: JobView) -> None:
 
     console = _console()
     console.print(f"[bold]job {v.id}[/] {_esc(v.name)}  {_state(v)}  priority={v.priority} gpus={v.gpus}"
-                  + (f" experiment={_esc(v.experiment)}" if v.experiment else ""))
+                  + (f" experiment={_esc(v.experiment)}" if v.experiment else "")
+                  + (f" backend={_esc(v.backend)}" if v.backend else ""))
     console.print(f"command: {v.command}", markup=False, highlight=False)
     console.print(f"workdir: {v.workdir}", markup=False, highlight=False)
     table = Table()

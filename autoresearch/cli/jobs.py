@@ -42,6 +42,9 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--shell", action="store_true", help="run the command through /bin/sh -c")
     s.add_argument("--wait", action="store_true",
                    help="wait until the job ends and exit with its status (like sbatch --wait)")
+    s.add_argument("--image", help="container image to run the command in (a backend with containers: docker, ...)")
+    s.add_argument("--backend", metavar="NAME", help="a backend profile (config.yaml) or kind; default "
+                   "$AUTORESEARCH_BACKEND, then config.yaml's default, then local")
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
@@ -183,7 +186,7 @@ def _submit(args: argparse.Namespace) -> int:
         "name": args.name, "gpus": args.gpus, "cpus": args.cpus, "memory": args.memory, "nodes": args.nodes,
         "priority": args.priority, "workdir": args.workdir, "timeout": args.timeout, "grace": args.grace,
         "max_retries": args.retries, "retry_on_exit_codes": args.retry_codes, "experiment": args.experiment,
-        "checkpoint": args.checkpoint,
+        "checkpoint": args.checkpoint, "image": args.image,
     }
     spec.update({k: v for k, v in options.items() if v is not None})
     if args.shell:

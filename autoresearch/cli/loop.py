@@ -23,6 +23,8 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--project", default=None,
                    help="the project a new loop and its trial jobs belong to (default ''; MCP tokens see only "
                         "their project's loops and jobs); an existing loop keeps its own")
+    r.add_argument("--backend", metavar="NAME", help="run the trials on this backend profile (config.yaml) or kind, "
+                   "over the plan's backend:")
     ci = r.add_argument_group("CI (docs/ci.md)")
     ci.add_argument("--ci", action="store_true",
                     help="CI mode: one log line per event, hard budgets, exit 0 pass / 1 regression / 2 error "
@@ -88,7 +90,7 @@ def _run(args: argparse.Namespace) -> int:
         args.plan, args.json = args.json, True  # `autoresearch --json plan.yaml`
     if args.plan is None:
         raise SpecError("no plan given", hint="autoresearch run plan.yaml")
-    plan = load_plan(args.plan)  # one clear error before anything is opened
+    plan = load_plan(args.plan, home=args.home)  # one clear error before anything is opened
     if _ci.wanted(args):
         return _ci.run(args, plan)
     if isinstance(args.json, str):
@@ -104,9 +106,11 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if live is not None:
             with live:
-                view = api.run_loop(plan, resume=args.resume, on_update=on_update, project=args.project)
+                view = api.run_loop(plan, resume=args.resume, on_update=on_update, project=args.project,
+                                    backend=args.backend)
         else:
-            view = api.run_loop(plan, resume=args.resume, on_update=on_update, project=args.project)
+            view = api.run_loop(plan, resume=args.resume, on_update=on_update, project=args.project,
+                                backend=args.backend)
     except AutoresearchError as err:
         if err.code != "interrupted":
             raise
@@ -132,7 +136,7 @@ def _interrupted(api: Any, plan: Any, err: Any, args: argparse.Namespace) -> int
             answer = ""
         stop = answer in ("y", "yes")
     if stop:
-        stopped = api.stop_trials(plan, "stopped by the user after Ctrl-C")
+        stopped = api.stop_trials(plan, "stopped by the user after Ctrl-C", backend=args.backend)
         print(f"stopped {len(stopped)} trial(s); resume later with: autoresearch run {args.plan} --resume",
               file=sys.stderr)
     else:

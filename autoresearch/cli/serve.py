@@ -25,6 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="stdio / tokenless HTTP: see and submit only this project's jobs (default: all jobs)")
     p.add_argument("--root", default=None,
                    help="directory that submit's workdir and mounts are relative to (default: the current one)")
+    p.add_argument("--backend", default=None, metavar="NAME",
+                   help="a backend profile (config.yaml) or kind that submits go to (default: "
+                        "$AUTORESEARCH_BACKEND, config.yaml's default, local)")
     p.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                    help="server log level on stderr (default WARNING)")
     p.set_defaults(handler=run)
@@ -38,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     if args.root is not None and not os.path.isdir(args.root):
         raise SpecError(f"--root {args.root!r} is not a directory", hint="pass an existing directory")
     options = {"home": args.home, "read_only": args.read_only, "project": args.project, "root": args.root,
-               "log_level": args.log_level}
+               "log_level": args.log_level, "backend": args.backend}
     from autoresearch.tools.server import run_http, run_stdio
 
     if args.http:

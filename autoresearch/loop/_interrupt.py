@@ -74,10 +74,8 @@ def _stop_hint(name: str, jobs: list[int]) -> str:
 def wake(home: Path) -> None:
     """Poke the runtime's wake FIFO, so a controller blocked in its watcher's wait looks
     at its stop request now rather than at its next safety poll."""
-    with contextlib.suppress(OSError):
-        from autoresearch import runtime
-
-        fifo = home / getattr(runtime, "WAKE_FIFO", "wake.fifo")
-        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-        os.write(fd, b"x")
-        os.close(fd)
+    for fifo in home.glob("wake*.fifo"):  # one per backend (watcher.fifo_name): the loop's may be any
+        with contextlib.suppress(OSError):
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            os.write(fd, b"x")
+            os.close(fd)

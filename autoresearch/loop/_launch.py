@@ -83,4 +83,4 @@ def trial_spec(plan: Plan, loop_id: int, row: Any, params: dict[str, Any], comma
     return {"name": f"{plan.name}-t{row['id']}", "command": command, "shell": t.shell, "workdir": workdir,
             "env": env, "gpus": t.gpus, "cpus": t.cpus, "memory": t.memory, "priority": t.priority,
             "max_retries": t.max_retries, "timeout": t.timeout, "grace": t.grace, "checkpoint": t.checkpoint,
-            "experiment": plan.name, "tags": tags}
+            "experiment": plan.name, "tags": tags, "image": t.image, "mounts": dict(t.mounts)}

@@ -12,6 +12,7 @@ models inside its functions, so that either module can be imported first.
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -82,7 +83,8 @@ def explain(err: ValidationError, source: str = "plan") -> PlanError:
     return PlanError(f"{source}: {where}: {msg}", hint=hint)
 
 
-def parse_plan(data: Any, source: str = "plan", base_dir: str | Path | None = None) -> Plan:
+def parse_plan(data: Any, source: str = "plan", base_dir: str | Path | None = None,
+               home: str | os.PathLike[str] | None = None) -> Plan:
     """Validate a dict into a :class:`Plan`; ``trial.workdir`` becomes absolute (relative to ``base_dir``)."""
     if not isinstance(data, dict):
         raise PlanError(f"{source} must be a mapping of keys (name, objective, trial, ...), got {type(data).__name__}",
@@ -97,12 +99,13 @@ def parse_plan(data: Any, source: str = "plan", base_dir: str | Path | None = No
         raise
     except SpecError as err:  # a duration or size the shared parsers refused
         raise PlanError(f"{source}: {err.message}", hint=err.hint) from None
-    from autoresearch.backends import check_options
+    from autoresearch.backends import check_options, profiles
     from autoresearch.loop.proposers import check_kind
 
     check_kind(plan.proposer.kind)
-    try:
-        check_options(plan.backend.kind, plan.backend.options)
+    try:  # a profile of ``home``'s config.yaml (``--home``; default $AUTORESEARCH_HOME), else a kind
+        profile = profiles.resolve(plan.backend.kind, home)
+        check_options(profile.kind, {**profile.options, **plan.backend.options})
     except SpecError as err:
         raise PlanError(f"{source}: {err.message}", hint=err.hint) from None
     _check_trial_spec(plan, source)
@@ -133,7 +136,7 @@ def _check_trial_spec(plan: Plan, source: str) -> None:
     try:
         JobSpec.model_validate({"name": plan.name, "command": command or [""], "shell": t.shell, "env": t.env, "gpus": t.gpus,
                                 "cpus": t.cpus, "memory": t.memory, "max_retries": t.max_retries,
-                                "tags": plan.tags})
+                                "tags": plan.tags, "image": t.image, "mounts": t.mounts})
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -144,7 +147,7 @@ def _check_trial_spec(plan: Plan, source: str) -> None:
         raise PlanError(f"{source}: trial: {err.message}", hint=err.hint) from None
 
 
-def load_plan(path: str | Path) -> Plan:
+def load_plan(path: str | Path, home: str | os.PathLike[str] | None = None) -> Plan:
     """Read and validate plan.yaml; every problem is one :class:`PlanError` naming where it is."""
     import yaml
 
@@ -170,4 +173,4 @@ def load_plan(path: str | Path) -> Plan:
         raise PlanError(f"{path}: malformed YAML: {err}", hint="fix the YAML syntax") from None
     except (ValueError, RecursionError) as err:  # an integer of 5,000 digits, brackets nested 10,000 deep
         raise PlanError(f"{path}: unreadable YAML: {str(err)[:200]}", hint="fix the value it names") from None
-    return parse_plan(data, source=str(path), base_dir=path.resolve().parent)
+    return parse_plan(data, source=str(path), base_dir=path.resolve().parent, home=home)

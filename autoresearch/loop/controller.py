@@ -75,11 +75,9 @@ class Controller:
         self.on_update = on_update
         self.poll_s, self.update_every_s, self.monitor_every_s = poll_s, update_every_s, monitor_every_s
         if runtime is None:
-            from autoresearch.backends import get_backend
-            from autoresearch.runtime import Runtime
+            from autoresearch.runtime import runtime_for_plan
 
-            backend = get_backend(plan.backend.kind, **plan.backend.options)
-            runtime = Runtime(home, backend=backend)
+            runtime = runtime_for_plan(home, plan)
         self.runtime = runtime  # the engine: the loop sits below the facade and never calls it
         self.ledger = runtime.ledger
         self.stopper: Stopper | None = make_stopper(plan.early_stop)
@@ -121,8 +119,9 @@ class Controller:
         except AutoresearchError:
             raise
         except Exception as err:  # noqa: BLE001 - any backend failure is "unreachable"
-            raise BackendError(f"backend {self.plan.backend.kind!r} is unreachable: {err}",
-                               hint="start it, fix backend.options, or use backend: {kind: local}") from None
+            raise BackendError(f"backend {self.runtime.backend.name!r} is unreachable: {err}",
+                               hint="start it (`autoresearch backends` checks each), fix its options, or use "
+                                    "--backend local") from None
         self.runtime.backend.check(self.plan.trial)  # refuse the loop, not each of its trials
         if self.plan.trial.gpus:
             job_ops.check_capacity(self.runtime, self.plan.trial.gpus, 1)

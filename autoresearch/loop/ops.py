@@ -206,7 +206,7 @@ def start_loop(runtime: Any, plan_path: str | Path, resume: bool = False, wait_s
     from autoresearch.loop.plan import load_plan
     from autoresearch.loop.proposers import resolve_kind
 
-    plan = load_plan(plan_path)
+    plan = load_plan(plan_path, home=runtime.ledger.home)
     if check is not None:
         check(plan)
     kind = resolve_kind(plan)
@@ -229,6 +229,8 @@ def start_loop(runtime: Any, plan_path: str | Path, resume: bool = False, wait_s
         argv.append("--resume")
     if project is not None:
         argv += ["--project", project]
+    if plan.backend_choice()[0] is None:  # the caller's backend (serve --backend), not the detached process's default
+        argv += ["--backend", runtime.backend.name]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=str(Path(plan_path).resolve().parent))

@@ -72,6 +72,10 @@ class Trial(_Model):
     max_retries: int = Field(2, ge=0, description="Retries after infrastructure failures (not user errors).")
     env: dict[str, str] = Field(default_factory=dict)
     checkpoint: bool | str = False
+    image: str = Field("", max_length=512, description="Container image each trial runs in (a backend with "
+                                                      "containers, e.g. docker); empty: the host's environment.")
+    mounts: dict[str, str] = Field(default_factory=dict, description="target path -> source path (a container's "
+                                   "bind mounts; links on the local backend).")
 
     @field_validator("command", mode="after")
     @classmethod
@@ -306,8 +310,25 @@ def gate_tolerance(value: object) -> tuple[float, bool]:
 
 
 class BackendRef(_Model):
-    kind: str = "local"
+    """``backend: NAME`` (a profile of config.yaml, or a kind), ``{kind: K, option: value, ...}`` or
+    ``{kind: K, options: {...}}``."""
+
+    kind: str = Field("local", description="A backend profile (config.yaml's backends:) or a kind: local, docker, "
+                                           "slurm, ray, ...")
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _forms(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"kind": data}
+        if isinstance(data, dict) and set(data) - {"kind", "options"}:
+            if "kind" not in data:
+                raise ValueError("give kind: (a profile or a backend kind), e.g. backend: {kind: docker}")
+            extra = {k: v for k, v in data.items() if k not in ("kind", "options")}
+            options = data.get("options")
+            return {"kind": data["kind"], "options": {**(options if isinstance(options, dict) else {}), **extra}}
+        return data
 
 
 class Code(_Model):
@@ -382,7 +403,15 @@ class Plan(_Model):
     # -- helpers the controller uses --------------------------------------------------
 
     def digest(self) -> str:
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+        # Fields added later stay out while unset, so a loop made before them keeps its digest (and resumes).
+        later = {k for k in ("image", "mounts") if not getattr(self.trial, k)}
+        return hashlib.sha256(self.model_dump_json(exclude={"trial": later}).encode()).hexdigest()[:16]
+
+    def backend_choice(self) -> tuple[str | None, dict[str, Any]]:
+        """The backend the plan names and its options; (None, {}) when it names none (the home's default)."""
+        if "backend" not in self.model_fields_set or "kind" not in self.backend.model_fields_set:
+            return None, dict(self.backend.options)
+        return self.backend.kind, dict(self.backend.options)
 
     def render_command(self, params: dict[str, Any], seed: int, trial_id: int) -> list[str] | str:
         values = {**{k: _fmt(v) for k, v in params.items()}, "seed": str(seed), "trial_id": str(trial_id),

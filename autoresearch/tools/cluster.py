@@ -1,4 +1,4 @@
-"""The cluster_status tool."""
+"""The cluster_status and backends tools."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from mcp.types import ToolAnnotations
 
 from autoresearch.tools._context import ToolContext, tool_errors
-from autoresearch.tools.models import ClusterResult, Node, from_view
+from autoresearch.tools.models import BackendInfo, BackendsResult, ClusterResult, Node, from_view
 
 
 def register(server: Any, ctx: ToolContext) -> None:
@@ -29,3 +29,18 @@ def register(server: Any, ctx: ToolContext) -> None:
                              gpus_free=view.gpus_free, gpus_used=view.gpus_total - view.gpus_free,
                              running=view.running, queued=view.queued, cordoned=view.cordoned,
                              degraded=view.degraded)
+
+    @server.tool(annotations=ToolAnnotations(title="Backends", read_only_hint=True, open_world_hint=True))
+    @tool_errors
+    def backends() -> BackendsResult:
+        """List the backends jobs can run on (profiles of config.yaml and built-in kinds) with their
+        capabilities (gpus, containers, preemption, ...) and whether each answers now.
+
+        Use it before submitting to a cluster, or when jobs stay queued: a backend that does
+        not answer comes with the engine's error and a hint. Probes take up to 10 seconds.
+        """
+        rows = ctx.api.backends(probe=True, timeout=10.0)
+        bad = [r.name for r in rows if r.ok is False]
+        return BackendsResult(backends=[from_view(BackendInfo, r) for r in rows],
+                              next_step=(f"not answering: {', '.join(bad)}; see each hint" if bad else
+                                         "all answer; submit goes to the default one"))

@@ -167,6 +167,23 @@ class ClusterResult(BaseModel):
                                 "node: jobs go there last.")
 
 
+class BackendInfo(BaseModel):
+    name: str = Field(description="A profile of config.yaml, or a kind with its default options.")
+    kind: str
+    default: bool = Field(description="Where a submit that names no backend goes.")
+    capabilities: list[str] = Field(description="gpus, preemption, multi_node, containers, places, ...")
+    ok: bool | None = Field(description="Whether it answered (None: not probed).")
+    nodes: int | None
+    gpus: int | None
+    error: str = ""
+    hint: str = ""
+
+
+class BackendsResult(BaseModel):
+    backends: list[BackendInfo]
+    next_step: str
+
+
 def from_view(model: type[BaseModel], view: Any) -> Any:
     """Build a model from a facade dataclass view, keeping only the model's fields."""
     data = {name: getattr(view, name) for name in model.model_fields if hasattr(view, name)}

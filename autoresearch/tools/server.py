@@ -113,12 +113,13 @@ def _for_model(value: Any) -> Any:
 def build_server(api: Any = None, *, home: str | os.PathLike[str] | None = None, read_only: bool = False,
                  project: str | None = None, root: str | os.PathLike[str] | None = None,
                  token_verifier: Any = None, resource_url: str = "http://127.0.0.1:8765/mcp",
-                 log_level: str = "WARNING", families: tuple[str, ...] | None = None) -> AutoresearchMCP:
+                 log_level: str = "WARNING", families: tuple[str, ...] | None = None,
+                 backend: str | None = None) -> AutoresearchMCP:
     """The server with every available tool family registered on one shared :class:`Api`."""
     if api is None:
         from autoresearch.api import Api
 
-        api = Api(home)
+        api = Api(home, backend)  # backend: a profile or kind (None: the home's default)
     auth = None
     if token_verifier is not None:
         from mcp.server.auth.settings import AuthSettings

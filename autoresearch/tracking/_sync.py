@@ -225,14 +225,15 @@ class Syncer:
 
     def _ingest_live(self) -> None:
         """Pull fresh points of running attempts into the ledger, so MLflow shows them live."""
-        from autoresearch.backends import get_backend
+        from autoresearch.backends import open_backend
         from autoresearch.ingest import ingest_attempt
 
         for row in self.store.live_backends():
             try:
                 backend = self._backends.get(row["backend"])
                 if backend is None:
-                    backend = self._backends[row["backend"]] = get_backend(row["backend"])
+                    # the ledger stores a profile's name: rebuilt from this home's config.yaml
+                    backend = self._backends[row["backend"]] = open_backend(row["backend"], self.ledger.home)
                 for att in self.store.running_attempts(row["backend"]):
                     ingest_attempt(self.ledger, backend, att)
             except Exception as err:  # live metrics are a nicety; the final ingest is the runtime's

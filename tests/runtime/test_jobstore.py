@@ -32,7 +32,7 @@ def test_an_ending_whose_rule_fails_half_way_leaves_the_attempt_and_its_job_as_t
 
     with pytest.raises(RuntimeError):
         jobs.end_attempt(job, 1, ended, "exit", "exited 0", broken)
-    assert [a["state"] for a in jobs.active_attempts()] == ["running"]  # the attempt's update rolled back
+    assert [a["state"] for a in jobs.active_attempts("fake")] == ["running"]  # the attempt's update rolled back
     assert api.status(job, refresh=False).state == "running"  # type: ignore[union-attr]
 
     assert jobs.end_attempt(job, 1, ended, "exit", "exited 0", lambda j: ("succeeded", j["retries_used"])) == \
@@ -44,7 +44,7 @@ def test_an_ending_whose_rule_fails_half_way_leaves_the_attempt_and_its_job_as_t
 def test_an_attempt_begins_only_for_a_queued_job(home: Path) -> None:
     _, jobs, job = running_job(home)
     assert jobs.begin_attempt(job, "node-0", ("0",), home / "jobs" / str(job)) is None  # it has one already
-    assert [(a["job_id"], a["n"]) for a in jobs.active_attempts()] == [(job, 1)]
+    assert [(a["job_id"], a["n"]) for a in jobs.active_attempts("fake")] == [(job, 1)]
 
 
 def test_a_chunk_someone_else_stored_is_not_stored_twice(home: Path) -> None:

@@ -1,0 +1,217 @@
+"""Backend profiles: named backends in ``$AUTORESEARCH_HOME/config.yaml``.
+
+    default: cluster                # the backend of a submit, a serve or a loop that names none
+    backends:
+      cluster: {kind: slurm, partition: gpu, account: ml}
+      raydev:  {kind: ray, address: "http://127.0.0.1:8265"}
+      box:     {kind: docker}
+
+A name is looked up as a profile first, then as a built-in (or plugged-in) kind with its
+default options. The backend built from a profile carries the profile's name (``.name``),
+so the ledger's ``jobs.backend`` column stores the profile and any later process (a pass
+run when an attempt ends, the MLflow mirror) rebuilds the same backend from that name.
+
+Reading the file is cheap when there is none: no YAML import on the status fast path.
+A broken file is one :class:`SpecError` naming the file (and the line, for YAML errors).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autoresearch.errors import SpecError
+
+CONFIG = "config.yaml"
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # a profile's name ends up in file names and the ledger
+MAX_CONFIG_BYTES = 1 << 20
+_TOP_KEYS = ("backends", "default")
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    kind: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    profiles: dict[str, Profile] = field(default_factory=dict)
+    default: str | None = None
+
+
+_cache: dict[Path, tuple[tuple[int, int], Config]] = {}
+
+
+def config_path(home: str | os.PathLike[str] | None = None) -> Path:
+    base = Path(home).expanduser() if home else Path(os.environ.get("AUTORESEARCH_HOME") or Path.home() / ".autoresearch")
+    return base.expanduser().absolute() / CONFIG
+
+
+def load(home: str | os.PathLike[str] | None = None) -> Config:
+    """The profiles of ``home`` (none when it has no config.yaml); SpecError on a broken file."""
+    path = config_path(home)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return Config(path)
+    except OSError as err:
+        raise _bad(path, f"cannot be read: {err.strerror}", "make it readable, or remove it") from None
+    stamp = (st.st_mtime_ns, st.st_size)
+    cached = _cache.get(path)
+    if cached and cached[0] == stamp:
+        return cached[1]
+    config = _parse(path, _read(path, st.st_size))
+    _cache[path] = (stamp, config)
+    return config
+
+
+def _read(path: Path, size: int) -> Any:
+    if size > MAX_CONFIG_BYTES:
+        raise _bad(path, f"is {size} bytes (at most {MAX_CONFIG_BYTES})", "keep only backends: and default: in it")
+    import yaml  # only when a config file exists
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        return yaml.safe_load(text)
+    except OSError as err:
+        raise _bad(path, f"cannot be read: {err.strerror}", "make it readable, or remove it") from None
+    except UnicodeDecodeError:
+        raise _bad(path, "is not UTF-8 text", "save it as UTF-8") from None
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise _bad(path, f"is not valid YAML{where}: {err.problem or err}", "fix that line") from None
+    except (yaml.YAMLError, ValueError, RecursionError) as err:
+        raise _bad(path, f"is not valid YAML: {str(err)[:200]}", "fix the line it names") from None
+
+
+def _parse(path: Path, data: Any) -> Config:
+    from autoresearch.backends import _builtin_kinds, check_options
+
+    example = "backends: {NAME: {kind: local}}, default: NAME"
+    if data is None:
+        return Config(path)
+    if not isinstance(data, dict):
+        raise _bad(path, f"must be a mapping (backends:, default:), got {type(data).__name__}", f"write {example}")
+    for key in data:
+        if key not in _TOP_KEYS:
+            raise _bad(path, f"unknown key {str(key)[:60]!r}", _near(str(key), _TOP_KEYS, "valid keys"))
+    raw = data.get("backends") or {}
+    if not isinstance(raw, dict):
+        raise _bad(path, f"backends must be a mapping of profile name -> {{kind: ..., options}}, got "
+                   f"{type(raw).__name__}", f"write {example}")
+    kinds = _builtin_kinds()
+    profiles: dict[str, Profile] = {}
+    for name, body in raw.items():
+        if not isinstance(name, str) or not NAME.match(name):
+            raise _bad(path, f"backend profile name {str(name)[:60]!r} is not a name",
+                       "use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+        if not isinstance(body, dict):
+            raise _bad(path, f"backends.{name} must be a mapping with kind: ..., got {type(body).__name__}",
+                       f"write backends: {{{name}: {{kind: local}}}}")
+        kind = body.get("kind")
+        if not isinstance(kind, str) or not kind:
+            raise _bad(path, f"backends.{name} has no kind", f"add kind: one of {', '.join(kinds)}")
+        if kind not in kinds:
+            raise _bad(path, f"backends.{name}: unknown kind {kind[:60]!r}", _near(kind, kinds, "kinds"))
+        options = {str(k): v for k, v in body.items() if k != "kind"}
+        try:
+            check_options(kind, options)
+            _check_types(kind, options)
+        except SpecError as err:
+            raise _bad(path, f"backends.{name}: {err.message.removeprefix('backend.options: ')}", err.hint) from None
+        profiles[name] = Profile(name, kind, options)
+    default = data.get("default")
+    if default is not None:
+        if not isinstance(default, str) or (default not in profiles and default not in kinds):
+            raise _bad(path, f"default {str(default)[:60]!r} is neither a profile nor a backend kind",
+                       _near(str(default), [*profiles, *kinds], "profiles and kinds"))
+    return Config(path, profiles, default)
+
+
+def resolve(name: str, home: str | os.PathLike[str] | None = None) -> Profile:
+    """The profile ``name``, or a kind with its default options; SpecError listing both otherwise."""
+    from autoresearch.backends import backend_names, is_kind
+
+    config = load(home)
+    if name in config.profiles:
+        return config.profiles[name]
+    if is_kind(name):
+        return Profile(name, name, {})
+    kinds = backend_names()
+    where = f" (profiles in {config.path}: {', '.join(config.profiles)})" if config.profiles else ""
+    raise SpecError(f"unknown backend {name!r}{where}",
+                    hint=_near(name, [*config.profiles, *kinds], "profiles and kinds")
+                    + ("" if config.profiles else f"; name your own in {config.path}"))
+
+
+def default_name(home: str | os.PathLike[str] | None = None) -> str:
+    """The backend to use when nobody named one: AUTORESEARCH_BACKEND, the config's default, local."""
+    return os.environ.get("AUTORESEARCH_BACKEND") or load(home).default or "local"
+
+
+def _check_types(kind: str, options: dict[str, Any]) -> None:
+    """An option of the wrong type (a list where a name goes) is refused here, not deep in a pass.
+    Only plain annotations are checked (str, int, float, bool, list[str], their unions with None)."""
+    import typing
+
+    from autoresearch.backends import _factory
+
+    factory = _factory(kind)
+    try:
+        hints = typing.get_type_hints(getattr(factory, "__init__") if isinstance(factory, type) else factory)  # noqa: B009
+    except Exception:  # noqa: BLE001 - an annotation we cannot resolve: the backend judges its own options
+        return
+    for key, value in options.items():
+        hint = hints.get(key)
+        allowed = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, _UnionType) else (hint,)
+        if hint is None or not all(_plain(t) for t in allowed):
+            continue
+        if not any(_fits(value, t) for t in allowed):
+            names = " or ".join(_WORDS.get(t, "a list of text") for t in allowed)
+            raise SpecError(f"option {key} must be {names}, got {str(value)[:60]!r}", hint=f"write {key}: <{names}>")
+
+
+_UnionType = type(int | None)
+_WORDS = {str: "text (one line, no NUL)", int: "a whole number", float: "a finite number", bool: "true or false",
+          type(None): "null"}
+
+
+def _plain(t: Any) -> bool:
+    import typing
+
+    return t in (str, int, float, bool, type(None)) or (typing.get_origin(t) is list and typing.get_args(t) == (str,))
+
+
+def _fits(value: Any, t: Any) -> bool:
+    import math
+    import typing
+
+    if t is type(None):
+        return value is None
+    if t is bool:
+        return isinstance(value, bool)
+    if t is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if t is float:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if typing.get_origin(t) is list:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    return isinstance(value, t) and "\0" not in str(value)
+
+
+def _near(word: str, choices: Any, what: str) -> str:
+    choices = list(choices)
+    near = difflib.get_close_matches(word, choices, n=1)
+    return (f"did you mean {near[0]!r}? " if near else "") + f"{what}: {', '.join(choices) or '(none)'}"
+
+
+def _bad(path: Path, what: str, hint: str) -> SpecError:
+    return SpecError(f"{path}: {what}", hint=f"{hint} (the backend profiles file; docs: README, Backends)")
