@@ -17,7 +17,7 @@ def add_parser(sub: Any) -> None:
     b = sub.add_parser("backends", help="list backend profiles (config.yaml) and kinds; check each answers")
     b.add_argument("--no-probe", action="store_true", help="list only; do not contact any engine")
     b.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for all probes (default 10)")
-    b.add_argument("--json", action="store_true")
+    b.add_argument("--json", action="store_true", help="print the profiles, capabilities and probe results as JSON")
     b.set_defaults(handler=run)
 
 
