@@ -128,7 +128,7 @@ def test_throttling_degrades_a_node_which_is_placed_last(home: Path, fleet: Flee
     first = submit(api, gpus=1)
     hot = fake.attempt(f"{first}.1").request.node
     fleet.set(hot, "thermal")
-    api._runtime.health.monitor(api._runtime.jobs.active_attempts())
+    api._runtime.health.monitor(api._runtime.jobs.active_attempts(api._runtime.backend.name))
     assert node_states(api)[hot][0] == "degraded"
     assert any(hot in line and "throttling" in line for line in api.cluster().degraded)
     second = submit(api, gpus=1)  # best fit would pick the busier node: degraded, it comes last
@@ -140,9 +140,9 @@ def test_a_silent_attempt_is_a_hang_finding_per_job_setting(home: Path, fleet: F
     job = submit(api, gpus=1, env={"AUTORESEARCH_HANG_AFTER": "10m"})
     fake.emit(f"{job}.1", "step 1\n")
     api._runtime.tick()
-    health, active = api._runtime.health, api._runtime.jobs.active_attempts()
+    health, active = api._runtime.health, api._runtime.jobs.active_attempts(api._runtime.backend.name)
     health.monitor(active, now=active[0]["created_at"] + 60)  # output seen: progress noted
-    active = api._runtime.jobs.active_attempts()
+    active = api._runtime.jobs.active_attempts(api._runtime.backend.name)
     health.monitor(active, now=active[0]["created_at"] + 400)  # under 10 min of silence
     assert [f for f in health.store.attempt_findings(job, 1) if f.signature == "hang"] == []
     health.monitor(active, now=active[0]["created_at"] + 60 + 601)
@@ -210,7 +210,7 @@ def test_a_node_that_keeps_throttling_stays_degraded_and_recovers_when_it_stops(
     api, fake = setup(home, nodes=1)
     submit(api, gpus=1)
     fleet.set("fake-0", "thermal")
-    health, active = api._runtime.health, api._runtime.jobs.active_attempts()
+    health, active = api._runtime.health, api._runtime.jobs.active_attempts(api._runtime.backend.name)
     t0 = active[0]["created_at"] + 1000
     for minute in range(0, 40, 1):  # polled every minute for 40 minutes (degraded_for: 10 min)
         health.monitor(active, now=t0 + 60 * minute)
