@@ -63,6 +63,11 @@ class Api:
         """Take a node out of scheduling (running attempts continue), or put it back."""
         state, why = ("healthy", "") if undo else ("cordoned", reason or "cordoned by hand")
         self._jobs.set_node_state(node, state, why, "uncordon" if undo else "cordon")
+        backend = self._runtime.backend  # an engine that schedules itself takes the node out too (Slurm: drain)
+        if undo:
+            backend.uncordon(node)
+        else:
+            backend.cordon(node, why)
         self._runtime.tick(wait=False)
         return next(n for n in self.nodes() if n.name == node)
 

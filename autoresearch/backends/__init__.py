@@ -20,7 +20,8 @@ __all__ = ["AttemptStatus", "Backend", "Capabilities", "LaunchRequest", "NodeInf
 # name -> "module:Class", imported only when asked for.
 _BUILTIN: dict[str, str] = {
     "local": "autoresearch.backends._local:LocalBackend",
-    "fake": "autoresearch.backends.fake:FakeBackend",  # in memory, for tests (backends/fake.py)
+    "fake": "autoresearch.backends.fake:FakeBackend",
+    "slurm": "autoresearch.backends._slurm:SlurmBackend",  # backends/slurm/ starts a dev cluster  # in memory, for tests (backends/fake.py)
 }
 
 

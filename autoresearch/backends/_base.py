@@ -82,6 +82,11 @@ class LaunchRequest:
     sandbox: Sandbox | None = None  # None: run as the launching user sees the machine
     image: str = ""  # container image (only a backend with the containers capability gets one)
     mounts: dict[str, str] = field(default_factory=dict)  # target -> source, for engines that mount
+    # What the job asks for, for engines that schedule themselves (places=False: no node, no gpu_ids).
+    gpus: int = 0  # per node
+    cpus: float = 0.0  # per node; 0: none reserved
+    memory: int = 0  # MB per node; 0: the engine's default
+    priority: str = "normal"  # critical, normal, best-effort: the engine maps it to a partition/queue/class
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +100,7 @@ class AttemptStatus:
     ended_at: float | None = None
     peak_rss_mb: float | None = None
     detail: str = ""
+    preempted: bool = False  # the engine took it back (Slurm's requeue): ended, resumes in a next attempt
 
     @property
     def ended(self) -> bool:
