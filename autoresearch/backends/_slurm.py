@@ -125,6 +125,7 @@ class SlurmBackend(Backend):
         with self._lock:
             if self._parts is not None and time.monotonic() - self._parts_at < 300:
                 return self._parts
+        self.cli.ping()  # answers at once either way, where sinfo retries for ~9 s against a down slurmctld
         parts = self.cli.partitions()  # Unreachable here refuses the submit: the engine does not answer
         with self._lock:
             self._parts, self._parts_at = parts, time.monotonic()
