@@ -28,9 +28,7 @@ attempts stay running (their endings are read from ``exit.json``), nothing is de
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
-import json
 import math
 import os
 import shlex
@@ -44,6 +42,16 @@ from typing import Any
 
 from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo
 from autoresearch.backends._slurm_cli import KIT_HINT, Rejected, SlurmCli, Unreachable
+from autoresearch.backends._slurm_files import (
+    from_exit,
+    held,
+    locked,
+    read_file,
+    read_id,
+    status_of,
+    write_file,
+    write_text,
+)
 from autoresearch.errors import BackendError, CapacityError, SpecError
 
 SUBMIT_GRACE_S = 60.0  # an attempt with no Slurm job this long after its request was written never got one
@@ -125,8 +133,13 @@ class SlurmBackend(Backend):
         with self._lock:
             if self._parts is not None and time.monotonic() - self._parts_at < 300:
                 return self._parts
-        self.cli.ping()  # answers at once either way, where sinfo retries for ~9 s against a down slurmctld
-        parts = self.cli.partitions()  # Unreachable here refuses the submit: the engine does not answer
+        try:
+            self.cli.ping()  # answers at once either way, where sinfo retries for ~9 s against a down slurmctld
+            parts = self.cli.partitions()
+        except Unreachable:
+            if self._parts is not None:
+                return self._parts  # a loop mid-sweep while slurmctld restarts: what it said last still holds
+            raise  # a first submit to an engine that does not answer is refused, with the address and a hint
         with self._lock:
             self._parts, self._parts_at = parts, time.monotonic()
         return parts
@@ -142,10 +155,19 @@ class SlurmBackend(Backend):
 
     def cordon(self, node: str, reason: str) -> None:
         why = " ".join(str(reason or "cordoned by autoresearch").split())[:200]
-        self.cli.run(["scontrol", "update", f"nodename={_clean(node, 'node')}", "state=drain", f"reason={why}"])
+        self._update_node(node, "drain", f"reason={why}")
 
     def uncordon(self, node: str) -> None:
-        self.cli.run(["scontrol", "update", f"nodename={_clean(node, 'node')}", "state=resume"])
+        self._update_node(node, "resume")
+
+    def _update_node(self, node: str, state: str, *more: str) -> None:
+        try:
+            self.cli.run(["scontrol", "update", f"nodename={_clean(node, 'node')}", f"state={state}", *more])
+        except Rejected as err:
+            raise BackendError(f"Slurm refused to {state} node {node!r}: {err.message}",
+                               hint="draining and resuming nodes takes a Slurm operator or admin "
+                                    "(SlurmUser, root, or AdminLevel=Operator); check the name with `sinfo -N`"
+                               ) from None
 
     # -- start --------------------------------------------------------------------------------
 
@@ -159,12 +181,12 @@ class SlurmBackend(Backend):
         os.makedirs(run_dir, mode=0o700, exist_ok=True)
         os.makedirs(os.path.dirname(request.log_path), mode=0o700, exist_ok=True)
         name = self.job_name(request.key, run_dir)
-        with _locked(os.path.join(run_dir, "submit.lock")):
-            if _read_id(run_dir) is not None:
+        with locked(os.path.join(run_dir, "submit.lock")):
+            if read_id(run_dir) is not None:
                 return run_dir  # started before (the same key twice)
             found = self.cli.find(name)
             if found:
-                _write_text(os.path.join(run_dir, "slurm_job_id"), str(found[0]))
+                write_text(os.path.join(run_dir, "slurm_job_id"), str(found[0]))
                 return run_dir  # a submitter died after sbatch: adopt its job
             argv = self._prepare(request, name)
             try:
@@ -173,7 +195,7 @@ class SlurmBackend(Backend):
                 if "connect failure" in err.message or "did not answer a moment ago" in err.message:
                     raise  # never reached slurmctld: nothing was submitted
                 # It may have been submitted: poll finds it by name once slurmctld answers.
-                _write_text(os.path.join(run_dir, "submit_unknown"), err.message)
+                write_text(os.path.join(run_dir, "submit_unknown"), err.message)
                 return run_dir
             except Rejected as err:
                 raise BackendError(f"sbatch refused the job: {err.message}",
@@ -184,7 +206,7 @@ class SlurmBackend(Backend):
             self._submitted(run_dir, job_id)
             if not job_id.isdigit():
                 raise BackendError(f"sbatch answered {out.strip()[:120]!r}, not a job id", hint=KIT_HINT)
-            _write_text(os.path.join(run_dir, "slurm_job_id"), job_id)
+            write_text(os.path.join(run_dir, "slurm_job_id"), job_id)
         return run_dir
 
     def _submitted(self, run_dir: str, job_id: str) -> None:
@@ -199,14 +221,14 @@ class SlurmBackend(Backend):
         elif request.nodes > 1:
             argv = ["srun", f"--nodes={request.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1", *argv]
         on_exit = request.on_exit if self.pass_on_exit else None
-        _write_json(os.path.join(run_dir, "request.json"), {
+        write_file(os.path.join(run_dir, "request.json"), {
             "key": request.key, "name": name, "argv": argv, "workdir": request.workdir, "log_path": request.log_path,
             "timeout": request.timeout, "grace": request.grace, "wake_fifo": request.wake_fifo, "on_exit": on_exit,
             "created_at": time.time()})
-        _write_json(os.path.join(run_dir, "env.json"), dict(request.env))
+        write_file(os.path.join(run_dir, "env.json"), dict(request.env))
         shutil.copyfile(Path(__file__).with_name("_slurm_wrap.py"), os.path.join(run_dir, "wrap.py"))
         script, flags = os.path.join(run_dir, "job.sbatch"), self.flags(request, name)
-        _write_text(script, self.script(request, flags))
+        write_text(script, self.script(request, flags))
         return ["sbatch", "--parsable", *flags, script]
 
     def flags(self, request: LaunchRequest, name: str) -> list[str]:
@@ -265,15 +287,15 @@ class SlurmBackend(Backend):
 
     def poll(self, external_id: str) -> AttemptStatus:
         run_dir = external_id
-        ending = _read_json(os.path.join(run_dir, "ending.json"))
+        ending = read_file(os.path.join(run_dir, "ending.json"))
         if ending is not None:
-            return _status(ending)
-        done = _read_json(os.path.join(run_dir, "exit.json"))
+            return status_of(ending)
+        done = read_file(os.path.join(run_dir, "exit.json"))
         if done is not None and not done.get("term_outside"):
-            return self._end(run_dir, _from_exit(done))  # ended on its own or by our stop: no need to ask Slurm
-        started = (_read_json(os.path.join(run_dir, "state.json")) or {}).get("started_at")
+            return self._end(run_dir, from_exit(done))  # ended on its own or by our stop: no need to ask Slurm
+        started = (read_file(os.path.join(run_dir, "state.json")) or {}).get("started_at")
         unknown = AttemptStatus("running" if started else "starting", started_at=started)
-        job_id = _read_id(run_dir)
+        job_id = read_id(run_dir)
         try:
             if job_id is None:
                 job_id = self._adopt(run_dir)
@@ -286,13 +308,13 @@ class SlurmBackend(Backend):
 
     def _adopt(self, run_dir: str) -> int | None:
         """The Slurm job of an attempt whose submitter died before recording it (found by name)."""
-        if _held(os.path.join(run_dir, "submit.lock")):
+        if held(os.path.join(run_dir, "submit.lock")):
             raise Unreachable("a submit of this attempt is in progress")
-        name = (_read_json(os.path.join(run_dir, "request.json")) or {}).get("name")
+        name = (read_file(os.path.join(run_dir, "request.json")) or {}).get("name")
         found = self.cli.find(str(name)) if name else []
         if not found:
             return None
-        _write_text(os.path.join(run_dir, "slurm_job_id"), str(found[0]))
+        write_text(os.path.join(run_dir, "slurm_job_id"), str(found[0]))
         return found[0]
 
     def _unsubmitted(self, run_dir: str, unknown: AttemptStatus) -> AttemptStatus:
@@ -310,16 +332,16 @@ class SlurmBackend(Backend):
         state = str((job or {}).get("job_state") or "").upper()
         requeued = int((job or {}).get("restart_cnt") or 0) > 0
         if requeued or state == "PREEMPTED":
-            base = _from_exit(done) if done else AttemptStatus("exited", signal=9, ended_at=time.time())
+            base = from_exit(done) if done else AttemptStatus("exited", signal=9, ended_at=time.time())
             return self._end(run_dir, dataclasses.replace(base, preempted=True,
                                                           detail=f"preempted by Slurm (job {job_id} requeued)"))
         if state in _RUNNING or state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"):
             self._backstop(run_dir, job_id)
             return unknown if done is None or state == "PENDING" else AttemptStatus("running", started_at=unknown.started_at)
         if done is None:  # Slurm has ended it and wrap.py left no record: read it again (it may just have landed)
-            done = _read_json(os.path.join(run_dir, "exit.json"))
+            done = read_file(os.path.join(run_dir, "exit.json"))
         if done is not None:
-            status = _from_exit(done)
+            status = from_exit(done)
             if state == "TIMEOUT":
                 status = dataclasses.replace(status, timed_out=True)
             elif state == "CANCELLED":
@@ -343,7 +365,7 @@ class SlurmBackend(Backend):
 
     def _backstop(self, run_dir: str, job_id: int) -> None:
         """A stop wrap.py has not honoured long after its grace (a hung node): scancel outright."""
-        asked = _read_json(os.path.join(run_dir, "stop.json"))
+        asked = read_file(os.path.join(run_dir, "stop.json"))
         if asked and time.time() - float(asked.get("requested_at") or 0) > float(asked.get("grace") or 0) + STOP_BACKSTOP_S:
             try:
                 self.cli.run(["scancel", str(job_id)])
@@ -353,9 +375,9 @@ class SlurmBackend(Backend):
     def _end(self, run_dir: str, status: AttemptStatus) -> AttemptStatus:
         data = dataclasses.asdict(status)
         try:
-            _write_json(os.path.join(run_dir, "ending.json"), data, exclusive=True)
+            write_file(os.path.join(run_dir, "ending.json"), data, exclusive=True)
         except FileExistsError:
-            return _status(_read_json(os.path.join(run_dir, "ending.json")) or data)
+            return status_of(read_file(os.path.join(run_dir, "ending.json")) or data)
         except OSError:
             pass
         return status
@@ -371,9 +393,9 @@ class SlurmBackend(Backend):
         if grace is not None:
             stop["grace"] = grace
         if not os.path.exists(os.path.join(run_dir, "stop.json")):
-            _write_json(os.path.join(run_dir, "stop.json"), stop)  # wrap.py reads it, with or without slurmctld
-        job_id = _read_id(run_dir)
-        name = (_read_json(os.path.join(run_dir, "request.json")) or {}).get("name")
+            write_file(os.path.join(run_dir, "stop.json"), stop)  # wrap.py reads it, with or without slurmctld
+        job_id = read_id(run_dir)
+        name = (read_file(os.path.join(run_dir, "request.json")) or {}).get("name")
         started = os.path.exists(os.path.join(run_dir, "state.json"))
         if job_id is None and not name:
             return
@@ -387,8 +409,8 @@ class SlurmBackend(Backend):
             pass  # gone already, or slurmctld down: wrap.py honours stop.json on its own
 
     def release(self, external_id: str) -> None:
-        ending = _read_json(os.path.join(external_id, "ending.json")) or {}
-        job_id = _read_id(external_id)
+        ending = read_file(os.path.join(external_id, "ending.json")) or {}
+        job_id = read_id(external_id)
         if ending.get("preempted") and job_id is not None:
             try:  # Slurm's requeued copy: the next attempt is ours to launch
                 self.cli.run(["scancel", str(job_id)])
@@ -414,83 +436,5 @@ class SlurmBackend(Backend):
 
     @staticmethod
     def _log_path(external_id: str) -> str:
-        request = _read_json(os.path.join(external_id, "request.json")) or {}
+        request = read_file(os.path.join(external_id, "request.json")) or {}
         return str(request.get("log_path") or os.path.join(external_id, "missing.log"))
-
-
-# -- files of the run dir ---------------------------------------------------------------------
-
-_FIELDS = {f.name for f in dataclasses.fields(AttemptStatus)}
-
-
-def _status(data: dict[str, Any]) -> AttemptStatus:
-    return AttemptStatus(**{k: v for k, v in data.items() if k in _FIELDS})
-
-
-def _from_exit(done: dict[str, Any]) -> AttemptStatus:
-    code, sig = done.get("exit_code"), done.get("signal")
-    return AttemptStatus("exited", exit_code=code if isinstance(code, int) else None,
-                         signal=sig if isinstance(sig, int) else None, timed_out=bool(done.get("timed_out")),
-                         stopped=bool(done.get("stopped")), started_at=done.get("started_at"),
-                         ended_at=done.get("ended_at"), peak_rss_mb=done.get("peak_rss_mb"))
-
-
-def _read_json(path: str) -> dict[str, Any] | None:
-    from autoresearch.backends._supervisor import read_json  # no links, no FIFOs, no garbage
-
-    return read_json(path)
-
-
-def _write_json(path: str, data: dict[str, Any], exclusive: bool = False) -> None:
-    if exclusive:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        return
-    from autoresearch.backends._supervisor import write_json
-
-    write_json(path, data)
-
-
-def _write_text(path: str, text: str) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def _read_id(run_dir: str) -> int | None:
-    try:
-        text = Path(run_dir, "slurm_job_id").read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
-class _locked:
-    """An exclusive flock on ``path`` for the length of a ``with`` (released by the kernel if we die)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.fd = -1
-
-    def __enter__(self) -> None:
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-
-    def __exit__(self, *exc: object) -> None:
-        os.close(self.fd)
-
-
-def _held(path: str) -> bool:
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except OSError:
-        return True
-    finally:
-        os.close(fd)

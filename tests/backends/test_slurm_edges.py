@@ -128,3 +128,26 @@ def test_images_run_through_pyxis_or_apptainer(tmp_path: Path, containers: str, 
     argv = backend._container(["python", "train.py"], _request(tmp_path, image="img:1", mounts={"/data": "/scratch/d"}))
     assert argv[:len(expected)] == expected and argv[-2:] == ["python", "train.py"]
     assert ("--container-mounts=/scratch/d:/data" in argv) if containers == "pyxis" else ("/scratch/d:/data" in argv)
+
+
+@pytest.mark.parametrize("garbage", ['{"state": "running", "exit_code": "0"}', '{"state": "exited", "exit_code": 1e400}',
+                                     "[1, 2]", "not json", '{"state": "exited", "signal": true, "detail": 7}'])
+def test_a_forged_ending_in_the_run_dir_reads_as_an_ending_never_an_error(tmp_path: Path, garbage: str) -> None:
+    (tmp_path / "ending.json").write_text(garbage)
+    (tmp_path / "request.json").write_text("{}")
+    os.utime(tmp_path / "request.json", (0, 0))  # written long ago, and no Slurm job was ever recorded
+    status = SlurmBackend(command_timeout=2).poll(str(tmp_path))  # no Slurm asked: nothing to submit, long gone
+    assert status.ended and (status.exit_code is None or isinstance(status.exit_code, int))
+    assert status.signal is None or isinstance(status.signal, int)
+
+
+def test_an_engines_node_words_become_our_node_states() -> None:
+    from autoresearch.backends import NodeInfo
+    from autoresearch.runtime import engine_node_state
+
+    assert engine_node_state(NodeInfo("n1", state="idle")) == ("healthy", "")
+    assert engine_node_state(NodeInfo("n1", state="mixed")) == ("healthy", "")
+    assert engine_node_state(NodeInfo("n1", state="drained", reason="bad gpu")) == (
+        "cordoned", "the engine says drained: bad gpu")
+    assert engine_node_state(NodeInfo("n1", state="draining"))[0] == "cordoned"
+    assert engine_node_state(NodeInfo("n1", state="down*", reason="Not responding"))[0] == "down"
