@@ -190,7 +190,7 @@ class SlurmBackend(Backend):
                 return run_dir  # a submitter died after sbatch: adopt its job
             argv = self._prepare(request, name)
             try:
-                out = self.cli.run(argv, fast_fail=False)
+                out = self.cli.run(argv, fast_fail=False, bare=True)
             except Unreachable as err:
                 if "connect failure" in err.message or "did not answer a moment ago" in err.message:
                     raise  # never reached slurmctld: nothing was submitted
@@ -234,9 +234,11 @@ class SlurmBackend(Backend):
     def flags(self, request: LaunchRequest, name: str) -> list[str]:
         """sbatch's flags for ``request`` under this profile (given on its command line: no quoting games)."""
         key = "".join(c if c.isalnum() or c in "._-" else "_" for c in request.key)
+        # --export=ALL of sbatch's bare environment: NONE and NIL make slurmd load the user's login
+        # environment (`su -`), seconds per job; wrap.py sets the attempt's own from env.json.
         flags = [f"--job-name={name}", f"--comment=autoresearch-attempt-{key}",
                  f"--output={request.log_path}", "--open-mode=append", f"--chdir={request.workdir}",
-                 "--export=NONE", "--requeue", f"--nodes={request.nodes}", "--ntasks-per-node=1"]
+                 "--export=ALL", "--requeue", f"--nodes={request.nodes}", "--ntasks-per-node=1"]
         partition, qos = self.partition_for(request.priority), self.priority_qos.get(request.priority) or self.qos
         flags += [f"--partition={partition}"] if partition else []
         flags += [f"--qos={qos}"] if qos else []

@@ -22,6 +22,7 @@ from autoresearch.errors import BackendError
 _UNREACHABLE = re.compile(r"unable to contact slurm controller|connection refused|socket timed out|"
                           r"zero bytes were transmitted|slurmctld.* is down|communication connection failure",
                           re.IGNORECASE)
+_BARE = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "SLURM_CONF")
 KIT_HINT = ("start the dev cluster with `python3 backends/slurm/kit.py start` and export the SLURM_CONF it "
             "prints (or set the profile's `conf`); on a real cluster ask whether slurmctld is up (`scontrol ping`)")
 
@@ -60,19 +61,23 @@ class SlurmCli:
             pass
         return f"slurmctld at {host}:{port} (slurm.conf: {path})"
 
-    def env(self) -> dict[str, str]:
+    def env(self, bare: bool = False) -> dict[str, str]:
+        """The commands' environment; ``bare``: only what a batch job may inherit from sbatch
+        (the job's own environment comes from its env.json)."""
         env = dict(os.environ)
+        if bare:
+            env = {k: v for k, v in env.items() if k in _BARE or k.startswith("SBATCH_")}
         if self.conf:
             env["SLURM_CONF"] = self.conf
         return env
 
-    def run(self, argv: list[str], timeout: float | None = None, fast_fail: bool = True) -> str:
+    def run(self, argv: list[str], timeout: float | None = None, fast_fail: bool = True, bare: bool = False) -> str:
         """stdout of ``argv``; :class:`Unreachable` or :class:`Rejected` when Slurm does not say yes."""
         if fast_fail and time.monotonic() < self._down_until:
             raise Unreachable(f"{self.address} did not answer a moment ago", hint=KIT_HINT)
         limit = timeout or self.timeout
         try:
-            done = subprocess.run(argv, env=self.env(), capture_output=True, text=True, timeout=limit,
+            done = subprocess.run(argv, env=self.env(bare), capture_output=True, text=True, timeout=limit,
                                   errors="replace", stdin=subprocess.DEVNULL)
         except FileNotFoundError:
             raise BackendError(f"Slurm's `{argv[0]}` is not installed on this machine",

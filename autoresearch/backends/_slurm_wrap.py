@@ -55,7 +55,7 @@ def _env(run_dir: str) -> dict[str, str]:
     for key, value in os.environ.items():  # the allocation's own facts win over the submitter's
         if key.startswith("SLURM") or key in GPU_VARS:
             env[key] = value
-    env.pop("SLURM_EXPORT_ENV", None)  # sbatch --export=NONE: an srun in the program must see its env
+    env.pop("SLURM_EXPORT_ENV", None)  # an srun in the program must pass the program's env on
     return env
 
 

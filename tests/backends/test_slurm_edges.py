@@ -111,7 +111,7 @@ def test_the_sbatch_flags_carry_the_request_and_the_profile(tmp_path: Path) -> N
     for flag in ("--job-name=ar-7.2-x", "--comment=autoresearch-attempt-7.2", f"--output={tmp_path / 'log'}",
                  "--gres=gpu:a100:2", "--cpus-per-task=4", "--mem=2048M", "--time=3", "--nodes=2",
                  "--ntasks-per-node=1", "--requeue", "--signal=B:TERM@30", "--qos=urgent", "--account=ml",
-                 f"--chdir={tmp_path}", "--export=NONE"):
+                 f"--chdir={tmp_path}", "--export=ALL"):
         assert flag in flags, flag
     assert not any(f.startswith("--partition") for f in flags)  # critical goes to the cluster's default
     low = backend.flags(_request(tmp_path, priority="best-effort"), "n")
