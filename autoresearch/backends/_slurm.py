@@ -55,7 +55,8 @@ from autoresearch.backends._slurm_files import (
 from autoresearch.errors import BackendError, CapacityError, SpecError
 
 SUBMIT_GRACE_S = 60.0  # an attempt with no Slurm job this long after its request was written never got one
-STOP_BACKSTOP_S = 30.0  # a stop not honoured this long after its grace: scancel hard
+STOP_BACKSTOP_S = 30.0
+NODES_TTL_S = 5.0  # a stop not honoured this long after its grace: scancel hard
 CONTAINERS = ("none", "pyxis", "apptainer")
 _RUNNING = ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING")
 
@@ -98,6 +99,8 @@ class SlurmBackend(Backend):
             self.capabilities = dataclasses.replace(self.capabilities, containers=True)
         self._jobs: dict[int, dict[str, Any]] = {}
         self._jobs_at = 0.0
+        self._nodes: list[NodeInfo] | None = None
+        self._nodes_at = 0.0
         self._parts: dict[str, dict[str, Any]] | None = None
         self._parts_at = 0.0
         self._lock = threading.Lock()
@@ -150,8 +153,17 @@ class SlurmBackend(Backend):
     # -- nodes ------------------------------------------------------------------------------
 
     def nodes(self) -> list[NodeInfo]:
-        return [NodeInfo(n["name"], tuple(str(i) for i in range(n["gpus"])), float(n["cpus"]), n["memory"],
-                         state=n["state"], reason=n["reason"]) for n in self.cli.nodes()]
+        with self._lock:
+            cached = self._nodes if time.monotonic() - self._nodes_at < NODES_TTL_S else None
+        if cached is not None:  # every pass asks; Slurm's nodes change rarely
+            if time.monotonic() - self.cli.ok_at > 2.0:
+                self.cli.ping()  # but a pass must not launch into a slurmctld that is down (instant either way)
+            return cached
+        nodes = [NodeInfo(n["name"], tuple(str(i) for i in range(n["gpus"])), float(n["cpus"]), n["memory"],
+                          state=n["state"], reason=n["reason"]) for n in self.cli.nodes()]
+        with self._lock:
+            self._nodes, self._nodes_at = nodes, time.monotonic()
+        return nodes
 
     def cordon(self, node: str, reason: str) -> None:
         why = " ".join(str(reason or "cordoned by autoresearch").split())[:200]
@@ -161,6 +173,8 @@ class SlurmBackend(Backend):
         self._update_node(node, "resume")
 
     def _update_node(self, node: str, state: str, *more: str) -> None:
+        with self._lock:
+            self._nodes = None  # the next pass reads the change back
         try:
             self.cli.run(["scontrol", "update", f"nodename={_clean(node, 'node')}", f"state={state}", *more])
         except Rejected as err:
@@ -184,7 +198,9 @@ class SlurmBackend(Backend):
         with locked(os.path.join(run_dir, "submit.lock")):
             if read_id(run_dir) is not None:
                 return run_dir  # started before (the same key twice)
-            found = self.cli.find(name)
+            # A job of this name exists only if this key started in this run dir before: that start
+            # wrote request.json first. No request.json, no lookup (one Slurm call less per launch).
+            found = self.cli.find(name) if os.path.exists(os.path.join(run_dir, "request.json")) else []
             if found:
                 write_text(os.path.join(run_dir, "slurm_job_id"), str(found[0]))
                 return run_dir  # a submitter died after sbatch: adopt its job
@@ -273,19 +289,25 @@ class SlurmBackend(Backend):
     # -- state ----------------------------------------------------------------------------------
 
     def _job(self, job_id: int) -> dict[str, Any] | None:
-        """Slurm's record of a job (None: Slurm does not know it); Unreachable when it does not answer."""
+        """Slurm's record of a job (None: Slurm does not know it); Unreachable when it does not answer.
+
+        One ``squeue --json`` a second answers every poll of a pass; a job newer than that
+        snapshot is "unknown for a moment", not a reason to ask again."""
         with self._lock:
             fresh = time.monotonic() - self._jobs_at < 1.0
-            job = self._jobs.get(job_id) if fresh else None
-        if job is None and not fresh:
+            jobs = self._jobs
+        if not fresh:
             try:
                 jobs = self.cli.jobs()
             except Rejected:  # no JSON support in this Slurm: ask for the one job
                 return self.cli.show_job(job_id)
             with self._lock:
                 self._jobs, self._jobs_at = jobs, time.monotonic()
-            job = jobs.get(job_id)
-        return job if job is not None else self.cli.show_job(job_id)
+        if job_id in jobs:
+            return jobs[job_id]
+        if fresh and job_id > max(jobs, default=0):
+            raise Unreachable(f"job {job_id} is newer than the last squeue")  # the next pass sees it
+        return self.cli.show_job(job_id)  # gone from squeue's view: ask once whether Slurm still knows it
 
     def poll(self, external_id: str) -> AttemptStatus:
         run_dir = external_id

@@ -42,6 +42,7 @@ class SlurmCli:
         self.conf = conf or os.environ.get("SLURM_CONF", "")
         self.timeout = timeout
         self._down_until = 0.0  # after a failure, fail fast for a moment instead of waiting again
+        self.ok_at = 0.0  # when slurmctld last answered (time.monotonic())
         self._lock = threading.Lock()
 
     @property
@@ -94,12 +95,12 @@ class SlurmCli:
                 raise Unreachable(f"{self.address} does not answer: {said}", hint=KIT_HINT)
             raise Rejected(said)
         with self._lock:
-            self._down_until = 0.0
+            self._down_until, self.ok_at = 0.0, time.monotonic()
         return done.stdout
 
     def _down(self, seconds: float) -> None:
         with self._lock:
-            self._down_until = time.monotonic() + seconds
+            self._down_until, self.ok_at = time.monotonic() + seconds, 0.0
 
     def ping(self) -> None:
         """Raise :class:`Unreachable` unless slurmctld answers (`scontrol ping` answers at once either way)."""

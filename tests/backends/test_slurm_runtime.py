@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,7 @@ def test_slurmctld_restarted_mid_run_loses_nothing_and_starts_nothing_twice(home
     pid = int(ctld.read_text().split()[0])
     os.kill(pid, signal.SIGTERM)
     wait_for(lambda: not ctld.exists() or not _alive(pid), timeout=30)
+    time.sleep(2.5)  # longer than a pass trusts Slurm's last answer without asking again (ping)
     try:
         assert api.status(running.id).state == "running"  # unknown is not lost
         queued = api.submit({"command": ["echo", "later"], "workdir": str(tmp_path)})  # accepted; waits for Slurm
