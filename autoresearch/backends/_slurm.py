@@ -389,8 +389,13 @@ class SlurmBackend(Backend):
 
     def _backstop(self, run_dir: str, job_id: int) -> None:
         """A stop wrap.py has not honoured long after its grace (a hung node): scancel outright."""
-        asked = read_file(os.path.join(run_dir, "stop.json"))
-        if asked and time.time() - float(asked.get("requested_at") or 0) > float(asked.get("grace") or 0) + STOP_BACKSTOP_S:
+        asked = read_file(os.path.join(run_dir, "stop.json"))  # in the job's reach: numbers are checked
+        when, grace = (asked or {}).get("requested_at"), (asked or {}).get("grace")
+        if grace is None:  # the request's own grace period, as wrap.py uses it
+            grace = (read_file(os.path.join(run_dir, "request.json")) or {}).get("grace") or 0
+        if not (isinstance(when, (int, float)) and isinstance(grace, (int, float))):
+            return
+        if time.time() - when > min(grace, 86400) + STOP_BACKSTOP_S:
             try:
                 self.cli.run(["scancel", str(job_id)])
             except (Rejected, Unreachable):

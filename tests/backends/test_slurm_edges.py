@@ -151,3 +151,23 @@ def test_an_engines_node_words_become_our_node_states() -> None:
         "cordoned", "the engine says drained: bad gpu")
     assert engine_node_state(NodeInfo("n1", state="draining"))[0] == "cordoned"
     assert engine_node_state(NodeInfo("n1", state="down*", reason="Not responding"))[0] == "down"
+
+
+def test_the_stop_backstop_waits_for_the_jobs_own_grace_period(slurm: Any, tmp_path: Path) -> None:
+    import json
+    import time
+
+    from tests.conftest import wait_for
+
+    backend = SlurmBackend(conf=slurm.conf)
+    ignores_term = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+    request = LaunchRequest(key="grace.1", argv=[PY, "-c", ignores_term], env=dict(os.environ), workdir=str(tmp_path),
+                            log_path=str(tmp_path / "a.log"), run_dir=str(tmp_path / "a"), grace=120.0)
+    ext = backend.start(request)
+    wait_for(lambda: backend.poll(ext).state == "running", timeout=60)
+    # A stop asked 40 s ago without a grace of its own: the job's 120 s still run, no hard scancel yet.
+    (tmp_path / "a" / "stop.json").write_text(json.dumps({"requested_at": time.time() - 40}))
+    assert backend.poll(ext).state == "running"
+    job_id = (tmp_path / "a" / "slurm_job_id").read_text()
+    time.sleep(1.5)
+    assert "RUNNING" in slurm.run("squeue", "-h", "-j", job_id, "-o", "%T")
