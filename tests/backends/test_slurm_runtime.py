@@ -175,3 +175,21 @@ def test_cordon_drains_the_slurm_node_and_uncordon_resumes_it(sapi: Api, slurm: 
         sapi.cordon(node, undo=True)
     assert next(n for n in sapi.nodes() if n.name == node).state == "healthy"
     assert "drain" not in slurm.run("sinfo", "-h", "-n", node, "-o", "%T")
+
+
+def test_an_sbatch_that_timed_out_but_was_submitted_is_found_and_run_once(slurm: Any, tmp_path: Path) -> None:
+    from autoresearch.backends import LaunchRequest
+
+    backend = SlurmBackend(conf=slurm.conf, command_timeout=2)
+    request = LaunchRequest(key="unknown.1", argv=["/bin/sh", "-c", "echo ran"], env=dict(os.environ),
+                            workdir=str(tmp_path), log_path=str(tmp_path / "a.log"), run_dir=str(tmp_path / "a"))
+    ctld = int((slurm.dir / "run" / "slurmctld.pid").read_text().split()[0])
+    os.kill(ctld, signal.SIGSTOP)  # slurmctld takes the request into its socket but answers nobody
+    try:
+        ext = backend.start(request)  # sbatch times out: submitted or not, nobody knows yet
+    finally:
+        os.kill(ctld, signal.SIGCONT)
+    assert (tmp_path / "a" / "submit_unknown").exists()
+    status = wait_for(lambda: (s := backend.poll(ext)).ended and s, timeout=60)
+    assert status.exit_code == 0 and (tmp_path / "a.log").read_text() == "ran\n"
+    assert len(slurm.jobs_named(SlurmBackend.job_name("unknown.1", str(tmp_path / "a")))) == 1
