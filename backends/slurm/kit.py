@@ -118,22 +118,65 @@ def _run(argv: list[str], env: dict[str, str]) -> None:
 
 
 def stop(kit: Path, wait_s: float = 15.0) -> None:
-    """Stop the kit's daemons by their PID files (TERM, then KILL), never by name."""
+    """Stop the kit: cancel its jobs, then its daemons by their PID files (TERM, then KILL), never by
+    name; then any job step still holding the kit's files open (a slurmstepd that outlived slurmd)."""
+    conf = kit / "etc" / "slurm.conf"
+    if conf.exists() and _pid(kit / "run" / "slurmctld.pid"):
+        env = {**os.environ, "SLURM_CONF": str(conf)}
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(["scancel", "--user", getpass.getuser()], env=env, capture_output=True, timeout=10)
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline and subprocess.run(
+                    ["squeue", "-h", "-t", "R,CG,CF,S", "-o", "%i"], env=env, capture_output=True, text=True,
+                    timeout=10).stdout.strip():
+                time.sleep(0.2)
     for daemon in DAEMONS:
         pidfile = kit / "run" / f"{daemon}.pid"
         pid = _pid(pidfile)
-        if pid is None:
-            continue
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + wait_s
-        while _pid(pidfile) == pid and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _pid(pidfile) == pid:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        if pid is not None:
+            _end(pid, wait_s)
         with contextlib.suppress(OSError):
             pidfile.unlink()
+    for pid in _holding(kit):
+        _end(pid, 2.0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return stat[stat.rindex(b")") + 2:][:1] != b"Z"
+    except (OSError, ValueError):
+        return False
+
+
+def _end(pid: int, wait_s: float) -> None:
+    """TERM ``pid``, wait for the process itself (slurmd drops its PID file before it is gone), then KILL."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _alive(pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _holding(kit: Path) -> list[int]:
+    """Processes of ours with a file of the kit open (its spool, state or logs): leftover job steps."""
+    inside = str(kit) + os.sep
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != os.getuid():
+                continue
+            if any(os.readlink(f"/proc/{entry}/fd/{fd}").startswith(inside) for fd in os.listdir(f"/proc/{entry}/fd")):
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
 
 
 def restart_ctld(kit: Path) -> None:
