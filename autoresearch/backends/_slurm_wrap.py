@@ -91,6 +91,11 @@ def run(run_dir: str) -> int:
     if int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0 or os.path.exists(exit_path):
         return 0  # a requeued copy: that attempt is over (see the module docstring)
     req = _read(os.path.join(run_dir, "request.json"))
+    if not isinstance(req.get("argv"), list) or not req["argv"]:
+        # Not "true" by default: a run dir this node cannot read (no shared filesystem) must fail loudly.
+        print(f"autoresearch: cannot read {run_dir}/request.json on {os.uname().nodename}: is the run dir "
+              "on a filesystem this node shares?", file=sys.stderr)
+        return 2
     stop_path = os.path.join(run_dir, "stop.json")
     started = time.time()
     if os.path.exists(stop_path):  # stopped while it waited in the queue: never start the program
@@ -109,7 +114,7 @@ def run(run_dir: str) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
         signal.signal(sig, on_term)
     signal.signal(signal.SIGCHLD, lambda s, f: None)
-    child = _spawn([str(a) for a in req.get("argv") or ["true"]], _env(run_dir), str(req.get("workdir") or "."))
+    child = _spawn([str(a) for a in req["argv"]], _env(run_dir), str(req.get("workdir") or "."))
     _write(os.path.join(run_dir, "state.json"), {"pid": child, "node": os.environ.get("SLURMD_NODENAME", ""),
                                                  "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""),
                                                  "started_at": started})

@@ -171,3 +171,17 @@ def test_the_stop_backstop_waits_for_the_jobs_own_grace_period(slurm: Any, tmp_p
     job_id = (tmp_path / "a" / "slurm_job_id").read_text()
     time.sleep(1.5)
     assert "RUNNING" in slurm.run("squeue", "-h", "-j", job_id, "-o", "%T")
+
+
+def test_a_node_that_cannot_read_the_run_dir_fails_the_attempt_never_fakes_a_success(slurm: Any, tmp_path: Path) -> None:
+    from tests.conftest import wait_for
+
+    backend = SlurmBackend(conf=slurm.conf, sbatch_args=["--hold"])  # held until the run dir is "unshared"
+    request = LaunchRequest(key="unshared.1", argv=["/bin/sh", "-c", "sleep 2; echo ran"], env=dict(os.environ),
+                            workdir=str(tmp_path), log_path=str(tmp_path / "a.log"), run_dir=str(tmp_path / "a"))
+    ext = backend.start(request)
+    (tmp_path / "a" / "request.json").write_text("{}")  # what a node without the shared filesystem would see
+    slurm.run("scontrol", "release", (tmp_path / "a" / "slurm_job_id").read_text())
+    status = wait_for(lambda: (s := backend.poll(ext)).ended and s, timeout=60)
+    assert status.state == "lost" and "ran" not in (tmp_path / "a.log").read_text()
+    assert "cannot read" in (tmp_path / "a.log").read_text()
