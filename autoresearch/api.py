@@ -79,6 +79,13 @@ class Api:
         state, why = ("healthy", "") if undo else ("cordoned", reason or "cordoned by hand")
         warning = "" if undo else self._last_node_warning(node)
         self._jobs.set_node_state(node, state, why, "uncordon" if undo else "cordon")
+        # An engine that schedules itself takes the node out too (Slurm: drain): the node's own backend.
+        owner = next((r["backend"] for r in self._jobs.all_nodes() if r["name"] == node), self._runtime.backend.name)
+        backend = self._runtime.for_backend(owner).backend
+        if undo:
+            backend.uncordon(node)
+        else:
+            backend.cordon(node, why)
         self._runtime.tick(wait=False)
         view = next(n for n in self.nodes() if n.name == node)
         view.warning = warning

@@ -268,8 +268,10 @@ class JobStore:
     def nodes(self, backend: str) -> list[sqlite3.Row]:
         return self.ledger.query("SELECT * FROM nodes WHERE backend=?", (backend,))
 
-    def save_nodes(self, backend: str, seen: Iterable[Any], now: float) -> None:
-        """The nodes ``backend`` reports now (a down one comes back healthy); the others are down."""
+    def save_nodes(self, backend: str, seen: Iterable[Any], now: float,
+                   states: dict[str, tuple[str, str]] | None = None) -> None:
+        """The nodes ``backend`` reports now (a down one comes back healthy); the others are down.
+        ``states``: name -> (state, reason) an engine that schedules itself reports (it is the truth)."""
         seen = list(seen)
         with self.ledger.tx() as c:
             for node in seen:
@@ -284,6 +286,8 @@ class JobStore:
                     (node.name, backend, len(node.gpu_ids), json.dumps(node.gpu_ids), node.cpus,
                      node.memory, now),
                 )
+                if states is not None and node.name in states:
+                    c.execute("UPDATE nodes SET state=?, reason=? WHERE name=?", (*states[node.name], node.name))
             names = [n.name for n in seen]
             c.execute(
                 f"UPDATE nodes SET state='down', reason='not reported by backend', updated_at=?, since=? "

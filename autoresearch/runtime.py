@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch import scheduler as S
-from autoresearch.backends import AttemptStatus, Backend, LaunchRequest, open_backend
-from autoresearch.errors import AutoresearchError, LedgerError, SpecError
+from autoresearch.backends import AttemptStatus, Backend, LaunchRequest, NodeInfo, open_backend
+from autoresearch.errors import AutoresearchError, BackendError, LedgerError, SpecError
 from autoresearch.guard import surviving
 from autoresearch.ingest import ingest_attempt
 from autoresearch.jobstore import JobStore, attempt_paths
@@ -102,7 +102,10 @@ class Runtime:
             if not locked:
                 return False
             self.reconcile()
-            self.refresh_nodes()
+            try:
+                self.refresh_nodes()
+            except BackendError:
+                return True  # the engine does not answer (slurmctld down): nothing can start; queued jobs wait
             self.monitor()
             self.schedule()
             return True
@@ -155,13 +158,16 @@ class Runtime:
                            if _still_exists(owner, self.ledger.home)}  # a removed profile's node is taken over
         if self.node_clash:
             seen = [n for n in seen if n.name not in self.node_clash]
-        known = {r["name"]: (r["gpu_ids"], r["cpus"], r["memory"], r["state"])
+        known = {r["name"]: (r["gpu_ids"], r["cpus"], r["memory"], r["state"], r["reason"])
                  for r in self.jobs.nodes(self.backend.name)}
         current = {n.name: (json.dumps(n.gpu_ids), n.cpus, n.memory) for n in seen}
+        # An engine that schedules itself (Slurm) owns its nodes' state: a drain there is a cordon here.
+        states = None if self.backend.capabilities.places else {n.name: engine_node_state(n) for n in seen}
         if set(known) == set(current) and all(
-                known[k][:3] == v and known[k][3] != "down" for k, v in current.items()):
+                known[k][:3] == v and known[k][3] != "down" and (states is None or known[k][3:] == states[k])
+                for k, v in current.items()):
             return  # nothing changed: no write on the read path
-        self.jobs.save_nodes(self.backend.name, seen, now)
+        self.jobs.save_nodes(self.backend.name, seen, now, states)
 
     def schedule(self, rounds: int = 3) -> S.Decisions:
         now = time.time()
@@ -362,6 +368,17 @@ def runtime_for_plan(home: str | os.PathLike[str] | None, plan: Any, backend: st
     return Runtime(home, name, options)
 
 
+def engine_node_state(node: NodeInfo) -> tuple[str, str]:
+    """Our state and reason for a node in an engine's own words (Slurm's ``drained``, ``down*`` ...)."""
+    word = node.state.strip().lower().rstrip("*~#!%$@^-+")
+    if not word or word in ("idle", "mixed", "allocated", "alloc", "mix", "completing", "comp", "planned", "ready"):
+        return "healthy", ""
+    said = f"the engine says {node.state}" + (f": {node.reason}" if node.reason else "")
+    if "drain" in word or "cordon" in word or word in ("maint", "reserved", "resv", "schedulingdisabled"):
+        return "cordoned", said[:300]
+    return "down", said[:300]
+
+
 def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
     """End reason (exit, timeout, cancelled, stopped, preempted, infra) and a one-line detail."""
     # Why we stopped it wins — but only if our stop reached it: an attempt that ended on
@@ -373,6 +390,8 @@ def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
         return "cancelled", "cancelled by request"
     if stop_reason == "preempted":
         return "preempted", "stopped to make room for a higher-priority job"
+    if status.preempted and not stop_reason:
+        return "preempted", status.detail or "preempted by the engine"
     if status.state == "lost":
         return "infra", status.detail or "attempt lost"
     if status.timed_out:

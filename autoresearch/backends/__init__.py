@@ -25,6 +25,7 @@ _BUILTIN: dict[str, str] = {
     "kubernetes": "autoresearch.backends.kubernetes:KubernetesBackend",  # a batch/v1 Job per attempt (+ Kueue)
     "databricks": "autoresearch.backends.databricks:DatabricksBackend",  # the databricks CLI's AI Runtime (air)
     "docker": "autoresearch.backends._docker:DockerBackend",
+    "slurm": "autoresearch.backends._slurm:SlurmBackend",  # one sbatch per attempt (backends/slurm/ starts a dev cluster)
 }
 
 

@@ -101,6 +101,7 @@ class AttemptStatus:
     ended_at: float | None = None
     peak_rss_mb: float | None = None
     detail: str = ""
+    preempted: bool = False  # the engine took it back (Slurm's requeue): ended, resumes in a next attempt
 
     @property
     def ended(self) -> bool:

@@ -37,6 +37,7 @@ def test_gang_job_on_a_single_node_backend_is_refused_not_retried(home: Path) ->
     assert err.value.message == "the fake backend runs single-node jobs only (the job asks for nodes: 2)"
     assert err.value.hint.startswith("use nodes: 1, or submit to a backend that runs multi-node (gang) jobs: ")
     assert "kubernetes" in err.value.hint.split(": ", 1)[1]
+    assert "slurm" in err.value.hint  # Slurm runs gang jobs (--nodes N)
     nothing_written(api, fake)
 
 
@@ -73,6 +74,7 @@ def test_hints_never_name_the_fake() -> None:
     assert "local" in able("preemption") and "local" in able("gpus")
     # The fake can do everything, but it runs nothing: never suggested.
     assert "fake" not in able("preemption") + able("gpus") + able("multi_node") + able("containers")
+    assert "local" not in able("multi_node")
 
 
 def test_cli_refuses_a_gang_job_with_exit_2_and_a_hint(home: Path, tmp_path: Path) -> None:
