@@ -70,7 +70,8 @@ class LiveTable:
         for t in view.trials:
             if t.ended_at and t.trial_id not in self.printed:
                 self.printed.add(t.trial_id)
-                self.console.print(f"trial {t.trial_id} {t.state} {view.metric}={_num(t.objective)} "
+                note = " (within noise: not kept)" if t.within_noise else " (kept: new incumbent)" if t.kept else ""
+                self.console.print(f"trial {t.trial_id} {t.state} {view.metric}={_num(t.objective)}{note} "
                                    f"best={_num(t.best_so_far)} {_params(t.params, 80)}", highlight=False,
                                    markup=False, soft_wrap=True)
 
@@ -87,16 +88,28 @@ class LiveTable:
             table.add_column(escape(col), no_wrap=True)
         active = [t for t in view.trials if t.state in ("queued", "running", "proposed")]
         ended = sorted((t for t in view.trials if t.ended_at), key=lambda t: t.ended_at or 0)[-max(0, ROWS - len(active)):]
-        for t in sorted(active + ended, key=lambda t: t.trial_id)[-ROWS:]:
-            table.add_row(*self._row(t))
+        shown = sorted(active + ended, key=lambda t: t.trial_id)[-ROWS:]
+        if view.best_trial is not None and all(t.trial_id != view.best_trial for t in shown):
+            shown = [t for t in view.trials if t.trial_id == view.best_trial] + shown[-(ROWS - 1):]
+        for t in shown:
+            table.add_row(*self._row(t, view))
+        notes = []
+        if len(view.trials) > len(shown):
+            notes.append(f"{len(view.trials) - len(shown)} more trial(s) not shown (every trial: the report and MLflow)")
+        if any(t.within_noise for t in view.trials):
+            notes.append("~ within noise: lower than the incumbent by less than the noise floor, not kept")
+        if notes:
+            table.caption = escape("\n".join(notes))
+            table.caption_justify = "left"
         return table
 
     @staticmethod
-    def _row(t: TrialRow) -> list[str]:
+    def _row(t: TrialRow, view: LoopView) -> list[str]:
         value = t.objective if t.ended_at else t.value
         now = t.ended_at or time.time()
         runtime = now - t.started_at if t.started_at else None
         tag = " (seed)" if t.role == "repeat" else ""
+        tag += " *" if t.trial_id == view.best_trial else " ~" if t.within_noise else ""
         return [f"{t.trial_id}{tag}", escape(_params(t.params)), f"[{STYLE.get(t.state, 'white')}]{t.state}[/]",
                 "-" if t.step is None else str(t.step), _num(value), _num(t.best_so_far), _dur(runtime)]
 
