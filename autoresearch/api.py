@@ -245,14 +245,21 @@ class Api:
 
         return mirror_status(self._ledger)
 
+    def mirror_lag(self) -> str | None:
+        """One line when the MLflow mirror is behind, and why (None when it is not); no mlflow import."""
+        from autoresearch.tracking._status import mirror_lag
+
+        return mirror_lag(self._ledger)
+
     def sync(self, uri: str | None = None) -> dict[str, Any]:
         """Mirror everything pending to MLflow now (``uri``: rebind the ledger to that store first)."""
         from autoresearch.tracking._status import sync_all
 
         return sync_all(self._ledger, uri)
 
-    def mlflow_ui(self, host: str, port: int, sync: bool = True) -> tuple[str, list[str] | None]:
-        """The store's URI and the argv of ``mlflow ui`` on it (None: a server with its own UI)."""
+    def mlflow_ui(self, host: str, port: int, sync: bool = True) -> tuple[str, list[str] | None, str]:
+        """The store's URI, the argv of ``mlflow ui`` on it (None: a server with its own UI) and the
+        page to open (the newest loop's trials)."""
         from autoresearch.tracking._status import ui_argv
 
         return ui_argv(self._ledger, host, port, sync)

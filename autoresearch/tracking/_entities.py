@@ -56,6 +56,9 @@ def sync_loop(syncer: Mirror, loop: Any, report: SyncReport) -> str | None:
             params = dict(list(params.items())[:300])
             syncer.client.log_text(run_id, json.dumps(redact_obj(plan, secrets), indent=2, default=str), "plan.json")
             report.artifacts += 1
+            if isinstance(plan, dict):
+                syncer.client.set_experiment_tag(syncer.experiment_id(loop_experiment(loop)), VIEW_TAG,
+                                                 json.dumps(trials_view(plan)))
         syncer.log_batch(run_id, params=params, tags=tags, secrets=secrets)
         reopen = bool(loop["finished"]) and str(loop["state"]).lower() not in LOOP_FINAL
         if reopen:  # an ended loop resumed (--resume): its run is live again, and ends again with it
@@ -65,6 +68,27 @@ def sync_loop(syncer: Mirror, loop: Any, report: SyncReport) -> str | None:
     except Exception as err:
         syncer.mark_blocked(entity, err)
         return None
+
+
+VIEW_KEY = "autoresearch"  # the UI opens it with ?viewStateShareKey=autoresearch
+VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
+PROVENANCE = ("trial_state", "verdict", "objective", "seed", "parent_trial", "proposer", "decision_id")
+
+
+def trials_view(plan: dict[str, Any]) -> dict[str, Any]:
+    """The runs table of a loop's experiment as the UI's saved view: the trials listed flat (not
+    folded under the loop's run), best first, with the plan's params, its objective and the
+    provenance tags as columns."""
+    metric = str((plan.get("objective") or {}).get("metric", ""))
+    goal = str((plan.get("objective") or {}).get("goal", "minimize"))
+    space = plan.get("space")
+    columns = [f"params.`{name}`" for name in list(space)[:30]] if isinstance(space, dict) else []
+    columns += [f"metrics.`{metric}`"] if metric else []
+    columns += [f"tags.`autoresearch.{name}`" for name in PROVENANCE]
+    view: dict[str, Any] = {"searchFilter": "tags.`autoresearch.kind` = 'trial'", "selectedColumns": columns}
+    if metric:
+        view.update(orderByKey=f"metrics.`{metric}`", orderByAsc=not goal.lower().startswith("max"))
+    return view
 
 
 def _plan(loop: Any) -> Any:
@@ -139,6 +163,8 @@ def sync_job(syncer: Mirror, job: Any, report: SyncReport) -> str | None:
             })
             if trial["objective"] is not None:
                 tags["autoresearch.objective"] = repr(trial["objective"])
+            tags["autoresearch.verdict"] = verdict(syncer, trial)
+            tags["mlflow.runName"] = trial_run_name(trial, job)
             rationale = trial["rationale"] if "rationale" in trial.keys() else ""
             if not rationale and decision is not None:
                 rationale = decision["rationale"]
@@ -164,6 +190,35 @@ def sync_job(syncer: Mirror, job: Any, report: SyncReport) -> str | None:
     except Exception as err:
         syncer.mark_blocked(entity, err)
         return None
+
+
+def verdict(syncer: Mirror, trial: Any) -> str:
+    """What the loop made of a trial (its keep-or-discard decision), as the runs table shows it."""
+    if trial["role"] == "repeat" and trial["parent_trial"] is not None:
+        return f"seed of #{trial['parent_trial']}"
+    own, later = syncer.store.verdicts(trial["id"])
+    if own is None:
+        return ""
+    try:
+        out = json.loads(own["outputs"])
+    except ValueError:
+        return ""
+    if out.get("promoted"):
+        return f"kept, replaced by #{later['trial_id']}" if later is not None else "incumbent (kept)"
+    margin = out.get("margin")
+    return "within noise: not kept" if isinstance(margin, (int, float)) and margin > 0 else "not better"
+
+
+def trial_run_name(trial: Any, job: Any | None = None) -> str:
+    """``#7 succeeded lr=0.0267 hidden=64``: the trial id, its state and params, readable in the runs table."""
+    try:
+        params = json.loads(trial["params"] or "{}")
+    except ValueError:
+        params = {}
+    words = [f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()
+             if not is_secret(str(k))] if isinstance(params, dict) else []
+    state = trial["state"] if trial["state"] not in ("proposed", "queued") or job is None else job["state"]
+    return f"trial-{trial['id']} {state} {' '.join(words)}".strip()[:120]
 
 
 def ensure_job_run(syncer: Mirror, job_id: int) -> str:
