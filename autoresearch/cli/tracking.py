@@ -92,8 +92,9 @@ def _ui(api: Any, args: argparse.Namespace) -> int:
     os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")  # no background job-runner processes
     print(f"starting the MLflow UI on {args.host}:{args.port} (store {uri}; its log: {log_path}) ...",
           file=sys.stderr, flush=True)
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=log)
+    with open(log_path, "ab") as log:  # its own session: stopping us (Ctrl-C, SIGTERM) stops all of it
+        proc = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     base = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::', '') else args.host}:{args.port}"
     try:
         while not _answers(base):
@@ -110,13 +111,25 @@ def _ui(api: Any, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        _stop_group(proc)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop ``mlflow ui`` and the server workers it started (its process group)."""
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _port_free(host: str, port: int) -> bool:

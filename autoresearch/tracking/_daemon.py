@@ -114,46 +114,49 @@ def _transient(err: BaseException) -> bool:
     return isinstance(err, TrackingError) and bool(err.details.get("transient"))
 
 
-def _say(home: Path, recorded: list[bool]) -> Any:
+def _say(ledger: Any, recorded: list[bool]) -> Any:
     def say(state: RetryCallState) -> None:
         err = state.outcome.exception() if state.outcome is not None else None
         text = err.render() if isinstance(err, AutoresearchError) else str(err)
         pause = state.next_action.sleep if state.next_action is not None else 0.0
-        _failed(home, text, pause)  # status and ui say why, while tenacity backs off
+        _failed(ledger, text, pause)  # status and ui say why, while tenacity backs off
         recorded[0] = True
         if state.attempt_number == 1 or state.attempt_number % 20 == 0:
             print(f"autoresearch tracking: {text} (try {state.attempt_number})", file=sys.stderr, flush=True)
     return say
 
 
-def _store(home: Path) -> Any:
-    from autoresearch.ledger import Ledger
+def _behind(ledger: Any) -> dict[str, int]:
+    """What is still unmirrored ({} when all is, or when the ledger cannot be read)."""
     from autoresearch.tracking._store import MirrorStore
 
-    return MirrorStore(Ledger(home))
-
-
-def _behind(home: Path) -> dict[str, int]:
-    """What is still unmirrored ({} when all is, or when the ledger cannot be read)."""
+    if _gone(ledger.home):
+        return {}
     try:
-        return dict(_store(home).unmirrored())
+        return dict(MirrorStore(ledger).unmirrored())
     except Exception:  # noqa: BLE001 - a ledger being removed: nothing to wait for
         return {}
 
 
-def _failed(home: Path, text: str, pause: float) -> None:
+def _failed(ledger: Any, text: str, pause: float) -> None:
     """Record why the mirror is behind, for `autoresearch status` / `sync --status` / `ui`."""
+    from autoresearch.tracking._store import MirrorStore
+
+    if _gone(ledger.home):
+        return
     with contextlib.suppress(Exception):
-        store = _store(home)
+        store = MirrorStore(ledger)
         now = time.time()
         store.set_state("error", text[:500])
         store.set_state("error_at", now)
         store.set_state("retry_at", now + pause)
 
 
-def _healed(home: Path) -> None:
+def _healed(ledger: Any) -> None:
+    from autoresearch.tracking._store import MirrorStore
+
     with contextlib.suppress(Exception):
-        _store(home).clear_state("error", "error_at", "retry_at")
+        MirrorStore(ledger).clear_state("error", "error_at", "retry_at")
 
 
 def _loop(home: Path, idle_exit_s: float, poll_s: float, busy_exit_s: float = BUSY_EXIT_S) -> float:
@@ -165,12 +168,18 @@ def _loop(home: Path, idle_exit_s: float, poll_s: float, busy_exit_s: float = BU
     is in the ledger (``tracking_state``) for ``status`` and ``ui`` to say. Only a tracking URI
     that cannot be a store at all makes it leave: that does not heal by waiting.
     """
+    from autoresearch.ledger import Ledger
     from autoresearch.tracking._sync import Syncer
 
+    try:  # opened once, now: opening it again later would make a removed home anew
+        ledger = Ledger(home)
+    except AutoresearchError as err:
+        print(f"autoresearch tracking: {err.render()}", file=sys.stderr, flush=True)
+        return time.time()
     recorded = [False]  # a failure is in the ledger: clear it once a pass works
     retrying = Retrying(wait=wait_exponential_jitter(initial=0.5, max=30.0), retry=retry_if_exception(_transient),
                         stop=stop_after_delay(OUTAGE_EXIT_S) | _HomeGone(home), sleep=_sleeper(home),
-                        before_sleep=_say(home, recorded), reraise=True)
+                        before_sleep=_say(ledger, recorded), reraise=True)
     idle_since = changed_at = time.monotonic()
     served = _kick_mtime(home)
     syncer: Any = None
@@ -179,15 +188,15 @@ def _loop(home: Path, idle_exit_s: float, poll_s: float, busy_exit_s: float = BU
         kick = _kick_mtime(home)
         try:
             if syncer is None:
-                syncer = retrying(Syncer, home)
+                syncer = retrying(Syncer, ledger)
             report = retrying(syncer.run_once, max_batches=50)
         except Exception as err:  # noqa: BLE001 - whatever broke the pass, the ledger keeps the work
             text = err.render() if isinstance(err, AutoresearchError) else \
                 f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:300]}"
             config = syncer is None and isinstance(err, TrackingError) and not err.details.get("transient")
-            left = _behind(home)
+            left = _behind(ledger)
             if config or not left:
-                _failed(home, text, 0.0) if config else _healed(home)
+                _failed(ledger, text, 0.0) if config else _healed(ledger)
                 print(f"autoresearch tracking: giving up for now: {text}", file=sys.stderr, flush=True)
                 return time.time()  # the next kick retries
             failures += 1
@@ -195,7 +204,7 @@ def _loop(home: Path, idle_exit_s: float, poll_s: float, busy_exit_s: float = BU
             what = ", ".join(f"{n} {k}" for k, n in left.items())
             print(f"autoresearch tracking: sync failed ({text}); {what} unmirrored: retrying in {pause:.0f}s",
                   file=sys.stderr, flush=True)
-            _failed(home, text, pause)
+            _failed(ledger, text, pause)
             recorded[0] = True
             syncer = None  # built again: the store may have been half-made when it failed
             _sleeper(home)(pause)
@@ -203,7 +212,7 @@ def _loop(home: Path, idle_exit_s: float, poll_s: float, busy_exit_s: float = BU
         if recorded[0]:
             print("autoresearch tracking: the sync works again", file=sys.stderr, flush=True)
             failures, recorded[0] = 0, False
-            _healed(home)
+            _healed(ledger)
         now = time.monotonic()
         if report.did_work or report.pending or kick != served:
             idle_since = changed_at = now

@@ -56,9 +56,10 @@ def sync_loop(syncer: Mirror, loop: Any, report: SyncReport) -> str | None:
             params = dict(list(params.items())[:300])
             syncer.client.log_text(run_id, json.dumps(redact_obj(plan, secrets), indent=2, default=str), "plan.json")
             report.artifacts += 1
-            if isinstance(plan, dict):
-                syncer.client.set_experiment_tag(syncer.experiment_id(loop_experiment(loop)), VIEW_TAG,
-                                                 json.dumps(trials_view(plan)))
+        plan = _plan(loop)
+        if isinstance(plan, dict):  # kept up to date: a resumed loop's plan may add parameters
+            syncer.client.set_experiment_tag(syncer.experiment_id(loop_experiment(loop)), VIEW_TAG,
+                                             json.dumps(trials_view(plan)))
         syncer.log_batch(run_id, params=params, tags=tags, secrets=secrets)
         reopen = bool(loop["finished"]) and str(loop["state"]).lower() not in LOOP_FINAL
         if reopen:  # an ended loop resumed (--resume): its run is live again, and ends again with it
@@ -72,7 +73,7 @@ def sync_loop(syncer: Mirror, loop: Any, report: SyncReport) -> str | None:
 
 VIEW_KEY = "autoresearch"  # the UI opens it with ?viewStateShareKey=autoresearch
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
-PROVENANCE = ("trial_state", "verdict", "objective", "seed", "parent_trial", "proposer", "decision_id")
+PROVENANCE = ("verdict", "trial_state", "seed", "parent_trial", "proposer", "decision_id")
 
 
 def trials_view(plan: dict[str, Any]) -> dict[str, Any]:
@@ -193,7 +194,9 @@ def sync_job(syncer: Mirror, job: Any, report: SyncReport) -> str | None:
 
 
 def verdict(syncer: Mirror, trial: Any) -> str:
-    """What the loop made of a trial (its keep-or-discard decision), as the runs table shows it."""
+    """What the loop made of a trial (its keep-or-discard decision), short enough for a runs-table
+    cell: incumbent, replaced by #N, within noise (lower, but not beyond the noise floor: not
+    kept), not better, seed of #N."""
     if trial["role"] == "repeat" and trial["parent_trial"] is not None:
         return f"seed of #{trial['parent_trial']}"
     own, later = syncer.store.verdicts(trial["id"])
@@ -204,9 +207,9 @@ def verdict(syncer: Mirror, trial: Any) -> str:
     except ValueError:
         return ""
     if out.get("promoted"):
-        return f"kept, replaced by #{later['trial_id']}" if later is not None else "incumbent (kept)"
+        return f"replaced by #{later['trial_id']}" if later is not None else "incumbent"
     margin = out.get("margin")
-    return "within noise: not kept" if isinstance(margin, (int, float)) and margin > 0 else "not better"
+    return "within noise" if isinstance(margin, (int, float)) and margin > 0 else "not better"
 
 
 def trial_run_name(trial: Any, job: Any | None = None) -> str:

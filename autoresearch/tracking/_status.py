@@ -106,7 +106,7 @@ def ui_page(ledger: Any) -> str:
     exp = MirrorStore(ledger).latest_experiment()
     if exp is None:
         return "/#/experiments?workflowType=machine_learning"
-    return f"/#/experiments/{exp}?viewStateShareKey={VIEW_KEY}&workflowType=machine_learning"
+    return f"/#/experiments/{exp}/runs?viewStateShareKey={VIEW_KEY}&workflowType=machine_learning"
 
 
 def ui_argv(ledger: Any, host: str, port: int, sync: bool = True) -> tuple[str, list[str] | None, str]:
