@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import wait_for, wait_state
 from tests.tracking.conftest import MlflowServer
 
@@ -53,6 +55,7 @@ def _finish(target: Path, sql: str, version: str) -> None:
         conn.execute("INSERT INTO alembic_version VALUES (?)", (version,))
 
 
+@pytest.mark.timeout(400)
 def test_a_store_creation_race_heals_without_a_new_kick(api: Any, quiet: Path, tmp_path: Path) -> None:
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
@@ -82,6 +85,7 @@ def test_a_store_creation_race_heals_without_a_new_kick(api: Any, quiet: Path, t
     assert "sync works again" in log.read_text()
 
 
+@pytest.mark.timeout(400)  # an mlflow server starts in the middle
 def test_a_server_down_at_start_is_retried_and_reported(api: Any, quiet: Path, tmp_path: Path) -> None:
     server = MlflowServer(tmp_path / "server")  # its port is chosen; nothing listens on it yet
     (tmp_path / "server").mkdir()
