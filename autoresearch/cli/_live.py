@@ -97,7 +97,7 @@ class LiveTable:
         if len(view.trials) > len(shown):
             notes.append(f"{len(view.trials) - len(shown)} more trial(s) not shown (every trial: the report and MLflow)")
         if any(t.within_noise for t in view.trials):
-            notes.append("~ within noise: lower than the incumbent by less than the noise floor, not kept")
+            notes.append("~ within noise: better than the incumbent of its time by less than the noise floor, not kept")
         if notes:
             table.caption = escape("\n".join(notes))
             table.caption_justify = "left"

@@ -118,7 +118,7 @@ def _trial_points(ax: Any, data: ReportData, xs: dict[int, float]) -> list[float
     noise = [t for t in view.trials if t.within_noise and t.trial_id in xs and t.objective is not None]
     if noise:
         ax.scatter([xs[t.trial_id] for t in noise], [t.objective for t in noise], s=90, facecolors="none",
-                   edgecolors="C1", linewidths=1.5, zorder=4, label="lower, within noise: not kept")
+                   edgecolors="C1", linewidths=1.5, zorder=4, label="gain within noise: not kept")
     inc = next((t for t in view.trials if t.trial_id == view.best_trial), None)
     if inc is not None and inc.trial_id in xs and inc.objective is not None:
         ax.scatter([xs[inc.trial_id]], [inc.objective], s=160, marker="*", color="C3", zorder=5,

@@ -52,7 +52,8 @@ def summary_markdown(view: LoopView, plan: dict[str, Any], files: list[str]) -> 
         within = [t for t in view.trials if t.within_noise]
         if within:
             lines.append("")
-            lines.append("Lower single runs within the noise floor, not kept: " + ", ".join(
+            lines.append("Gains within the noise floor, not kept (better than the incumbent of their time by less "
+                         "than the floor): " + ", ".join(
                 f"trial {t.trial_id} ({_fmt(t.objective)})" for t in within[:10]) + ".")
     else:
         lines.append("**Best:** no trial finished with the objective yet.")
@@ -75,8 +76,8 @@ def summary_markdown(view: LoopView, plan: dict[str, Any], files: list[str]) -> 
     board = ranked(view)
     if board:
         lines += ["## Leaderboard", "",
-                  "The incumbent is the trial the loop kept (noise-aware); a lower single run *within noise* "
-                  "was not kept.", "",
+                  "The incumbent is the trial the loop kept (noise-aware); a run *within noise* beat the incumbent "
+                  "of its time by less than the noise floor and was not kept.", "",
                   f"| trial | role | seed | {view.metric} | loop's verdict | params |", "|---|---|---|---|---|---|"]
         for t in board[:LEADERBOARD_ROWS]:
             lines.append(f"| {t.trial_id} | {t.role} | {t.seed} | {_fmt(t.objective)} | {mark(t, view) or '-'} | "

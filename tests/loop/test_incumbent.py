@@ -94,7 +94,7 @@ def test_plots_draw_the_incumbent_every_trial_and_partial_curves(api: Any, tmp_p
     # the kept incumbent's mean over its seeds as they came in, never #4's 0.095
     assert list(best.get_ydata()) == pytest.approx([0.1, 0.096, 0.1, 0.1, 0.1, 0.1])
     labels = {str(c.get_label()) for c in ax.collections}
-    assert {"finished trial", "seed repeat", "early-stopped (last value)", "lower, within noise: not kept"} <= labels
+    assert {"finished trial", "seed repeat", "early-stopped (last value)", "gain within noise: not kept"} <= labels
     drawn = sum(len(c.get_offsets()) for c in ax.collections
                 if c.get_label() in ("finished trial", "seed repeat", "early-stopped (last value)"))
     assert drawn == 6  # every ended trial, the early-stopped one at its last value
