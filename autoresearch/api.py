@@ -247,6 +247,10 @@ class Api:
 
     def mirror_lag(self) -> str | None:
         """One line when the MLflow mirror is behind, and why (None when it is not); no mlflow import."""
+        from autoresearch import outbox
+
+        if not outbox.mirror_failed(self._ledger):  # the usual case, and all a status read pays for
+            return None
         from autoresearch.tracking._status import mirror_lag
 
         return mirror_lag(self._ledger)

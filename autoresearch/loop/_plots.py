@@ -280,13 +280,20 @@ def _study(data: ReportData) -> Any:
         params = {k: v for k, v in t.params.items() if k in dists}
         try:
             for k, v in params.items():
-                if not dists[k]._contains(dists[k].to_internal_repr(v)):
+                if not _inside(dists[k], v):
                     raise ValueError(k)
             study.add_trial(optuna.trial.create_trial(params=params, distributions={k: dists[k] for k in params},
                                                       value=t.objective))
         except (ValueError, TypeError):
             continue  # a value outside the plan's space (an agent's edit, a resumed plan): left out
     return study
+
+
+def _inside(dist: Any, value: Any) -> bool:
+    """Whether ``value`` lies in an optuna distribution (its choices, or low..high)."""
+    if hasattr(dist, "choices"):
+        return value in dist.choices
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and dist.low <= value <= dist.high
 
 
 def plot_parallel(data: ReportData) -> Any:
