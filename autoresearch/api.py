@@ -237,6 +237,14 @@ class Api:
         view = write_report(self._ledger, name, out_dir)
         return view, log_to_mlflow(self._ledger, view)
 
+    def loop_summary(self, name: str, plot_path: str) -> tuple[str, str | None]:
+        """A loop's summary (Markdown) and its best-so-far plot written to ``plot_path`` (None when no
+        trial has ended): the same incumbent and figure as the report, for a short summary (CI)."""
+        from autoresearch.loop.report import summary_with_plot
+
+        text, path = summary_with_plot(self._ledger, name, plot_path)
+        return text, None if path is None else str(path)
+
     # -- the MLflow mirror -------------------------------------------------------------------
 
     def mirror_status(self) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -61,6 +62,11 @@ def load(ledger: Ledger, view: LoopView, plan: dict[str, Any]) -> ReportData:
     for s in data.series.values():
         s.sort()
     return data
+
+
+def _t(text: object) -> str:
+    """Text from a plan (a metric's name) as matplotlib draws it: '$' is not math."""
+    return str(text).replace("$", r"\$")
 
 
 def _value(data: ReportData, t: TrialRow) -> float | None:
@@ -128,7 +134,8 @@ def _trial_points(ax: Any, data: ReportData, xs: dict[int, float]) -> list[float
 
 def _incumbent_line(ax: Any, data: ReportData, xs: dict[int, float]) -> list[float]:
     view = data.view
-    steps = [(xs[c.trial_id], c.value) for c in view.curve if c.trial_id in xs and c.value is not None]
+    steps = [(xs[c.trial_id], c.value) for c in view.curve
+             if c.trial_id in xs and c.value is not None and math.isfinite(c.value)]
     if not steps:
         return []
     x = [s[0] for s in steps]
@@ -154,8 +161,8 @@ def plot_best_vs_trials(data: ReportData) -> Any:
     values = _trial_points(ax, data, xs) + _incumbent_line(ax, data, xs)
     _logy(ax, values)
     ax.set_xlabel("ended trials, in the order the loop judged them")
-    ax.set_ylabel(f"{view.metric} ({'lower' if data.sign > 0 else 'higher'} is better)")
-    ax.set_title(f"{view.name}: best {view.metric} vs trials ({len(xs)} ended)")
+    ax.set_ylabel(f"{_t(view.metric)} ({'lower' if data.sign > 0 else 'higher'} is better)")
+    ax.set_title(f"{view.name}: best {_t(view.metric)} vs trials ({len(xs)} ended)")
     ax.grid(alpha=0.3)
     _legend(ax)
     fig.tight_layout()
@@ -185,8 +192,8 @@ def plot_best_vs_time(data: ReportData) -> Any:
     ax.plot([], [], lw=0.8, color="C7", ls="--", label="an early-stopped trial's partial curve")
     _logy(ax, values)
     ax.set_xlabel("seconds since the loop started")
-    ax.set_ylabel(view.metric)
-    ax.set_title(f"{view.name}: best {view.metric} vs wall time")
+    ax.set_ylabel(_t(view.metric))
+    ax.set_title(f"{view.name}: best {_t(view.metric)} vs wall time")
     ax.grid(alpha=0.3)
     _legend(ax)
     fig.tight_layout()
@@ -235,8 +242,9 @@ def plot_learning_curves(data: ReportData) -> Any:
                         **style)  # type: ignore[arg-type]
         line.set_url(f"#trial-{t.trial_id}")
         seen.add(kind)
-        ax.annotate(f"#{t.trial_id}", (curve[-1][0], curve[-1][1]), xytext=(2, 0), textcoords="offset points",
-                    fontsize=6, color=style["color"], va="center")  # type: ignore[arg-type]
+        if len(data.series) <= 60:  # beyond that, ids are a blur: hover them in report.html
+            ax.annotate(f"#{t.trial_id}", (curve[-1][0], curve[-1][1]), xytext=(2, 0), textcoords="offset points",
+                        fontsize=6, color=style["color"], va="center")  # type: ignore[arg-type]
         values += [c[1] for c in curve]
     max_step = max(c[-1][0] for c in data.series.values())
     for i, rung in enumerate(asha_rungs(data.plan, max_step)):
@@ -246,7 +254,7 @@ def plot_learning_curves(data: ReportData) -> Any:
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("step")
-    ax.set_ylabel(view.metric)
+    ax.set_ylabel(_t(view.metric))
     ax.set_title(f"{view.name}: learning curves by trial")
     ax.grid(alpha=0.3)
     _legend(ax)
@@ -277,7 +285,7 @@ def _study(data: ReportData) -> Any:
     for t in data.view.trials:
         if t.role != "explore" or t.state != "succeeded" or t.objective is None or not math.isfinite(t.objective):
             continue
-        params = {k: v for k, v in t.params.items() if k in dists}
+        params = {k: v for k, v in t.params.items() if k in dists and "$" not in k}
         try:
             for k, v in params.items():
                 if not _inside(dists[k], v):
@@ -305,11 +313,11 @@ def plot_parallel(data: ReportData) -> Any:
         study = _study(data)
         if len(study.trials) < 2:
             return None
-        ax = plot_parallel_coordinate(study, target_name=data.view.metric)
+        ax = plot_parallel_coordinate(study, target_name=_t(data.view.metric))
     fig: Any = ax.figure
     fig.set_size_inches(max(7, 1.8 * len(study.trials[0].params) + 3), 5)
     ax.set_title(f"{data.view.name}: parameters of the {len(study.trials)} finished explore trials, "
-                 f"coloured by {data.view.metric}", fontsize=10)
+                 f"coloured by {_t(data.view.metric)}", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -327,13 +335,13 @@ def plot_importances(data: ReportData) -> Any:
             if len(study.trials) < 3 or len(names) < 1:
                 return None
             ax = plot_param_importances(study, evaluator=FanovaImportanceEvaluator(seed=0),
-                                        target_name=data.view.metric)
+                                        target_name=_t(data.view.metric))
         except (ImportError, RuntimeError, ValueError):
             return None  # no scikit-learn, or too little variation to fit
     fig: Any = ax.figure
     fig.set_size_inches(7, max(2.5, 0.6 * len(names) + 1.5))
     ax.set_title("", loc="left")  # optuna's own title
-    ax.set_title(f"{data.view.name}: importance of each parameter for {data.view.metric}\n"
+    ax.set_title(f"{data.view.name}: importance of each parameter for {_t(data.view.metric)}\n"
                  f"(optuna's fANOVA over {len(study.trials)} finished trials; few trials: a rough guide)", fontsize=10)
     fig.tight_layout()
     return fig
@@ -390,7 +398,12 @@ def figures(data: ReportData, only: tuple[str, ...] | None = None) -> Iterator[t
         if only is not None and name not in only:
             continue
         with matplotlib.rc_context():
-            fig = make(data)
+            try:
+                fig = make(data)
+            except Exception as err:  # noqa: BLE001 - one figure a plan's odd text breaks must not lose the rest
+                print(f"autoresearch: the report's {name} figure was left out ({type(err).__name__}: "
+                      f"{str(err)[:200]})", file=sys.stderr)
+                continue
             if fig is not None:
                 yield name, fig
 

@@ -23,6 +23,7 @@ imported by the figures only, never on a fast path.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -102,12 +103,21 @@ def _save(data: _plots.ReportData, out: Path, only: tuple[str, ...] | None = Non
     """Write the figures as PNG (and keep them for the HTML report as SVG): the PNG file names."""
     files = []
     svgs: dict[str, str] = {}
-    for name, fig in _plots.figures(data, only):
-        fig.savefig(out / f"{name}.png", dpi=110)
-        files.append(f"{name}.png")
-        if only is None:
-            svgs[name] = _html.svg_of(fig)
-        _plots.close(fig)
+    figures = _plots.figures(data, only)
+    while True:
+        try:
+            item = next(figures, None)
+            if item is None:
+                break
+            name, fig = item
+            fig.savefig(out / f"{name}.png", dpi=110)
+            files.append(f"{name}.png")
+            if only is None:
+                svgs[name] = _html.svg_of(fig)
+            _plots.close(fig)
+        except Exception as err:  # noqa: BLE001 - one figure a plan's odd text breaks must not lose the rest
+            print(f"autoresearch: a report figure was left out ({type(err).__name__}: {str(err)[:200]})",
+                  file=sys.stderr)
     if only is None:
         (out / "report.html").write_text(_html.render(data, summary_markdown(data.view, data.plan, files), svgs))
     return files

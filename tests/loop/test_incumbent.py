@@ -125,6 +125,8 @@ def test_summary_with_plot_writes_where_asked(api: Any, tmp_path: Path) -> None:
     seed(api)
     text, path = summary_with_plot(api._ledger, "noisy", tmp_path / "ci" / "best.png")
     assert path is not None and path.stat().st_size > 10_000 and "**Best:** trial 1" in text
+    text, where = api.loop_summary("noisy", str(tmp_path / "facade.png"))  # the same, through the facade
+    assert where == str(tmp_path / "facade.png") and Path(where).stat().st_size > 10_000 and "trial 1" in text
 
 
 def test_live_table_agrees_and_says_how_many_rows_it_left_out(api: Any) -> None:
@@ -146,3 +148,17 @@ def test_live_table_agrees_and_says_how_many_rows_it_left_out(api: Any) -> None:
     assert f"{hidden} more trial(s) not shown" in out
     assert "1 *" in out  # the incumbent is kept on screen and marked, though older than the rows shown
     assert "0.095" not in out.split("BEST SO FAR")[1].replace("0.095 ", "")  # never a best-so-far value
+
+
+def test_a_report_survives_markup_and_math_in_names(api: Any, tmp_path: Path) -> None:
+    seed(api)
+    with api._ledger.tx() as c:  # a metric name matplotlib would read as math, params with markup
+        plan = json.loads(c.execute("SELECT plan FROM loops").fetchone()[0])
+        plan["objective"]["metric"] = "loss$_{x"
+        c.execute("UPDATE loops SET plan=?", (json.dumps(plan),))
+        c.execute("UPDATE metrics SET name='loss$_{x'")
+        c.execute("""UPDATE trials SET params='{"lr": 0.01, "<b>w$": "<script>"}' WHERE id=6""")
+    write_report(api._ledger, "noisy", tmp_path)
+    assert {"best_vs_trials.png", "best_vs_time.png", "learning_curves.png"} <= {p.name for p in tmp_path.iterdir()}
+    page = (tmp_path / "report.html").read_text()
+    assert "<script>" not in page and "&lt;script&gt;" in page
