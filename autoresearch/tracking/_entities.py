@@ -56,10 +56,7 @@ def sync_loop(syncer: Mirror, loop: Any, report: SyncReport) -> str | None:
             params = dict(list(params.items())[:300])
             syncer.client.log_text(run_id, json.dumps(redact_obj(plan, secrets), indent=2, default=str), "plan.json")
             report.artifacts += 1
-        plan = _plan(loop)
-        if isinstance(plan, dict):  # kept up to date: a resumed loop's plan may add parameters
-            syncer.client.set_experiment_tag(syncer.experiment_id(loop_experiment(loop)), VIEW_TAG,
-                                             json.dumps(trials_view(plan)))
+        _set_view(syncer, loop)
         syncer.log_batch(run_id, params=params, tags=tags, secrets=secrets)
         reopen = bool(loop["finished"]) and str(loop["state"]).lower() not in LOOP_FINAL
         if reopen:  # an ended loop resumed (--resume): its run is live again, and ends again with it
@@ -80,8 +77,10 @@ def trials_view(plan: dict[str, Any]) -> dict[str, Any]:
     """The runs table of a loop's experiment as the UI's saved view: the trials listed flat (not
     folded under the loop's run), best first, with the plan's params, its objective and the
     provenance tags as columns."""
-    metric = str((plan.get("objective") or {}).get("metric", ""))
-    goal = str((plan.get("objective") or {}).get("goal", "minimize"))
+    objective = plan.get("objective")
+    objective = objective if isinstance(objective, dict) else {"metric": objective} if objective else {}
+    metric = str(objective.get("metric") or "")
+    goal = str(objective.get("goal") or "minimize")
     space = plan.get("space")
     columns = [f"params.`{name}`" for name in list(space)[:30]] if isinstance(space, dict) else []
     columns += [f"metrics.`{metric}`"] if metric else []
@@ -90,6 +89,25 @@ def trials_view(plan: dict[str, Any]) -> dict[str, Any]:
     if metric:
         view.update(orderByKey=f"metrics.`{metric}`", orderByAsc=not goal.lower().startswith("max"))
     return view
+
+
+def _set_view(syncer: Mirror, loop: Any) -> None:
+    """The experiment's saved view of the trials (kept up to date: a resumed plan may add
+    parameters). A nicety: a store that refuses it warns once and blocks nothing."""
+    from autoresearch.tracking._sync import is_transient
+
+    plan = _plan(loop)
+    if not isinstance(plan, dict):
+        return
+    view = trials_view(plan)
+    while len(json.dumps(view)) > 4000 and view["selectedColumns"]:  # MLflow keeps 5000 characters of a tag
+        view["selectedColumns"].pop(0)
+    try:
+        syncer.client.set_experiment_tag(syncer.experiment_id(loop_experiment(loop)), VIEW_TAG, json.dumps(view))
+    except Exception as err:
+        if is_transient(err):
+            raise
+        syncer.warn(f"view:{loop['id']}", f"the saved view of loop {loop['id']} was not set ({err})")
 
 
 def _plan(loop: Any) -> Any:

@@ -277,7 +277,12 @@ class Syncer:
             exp_id = exp.experiment_id
         if exp is None or KIND_TAG not in (exp.tags or {}):
             # A model-training experiment: the UI opens it on its runs, not on GenAI traces.
-            self.client.set_experiment_tag(exp_id, KIND_TAG, "custom_model_development")
+            try:
+                self.client.set_experiment_tag(exp_id, KIND_TAG, "custom_model_development")
+            except Exception as err:
+                if is_transient(err):
+                    raise
+                self.warn(f"kind:{exp_id}", f"experiment {name!r} was not marked as model training ({err})")
         self._experiments[name] = str(exp_id)
         return str(exp_id)
 
