@@ -78,7 +78,7 @@ class LiveTable:
     def _table(self, view: LoopView) -> Any:
         from rich.table import Table
 
-        done = sum(n for s, n in view.counts.items() if s not in ("proposed", "queued", "running"))
+        done = sum(n for s, n in view.counts.items() if s not in ("proposed", "queued", "running", "skipped"))
         title = (f"[bold]{escape(view.name)}[/]  {view.goal} {escape(view.metric)}  trials {done}/{view.budget_trials}  "
                  f"best {_num(view.best_value)}" + (f" (#{view.best_trial})" if view.best_trial else "")
                  + (f" ±{view.noise_floor:.3g}" if view.noise_floor is not None else "")
