@@ -351,6 +351,14 @@ class Api:
         view = write_report(self._ledger, name, out_dir)
         return view, log_to_mlflow(self._ledger, view)
 
+    def loop_summary(self, name: str, plot_path: str) -> tuple[str, str | None]:
+        """A loop's summary (Markdown) and its best-so-far plot written to ``plot_path`` (None when no
+        trial has ended): the same incumbent and figure as the report, for a short summary (CI)."""
+        from autoresearch.loop.report import summary_with_plot
+
+        text, path = summary_with_plot(self._ledger, name, plot_path)
+        return text, None if path is None else str(path)
+
     # -- the MLflow mirror -------------------------------------------------------------------
 
     def mirror_status(self) -> dict[str, Any]:
@@ -359,14 +367,25 @@ class Api:
 
         return mirror_status(self._ledger)
 
+    def mirror_lag(self) -> str | None:
+        """One line when the MLflow mirror is behind, and why (None when it is not); no mlflow import."""
+        from autoresearch import outbox
+
+        if not outbox.mirror_failed(self._ledger):  # the usual case, and all a status read pays for
+            return None
+        from autoresearch.tracking._status import mirror_lag
+
+        return mirror_lag(self._ledger)
+
     def sync(self, uri: str | None = None) -> dict[str, Any]:
         """Mirror everything pending to MLflow now (``uri``: rebind the ledger to that store first)."""
         from autoresearch.tracking._status import sync_all
 
         return sync_all(self._ledger, uri)
 
-    def mlflow_ui(self, host: str, port: int, sync: bool = True) -> tuple[str, list[str] | None]:
-        """The store's URI and the argv of ``mlflow ui`` on it (None: a server with its own UI)."""
+    def mlflow_ui(self, host: str, port: int, sync: bool = True) -> tuple[str, list[str] | None, str]:
+        """The store's URI, the argv of ``mlflow ui`` on it (None: a server with its own UI) and the
+        page to open (the newest loop's trials)."""
         from autoresearch.tracking._status import ui_argv
 
         return ui_argv(self._ledger, host, port, sync)

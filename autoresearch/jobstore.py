@@ -334,12 +334,12 @@ class JobStore:
     # -- metric points --------------------------------------------------------------------
 
     def metric_series(self, name: str, job_ids: Iterable[int]) -> list[sqlite3.Row]:
-        """Every point of metric ``name`` of these jobs (job, attempt, step, value, source), in order;
+        """Every point of metric ``name`` of these jobs (job, attempt, step, value, source, ts), in order;
         both sources: :func:`autoresearch.metrics.best_source` applies the reported-beats-log rule."""
         job_ids = tuple(job_ids)
         marks = ",".join("?" * len(job_ids))
         return self.ledger.query(
-            f"SELECT job_id, attempt, step, value, source FROM metrics WHERE name=? AND job_id IN ({marks}) "
+            f"SELECT job_id, attempt, step, value, source, ts FROM metrics WHERE name=? AND job_id IN ({marks}) "
             "AND value IS NOT NULL ORDER BY job_id, attempt, step, rowid", (name, *job_ids))
 
     def metric_points(self, job_id: int) -> list[sqlite3.Row]:

@@ -73,6 +73,12 @@ def background_enabled() -> bool:
     return tracking_enabled() and value not in _OFF
 
 
+def mirror_failed(ledger: Ledger) -> bool:
+    """Whether the mirror's last sync failed and it has not worked since (a cheap read, for
+    ``status``: the details are :func:`autoresearch.tracking._status.mirror_lag`'s)."""
+    return ledger.one("SELECT 1 FROM tracking_state WHERE name='error'") is not None
+
+
 def kick(home: str | os.PathLike[str] | None = None) -> bool:
     """Make sure a background syncer will pick up new ledger rows. Never raises.
 

@@ -80,18 +80,25 @@ def _factory(name: str) -> Callable[..., Backend]:
     return factory
 
 
-def check_options(name: str, options: dict[str, object]) -> None:
-    """Refuse a backend name or option the backend does not take, before anything is recorded."""
+def backend_options(name: str) -> list[str] | None:
+    """The options (constructor keywords) backend ``name`` takes; None when it judges its own."""
     import inspect
 
     factory = _factory(name)
     try:
         params = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):  # a builtin or C factory: let it judge its own options
-        return
+        return None
     if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def check_options(name: str, options: dict[str, object]) -> None:
+    """Refuse a backend name or option the backend does not take, before anything is recorded."""
+    valid = backend_options(name)
+    if valid is None:
         return
-    valid = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     for key in options:
         if key not in valid:
             near = difflib.get_close_matches(str(key), valid, n=1)

@@ -73,14 +73,15 @@ class LiveTable:
         for t in view.trials:
             if t.ended_at and t.trial_id not in self.printed:
                 self.printed.add(t.trial_id)
-                self.console.print(f"trial {t.trial_id} {t.state} {view.metric}={_num(t.objective)} "
+                note = " (within noise: not kept)" if t.within_noise else " (kept: new incumbent)" if t.kept else ""
+                self.console.print(f"trial {t.trial_id} {t.state} {view.metric}={_num(t.objective)}{note} "
                                    f"best={_num(t.best_so_far)} {_params(t.params, 80)}", highlight=False,
                                    markup=False, soft_wrap=True)
 
     def _table(self, view: LoopView) -> Any:
         from rich.table import Table
 
-        done = sum(n for s, n in view.counts.items() if s not in ("proposed", "queued", "running"))
+        done = sum(n for s, n in view.counts.items() if s not in ("proposed", "queued", "running", "skipped"))
         title = (f"[bold]{escape(view.name)}[/]  {view.goal} {escape(view.metric)}  trials {done}/{view.budget_trials}  "
                  f"best {_num(view.best_value)}" + (f" (#{view.best_trial})" if view.best_trial else "")
                  + (f" ±{view.noise_floor:.3g}" if view.noise_floor is not None else "")
@@ -90,11 +91,18 @@ class LiveTable:
             table.add_column(escape(col), no_wrap=True)
         active = [t for t in view.trials if t.state in ("queued", "running", "proposed")]
         ended = sorted((t for t in view.trials if t.ended_at), key=lambda t: t.ended_at or 0)[-max(0, ROWS - len(active)):]
-        for t in sorted(active + ended, key=lambda t: t.trial_id)[-ROWS:]:
-            table.add_row(*self._row(t))
-        notes = [f"warning: trial {trial_id}: {text}" for trial_id, text in self._unseen(view, again=True)]
+        shown = sorted(active + ended, key=lambda t: t.trial_id)[-ROWS:]
+        if view.best_trial is not None and all(t.trial_id != view.best_trial for t in shown):
+            shown = [t for t in view.trials if t.trial_id == view.best_trial] + shown[-(ROWS - 1):]
+        for t in shown:
+            table.add_row(*self._row(t, view))
+        notes = [f"warning: trial {trial_id}: {text}" for trial_id, text in self._unseen(view, again=True)][:3]
+        if len(view.trials) > len(shown):
+            notes.append(f"{len(view.trials) - len(shown)} more trial(s) not shown (every trial: the report and MLflow)")
+        if any(t.within_noise for t in view.trials):
+            notes.append("~ within noise: better than the incumbent of its time by less than the noise floor, not kept")
         if notes:
-            table.caption = escape("\n".join(notes[:3]))
+            table.caption = escape("\n".join(notes))
             table.caption_justify = "left"
         return table
 
@@ -114,11 +122,12 @@ class LiveTable:
         return out
 
     @staticmethod
-    def _row(t: TrialRow) -> list[str]:
+    def _row(t: TrialRow, view: LoopView) -> list[str]:
         value = t.objective if t.ended_at else t.value
         now = t.ended_at or time.time()
         runtime = now - t.started_at if t.started_at else None
         tag = " (seed)" if t.role == "repeat" else ""
+        tag += " *" if t.trial_id == view.best_trial else " ~" if t.within_noise else ""
         return [f"{t.trial_id}{tag}", escape(_params(t.params)), f"[{STYLE.get(t.state, 'white')}]{t.state}[/]",
                 "-" if t.step is None else str(t.step), _num(value), _num(t.best_so_far), _dur(runtime)]
 

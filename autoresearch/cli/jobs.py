@@ -118,6 +118,9 @@ def run(args: argparse.Namespace) -> int:
             render_job(result)
         else:
             render_jobs(result)
+        lag = api.mirror_lag()
+        if lag:
+            print(f"warning: {lag}", file=sys.stderr)
     elif cmd == "list":
         page = api.list_jobs(state=args.state, experiment=args.experiment, limit=args.limit, cursor=args.cursor)
         if args.json:

@@ -9,8 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 
@@ -51,6 +54,9 @@ def _status(api: Any, as_json: bool) -> int:
     print(f"pending:   {info['metrics_pending']} metric points, {info['traces_pending']} LLM-call traces")
     for item in info["blocked"]:
         print(f"blocked:   {item['entity']}: {item['error']}")
+    if info.get("error"):
+        retry = f"; retrying in {max(0.0, info['retry_at'] - time.time()):.0f}s" if info.get("retry_at") else ""
+        print(f"behind:    the last sync failed: {info['error']}{retry}")
     print(f"log:       {info['log']}")
     return 0
 
@@ -69,11 +75,88 @@ def _sync(api: Any, args: argparse.Namespace) -> int:
 
 
 def _ui(api: Any, args: argparse.Namespace) -> int:
-    uri, argv = api.mlflow_ui(args.host, args.port, sync=not args.no_sync)
+    """Start ``mlflow ui`` on the store; print its URL once it answers (it takes a while to start)."""
+    if not _port_free(args.host, args.port):
+        print(f"error: port {args.port} on {args.host} is already in use", file=sys.stderr)
+        print(f"hint: pass --port with a free one (e.g. --port {_free_port(args.host)}), or stop what listens "
+              f"on {args.port}", file=sys.stderr)
+        return 1
+    uri, argv, page = api.mlflow_ui(args.host, args.port, sync=not args.no_sync)
+    lag = api.mirror_lag()
+    if lag:
+        print(f"warning: {lag}", file=sys.stderr)
     if argv is None:
-        print(f"the tracking store is an MLflow server; its UI is at {uri}")
+        print(f"the tracking store is an MLflow server; its UI is at {uri.rstrip('/')}{page}")
         return 0
-    print(f"MLflow UI on http://{args.host}:{args.port} (store {uri}); Ctrl-C to stop", flush=True)
+    log_path = str(Path(api.mirror_status()["log"]).with_name("ui.log"))  # beside the mirror's log, in the home
     os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")  # no background job-runner processes
-    os.execv(sys.executable, argv)
-    return 0  # pragma: no cover
+    print(f"starting the MLflow UI on {args.host}:{args.port} (store {uri}; its log: {log_path}) ...",
+          file=sys.stderr, flush=True)
+    with open(log_path, "ab") as log:  # its own session: stopping us (Ctrl-C, SIGTERM) stops all of it
+        proc = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    base = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::', '') else args.host}:{args.port}"
+    try:
+        while not _answers(base):
+            if proc.poll() is not None:
+                tail = Path(log_path).read_text(errors="replace")[-2000:]
+                busy = "Address already in use" in tail or "address already in use" in tail
+                print(f"error: mlflow ui exited ({proc.returncode}) before it answered"
+                      + (f": port {args.port} is in use" if busy else ""), file=sys.stderr)
+                print(f"hint: {'pass --port with a free one' if busy else 'see ' + log_path}", file=sys.stderr)
+                return 1
+            time.sleep(0.5)
+        print(f"MLflow UI: {base}{page}  (Ctrl-C to stop)", flush=True)
+        return 0 if proc.wait() in (0, -signal.SIGINT, -signal.SIGTERM) else 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        _stop_group(proc)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop ``mlflow ui`` and the server workers it started (its process group)."""
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _port_free(host: str, port: int) -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will: TIME_WAIT is not busy
+            s.bind((host, port))
+    except OSError:
+        return False
+    return True
+
+
+def _free_port(host: str) -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _answers(base: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{base}/health", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False

@@ -254,19 +254,18 @@ def start_loop(runtime: Any, plan_path: str | Path, resume: bool = False, wait_s
 
 def leaderboard(runtime: Any, name: str, top: int = 10, project: str | None = None) -> tuple[Any, list[dict[str, Any]]]:
     """The loop's view and its best ``top`` succeeded trials, best first (patch summaries, not patches)."""
-    from autoresearch.loop.views import loop_view
+    from autoresearch.loop.views import loop_view, mark, ranked
 
     find_loop(runtime.ledger, name, project)
     view = loop_view(runtime.ledger, name)
-    sign = 1.0 if view.goal == "minimize" else -1.0
-    done = sorted((t for t in view.trials if t.state == "succeeded" and t.objective is not None),
-                  key=lambda t: (sign * (t.objective or 0.0), t.trial_id))
+    done = ranked(view)  # the incumbent first: what the loop kept, not merely the lowest single run
     rows = []
     patches = LoopStore(runtime.ledger, view.loop_id).patches()
     for rank, t in enumerate(done[:top], 1):
         rows.append({"rank": rank, "trial_id": t.trial_id, "job_id": t.job_id, "objective": t.objective,
                      "params": t.params, "role": t.role, "parent_trial": t.parent_trial,
-                     "rationale": t.rationale[:300], "patch": patch_summary(patches.get(t.trial_id))})
+                     "rationale": t.rationale[:300], "patch": patch_summary(patches.get(t.trial_id)),
+                     "verdict": mark(t, view)})
     return view, rows
 
 

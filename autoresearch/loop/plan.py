@@ -429,9 +429,17 @@ def _fmt(value: Any) -> str:
 
 
 def plan_schema() -> dict[str, Any]:
-    schema = Plan.model_json_schema()
-    schema["title"] = "autoresearch plan"
-    return schema
+    """The JSON Schema of what :func:`load_plan` accepts (``autoresearch schema plan``)."""
+    from autoresearch.backends import backend_names, backend_options
+    from autoresearch.loop._plan_schema import input_schema
+
+    backends: dict[str, list[str] | None] = {}
+    for name in backend_names():
+        try:
+            backends[name] = backend_options(name)
+        except Exception:  # noqa: BLE001 - a broken plugin: its kind is listed, its options unchecked
+            backends[name] = None
+    return input_schema(Plan.model_json_schema(), stopping.kinds(), backends)
 
 
 def plan_json(plan: Plan) -> str:

@@ -109,9 +109,9 @@ class LoopStore:
                                  "ORDER BY id", (self.loop_id, kind))
 
     def promotions(self) -> list[Any]:
-        """The outputs of every keep-or-discard decision, newest first."""
-        return self.ledger.query("SELECT outputs FROM decisions WHERE loop_id=? AND kind='promote' ORDER BY id DESC",
-                                 (self.loop_id,))
+        """Every keep-or-discard decision (id, trial_id, outputs, created_at), oldest first."""
+        return self.ledger.query("SELECT id, trial_id, outputs, created_at FROM decisions WHERE loop_id=? AND "
+                                 "kind='promote' ORDER BY id", (self.loop_id,))
 
     def launched_trials(self) -> set[int]:
         """The trials with a launch decision (written before their job is submitted)."""

@@ -27,7 +27,7 @@ class TrialRow:
     seed: int | None
     parent_trial: int | None
     objective: float | None
-    best_so_far: float | None  # best succeeded objective among trials ended up to this one
+    best_so_far: float | None  # the incumbent's value once this trial ended (:func:`incumbent_sequence`)
     step: int | None = None  # last step seen while running
     value: float | None = None  # objective at that step
     created_at: float = 0.0
@@ -36,6 +36,9 @@ class TrialRow:
     rationale: str = ""
     failure: str | None = None
     has_patch: bool = False
+    kept: bool = False  # the loop made it the incumbent when it ended
+    within_noise: bool = False  # it beat the incumbent by less than the noise floor: not kept
+    incumbent_after: int | None = None  # the incumbent once it ended
 
 
 @dataclass
@@ -63,14 +66,81 @@ class LoopView:
     stop_reason: str = ""
     report_dir: str | None = None
     next_step: str = ""
+    curve: list[CurveStep] = field(default_factory=list)  # the incumbent sequence (:func:`incumbent_sequence`)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The loop's keep-or-discard of one finished explore trial (a ``promote`` decision)."""
+
+    trial_id: int
+    promoted: bool
+    within_noise: bool  # better than the incumbent, but not beyond the noise floor: not kept
+    decided_at: float
+    decision_id: int
+
+
+@dataclass(frozen=True)
+class CurveStep:
+    """One point of the incumbent sequence: after ``trial_id`` ended (at ``at``), the incumbent
+    the loop kept and its mean objective over the seeds of it that had ended by then."""
+
+    trial_id: int
+    at: float
+    incumbent: int | None
+    value: float | None
+
+
+def verdicts(ledger: Ledger, loop_id: int) -> dict[int, Verdict]:
+    """Every keep-or-discard decision of a loop, by trial (the newest one wins)."""
+    out: dict[int, Verdict] = {}
+    for row in LoopStore(ledger, loop_id).promotions():
+        try:
+            data = json.loads(row["outputs"])
+            trial_id = int(data.get("trial_id", row["trial_id"]))
+        except (TypeError, ValueError):
+            continue
+        margin = data.get("margin")
+        promoted = bool(data.get("promoted"))
+        within = not promoted and isinstance(margin, (int, float)) and margin > 0
+        out[trial_id] = Verdict(trial_id, promoted, within, float(row["created_at"] or 0.0), int(row["id"]))
+    return out
+
+
+def incumbent_sequence(rows: list[Any], judged: dict[int, Verdict]) -> list[CurveStep]:
+    """THE answer to "what was best": the incumbent after each ended trial, as the loop kept it.
+
+    Every view of "best" reads this (the live and final tables, the report's plots and
+    summary, the MCP leaderboard, the controller on resume), so none can disagree with the
+    loop's noise-aware decisions: a trial that merely scored lower, within the noise floor,
+    never becomes "best" here. Trials are replayed in the order the loop judged them (a
+    judged trial at its decision, others at their end); the incumbent's value is the mean
+    of its seeds (itself and its repeats) that had ended by then.
+    """
+    def order(r: Any) -> tuple[float, int, int]:
+        v = judged.get(r["id"])
+        return (v.decided_at, v.decision_id, r["id"]) if v else (float(r["ended_at"]), 1 << 62, r["id"])
+
+    incumbent: int | None = None
+    seeds: dict[int, list[float]] = {}
+    out: list[CurveStep] = []
+    for r in sorted((r for r in rows if r["ended_at"]), key=order):
+        if r["state"] == "succeeded" and r["objective"] is not None:
+            config = r["parent_trial"] if r["role"] == "repeat" and r["parent_trial"] is not None else r["id"]
+            seeds.setdefault(config, []).append(float(r["objective"]))
+        verdict = judged.get(r["id"])
+        if verdict is not None and verdict.promoted:
+            incumbent = r["id"]
+        values = seeds.get(incumbent) if incumbent is not None else None
+        out.append(CurveStep(r["id"], float(r["ended_at"]), incumbent,
+                             sum(values) / len(values) if values else None))
+    return out
 
 
 def incumbent_of(ledger: Ledger, loop_id: int) -> int | None:
-    for row in LoopStore(ledger, loop_id).promotions():
-        out = json.loads(row["outputs"])
-        if out.get("promoted"):
-            return int(out["trial_id"])
-    return None
+    """The incumbent now: the last step of :func:`incumbent_sequence`."""
+    steps = incumbent_sequence(LoopStore(ledger, loop_id).trials(), verdicts(ledger, loop_id))
+    return steps[-1].incumbent if steps else None
 
 
 def seed_groups(trials: list[Any]) -> dict[int, list[float]]:
@@ -94,27 +164,28 @@ def loop_view(ledger: Ledger, name: str, live: dict[int, tuple[int, float]] | No
                             hint=f"loops: {', '.join(names)}" if names else "start one with: autoresearch plan.yaml")
     plan = json.loads(loop["plan"])
     goal = plan["objective"].get("goal", "minimize")
-    sign = 1.0 if goal == "minimize" else -1.0
     store = LoopStore(ledger, loop["id"])
     rows = store.trials()
     live = live or {}
+    judged = verdicts(ledger, loop["id"])
+    curve = incumbent_sequence(rows, judged)
+    after = {c.trial_id: c for c in curve}
     out: list[TrialRow] = []
-    best: float | None = None
-    for r in sorted(rows, key=lambda r: (r["ended_at"] or float("inf"), r["id"])):
-        if r["state"] == "succeeded" and r["objective"] is not None and r["role"] == "explore":
-            if best is None or sign * r["objective"] < sign * best:
-                best = r["objective"]
+    for r in sorted(rows, key=lambda r: r["id"]):
         step, value = live.get(r["id"], (None, None))
+        verdict = judged.get(r["id"])
+        point = after.get(r["id"])
         out.append(TrialRow(r["id"], r["job_id"], r["role"], r["state"], json.loads(r["params"]), r["seed"],
-                            r["parent_trial"], r["objective"], best if r["ended_at"] else None, step, value,
+                            r["parent_trial"], r["objective"], point.value if point else None, step, value,
                             r["created_at"], r["started_at"], r["ended_at"], r["rationale"], r["failure"],
-                            bool(r["patch"])))
-    out.sort(key=lambda t: t.trial_id)
+                            bool(r["patch"]), kept=bool(verdict and verdict.promoted),
+                            within_noise=bool(verdict and verdict.within_noise),
+                            incumbent_after=point.incumbent if point else None))
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["state"]] = counts.get(r["state"], 0) + 1
     groups = seed_groups(rows)
-    incumbent = incumbent_of(ledger, loop["id"])
+    incumbent = curve[-1].incumbent if curve else None
     inc_row = next((r for r in rows if r["id"] == incumbent), None)
     best_value = None
     if inc_row is not None and inc_row["objective"] is not None:
@@ -134,7 +205,7 @@ def loop_view(ledger: Ledger, name: str, live: dict[int, tuple[int, float]] | No
         eta = mean * (remaining / max(1, int(budget["parallel"])) + (1 if running else 0))
     view = LoopView(
         name=loop["name"], loop_id=loop["id"], state=loop["state"], metric=plan["objective"]["metric"], goal=goal,
-        trials=out, counts=counts, best_trial=incumbent, best_value=best_value,
+        trials=out, counts=counts, best_trial=incumbent, curve=curve, best_value=best_value,
         best_params=json.loads(inc_row["params"]) if inc_row is not None else {},
         best_seeds=len(groups.get(incumbent or -1, [1])) if incumbent else 0,
         noise_floor=noise_floor(list(groups.values())), rejected_as_noise=store.rejected_as_noise(),
@@ -148,6 +219,28 @@ def loop_view(ledger: Ledger, name: str, live: dict[int, tuple[int, float]] | No
     else:
         view.next_step = f"see `autoresearch report {loop['name']}`"
     return view
+
+
+def ranked(view: LoopView) -> list[TrialRow]:
+    """Succeeded trials with the objective for a leaderboard: the incumbent first (the loop's
+    choice, noise-aware), then the others best value first. Used by ``summary.md``, the final
+    table and the MCP ``leaderboard``, so they agree with the loop on what is best."""
+    sign = 1.0 if view.goal == "minimize" else -1.0
+    done = [t for t in view.trials if t.state == "succeeded" and t.objective is not None]
+    return sorted(done, key=lambda t: (t.trial_id != view.best_trial, sign * (t.objective or 0.0), t.trial_id))
+
+
+def mark(t: TrialRow, view: LoopView) -> str:
+    """What the loop made of a trial, in a word or two: incumbent, kept earlier, within noise, seed of #N."""
+    if t.trial_id == view.best_trial:
+        return "incumbent"
+    if t.within_noise:
+        return "within noise"
+    if t.kept:
+        return "kept earlier"
+    if t.role == "repeat" and t.parent_trial is not None:
+        return f"seed of #{t.parent_trial}"
+    return ""
 
 
 def now() -> float:

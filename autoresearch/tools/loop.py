@@ -99,6 +99,9 @@ class LeaderRow(BaseModel):
     parent_trial: int | None
     rationale: str
     patch: str = Field(description="Files changed, e.g. 'train.py +3 -1' (full diff: trial_patch).")
+    verdict: str = Field("", description="What the loop made of it: 'incumbent' (the kept best, ranked first), "
+                                          "'within noise' (lower but not beyond the noise floor: not kept), "
+                                          "'kept earlier', 'seed of #N' (a repeat), or ''.")
 
 
 class LeaderboardResult(BaseModel):
@@ -223,7 +226,8 @@ def register(server: Any, ctx: ToolContext) -> None:
         loop: LoopName,
         top: Annotated[int, Field(ge=1, le=100, description="How many of the best trials to return.")] = 10,
     ) -> LeaderboardResult:
-        """The best finished trials of a loop, best first: objective, params, rationale, the trial they
+        """The best finished trials of a loop, the incumbent (the trial the loop kept, noise-aware)
+        first, then best value first: objective, verdict, params, rationale, the trial they
         built on and a one-line summary of their code patch. Use it to pick the parent of your next
         code edit or the region of the space to refine.
         """

@@ -6,8 +6,10 @@ metrics), backs off with tenacity while the tracking store is down (work goes on
 ledger keeps every point), and exits after ``IDLE_EXIT_S`` with nothing to do. Jobs that
 look active keep it only while something changes: after ``BUSY_EXIT_S`` with nothing
 mirrored (a silent job, or one whose supervisor died with its host) it counts as idle;
-the kick at an attempt's end brings a syncer back. It leaves at once when its home (the
-ledger) is gone, even in the middle of an outage's back-off. Before it exits it releases
+the kick at an attempt's end brings a syncer back. A failed sync (the store down at start,
+another MLflow client creating the same SQLite store) is retried with back-off while
+anything is unmirrored, and why it is behind is recorded for ``status`` and ``ui``. It
+leaves at once when its home (the ledger) is gone, even in the middle of an outage's back-off. Before it exits it releases
 the lock and looks at ``tracking.kick``: a kick that arrived while it was deciding to
 leave makes it take the lock again, so no kick is lost.
 """
@@ -33,7 +35,9 @@ from autoresearch.tracking import KICK_FILE, LOCK_FILE, LOG_FILE
 POLL_S = 1.0
 IDLE_EXIT_S = float(os.environ.get("AUTORESEARCH_SYNC_IDLE_S") or 20.0)
 BUSY_EXIT_S = float(os.environ.get("AUTORESEARCH_SYNC_BUSY_S") or 300.0)  # active-looking jobs, nothing changing
-OUTAGE_EXIT_S = 600.0  # stop retrying a dead store after this long with no job running; the next kick resumes
+OUTAGE_EXIT_S = 600.0  # one round of tenacity's retries; then the longer back-off below, while work waits
+RETRY_S = float(os.environ.get("AUTORESEARCH_SYNC_RETRY_S") or 5.0)  # first pause after a failed sync
+RETRY_MAX_S = 300.0
 LOG_MAX = 1 << 20
 
 
@@ -110,34 +114,105 @@ def _transient(err: BaseException) -> bool:
     return isinstance(err, TrackingError) and bool(err.details.get("transient"))
 
 
-def _say(state: RetryCallState) -> None:
-    err = state.outcome.exception() if state.outcome is not None else None
-    if state.attempt_number == 1 or state.attempt_number % 20 == 0:
+def _say(ledger: Any, recorded: list[bool]) -> Any:
+    def say(state: RetryCallState) -> None:
+        err = state.outcome.exception() if state.outcome is not None else None
         text = err.render() if isinstance(err, AutoresearchError) else str(err)
-        print(f"autoresearch tracking: {text} (try {state.attempt_number})", file=sys.stderr, flush=True)
+        pause = state.next_action.sleep if state.next_action is not None else 0.0
+        _failed(ledger, text, pause)  # status and ui say why, while tenacity backs off
+        recorded[0] = True
+        if state.attempt_number == 1 or state.attempt_number % 20 == 0:
+            print(f"autoresearch tracking: {text} (try {state.attempt_number})", file=sys.stderr, flush=True)
+    return say
+
+
+def _behind(ledger: Any) -> dict[str, int]:
+    """What is still unmirrored ({} when all is, or when the ledger cannot be read)."""
+    from autoresearch.tracking._store import MirrorStore
+
+    if _gone(ledger.home):
+        return {}
+    try:
+        return dict(MirrorStore(ledger).unmirrored())
+    except Exception:  # noqa: BLE001 - a ledger being removed: nothing to wait for
+        return {}
+
+
+def _failed(ledger: Any, text: str, pause: float) -> None:
+    """Record why the mirror is behind, for `autoresearch status` / `sync --status` / `ui`."""
+    from autoresearch.tracking._store import MirrorStore
+
+    if _gone(ledger.home):
+        return
+    with contextlib.suppress(Exception):
+        store = MirrorStore(ledger)
+        now = time.time()
+        store.set_state("error", text[:500])
+        store.set_state("error_at", now)
+        store.set_state("retry_at", now + pause)
+
+
+def _healed(ledger: Any) -> None:
+    from autoresearch.tracking._store import MirrorStore
+
+    with contextlib.suppress(Exception):
+        MirrorStore(ledger).clear_state("error", "error_at", "retry_at")
 
 
 def _loop(home: Path, idle_exit_s: float, poll_s: float, busy_exit_s: float = BUSY_EXIT_S) -> float:
-    """Sync until idle; returns the kick time it has served."""
+    """Sync until idle; returns the kick time it has served.
+
+    A failed sync (the store down at start, another client creating the same SQLite store,
+    an outage longer than ``OUTAGE_EXIT_S``) is retried with back-off, from ``RETRY_S`` up to
+    ``RETRY_MAX_S``, for as long as anything is unmirrored; why it failed and when it retries
+    is in the ledger (``tracking_state``) for ``status`` and ``ui`` to say. Only a tracking URI
+    that cannot be a store at all makes it leave: that does not heal by waiting.
+    """
+    from autoresearch.ledger import Ledger
     from autoresearch.tracking._sync import Syncer
 
-    retrying = Retrying(wait=wait_exponential_jitter(initial=0.5, max=30.0), retry=retry_if_exception(_transient),
-                        stop=stop_after_delay(OUTAGE_EXIT_S) | _HomeGone(home), sleep=_sleeper(home),
-                        before_sleep=_say, reraise=True)
-    idle_since = changed_at = time.monotonic()
-    served = _kick_mtime(home)
-    try:
-        syncer = Syncer(home)
+    try:  # opened once, now: opening it again later would make a removed home anew
+        ledger = Ledger(home)
     except AutoresearchError as err:
         print(f"autoresearch tracking: {err.render()}", file=sys.stderr, flush=True)
-        return time.time()  # a malformed URI does not heal by itself; the next kick retries
+        return time.time()
+    recorded = [False]  # a failure is in the ledger: clear it once a pass works
+    retrying = Retrying(wait=wait_exponential_jitter(initial=0.5, max=30.0), retry=retry_if_exception(_transient),
+                        stop=stop_after_delay(OUTAGE_EXIT_S) | _HomeGone(home), sleep=_sleeper(home),
+                        before_sleep=_say(ledger, recorded), reraise=True)
+    idle_since = changed_at = time.monotonic()
+    served = _kick_mtime(home)
+    syncer: Any = None
+    failures = 0
     while not _gone(home):  # a removed home (a test's tmp dir) has nothing left to mirror
         kick = _kick_mtime(home)
         try:
+            if syncer is None:
+                syncer = retrying(Syncer, ledger)
             report = retrying(syncer.run_once, max_batches=50)
-        except AutoresearchError as err:
-            print(f"autoresearch tracking: giving up for now: {err.render()}", file=sys.stderr, flush=True)
-            return time.time()
+        except Exception as err:  # noqa: BLE001 - whatever broke the pass, the ledger keeps the work
+            text = err.render() if isinstance(err, AutoresearchError) else \
+                f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:300]}"
+            config = syncer is None and isinstance(err, TrackingError) and not err.details.get("transient")
+            left = _behind(ledger)
+            if config or not left:
+                _failed(ledger, text, 0.0) if config else _healed(ledger)
+                print(f"autoresearch tracking: giving up for now: {text}", file=sys.stderr, flush=True)
+                return time.time()  # the next kick retries
+            failures += 1
+            pause = min(RETRY_MAX_S, RETRY_S * 2 ** (failures - 1))
+            what = ", ".join(f"{n} {k}" for k, n in left.items())
+            print(f"autoresearch tracking: sync failed ({text}); {what} unmirrored: retrying in {pause:.0f}s",
+                  file=sys.stderr, flush=True)
+            _failed(ledger, text, pause)
+            recorded[0] = True
+            syncer = None  # built again: the store may have been half-made when it failed
+            _sleeper(home)(pause)
+            continue
+        if recorded[0]:
+            print("autoresearch tracking: the sync works again", file=sys.stderr, flush=True)
+            failures, recorded[0] = 0, False
+            _healed(ledger)
         now = time.monotonic()
         if report.did_work or report.pending or kick != served:
             idle_since = changed_at = now

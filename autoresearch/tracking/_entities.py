@@ -56,6 +56,7 @@ def sync_loop(syncer: Mirror, loop: Any, report: SyncReport) -> str | None:
             params = dict(list(params.items())[:300])
             syncer.client.log_text(run_id, json.dumps(redact_obj(plan, secrets), indent=2, default=str), "plan.json")
             report.artifacts += 1
+        _set_view(syncer, loop)
         syncer.log_batch(run_id, params=params, tags=tags, secrets=secrets)
         reopen = bool(loop["finished"]) and str(loop["state"]).lower() not in LOOP_FINAL
         if reopen:  # an ended loop resumed (--resume): its run is live again, and ends again with it
@@ -65,6 +66,48 @@ def sync_loop(syncer: Mirror, loop: Any, report: SyncReport) -> str | None:
     except Exception as err:
         syncer.mark_blocked(entity, err)
         return None
+
+
+VIEW_KEY = "autoresearch"  # the UI opens it with ?viewStateShareKey=autoresearch
+VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
+PROVENANCE = ("verdict", "trial_state", "seed", "parent_trial", "proposer", "decision_id")
+
+
+def trials_view(plan: dict[str, Any]) -> dict[str, Any]:
+    """The runs table of a loop's experiment as the UI's saved view: the trials listed flat (not
+    folded under the loop's run), best first, with the plan's params, its objective and the
+    provenance tags as columns."""
+    objective = plan.get("objective")
+    objective = objective if isinstance(objective, dict) else {"metric": objective} if objective else {}
+    metric = str(objective.get("metric") or "")
+    goal = str(objective.get("goal") or "minimize")
+    space = plan.get("space")
+    columns = [f"params.`{name}`" for name in list(space)[:30]] if isinstance(space, dict) else []
+    columns += [f"metrics.`{metric}`"] if metric else []
+    columns += [f"tags.`autoresearch.{name}`" for name in PROVENANCE]
+    view: dict[str, Any] = {"searchFilter": "tags.`autoresearch.kind` = 'trial'", "selectedColumns": columns}
+    if metric:
+        view.update(orderByKey=f"metrics.`{metric}`", orderByAsc=not goal.lower().startswith("max"))
+    return view
+
+
+def _set_view(syncer: Mirror, loop: Any) -> None:
+    """The experiment's saved view of the trials (kept up to date: a resumed plan may add
+    parameters). A nicety: a store that refuses it warns once and blocks nothing."""
+    from autoresearch.tracking._sync import is_transient
+
+    plan = _plan(loop)
+    if not isinstance(plan, dict):
+        return
+    view = trials_view(plan)
+    while len(json.dumps(view)) > 4000 and view["selectedColumns"]:  # MLflow keeps 5000 characters of a tag
+        view["selectedColumns"].pop(0)
+    try:
+        syncer.client.set_experiment_tag(syncer.experiment_id(loop_experiment(loop)), VIEW_TAG, json.dumps(view))
+    except Exception as err:
+        if is_transient(err):
+            raise
+        syncer.warn(f"view:{loop['id']}", f"the saved view of loop {loop['id']} was not set ({err})")
 
 
 def _plan(loop: Any) -> Any:
@@ -142,6 +185,8 @@ def sync_job(syncer: Mirror, job: Any, report: SyncReport) -> str | None:
             })
             if trial["objective"] is not None:
                 tags["autoresearch.objective"] = repr(trial["objective"])
+            tags["autoresearch.verdict"] = verdict(syncer, trial)
+            tags["mlflow.runName"] = trial_run_name(trial, job)
             rationale = trial["rationale"] if "rationale" in trial.keys() else ""
             if not rationale and decision is not None:
                 rationale = decision["rationale"]
@@ -167,6 +212,37 @@ def sync_job(syncer: Mirror, job: Any, report: SyncReport) -> str | None:
     except Exception as err:
         syncer.mark_blocked(entity, err)
         return None
+
+
+def verdict(syncer: Mirror, trial: Any) -> str:
+    """What the loop made of a trial (its keep-or-discard decision), short enough for a runs-table
+    cell: incumbent, replaced by #N, within noise (lower, but not beyond the noise floor: not
+    kept), not better, seed of #N."""
+    if trial["role"] == "repeat" and trial["parent_trial"] is not None:
+        return f"seed of #{trial['parent_trial']}"
+    own, later = syncer.store.verdicts(trial["id"])
+    if own is None:
+        return ""
+    try:
+        out = json.loads(own["outputs"])
+    except ValueError:
+        return ""
+    if out.get("promoted"):
+        return f"replaced by #{later['trial_id']}" if later is not None else "incumbent"
+    margin = out.get("margin")
+    return "within noise" if isinstance(margin, (int, float)) and margin > 0 else "not better"
+
+
+def trial_run_name(trial: Any, job: Any | None = None) -> str:
+    """``#7 succeeded lr=0.0267 hidden=64``: the trial id, its state and params, readable in the runs table."""
+    try:
+        params = json.loads(trial["params"] or "{}")
+    except ValueError:
+        params = {}
+    words = [f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()
+             if not is_secret(str(k))] if isinstance(params, dict) else []
+    state = trial["state"] if trial["state"] not in ("proposed", "queued") or job is None else job["state"]
+    return f"trial-{trial['id']} {state} {' '.join(words)}".strip()[:120]
 
 
 def ensure_job_run(syncer: Mirror, job_id: int) -> str:

@@ -10,6 +10,7 @@ import fcntl
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from autoresearch.errors import SpecError, TrackingError
@@ -36,7 +37,37 @@ def mirror_status(ledger: Any) -> dict[str, Any]:
         "metrics_pending": pending, "traces_pending": unsent,
         "last_sync": last, "syncer_running": running, "blocked": blocked,
         "background": tracking.background_enabled(), "log": str(ledger.home / tracking.LOG_FILE),
+        "error": state.get("error"), "error_at": _float(state.get("error_at")),
+        "retry_at": _float(state.get("retry_at")),
     }
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def mirror_lag(ledger: Any) -> str | None:
+    """One line when the MLflow mirror is behind, saying why (None when it is not): the last
+    failed sync and when it retries, or work waiting with no syncer to do it. Reads the
+    ledger alone, for ``status`` and ``ui``."""
+    from autoresearch import tracking
+    from autoresearch.tracking._store import MirrorStore
+
+    if not tracking.tracking_enabled():
+        return None
+    store = MirrorStore(ledger)
+    error = store.state("error")
+    left = store.unmirrored() if error is not None else {}
+    if error is not None and left:
+        what = ", ".join(f"{n} {k}" for k, n in left.items())
+        retry = _float(store.state("retry_at"))
+        when = f"; retrying in {max(0.0, retry - time.time()):.0f}s" if retry else ""
+        return (f"MLflow mirror behind ({what} unmirrored): {error}{when}. "
+                "`autoresearch sync` retries now; `autoresearch sync --status` shows more")
+    return None
 
 
 def sync_all(ledger: Any, uri: str | None = None) -> dict[str, Any]:
@@ -66,24 +97,37 @@ def sync_all(ledger: Any, uri: str | None = None) -> dict[str, Any]:
     return {"totals": total, "seconds": seconds, "uri": syncer.uri, "blocked": mirror_status(syncer.ledger)["blocked"]}
 
 
-def ui_argv(ledger: Any, host: str, port: int, sync: bool = True) -> tuple[str, list[str] | None]:
-    """The store's URI and the argv of ``mlflow ui`` on it (None: the store is a server with its own UI).
-    ``sync``: mirror pending ledger rows first (a failure is a warning on stderr)."""
+def ui_page(ledger: Any) -> str:
+    """The UI's path to open: the newest loop's experiment, its trials listed with their params,
+    objective and provenance (the saved view), in the model-training view."""
+    from autoresearch.tracking._entities import VIEW_KEY
+    from autoresearch.tracking._store import MirrorStore
+
+    exp = MirrorStore(ledger).latest_experiment()
+    if exp is None:
+        return "/#/experiments?workflowType=machine_learning"
+    return f"/#/experiments/{exp}/runs?viewStateShareKey={VIEW_KEY}&workflowType=machine_learning"
+
+
+def ui_argv(ledger: Any, host: str, port: int, sync: bool = True) -> tuple[str, list[str] | None, str]:
+    """The store's URI, the argv of ``mlflow ui`` on it (None: the store is a server with its own UI)
+    and the page to open. ``sync``: mirror pending ledger rows first (a failure is a warning on stderr)."""
     from autoresearch.tracking import tracking_uri
 
     uri = tracking_uri(ledger.home, ledger.connection())
     if uri.startswith(("http://", "https://")):
-        return uri, None
-    from autoresearch.tracking._sync import Syncer
+        return uri, None, ui_page(ledger)
+    from autoresearch.tracking._sync import Syncer, fail_fast_http
 
-    syncer = Syncer(ledger)  # creates the database with our artifact root when it is new
-    if sync:
+    with fail_fast_http():
         try:
-            syncer.run_once()
-        except TrackingError as err:
+            syncer = Syncer(ledger)  # creates the database with our artifact root when it is new
+            if sync:
+                syncer.run_once()
+        except TrackingError as err:  # the UI still shows what is mirrored; status says why it is behind
             print(f"warning: {err.render()}", file=sys.stderr)
     argv = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
-    root = syncer.artifact_root()
-    if root:
+    if uri.startswith("sqlite:///"):  # artifacts beside the database, as the mirror writes them
+        root = (Path(uri[len("sqlite:///"):]).resolve().parent / "mlartifacts").as_uri()
         argv += ["--default-artifact-root", root]
-    return uri, argv
+    return uri, argv, ui_page(ledger)

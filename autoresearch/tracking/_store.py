@@ -47,6 +47,29 @@ class MirrorStore:
         with self.ledger.tx() as c:
             c.execute("INSERT OR REPLACE INTO tracking_state(name, value) VALUES (?,?)", (name, str(value)))
 
+    def clear_state(self, *names: str) -> None:
+        with self.ledger.tx() as c:
+            c.executemany("DELETE FROM tracking_state WHERE name=?", [(n,) for n in names])
+
+    def unmirrored(self) -> dict[str, int]:
+        """What waits to be mirrored (blocked runs aside: they wait for a fix, not for time):
+        metric points, decisions, outbox entries, and jobs and loops never mirrored."""
+        state = {r["name"]: r["value"] for r in self.ledger.query(
+            "SELECT name, value FROM tracking_state WHERE name IN ('metrics', 'decisions')")}
+        counts = {
+            "metric points": self.ledger.one("SELECT COUNT(*) AS n FROM metrics WHERE rowid > ?",
+                                             (int(state.get("metrics", 0)),)),
+            "decisions": self.ledger.one("SELECT COUNT(*) AS n FROM decisions WHERE id > ?",
+                                         (int(state.get("decisions", 0)),)),
+            "outbox entries": self.ledger.one("SELECT COUNT(*) AS n FROM tracking_outbox WHERE done_at IS NULL"),
+            "jobs": self.ledger.one(
+                f"SELECT COUNT(*) AS n FROM jobs j LEFT JOIN trials t ON {TRIAL_JOIN} "
+                f"LEFT JOIN tracking_runs r ON r.entity={ENTITY} WHERE r.run_id IS NULL AND r.error IS NULL"),
+            "loops": self.ledger.one("SELECT COUNT(*) AS n FROM loops l LEFT JOIN tracking_runs r ON "
+                                     "r.entity='loop:' || l.id WHERE r.run_id IS NULL AND r.error IS NULL"),
+        }
+        return {k: int(row["n"]) for k, row in counts.items() if row is not None and row["n"]}
+
     def progress(self) -> tuple[dict[str, str], int, int, list[dict[str, str]], int]:
         """How far the mirror is: its state (name → value), the metric points past its cursor,
         the outbox entries not sent, the blocked entities (entity, error) and the runs made."""
@@ -179,6 +202,25 @@ class MirrorStore:
 
     def decision(self, decision_id: int) -> Row | None:
         return self.ledger.one("SELECT * FROM decisions WHERE id=?", (decision_id,))
+
+    def latest_experiment(self) -> str | None:
+        """The MLflow experiment of the newest loop mirrored (else of the newest job)."""
+        for like in ("loop:%", "%"):
+            row = self.ledger.one("SELECT experiment_id FROM tracking_runs WHERE entity LIKE ? AND run_id IS NOT "
+                                  "NULL ORDER BY created_at DESC LIMIT 1", (like,))
+            if row is not None and row["experiment_id"]:
+                return str(row["experiment_id"])
+        return None
+
+    def verdicts(self, trial_id: int) -> tuple[Row | None, Row | None]:
+        """The keep-or-discard decision of a trial, and the promotion that replaced it (if one did)."""
+        own = self.ledger.one("SELECT id, inputs, outputs FROM decisions WHERE kind='promote' AND trial_id=? "
+                              "ORDER BY id DESC LIMIT 1", (trial_id,))
+        later = self.ledger.one(
+            "SELECT trial_id FROM decisions WHERE kind='promote' AND id > ? AND loop_id=(SELECT loop_id FROM trials "
+            "WHERE id=?) AND json_extract(outputs, '$.promoted') ORDER BY id LIMIT 1",
+            (own["id"] if own else 1 << 62, trial_id))
+        return own, later
 
     def last_node(self, job_id: int) -> Row | None:
         """The node of a job's latest attempt, and its failure class (infra, user; NULL unless it failed)."""

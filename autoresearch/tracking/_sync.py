@@ -51,6 +51,10 @@ from autoresearch.tracking._store import MirrorStore, use_wal
 
 __all__ = ["SyncReport", "Syncer", "fail_fast_http", "is_transient"]
 
+# Another MLflow client (a trial's own mlflow, `mlflow ui`) creating or migrating the same SQLite
+# store at the same moment: its schema is half-made for a while. Retried with back-off, not final.
+STORE_RACE = re.compile(r"table \S+ already exists|duplicate column|no such (table|column)|sqlite3\.OperationalError")
+KIND_TAG = "mlflow.experimentKind"
 URI_HINT = "set MLFLOW_TRACKING_URI to http(s)://HOST:PORT or sqlite:///ABSOLUTE/PATH.db, or unset it for the default"
 
 
@@ -78,7 +82,7 @@ def is_transient(err: BaseException) -> bool:
     text = str(err)
     return code in ("TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED") or any(
         s in text for s in ("API request to", "Max retries exceeded", "Connection refused", "database is locked",
-                            "timed out", "503", "502"))
+                            "timed out", "503", "502")) or bool(STORE_RACE.search(text))
 
 
 @contextlib.contextmanager
@@ -152,12 +156,19 @@ class Syncer:
                     # WAL: the UI reads while the syncer writes, and a commit costs no fsync of the whole journal.
                     use_wal(self.uri[len("sqlite:///"):])
             except Exception as err:
-                raise TrackingError(f"cannot create the MLflow database {self.uri}: {str(err).splitlines()[0]}",
+                first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+                if is_transient(err):
+                    raise TrackingError(f"cannot create the MLflow database {self.uri} yet: {first}",
+                                        hint="another MLflow client may be creating it at the same moment; "
+                                             "the sync retries with back-off", transient=True) from None
+                raise TrackingError(f"cannot create the MLflow database {self.uri}: {first}",
                                     hint=URI_HINT) from None
 
         try:
             return MlflowClient(tracking_uri=self.uri)
         except Exception as err:  # mlflow raises several types for a bad scheme
+            if is_transient(err):  # the store exists but is being created or migrated by another client
+                raise self._wrap(err, "cannot open the tracking store yet") from None
             raise TrackingError(f"cannot use tracking URI {self.uri!r}: {str(err).splitlines()[0]}",
                                 hint=URI_HINT) from None
 
@@ -190,7 +201,9 @@ class Syncer:
     def _wrap(self, err: Exception, what: str) -> TrackingError:
         first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
         transient = is_transient(err)
-        hint = ("the sync retries with back-off; start the server or fix MLFLOW_TRACKING_URI"
+        race = bool(STORE_RACE.search(str(err)))
+        hint = ("another MLflow client may be creating or upgrading the same database; the sync retries with "
+                "back-off" if race else "the sync retries with back-off; start the server or fix MLFLOW_TRACKING_URI"
                 if transient else "see the message; `autoresearch sync` retries the rest")
         return TrackingError(f"{what} at {self.uri}: {first}", hint=hint, transient=transient)
 
@@ -221,6 +234,8 @@ class Syncer:
                 raise self._wrap(err, "tracking store unavailable") from None
             raise
         self._set_state("last_sync", time.time())
+        if self._state("error") is not None:  # it works again: status stops saying why it was behind
+            self.store.clear_state("error", "error_at", "retry_at")
         return report
 
     def _ingest_live(self) -> None:
@@ -261,6 +276,14 @@ class Syncer:
                 exp_id = exp.experiment_id
         else:
             exp_id = exp.experiment_id
+        if exp is None or KIND_TAG not in (exp.tags or {}):
+            # A model-training experiment: the UI opens it on its runs, not on GenAI traces.
+            try:
+                self.client.set_experiment_tag(exp_id, KIND_TAG, "custom_model_development")
+            except Exception as err:
+                if is_transient(err):
+                    raise
+                self.warn(f"kind:{exp_id}", f"experiment {name!r} was not marked as model training ({err})")
         self._experiments[name] = str(exp_id)
         return str(exp_id)
 

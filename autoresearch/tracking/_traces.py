@@ -8,7 +8,7 @@ from typing import Any
 from autoresearch import outbox
 from autoresearch.redact import redact_obj
 from autoresearch.tracking._common import DEFAULT_EXPERIMENT, Mirror, SyncReport, _critical
-from autoresearch.tracking._entities import loop_experiment, loop_run, loop_secrets
+from autoresearch.tracking._entities import loop_experiment, loop_run, loop_secrets, verdict
 
 
 def sync_decisions(syncer: Mirror, report: SyncReport) -> None:
@@ -33,9 +33,29 @@ def sync_decisions(syncer: Mirror, report: SyncReport) -> None:
         syncer.log_batch(run_id, metrics=[Metric(f"decision.{k}", float(d[k] or 0), ts, int(d["id"]))
                                      for k in ("tokens_in", "tokens_out", "cost_usd", "latency_s")],
                     tags={"autoresearch.decisions": str(d["id"])})
+        if d["kind"] == "promote" and d["trial_id"] is not None:
+            _retag_verdicts(syncer, d, run_id)
         report.decisions += 1
         report.artifacts += 1
         syncer.move_cursor("decisions", d["id"])
+
+
+def _retag_verdicts(syncer: Mirror, d: Any, loop_run_id: str) -> None:
+    """A keep-or-discard decision: the trial's verdict, the incumbent it replaced, the loop's incumbent."""
+    try:
+        inputs, outputs = json.loads(d["inputs"] or "{}"), json.loads(d["outputs"] or "{}")
+    except ValueError:
+        return
+    trials = [d["trial_id"]]
+    if outputs.get("promoted"):
+        syncer.log_batch(loop_run_id, tags={"autoresearch.incumbent_trial": str(d["trial_id"])})
+        if isinstance(inputs.get("incumbent_trial"), int):
+            trials.append(inputs["incumbent_trial"])
+    for trial_id in trials:
+        row = syncer.store.run_of(f"trial:{trial_id}")
+        trial = syncer.store.trial(trial_id)
+        if row is not None and row["run_id"] and trial is not None:
+            syncer.log_batch(str(row["run_id"]), tags={"autoresearch.verdict": verdict(syncer, trial)})
 
 
 def sync_outbox(syncer: Mirror, report: SyncReport) -> None:
