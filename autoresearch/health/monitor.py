@@ -105,10 +105,13 @@ class Health:
                 print(f"warning: health monitor on {node} failed: {type(err).__name__}: {err}", file=sys.stderr)
 
     def _poll(self, node: str, attempts: list[Any], config: C.HealthConfig, now: float) -> None:
-        reader = reader_for(node, self.backend.name)
+        gpus = _gpus_of(self.store.node(node))
+        # A node with no GPU slots (a CPU machine: no driver, no AUTORESEARCH_GPUS) has nothing for
+        # NVML to check; "NVML unavailable" there is the normal case, not a fault to cordon for.
+        reader = reader_for(node, self.backend.name) if gpus else None
         findings: list[Finding] = []
         if reader is not None:
-            findings = check_sample(node, reader.sample(), _gpus_of(self.store.node(node)) or None, config, now)
+            findings = check_sample(node, reader.sample(), gpus, config, now)
             for i, f in enumerate(findings):  # a GPU's fault belongs to the attempt that runs on it
                 owner = next((a for a in attempts if f.gpu is not None and f.gpu in json.loads(a["gpu_ids"])), None)
                 if owner is not None:

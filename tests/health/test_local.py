@@ -41,3 +41,25 @@ def test_a_faulty_local_gpu_keeps_gpu_jobs_from_starting(api: Any, workdir: Path
     assert "ecc_uncorrectable" in node.reason and node.findings
     cpu = api.submit({"command": [sys.executable, "-c", "print(1)"], "workdir": str(workdir)})
     assert cpu.state == "queued"  # a cordoned node takes no new work, GPU or not
+
+
+def test_a_cpu_machine_without_a_driver_is_never_cordoned_for_it(home: Path, workdir: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # README's first command on a laptop: no driver, no AUTORESEARCH_GPUS, nvidia-ml-py installed.
+    # The monitor's NVML read fails there by nature; it cordoned the only node, so every later
+    # trial queued for ever behind "nvml_unavailable".
+    from autoresearch.api import Api
+    from autoresearch.health.nvml import FAKE_ENV
+
+    monkeypatch.delenv("AUTORESEARCH_GPUS", raising=False)
+    monkeypatch.delenv(FAKE_ENV, raising=False)
+    api = Api(home)
+    if any(n.gpus for n in api.nodes()):
+        pytest.skip("this machine has a GPU driver")
+    job = api.submit({"command": [sys.executable, "-c", "import time; time.sleep(30)"], "workdir": str(workdir)})
+    wait_state(api, job.id, "running")
+    runtime = api._runtime
+    runtime.health.monitor(runtime.jobs.active_attempts(runtime.backend.name))
+    assert [(n.state, n.reason) for n in api.nodes()] == [("healthy", "")]
+    assert api.submit({"command": ["true"], "workdir": str(workdir)}).state in ("starting", "running", "succeeded")
+    api.cancel([job.id])
