@@ -21,6 +21,7 @@ __all__ = ["AttemptStatus", "Backend", "Capabilities", "LaunchRequest", "NodeInf
 _BUILTIN: dict[str, str] = {
     "local": "autoresearch.backends._local:LocalBackend",
     "fake": "autoresearch.backends.fake:FakeBackend",  # in memory, for tests (backends/fake.py)
+    "ray": "autoresearch.backends.ray:RayBackend",  # a Ray cluster's Jobs API (backends/ray/ starts a local head)
 }
 
 

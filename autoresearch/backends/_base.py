@@ -38,6 +38,9 @@ class Capabilities:
     logs_follow: bool = False
     places: bool = True  # True: our scheduler picks node + GPU slots; False: the engine schedules
     sandbox: bool = False  # runs tenant jobs in a LaunchRequest.sandbox (docs/security.md); else refuses them
+    # False: the attempt's files are not readable here (Ray, Kubernetes): no metrics file; report()
+    # prints marked lines and the runtime reads them from read_log (autoresearch/ingest.py)
+    shared_fs: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,10 @@ class LaunchRequest:
     sandbox: Sandbox | None = None  # None: run as the launching user sees the machine
     image: str = ""  # container image (only a backend with the containers capability gets one)
     mounts: dict[str, str] = field(default_factory=dict)  # target -> source, for engines that mount
+    # What the job asks for, for engines that place it themselves (places=False); a placing backend has gpu_ids.
+    gpus: int = 0
+    cpus: float = 0.0
+    memory: int = 0  # MB
 
 
 @dataclass(frozen=True, slots=True)
