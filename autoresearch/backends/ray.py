@@ -54,6 +54,7 @@ _WRAP = ('cd "$AUTORESEARCH_RAY_WORKDIR" || exit 2; eval "set -- $AUTORESEARCH_R
          "printf '\\036[autoresearch-start]\\n'; trap : TERM INT; \"$@\"; s=$?; kill \"$w\" 2>/dev/null; "
          "printf '\\036[autoresearch-exit %s]\\n' \"$s\"; exit \"$s\"")
 ENTRYPOINT = "exec sh -c " + shlex.quote(_WRAP)
+_REFUSALS = ("JOB_SUPERVISOR_ACTOR_START_FAILURE", "RUNTIME_ENV_SETUP_FAILURE")
 _SENT_PREFIXES = ("AUTORESEARCH_", "MLFLOW_")
 _ERROR_LINE = re.compile(r"^\s*\w*(?:Error|Exception): (.+)$", re.MULTILINE)
 
@@ -216,9 +217,13 @@ class RayBackend(Backend):
         _, code = self._output(sid)
         if code is None and state != "STOPPED":
             code = info.get("driver_exit_code") if isinstance(info.get("driver_exit_code"), int) else None
-        if code is None and state == "FAILED":  # Ray's side failed (runtime env, supervisor died)
-            return AttemptStatus("lost", started_at=started, ended_at=ended,
-                                 detail=f"Ray: {str(info.get('message') or 'the job failed')[:300]}")
+        if code is None and state == "FAILED":  # Ray's side failed: it refused the job, or its supervisor died
+            message = str(info.get("message") or "the job failed").split(" Full traceback")[0].replace("\n", " ")
+            if str(info.get("error_type")) in _REFUSALS:  # maybe transient (a pip index): retried as infra
+                return AttemptStatus("lost", started_at=started, ended_at=ended,
+                                     detail=f"Ray rejected it: {message[:300]}; hint: fix what Ray names (the "
+                                            "backend's runtime_env, the job's resources)")
+            return AttemptStatus("lost", started_at=started, ended_at=ended, detail=f"Ray: {message[:300]}")
         stopped = state == "STOPPED"
         limit = _float((info.get("metadata") or {}).get("autoresearch_timeout"))
         timed_out = bool(stopped and limit is not None and started and ended and ended - started >= limit)

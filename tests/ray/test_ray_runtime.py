@@ -63,7 +63,7 @@ def test_metrics_come_through_the_api_log_once(ray_env: RayHead, api: Api, tmp_p
 def test_cancel_stops_the_ray_job(ray_env: RayHead, api: Api, tmp_path: Path) -> None:
     job = api.submit({"command": ["sleep", "120"], "workdir": str(tmp_path), "grace": 1}).id
     wait_state(api, job, "running", timeout=90)
-    api.cancel(job)
+    api.cancel([job])
     view = wait_state(api, job, "cancelled", timeout=60)
     assert view.state == "cancelled"
     ext = api._ledger.one("SELECT external_id FROM attempts WHERE job_id=?", (job,))["external_id"]
@@ -115,16 +115,12 @@ def test_ray_rejection_and_capacity_and_unreachable_head(ray_env: RayHead, api: 
         api.submit({"command": ["true"], "workdir": str(tmp_path), "gpus": 3})
     with pytest.raises(AutoresearchError, match="cannot preempt"):
         api.submit({"command": ["true"], "workdir": str(tmp_path), "priority": "best-effort"})
-    # Ray refuses what it cannot take: its own message, and a hint.
-    bad = RayBackend(address=ray_env.address, runtime_env={"conda": 5})
-    from autoresearch.backends import LaunchRequest
-
-    request = LaunchRequest(key="bad.1", argv=["true"], env={}, workdir=str(tmp_path), log_path="",
-                            run_dir=str(tmp_path / "bad"))
-    with pytest.raises(BackendError) as err:
-        bad.start(request)
-    assert "Ray rejected attempt bad.1" in err.value.message and "conda" in err.value.message
-    assert err.value.hint
+    # Ray refuses what it cannot take (when it sets the job up): its own message, and a hint.
+    bad = Api(api._ledger.home, backend=RayBackend(address=ray_env.address, runtime_env={"pip": 5}))
+    job = bad.submit({"command": ["true"], "workdir": str(tmp_path), "max_retries": 0}).id
+    wait_state(bad, job, "failed", timeout=90)
+    detail = bad._ledger.one("SELECT detail FROM attempts WHERE job_id=?", (job,))["detail"]
+    assert "Ray rejected it" in detail and "runtime_env['pip'] must be" in detail and "hint:" in detail
     # Nobody at the address: the error names it and how to start the kit.
     dead = RayBackend(address="http://127.0.0.1:9", timeout=2)
     with pytest.raises(BackendError) as err:
