@@ -52,10 +52,15 @@ setsid ray start "${args[@]}" >"$DIR/head.log" 2>&1 < /dev/null &
 echo $! > "$PIDFILE"
 echo "$DASH" > "$DIR/dashboard.port"
 
+# Ready means a job can be submitted (the dashboard answers before its job agent does): submit
+# a no-op job until the Jobs API takes it.
 deadline=$((SECONDS + WAIT))
 until python - "$DASH" <<'PY' 2>/dev/null
-import sys, urllib.request
-urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/api/version", timeout=2).read()
+import json, sys, time, urllib.request
+body = json.dumps({"entrypoint": "true", "submission_id": f"autoresearch-kit-ready-{time.time():.0f}"}).encode()
+request = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/api/jobs/", data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+urllib.request.urlopen(request, timeout=10).read()
 PY
 do
     if ! kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then

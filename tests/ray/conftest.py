@@ -48,24 +48,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _warm_up(address: str) -> None:
-    """One trivial job, so the first test does not pay for the head's job agent starting."""
-    import json
-    import time
-    import urllib.request
-
-    body = json.dumps({"entrypoint": "true"}).encode()
-    request = urllib.request.Request(f"{address}/api/jobs/", data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
-    sid = json.loads(urllib.request.urlopen(request, timeout=120).read())["submission_id"]
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        info = json.loads(urllib.request.urlopen(f"{address}/api/jobs/{sid}", timeout=30).read())
-        if info["status"] in ("SUCCEEDED", "FAILED", "STOPPED"):
-            return
-        time.sleep(0.2)
-
-
 @pytest.fixture(scope="session")
 def ray_head() -> Iterator[RayHead]:
     if shutil.which("ray") is None:
@@ -73,14 +55,14 @@ def ray_head() -> Iterator[RayHead]:
     # Ray's sockets live under its temp dir: keep the path short.
     head = RayHead(Path(tempfile.mkdtemp(prefix="arr-", dir="/tmp")), _free_port(), _free_port(), gpus=2, cpus=4)
     try:
-        head.start()
-    except subprocess.CalledProcessError as err:
+        try:
+            head.start()
+        except subprocess.CalledProcessError as err:
+            pytest.fail(f"the Ray head did not start: {err.stdout.decode()} {err.stderr.decode()}")
+        yield head
+    finally:
         head.stop(kill=True)
-        pytest.fail(f"the Ray head did not start: {err.stdout.decode()} {err.stderr.decode()}")
-    _warm_up(head.address)
-    yield head
-    head.stop()
-    shutil.rmtree(head.dir, ignore_errors=True)
+        shutil.rmtree(head.dir, ignore_errors=True)
 
 
 @pytest.fixture

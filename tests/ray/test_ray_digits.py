@@ -4,7 +4,6 @@ trials' metrics reach the ledger through Ray's log and the mirror writes them to
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,7 +18,8 @@ pytestmark = pytest.mark.slow
 DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
 
 
-def test_a_small_digits_plan_on_ray_lands_in_mlflow(ray_env: RayHead, quiet: Path, monkeypatch: Any) -> None:
+@pytest.mark.timeout(300)
+def test_a_small_digits_plan_on_ray_lands_in_mlflow(ray_env: RayHead, home: Path) -> None:
     pytest.importorskip("sklearn")
     plan = parse_plan({
         "name": "digits-ray",
@@ -31,13 +31,13 @@ def test_a_small_digits_plan_on_ray_lands_in_mlflow(ray_env: RayHead, quiet: Pat
         "budget": {"trials": 2, "parallel": 2},
         "backend": {"kind": "ray", "options": {"address": ray_env.address}},
     }, base_dir=DIGITS)
-    view = Controller(plan, home=quiet).run()
+    view = Controller(plan, home=home).run()
     assert view.counts == {"succeeded": 2}, view
-    tracking.sync(quiet)
-    uri = tracking.tracking_uri(quiet)
+    tracking.sync(home)
+    uri = tracking.tracking_uri(home)
     from autoresearch.ledger import Ledger
 
-    ledger = Ledger(quiet)
+    ledger = Ledger(home)
     runs = ledger.query("SELECT run_id FROM tracking_runs WHERE entity LIKE 'trial:%'")
     assert len(runs) == 2
     for row in runs:

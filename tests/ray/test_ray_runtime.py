@@ -145,12 +145,14 @@ RETRIED = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.timeout(400)
 def test_the_head_killed_mid_run_retries_once_it_is_back(ray_env: RayHead, api: Api, tmp_path: Path) -> None:
     (tmp_path / "t.py").write_text(RETRIED)
     jobs = [api.submit({"command": [sys.executable, "t.py", str(tmp_path / f"m{i}")],
                         "workdir": str(tmp_path)}).id for i in range(2)]
-    for job in jobs:
-        wait_for(lambda job=job: (tmp_path / f"m{jobs.index(job)}").exists(), timeout=90)
+    for i, job in enumerate(jobs):
+        wait_for(lambda i=i: (tmp_path / f"m{i}").exists(), timeout=90)
+        wait_state(api, job, "running", timeout=30)
     ray_env.stop(kill=True)  # kill -9 the head's whole process group
     try:
         for _ in range(3):  # passes while the head is away: nothing is lost, nothing relaunched
