@@ -88,3 +88,20 @@ def test_runtime_admits_in_priority_order_on_a_non_preempting_engine(home: Path,
     api.tick()
     assert [a.request.key for a in fake.attempts()][1:] == [f"{critical}.1"]
     assert api.status(normal).state == "queued"
+
+
+def test_the_ray_backend_never_imports_ray() -> None:
+    """A status read polls attempts: it must not pay ~1 s for ``import ray`` (invariant 7)."""
+    code = ("import sys; from autoresearch.backends import get_backend; b = get_backend('ray', address="
+            "'http://127.0.0.1:9'); b.nodes(); assert not any(m == 'ray' or m.startswith('ray.') for m in sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_job_for_a_head_that_does_not_answer_waits_queued(home: Path, tmp_path: Path) -> None:
+    from autoresearch.backends.ray import RayBackend
+
+    api = Api(home, backend=RayBackend(address="http://127.0.0.1:9", timeout=2))
+    job = api.submit({"command": ["true"], "workdir": str(tmp_path)}).id
+    api.tick()
+    assert api.status(job).state == "queued"  # not launched into the void, no retry spent
+    assert api._ledger.one("SELECT COUNT(*) AS n FROM attempts")["n"] == 0
