@@ -177,7 +177,8 @@ class RayBackend(Backend):
                if k.startswith(_SENT_PREFIXES) or os.environ.get(k) != v}
         env["AUTORESEARCH_RAY_ARGV"] = shlex.join(request.argv)
         env["AUTORESEARCH_RAY_WORKDIR"] = "." if self.upload else request.workdir
-        env["RAY_JOB_STOP_WAIT_TIME_S"] = str(int(min(max(math.ceil(request.grace), 1), 86400)))
+        grace = request.grace if math.isfinite(request.grace) else 10.0
+        env["RAY_JOB_STOP_WAIT_TIME_S"] = str(int(min(max(math.ceil(grace), 1), 86400)))
         runtime_env = {**self.runtime_env, "env_vars": {**(self.runtime_env.get("env_vars") or {}), **env}}
         if self.upload:
             runtime_env["working_dir"] = request.workdir
