@@ -22,6 +22,7 @@ from autoresearch.backends import Backend
 from autoresearch.errors import LedgerError
 from autoresearch.jobstore import JobStore
 from autoresearch.ledger import Ledger
+from autoresearch.report import MARK
 
 LOG_CHUNK = 4 << 20
 MAX_CHUNKS = 16  # per call: 64 MiB of each source
@@ -55,6 +56,8 @@ def ingest_attempt(ledger: Ledger, backend: Backend, att: Any, final: bool = Fal
 def _read(ledger: Ledger, backend: Backend, att: Any) -> tuple[bytes, bytes, str]:
     """The next chunk of the metrics file and of the log, and why the metrics file cannot be read."""
     l_chunk = backend.read_log(att["external_id"], att["log_offset"], LOG_CHUNK) if att["external_id"] else b""
+    if not backend.capabilities.shared_fs:  # its report() lines are in the log (report.MARK)
+        return b"", l_chunk, ""
     try:  # the trial owns this path: no blocking on a FIFO, no following a link elsewhere
         fd = os.open(att["metrics_path"], os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -80,6 +83,9 @@ def _ingest_chunk(ledger: Ledger, backend: Backend, att: Any, final: bool) -> bo
     m_full, l_full = len(m_chunk) >= LOG_CHUNK, len(l_chunk) >= LOG_CHUNK
     m_lines, m_used = _lines(m_chunk, counters, "r", drops, m_full, final)
     l_lines, l_used = _lines(l_chunk, counters, "l", None, l_full, final)
+    if not backend.capabilities.shared_fs:  # report() printed its records: they count as reported
+        m_lines = [line[len(MARK):] for line in l_lines if line.startswith(MARK)]
+        l_lines = [line for line in l_lines if not line.startswith(MARK)]
     if not m_used and not l_used and not drops.count:
         return False
     now = time.time()

@@ -321,7 +321,7 @@ class JobStore:
         """The active attempts of ``backend``'s jobs, with what the scheduler needs of their job."""
         return self.ledger.query(
             "SELECT a.job_id, a.n, a.node, a.gpu_ids, a.started_at, a.created_at, a.stop_reason, "
-            "j.priority, j.cpus, j.memory FROM attempts a JOIN jobs j ON j.id=a.job_id "
+            "j.priority, j.gpus, j.cpus, j.memory FROM attempts a JOIN jobs j ON j.id=a.job_id "
             "WHERE a.state IN ('starting','running') AND j.backend=?", (backend,))
 
     def job_ends(self, job_ids: list[int]) -> list[sqlite3.Row]:

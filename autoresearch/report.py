@@ -2,8 +2,11 @@
 
 Stdlib only and cheap to import (it is loaded inside every trial). Each call
 appends one JSON line to ``$AUTORESEARCH_METRICS_FILE``, which the runtime reads
-incrementally. Outside autoresearch (no such variable) it prints ``name: value``
-lines instead, which the runtime also understands, so a script runs either way.
+incrementally. On an engine whose files the runtime cannot read (Ray, Kubernetes: the
+runtime sets ``AUTORESEARCH_METRICS_STDOUT=1``) the same line goes to stdout behind
+:data:`MARK`, and the runtime reads it from the log it fetches through the engine's API.
+Outside autoresearch (no such variable) it prints ``name: value`` lines instead, which
+the runtime also understands, so a script runs either way.
 
 A bad argument never crashes the trial: a value that is not a number, or a step
 that is not a whole number in ``0..MAX_STEP``, is left out with a warning on
@@ -21,6 +24,7 @@ import time
 __all__ = ["report"]
 
 MAX_STEP = 2**53  # steps are exact in a float64 and fit SQLite's and MLflow's int64
+MARK = "@autoresearch.report "  # a log line that starts so is a report() record (autoresearch/ingest.py)
 _MAX_WARNINGS = 5
 
 _file = None
@@ -69,6 +73,12 @@ def report(step: int | None = None, **metrics: float) -> None:
         clean[name] = value if math.isfinite(value) else None
     if not clean:
         return
+    record: dict[str, object] = {"ts": time.time(), "metrics": clean}
+    if record_step is not None:
+        record["step"] = record_step
+    if os.environ.get("AUTORESEARCH_METRICS_STDOUT") == "1":
+        print(MARK + json.dumps(record), flush=True)
+        return
     path = os.environ.get("AUTORESEARCH_METRICS_FILE")
     if path and (_file is None or _path != path):
         try:
@@ -81,9 +91,6 @@ def report(step: int | None = None, **metrics: float) -> None:
         for name, shown in clean.items():
             print(f"{name}: {shown}", flush=True)
         return
-    record: dict[str, object] = {"ts": time.time(), "metrics": clean}
-    if record_step is not None:
-        record["step"] = record_step
     try:
         _file.write(json.dumps(record) + "\n")  # type: ignore[union-attr]
     except (OSError, ValueError) as err:  # a full disk, or a closed file, must not end the run

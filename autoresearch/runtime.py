@@ -35,7 +35,7 @@ ACTIVE = ("starting", "running")
 FINAL = ("succeeded", "failed", "cancelled")
 # Per-attempt variables never inherited from the launching process (a trial that submits
 # a job of its own must not hand it its own ids, checkpoint dir, GPUs or MLflow run).
-_INTERNAL_ENV = ("AUTORESEARCH_JOB_ID", "AUTORESEARCH_ATTEMPT", "AUTORESEARCH_METRICS_FILE",
+_INTERNAL_ENV = ("AUTORESEARCH_JOB_ID", "AUTORESEARCH_ATTEMPT", "AUTORESEARCH_METRICS_FILE", "AUTORESEARCH_METRICS_STDOUT",
                  "AUTORESEARCH_CHECKPOINT_DIR", "AUTORESEARCH_NODE", "CUDA_VISIBLE_DEVICES",
                  "AUTORESEARCH_TRIAL_ID", "AUTORESEARCH_LOOP", "AUTORESEARCH_SEED", "AUTORESEARCH_PARAMS",
                  "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID")
@@ -194,9 +194,9 @@ class Runtime:
             for r in self.jobs.placed(self.backend.name)
         ]
         if not self.backend.capabilities.places:
-            # The engine schedules (Slurm, Ray): hand it everything in priority order.
-            everything = [S.Placement(p.job_id, ()) for p in sorted(pending, key=lambda p: (S.RANK[p.priority], p.job_id))]
-            decisions = S.Decisions(placements=everything)
+            # The engine schedules (Slurm, Ray): hand it, in priority order, what its nodes hold now.
+            decisions = S.admit(pending, nodes, [(r["gpus"], r["cpus"]) for r in self.jobs.placed(self.backend.name)],
+                                preempts=self.backend.capabilities.preemption)
         else:
             decisions = S.schedule(pending, nodes, running)
         for pre in decisions.preemptions:
@@ -281,6 +281,9 @@ class Runtime:
             AUTORESEARCH_HOME=str(self.ledger.home), AUTORESEARCH_JOB_ID=str(job_id), AUTORESEARCH_ATTEMPT=str(n),
             AUTORESEARCH_METRICS_FILE=metrics_path, PYTHONUNBUFFERED="1",
         )
+        if not self.backend.capabilities.shared_fs:  # we cannot read its files: report() prints to the log
+            del env["AUTORESEARCH_METRICS_FILE"]
+            env["AUTORESEARCH_METRICS_STDOUT"] = "1"
         if node:
             env["AUTORESEARCH_NODE"] = node
         if self.backend.capabilities.places:

@@ -94,6 +94,40 @@ class _Node:
     reserved_for: int | None = None
 
 
+def _cores(cpus: float) -> float:
+    return cpus if cpus > 0 else 1.0  # an attempt takes at least a core (Ray's entrypoint, a Slurm task)
+
+
+def admit(pending: list[Pending], nodes: list[NodeState], running: list[tuple[int, float]],
+          preempts: bool = False) -> Decisions:
+    """What to hand an engine that places jobs itself (Slurm, Ray): ``running`` is (gpus, cpus)
+    of our attempts on it.
+
+    An engine that preempts by priority gets everything, in priority order. One that cannot
+    (Ray) gets, in priority order, only what its schedulable nodes hold besides our running
+    attempts, and nothing past the first job that does not fit: a critical job is never
+    queued in the engine behind normal ones. A job no node could hold now waits without
+    blocking the others; with no schedulable node (the engine does not answer) nothing goes.
+    """
+    order = sorted(pending, key=lambda p: (RANK[p.priority], p.job_id))
+    if preempts:
+        return Decisions(placements=[Placement(p.job_id, ()) for p in order])
+    up = [n for n in nodes if n.schedulable]
+    free_gpus = sum(len(n.gpu_ids) for n in up) - sum(g for g, _ in running)
+    count_cpus = any(n.cpus > 0 for n in up)
+    free_cpus = sum(n.cpus for n in up) - sum(_cores(c) for _, c in running)
+    out = Decisions()
+    for p in order:
+        if not any(p.gpus <= len(n.gpu_ids) and (not count_cpus or _cores(p.cpus) <= n.cpus) for n in up):
+            continue
+        if p.gpus > free_gpus or (count_cpus and _cores(p.cpus) > free_cpus):
+            break
+        out.placements.append(Placement(p.job_id, ()))
+        free_gpus -= p.gpus
+        free_cpus -= _cores(p.cpus)
+    return out
+
+
 def schedule(
     pending: list[Pending],
     nodes: list[NodeState],

@@ -26,6 +26,7 @@ _BUILTIN: dict[str, str] = {
     "databricks": "autoresearch.backends.databricks:DatabricksBackend",  # the databricks CLI's AI Runtime (air)
     "docker": "autoresearch.backends._docker:DockerBackend",
     "slurm": "autoresearch.backends._slurm:SlurmBackend",  # one sbatch per attempt (backends/slurm/ starts a dev cluster)
+    "ray": "autoresearch.backends.ray:RayBackend",  # a Ray cluster's Jobs API (backends/ray/ starts a local head)
 }
 
 

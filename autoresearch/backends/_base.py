@@ -39,6 +39,9 @@ class Capabilities:
     logs_follow: bool = False
     places: bool = True  # True: our scheduler picks node + GPU slots; False: the engine schedules
     sandbox: bool = False  # runs tenant jobs in a LaunchRequest.sandbox (docs/security.md); else refuses them
+    # False: the attempt's files are not readable here (Ray, Kubernetes): no metrics file; report()
+    # prints marked lines and the runtime reads them from read_log (autoresearch/ingest.py)
+    shared_fs: bool = True
 
 
 @dataclass(frozen=True, slots=True)

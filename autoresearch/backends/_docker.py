@@ -55,7 +55,7 @@ _children: list[subprocess.Popen[bytes]] = []
 class DockerBackend(Backend):
     name = "docker"
     capabilities = Capabilities(gpus=True, preemption=True, multi_node=False, containers=True, logs_follow=True,
-                                places=True)
+                                places=True, shared_fs=False)  # the container cannot see the host's metrics file
 
     def __init__(self, image: str = "", docker: str = "docker", host: str | None = None, node_name: str | None = None,
                  gpus: int | None = None, user: str | None = None, network: str | None = None,

@@ -61,7 +61,8 @@ _LOG_CAP = 1 << 40
 
 class DatabricksBackend(Backend):
     name = "databricks"
-    capabilities = Capabilities(gpus=True, preemption=True, multi_node=True, containers=True, places=False)
+    capabilities = Capabilities(gpus=True, preemption=True, multi_node=True, containers=True, places=False,
+                                shared_fs=False)
 
     def __init__(self, accelerator_type: str = "GPU_1xA10", pool_id: str = "", experiment: str = "autoresearch",
                  environment_version: str | int = "", profile: str = "", cli: str = "databricks",
