@@ -18,8 +18,9 @@ in-cluster) ``_k8s_api.py``.
   so ``limitBytes`` reads up to ``offset + max_bytes``). A pod's log and status vanish with
   the pod, so once an attempt has ended the backend keeps both in ``state_dir`` (default
   ``$AUTORESEARCH_HOME/backends/kubernetes``); ``poll`` stays stable after the Job is gone.
-* ``stop``: delete the Job (propagationPolicy Background) and its pods with
-  ``gracePeriodSeconds``: the kubelet sends SIGTERM, then SIGKILL after the grace.
+* ``stop``: delete the Job (propagationPolicy Background; the garbage collector deletes its pods
+  with their own ``terminationGracePeriodSeconds``, the attempt's grace), and a pod directly only
+  when ``stop``'s grace is shorter: the kubelet sends SIGTERM once, then SIGKILL after the grace.
 * ``places = False``: Kubernetes (with Kueue) schedules; ``nodes()`` is empty.
 """
 
@@ -324,7 +325,9 @@ class KubernetesBackend(Backend):
         self._write(self._file(ns, name, ".stop.json"), json.dumps({"at": time.time(), "grace": seconds}).encode())
         pods = self._pods(ns, name)
         self._delete(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}", seconds)
-        for pod in pods:  # the pods too, with our grace (the garbage collector would use the pod's own)
+        for pod in pods:  # the pods too when our grace is shorter than what the garbage collector would use
+            if seconds is None or seconds >= _grace_of(pod):
+                continue  # a repeated delete cannot lengthen a grace; asking again gains nothing
             pod_name = urllib.parse.quote(str((pod.get("metadata") or {}).get("name", "")), safe="")
             self._delete(f"/api/v1/namespaces/{ns}/pods/{pod_name}", seconds)
 
@@ -351,6 +354,16 @@ def _gang_env(body: dict[str, Any], name: str, nodes: int) -> None:
         {"name": "NODE_RANK", "valueFrom": {"fieldRef": {
             "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
     ]
+
+
+def _grace_of(pod: dict[str, Any]) -> int:
+    """The grace a pod gets when deleted now: the one its deletion already has, else its spec's (default 30)."""
+    meta, spec = pod.get("metadata"), pod.get("spec")
+    for value in ((meta if isinstance(meta, dict) else {}).get("deletionGracePeriodSeconds"),
+                  (spec if isinstance(spec, dict) else {}).get("terminationGracePeriodSeconds"), 30):
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return 30
 
 
 def _load(path: Path) -> dict[str, Any] | None:

@@ -218,6 +218,75 @@ def test_host_only_environment_stays_on_the_host(tmp_path: Path) -> None:
     assert "MY_SETTING" in env and "PATH" not in env and "HOME" not in env
 
 
+# -- stop: one SIGTERM, then SIGKILL after the grace ----------------------------------------------
+
+# Prints TERM on each SIGTERM; exits 0 a second after the first one when ``exit`` is set, else
+# keeps running (SIGKILL ends it).
+COUNT_TERMS = textwrap.dedent("""\
+    import signal, sys, time
+    seen = []
+    def term(*_):
+        seen.append(time.monotonic())
+        print("TERM", flush=True)
+    signal.signal(signal.SIGTERM, term)
+    print("ready", flush=True)
+    while not (seen and sys.argv[1] == "exit" and time.monotonic() - seen[0] > 1.0):
+        time.sleep(0.05)
+""")
+
+
+def _ready(backend: KubernetesBackend, ext: str) -> None:
+    deadline = time.monotonic() + 30
+    while b"ready" not in backend.read_log(ext):
+        assert time.monotonic() < deadline, "the program never started"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("stop_grace", [None, 5.0])
+def test_stop_sends_one_sigterm_and_the_program_exit_is_its_own(k8s: FakeKubernetes, tmp_path: Path,
+                                                               stop_grace: float | None) -> None:
+    """Deleting the Job and then its pods with the same grace must not signal the program twice
+    (a second SIGTERM during its exit killed it: 'signal 15' instead of its exit 0)."""
+    backend = _backend(k8s, tmp_path)
+    ext = backend.start(_request(tmp_path, argv=[sys.executable, "-c", COUNT_TERMS, "exit"], grace=5.0))
+    _ready(backend, ext)
+    backend.stop(ext, stop_grace)
+    status = _wait(backend, ext)
+    assert status.stopped and status.exit_code == 0 and status.signal is None, status
+    assert backend.read_log(ext).count(b"TERM") == 1
+    # the garbage collector deletes the pod with this grace already: no second delete is asked for
+    assert not [r for r in k8s.requests if r[0] == "DELETE" and "/pods/" in r[1]]
+
+
+def test_a_shorter_stop_grace_still_kills_without_a_second_sigterm(k8s: FakeKubernetes, tmp_path: Path) -> None:
+    backend = _backend(k8s, tmp_path)
+    ext = backend.start(_request(tmp_path, argv=[sys.executable, "-c", COUNT_TERMS, "stay"], grace=120.0))
+    _ready(backend, ext)
+    t0 = time.monotonic()
+    backend.stop(ext, 1.0)
+    status = _wait(backend, ext, timeout=60)
+    assert status.stopped and status.signal == 9 and time.monotonic() - t0 < 60, status
+    assert backend.read_log(ext).count(b"TERM") == 1
+    assert [r[2]["gracePeriodSeconds"] for r in k8s.requests if r[0] == "DELETE" and "/pods/" in r[1]] == [1]
+
+
+def test_fake_a_repeated_pod_delete_only_shortens_the_grace(k8s: FakeKubernetes, tmp_path: Path) -> None:
+    """As the API server and kubelet do: the smaller deletionGracePeriodSeconds wins, the stop signal is sent once."""
+    backend = _backend(k8s, tmp_path)
+    ext = backend.start(_request(tmp_path, argv=[sys.executable, "-c", COUNT_TERMS, "stay"], grace=120.0))
+    _ready(backend, ext)
+    (pod,) = k8s.pods_of("default", ext.split("/")[1])
+    path = f"/api/v1/namespaces/default/pods/{pod.name}"
+    for grace in (60, 90, 60):
+        assert k8s.handle("DELETE", path, {}, {"gracePeriodSeconds": grace})[0] == 200
+    assert pod.obj["metadata"]["deletionGracePeriodSeconds"] == 60
+    time.sleep(0.5)
+    assert pod.proc is not None and pod.proc.poll() is None  # 60 s of grace left: still running
+    k8s.handle("DELETE", path, {}, {"gracePeriodSeconds": 0})
+    assert pod.proc.wait(timeout=30) == -9
+    assert pod.log.read_bytes().count(b"TERM") == 1
+
+
 # -- the engine's faults -------------------------------------------------------------------------
 
 

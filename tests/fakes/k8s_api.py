@@ -9,7 +9,7 @@ and logs are real. Objects are built from the recorded shapes in ``recorded/k8s_
 Implemented: ``GET /version``; Jobs: create (201, 409 AlreadyExists, 422 Invalid), get,
 merge-patch (annotations, ``spec.suspend``), delete (DeleteOptions; Background propagation
 deletes the pods); Pods: list by ``labelSelector=k=v``, delete with ``gracePeriodSeconds``
-(SIGTERM, SIGKILL after the grace), ``/log`` with ``limitBytes``; Services: create.
+(SIGTERM once, SIGKILL after the grace; a repeat only shortens it), ``/log`` with ``limitBytes``; Services: create.
 ``activeDeadlineSeconds`` fails the Job with ``DeadlineExceeded``; ``backoffLimit`` 0 fails it
 on the first failed pod (``BackoffLimitExceeded``); an Indexed Job runs ``completions`` pods.
 
@@ -63,6 +63,8 @@ class Pod:
         self.proc: subprocess.Popen[bytes] | None = None
         self.ended_at: float | None = None
         self.deleting = False
+        self.kill_at: float | None = None  # monotonic time of the SIGKILL once deletion began
+        self.timer: threading.Timer | None = None
         self.obj = _shape("k8s_pod")
         m = self.obj["metadata"]
         labels = {**job["spec"]["template"]["metadata"].get("labels", {}), "job-name": meta["name"],
@@ -138,20 +140,36 @@ class Pod:
         self.ended_at = time.monotonic()
 
     def kill(self, grace: int) -> None:
-        """Graceful deletion: SIGTERM now, SIGKILL after ``grace`` seconds."""
-        if not self.deleting:
+        """Graceful deletion: SIGTERM now, SIGKILL after ``grace`` seconds. A repeated delete of a
+        terminating pod only ever shortens its grace (the API server keeps the smaller
+        ``deletionGracePeriodSeconds``) and never signals it again: the kubelet and containerd send
+        the stop signal once, a shorter grace only brings the SIGKILL forward."""
+        grace = max(0, int(grace))
+        deadline = time.monotonic() + grace
+        if self.deleting:
+            if self.kill_at is not None and deadline >= self.kill_at:
+                return  # the same or a longer grace: nothing changes
+            self.obj["metadata"]["deletionGracePeriodSeconds"] = grace
+        else:
             self.deleting = True
             self.obj["metadata"].update(deletionTimestamp=_now(), deletionGracePeriodSeconds=grace)
+        first = self.kill_at is None
+        self.kill_at = deadline
         proc = self.proc
         if proc is None or proc.poll() is not None:
             if self.ended_at is None:
                 self._finish({"exitCode": 137, "reason": "ContainerStatusUnknown", "finishedAt": _now()})
             return
-        with_signal(proc, signal.SIGTERM if grace > 0 else signal.SIGKILL)
-        if grace > 0:
-            timer = threading.Timer(grace, with_signal, (proc, signal.SIGKILL))
-            timer.daemon = True
-            timer.start()
+        if self.timer is not None:
+            self.timer.cancel()
+        if grace <= 0:
+            with_signal(proc, signal.SIGKILL)
+            return
+        if first:
+            with_signal(proc, signal.SIGTERM)
+        self.timer = threading.Timer(grace, with_signal, (proc, signal.SIGKILL))
+        self.timer.daemon = True
+        self.timer.start()
 
 
 def with_signal(proc: subprocess.Popen[bytes], sig: int) -> None:
