@@ -374,7 +374,8 @@ def runtime_for_plan(home: str | os.PathLike[str] | None, plan: Any, backend: st
 def engine_node_state(node: NodeInfo) -> tuple[str, str]:
     """Our state and reason for a node in an engine's own words (Slurm's ``drained``, ``down*`` ...)."""
     word = node.state.strip().lower().rstrip("*~#!%$@^-+")
-    if not word or word in ("idle", "mixed", "allocated", "alloc", "mix", "completing", "comp", "planned", "ready"):
+    if not word or word in ("idle", "mixed", "allocated", "alloc", "mix", "completing", "comp", "planned", "ready",
+                            "alive", "up", "running"):  # Ray's nodes are ALIVE
         return "healthy", ""
     said = f"the engine says {node.state}" + (f": {node.reason}" if node.reason else "")
     if "drain" in word or "cordon" in word or word in ("maint", "reserved", "resv", "schedulingdisabled"):

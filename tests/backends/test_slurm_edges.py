@@ -147,6 +147,7 @@ def test_an_engines_node_words_become_our_node_states() -> None:
 
     assert engine_node_state(NodeInfo("n1", state="idle")) == ("healthy", "")
     assert engine_node_state(NodeInfo("n1", state="mixed")) == ("healthy", "")
+    assert engine_node_state(NodeInfo("ray-n1", state="alive")) == ("healthy", "")  # Ray's word, not "down"
     assert engine_node_state(NodeInfo("n1", state="drained", reason="bad gpu")) == (
         "cordoned", "the engine says drained: bad gpu")
     assert engine_node_state(NodeInfo("n1", state="draining"))[0] == "cordoned"
