@@ -405,7 +405,10 @@ class Plan(_Model):
     def digest(self) -> str:
         # Fields added later stay out while unset, so a loop made before them keeps its digest (and resumes).
         later = {k for k in ("image", "mounts") if not getattr(self.trial, k)}
-        return hashlib.sha256(self.model_dump_json(exclude={"trial": later}).encode()).hexdigest()[:16]
+        exclude: dict[str, Any] = {"trial": later}
+        if self.gate is None:
+            exclude["gate"] = True
+        return hashlib.sha256(self.model_dump_json(exclude=exclude).encode()).hexdigest()[:16]
 
     def backend_choice(self) -> tuple[str | None, dict[str, Any]]:
         """The backend the plan names and its options; (None, {}) when it names none (the home's default)."""
