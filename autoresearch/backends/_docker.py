@@ -174,6 +174,10 @@ class DockerBackend(Backend):
                 "--label", f"autoresearch.run_dir={request.run_dir}"]
         if request.gpu_ids:
             argv += ["--gpus", '"device=' + ",".join(request.gpu_ids) + '"']
+        if request.cpus > 0:  # what the job reserves becomes the container's limit
+            argv += ["--cpus", f"{request.cpus:g}"]
+        if request.memory > 0:
+            argv += ["--memory", f"{request.memory}m"]
         if self.user:
             argv += ["--user", self.user]
         if self.network:

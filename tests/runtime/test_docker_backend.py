@@ -79,10 +79,18 @@ def test_docker_run_names_the_key_the_gpus_mounts_workdir_and_keeps_values_off_t
     assert f"{tmp_path / 'jobs' / '7'}:{tmp_path / 'jobs' / '7'}" in argv  # the metrics file and log's folder
     assert argv[argv.index("-w") + 1] == str(tmp_path) and argv[argv.index("--user") + 1] == "1000:1000"
     assert argv[-4:] == ["pytorch/pytorch:2.3", sys.executable, "-c", "print('hi')"]
+    assert "--cpus" not in argv and "--memory" not in argv  # nothing reserved: no limit
     assert "s3cret" not in " ".join(argv)  # -e NAME only: the value travels in the CLI's environment
     assert run[0]["env"]["API_TOKEN"] == "s3cret" and run[0]["env"]["LR"] == "0.1"
     assert "PATH" not in run[0]["env"] and "HOME" not in run[0]["env"]  # the host's own variables stay out
     assert backend.read_log(ext) == b"hi\n"
+
+
+def test_reserved_cpus_and_memory_become_the_containers_limits(home: Path, fake_docker: Path, tmp_path: Path) -> None:
+    backend = DockerBackend()
+    assert wait_end(backend, backend.start(request(tmp_path, cpus=2.5, memory=16384))).exit_code == 0
+    argv = calls(fake_docker, "run")[0]["argv"]
+    assert argv[argv.index("--cpus") + 1] == "2.5" and argv[argv.index("--memory") + 1] == "16384m"
 
 
 def test_a_restart_between_docker_run_and_the_ledger_write_adopts_the_container(
