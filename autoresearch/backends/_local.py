@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import socket
-import stat
 import time
 from functools import lru_cache
 from typing import Any
@@ -150,15 +149,7 @@ class LocalBackend(Backend):
             open(os.path.join(external_id, sup.REAPED), "w").close()
 
     def read_log(self, external_id: str, offset: int = 0, max_bytes: int = 1 << 20) -> bytes:
-        try:  # the job can replace its log: never follow a link, never block on a FIFO
-            fd = os.open(self._log_path(external_id), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            return b""
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return b""
-            f.seek(offset)
-            return f.read(max_bytes)
+        return sup.read_log_file(self._log_path(external_id), offset, max_bytes) or b""
 
     def log_size(self, external_id: str) -> int:
         try:

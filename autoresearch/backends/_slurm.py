@@ -33,7 +33,6 @@ import math
 import os
 import shlex
 import shutil
-import stat
 import sys
 import threading
 import time
@@ -52,6 +51,7 @@ from autoresearch.backends._slurm_files import (
     write_file,
     write_text,
 )
+from autoresearch.backends._supervisor import read_log_file
 from autoresearch.errors import BackendError, CapacityError, SpecError
 
 SUBMIT_GRACE_S = 60.0  # an attempt with no Slurm job this long after its request was written never got one
@@ -447,15 +447,7 @@ class SlurmBackend(Backend):
                 pass  # wrap.py runs nothing in a requeued copy anyway
 
     def read_log(self, external_id: str, offset: int = 0, max_bytes: int = 1 << 20) -> bytes:
-        try:  # the job can replace its log: never follow a link, never block on a FIFO
-            fd = os.open(self._log_path(external_id), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            return b""
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return b""
-            f.seek(max(0, offset))
-            return f.read(max_bytes)
+        return read_log_file(self._log_path(external_id), offset, max_bytes) or b""
 
     def log_size(self, external_id: str) -> int:
         try:

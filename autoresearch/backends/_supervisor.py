@@ -59,6 +59,20 @@ def read_json(path: str) -> dict[str, Any] | None:
         return None
 
 
+def read_log_file(path: str, offset: int = 0, max_bytes: int = 1 << 20) -> bytes | None:
+    """Bytes of a log file from ``offset``; None when it cannot be opened as a regular file. The
+    job can replace its log: never follow a link, never block on a FIFO."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        f.seek(max(0, offset))
+        return f.read(max_bytes)
+
+
 def _proc_stat(pid: int) -> tuple[int, bytes] | None:
     """(start time in clock ticks since boot, state letter) of ``pid``, from one read."""
     try:

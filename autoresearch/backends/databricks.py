@@ -41,6 +41,7 @@ from typing import Any
 
 from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo
 from autoresearch.backends._k8s_job import HOST_ONLY_ENV, owner_of
+from autoresearch.backends._supervisor import read_json
 from autoresearch.errors import AuthError, BackendError, SpecError
 
 PRIORITY_CLASSES = {"critical": "CRITICAL", "normal": "NORMAL", "best-effort": "BEST_EFFORT"}
@@ -328,11 +329,7 @@ class _NeverSubmitted(BackendError):
 
 
 def _load(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return read_json(str(path))  # no links, no FIFOs, no garbage
 
 
 def _word(data: dict[str, Any]) -> str:

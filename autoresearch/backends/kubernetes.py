@@ -39,6 +39,7 @@ from autoresearch.backends import _k8s_job as manifest
 from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo
 from autoresearch.backends._k8s_api import KIT_HINT, ApiError, Client, connection
 from autoresearch.backends._k8s_status import STARTED, index, interpret, job_annotations
+from autoresearch.backends._supervisor import read_json
 from autoresearch.errors import AuthError, AutoresearchError, BackendError, SpecError
 
 _LOG_CAP = 1 << 40
@@ -367,8 +368,4 @@ def _grace_of(pod: dict[str, Any]) -> int:
 
 
 def _load(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return read_json(str(path))  # no links, no FIFOs, no garbage
