@@ -312,8 +312,14 @@ def stop_running(runtime: Any, name: str, reason: str = "stopped by the user") -
     """Stop every running trial of a loop (after an interrupt); returns their job ids."""
     loop = find_loop(runtime.ledger, name)
     store = LoopStore(runtime.ledger, loop["id"])
-    return _stop_trials(runtime, store, [r for r in store.trials(ACTIVE_TRIAL) if r["job_id"] is not None],
-                        reason, reason)
+    rows = []
+    for r in store.trials(ACTIVE_TRIAL):
+        # An interrupt between a launch's submit and its trials-row write leaves the job unlinked:
+        # found by its tags, as a resume would adopt it, so that it is stopped too, not orphaned.
+        job_id = r["job_id"] if r["job_id"] is not None else store.job_of_trial(r["id"])
+        if job_id is not None:
+            rows.append({"id": r["id"], "job_id": job_id})
+    return _stop_trials(runtime, store, rows, reason, reason)
 
 
 def _stop_trials(runtime: Any, store: LoopStore, rows: list[Any], reason: str, rationale: str) -> list[int]:

@@ -52,6 +52,9 @@ SCRIPT = textwrap.dedent("""\
         Controller(plan).run()
     except LoopInterrupted as err:
         print("interrupted:", err.message)
+        if len(sys.argv) > 3:  # then stop its trials, as `autoresearch plan.yaml` does after a Ctrl-C
+            from autoresearch.api import Api
+            print("stopped:", Api().stop_trials(plan, "stopped by the user after Ctrl-C"))
         sys.exit(130)
     print("finished")
 """)
@@ -66,6 +69,18 @@ def test_a_ctrl_c_stops_the_loop_wherever_it_lands(where: str, api: Any, tmp_pat
     assert "interrupted" in done.stdout
     assert api._ledger.one("SELECT state FROM loops")["state"] == "interrupted"
     assert len(api._ledger.query("SELECT id FROM jobs")) <= 1  # no trial launched after the Ctrl-C
+
+
+def test_a_job_submitted_just_before_the_ctrl_c_is_stopped_not_orphaned(api: Any, tmp_path: Path) -> None:
+    # The Ctrl-C lands in the supervisor's fork: the job exists, its trial's row never got its id.
+    (tmp_path / "ctrl_c.py").write_text(SCRIPT)
+    done = subprocess.run([sys.executable, str(tmp_path / "ctrl_c.py"), "fork", str(tmp_path), "stop"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130, done.stdout + done.stderr
+    jobs = [r["id"] for r in api._ledger.query("SELECT id FROM jobs")]
+    assert jobs and f"stopped: {jobs}" in done.stdout, done.stdout  # every submitted job, linked or not
+    assert all(r["cancel_requested"] or r["state"] in ("succeeded", "failed", "cancelled")
+               for r in api._ledger.query("SELECT cancel_requested, state FROM jobs"))
 
 
 LAUNCH = textwrap.dedent("""\
