@@ -143,8 +143,20 @@ def apply(request: Any, policy: dict[str, Any] | None, ledger: Any, project: str
             own.append(str(workdir))  # a trial worktree of this project's loop
     hidden = [str(ledger.home), str(home), *policy["hide"]]
     sources = tuple(os.path.realpath(os.path.expanduser(str(s))) for s in (spec.get("mounts") or {}).values())
-    sandbox = Sandbox(hidden=tuple(dict.fromkeys(hidden)), visible=sources, own=tuple(own))
+    sandbox = Sandbox(hidden=tuple(dict.fromkeys(hidden)), visible=tuple(dict.fromkeys((*sources, *_runtime_paths()))),
+                      own=tuple(own))
     return dataclasses.replace(request, sandbox=sandbox, env={**request.env, "AUTORESEARCH_PROJECT_DIR": str(project_dir)})
+
+
+def _runtime_paths() -> tuple[str, ...]:
+    """The interpreter and the package a job's ``report()`` imports: read-only in the sandbox even
+    when they live under /tmp (a venv or a clone there), which the sandbox makes private."""
+    import sys
+
+    import autoresearch
+
+    package_root = os.path.dirname(os.path.dirname(os.path.realpath(autoresearch.__file__)))
+    return tuple(dict.fromkeys(os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, package_root)))
 
 
 def _dirname(project: str) -> str:

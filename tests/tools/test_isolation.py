@@ -222,3 +222,40 @@ def test_a_project_name_cannot_lead_its_directory_out_of_projects(api: Any, home
     wait_state(api, job.id, ("succeeded", "failed"))
     log = _log(home, job.id)
     assert f"dir={home}/projects/" in log and B_TEXT not in log, log
+
+
+TENANT_FROM_A_TMP_VENV = """\
+import sys, time
+from autoresearch import isolation
+from autoresearch.api import Api
+api = Api(sys.argv[1])
+with api._ledger.tx() as c:
+    isolation.register_tenant(c, "team-a", isolation.tenant_policy([]))
+job = api.submit({"command": [sys.executable, "-c", "from autoresearch import report; report(1, x=2)"],
+                  "workdir": sys.argv[2]}, project="team-a")
+deadline = time.monotonic() + 60
+while api.status(job.id).state not in ("succeeded", "failed") and time.monotonic() < deadline:
+    time.sleep(0.1)
+print(sys.prefix, api.status(job.id).state, [(m.name, m.last) for m in api.metrics(job.id)])
+"""
+
+
+def test_a_server_whose_python_lives_under_tmp_still_runs_tenant_jobs(home: Path, tmp_path: Path) -> None:
+    # The sandbox makes /tmp private; a venv (or a clone) there vanished from the tenant's view,
+    # so every tenant job failed at its first line.
+    import subprocess
+    import venv
+
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(system_site_packages=True, with_pip=False, symlinks=True).create(env_dir)
+    script = tmp_path / "serve.py"
+    script.write_text(TENANT_FROM_A_TMP_VENV)
+    workdir = tmp_path / "wd"  # beside the venv, not above it (the workdir is visible)
+    workdir.mkdir()
+    done = subprocess.run([str(env_dir / "bin" / "python"), str(script), str(home), str(workdir)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert done.returncode == 0, done.stderr
+    prefix, state, metrics = done.stdout.split(" ", 2)
+    assert prefix.startswith(str(tmp_path)) and str(tmp_path).startswith("/tmp")
+    assert state == "succeeded" and "('x', 2.0)" in metrics, done.stdout
