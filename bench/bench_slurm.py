@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_runtime import pct, started_at  # bench/ is on sys.path when run as a script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -36,23 +38,6 @@ def _kit() -> Any:
     spec.loader.exec_module(module)
     return module
 
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
-
-
-def wait_marker(marker: Path, timeout: float = 120.0) -> float:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            text = marker.read_text().strip()
-            if text:
-                return float(text)
-        except FileNotFoundError:
-            pass
-        time.sleep(0.005)
-    raise RuntimeError(f"{marker} never written")
 
 
 def bench_start(api: Any, n: int, tmp: Path) -> tuple[list[float], list[float]]:
@@ -67,7 +52,7 @@ def bench_start(api: Any, n: int, tmp: Path) -> tuple[list[float], list[float]]:
                                capture_output=True)
             else:
                 api.submit({"command": command, "shell": True, "workdir": str(tmp)})
-            (bare if kind == "bare" else ours).append(wait_marker(marker) - t0)
+            (bare if kind == "bare" else ours).append(started_at(marker, timeout=120.0) - t0)
     return bare, ours
 
 
