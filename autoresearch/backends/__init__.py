@@ -27,6 +27,7 @@ _BUILTIN: dict[str, str] = {
     "docker": "autoresearch.backends._docker:DockerBackend",
     "slurm": "autoresearch.backends._slurm:SlurmBackend",  # one sbatch per attempt (backends/slurm/ starts a dev cluster)
     "ray": "autoresearch.backends.ray:RayBackend",  # a Ray cluster's Jobs API (backends/ray/ starts a local head)
+    "sim": "autoresearch.backends.sim:SimBackend",  # a simulated fleet with faults, in simulated time (docs/sim.md)
 }
 
 
@@ -98,7 +99,10 @@ def backend_options(name: str) -> list[str] | None:
 def check_options(name: str, options: dict[str, object]) -> None:
     """Refuse a backend name or option the backend does not take, before anything is recorded."""
     valid = backend_options(name)
+    validate = getattr(_factory(name), "validate_options", None)  # values, too, where the backend can say
     if valid is None:
+        if validate is not None:
+            validate(options)
         return
     for key in options:
         if key not in valid:
@@ -107,6 +111,8 @@ def check_options(name: str, options: dict[str, object]) -> None:
             raise SpecError(f"backend.options: unknown key {key!r} for backend {name!r}",
                             hint=f"{what}valid options: {', '.join(valid)}" if valid else
                             f"the {name} backend takes no options; remove backend.options")
+    if validate is not None:
+        validate(options)
 
 
 def get_backend(name: str = "local", **options: object) -> Backend:
@@ -124,6 +130,8 @@ def open_backend(name: str, home: str | os.PathLike[str] | None, **options: obje
     profile = profiles.resolve(name, home)
     merged = {**profile.options, **options}
     check_options(profile.kind, merged)
+    if home is not None and "home_dir" in (backend_options(profile.kind) or ()):  # state kept in the home
+        merged.setdefault("home_dir", str(home))
     try:
         backend = _factory(profile.kind)(**merged)
     except SpecError as err:  # an option the backend itself refused: say which profile holds it

@@ -62,7 +62,7 @@ class Health:
         cached = P.cached_block(row, gpu_ids, config, now)
         if cached is not None:
             return cached
-        reader = reader_for(node, self.backend.name)
+        reader = _reader(self.backend, node)
         if reader is None:
             return []  # this process cannot see the node's GPUs: the node's own health program can
         findings, result = P.check(node, reader, gpu_ids, config, now, _gpus_of(row) or None)
@@ -108,7 +108,7 @@ class Health:
         gpus = _gpus_of(self.store.node(node))
         # A node with no GPU slots (a CPU machine: no driver, no AUTORESEARCH_GPUS) has nothing for
         # NVML to check; "NVML unavailable" there is the normal case, not a fault to cordon for.
-        reader = reader_for(node, self.backend.name) if gpus else None
+        reader = _reader(self.backend, node) if gpus else None
         findings: list[Finding] = []
         if reader is not None:
             findings = check_sample(node, reader.sample(), gpus, config, now)
@@ -165,7 +165,7 @@ class Health:
             return None
         node = att["node"]
         if config.enabled and node:
-            reader = reader_for(node, self.backend.name)
+            reader = _reader(self.backend, node)
             if reader is not None:  # the Xid that killed it may be in the driver, not in its log
                 gpus = tuple(json.loads(att["gpu_ids"]))
                 if gpus:
@@ -223,6 +223,12 @@ def record_log_hits(ledger: Ledger, backend: Backend, att: Any, lines: list[str]
         for h in hits], store.job_secrets(att["job_id"])))
     if node and any(f.severity == "hard" for f in stored):
         review(ledger, backend, node, now)
+
+
+def _reader(backend: Backend, node: str) -> Any:
+    """The backend's own reader of ``node``'s GPUs (a simulated fleet's), else NVML's."""
+    own = getattr(backend, "gpu_reader", None)
+    return own(node) if own is not None else reader_for(node, backend.name)
 
 
 def _gpus_of(row: Any) -> tuple[str, ...]:

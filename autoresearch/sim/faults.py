@@ -1,0 +1,133 @@
+"""The seeded fault schedule of every node, and what its GPUs read like at a moment.
+
+Faults of each kind arrive on each node as a Poisson process at the configured rate per
+node-hour, drawn per (seed, node, kind, simulated day), so any process can ask about any
+moment without replaying history: the same seed gives the same faults everywhere.
+
+* ``node_loss``: the node is gone (unreachable) for ``repair``; its attempts are lost.
+* ``xid``: one GPU fails (Xid 79, fallen off the bus): running attempts crash with the
+  driver's line in their log, and every attempt started there crashes ``sick_crash_after``
+  in, until the node is fixed: ``repair`` after the health checks cordon it, else
+  ``unattended_repair`` after the fault (someone notices).
+* ``nccl_hang``: collectives on the node stop; an attempt using NCCL (two or more GPUs) makes
+  no progress and ends ``hang_timeout`` later with the watchdog's collective-timeout line.
+* ``thermal``: for ``thermal_for`` the node throttles: steps take ``thermal_slowdown`` times longer.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from autoresearch.health.nvml import HW_THERMAL, GpuSample, NodeSample
+from autoresearch.sim.fleet import FAULT_KINDS, Fleet
+
+DAY = 86400.0
+SLOWDOWN_C, SHUTDOWN_C = 87.0, 92.0
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    t: float  # simulated seconds since the fleet's start
+    kind: str  # node_loss | xid | nccl_hang | thermal
+    node: str
+    gpu: int = 0  # the GPU an xid hit
+
+
+class Schedule:
+    """The faults of ``fleet``'s nodes; ``cordons``: (node, simulated time) the health checks cordoned it."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.f = fleet.faults
+        self._gpus = {name: t.gpus for name, t in fleet.nodes()}
+        self._chunk = functools.lru_cache(maxsize=65536)(self._draw)
+
+    def _draw(self, node: str, day: int) -> tuple[Fault, ...]:
+        out: list[Fault] = []
+        for kind in FAULT_KINDS:
+            rate = getattr(self.f, kind) / 3600.0
+            if rate <= 0:
+                continue
+            rng = random.Random(f"{self.fleet.seed}:{node}:{kind}:{day}")
+            t = day * DAY
+            while True:
+                t += rng.expovariate(rate)
+                if t >= (day + 1) * DAY:
+                    break
+                out.append(Fault(t, kind, node, rng.randrange(max(1, self._gpus.get(node, 1)))))
+        out.sort(key=lambda x: x.t)
+        return tuple(out)
+
+    def events(self, node: str, t0: float, t1: float) -> list[Fault]:
+        """Faults on ``node`` with ``t0 < t <= t1``, in time order."""
+        if not self.f.any or t1 <= t0:
+            return []
+        out: list[Fault] = []
+        for day in range(max(0, int(t0 // DAY)), int(t1 // DAY) + 1):
+            out += [x for x in self._chunk(node, day) if t0 < x.t <= t1]
+        return out
+
+    def first(self, nodes: Sequence[str], t0: float, t1: float, kinds: tuple[str, ...]) -> Fault | None:
+        """The first fault of ``kinds`` on any of ``nodes`` in ``(t0, t1]``."""
+        best: Fault | None = None
+        for node in nodes:
+            for x in self.events(node, t0, t1):
+                if x.kind in kinds:
+                    if best is None or x.t < best.t:
+                        best = x
+                    break
+        return best
+
+    def down(self, node: str, t: float) -> Fault | None:
+        """The node loss that keeps ``node`` unreachable at ``t``, if any."""
+        for x in self.events(node, t - self.f.repair, t):
+            if x.kind == "node_loss":
+                return x
+        return None
+
+    def back_at(self, loss: Fault) -> float:
+        return loss.t + self.f.repair
+
+    def repaired_at(self, xid: Fault, cordons: Sequence[tuple[str, float]]) -> float:
+        """When a GPU that failed at ``xid`` is fixed: ``repair`` after the first cordon since, else unattended."""
+        fixed = xid.t + self.f.unattended_repair
+        for node, at in cordons:
+            if node == xid.node and at >= xid.t:
+                fixed = min(fixed, at + self.f.repair)
+        return fixed
+
+    def sick(self, node: str, t: float, cordons: Sequence[tuple[str, float]] = ()) -> Fault | None:
+        """The Xid whose failed GPU is not fixed yet at ``t``, if any."""
+        for x in self.events(node, t - max(self.f.unattended_repair, self.f.repair) - 1.0, t):
+            if x.kind == "xid" and t < self.repaired_at(x, cordons):
+                return x
+        return None
+
+    def throttling(self, node: str, t: float) -> bool:
+        return any(x.kind == "thermal" for x in self.events(node, t - self.f.thermal_for, t))
+
+    def sample(self, node: str, t: float, cordons: Sequence[tuple[str, float]] = ()) -> NodeSample:
+        """What NVML would read on ``node`` at ``t`` (the health monitor's input)."""
+        sick = self.sick(node, t, cordons)
+        hot = self.throttling(node, t)
+        gpus = []
+        for i in range(self._gpus.get(node, 0)):
+            xids = (79,) if sick is not None and sick.gpu == i else ()
+            gpus.append(GpuSample(index=i, uuid=f"GPU-sim-{node}-{i}", name="Simulated GPU",
+                                  temperature_c=SLOWDOWN_C + 1 if hot else 55.0, slowdown_c=SLOWDOWN_C,
+                                  shutdown_c=SHUTDOWN_C, clock_event_reasons=HW_THERMAL if hot else 0, xids=xids))
+        return NodeSample(driver_version="550.54.15", gpus=tuple(gpus))
+
+
+def xid_line(node: str, gpu: int) -> str:
+    """The driver's line for a GPU that fell off the bus, as it reaches a job's log."""
+    return f"NVRM: Xid (PCI:0000:{0x18 + gpu:02x}:00): 79, pid=4242, GPU has fallen off the bus. [node {node} GPU {gpu}]"
+
+
+def hang_line(timeout_s: float) -> str:
+    ms = int(timeout_s * 1000)
+    return (f"[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1843, OpType=ALLREDUCE, "
+            f"NumelIn=1048576, Timeout(ms)={ms}) ran for {ms + 17} milliseconds before timing out.")
