@@ -16,6 +16,7 @@ moment without replaying history: the same seed gives the same faults everywhere
 
 from __future__ import annotations
 
+import bisect
 import functools
 import random
 from collections.abc import Sequence
@@ -44,6 +45,8 @@ class Schedule:
         self.f = fleet.faults
         self._gpus = {name: t.gpus for name, t in fleet.nodes()}
         self._chunk = functools.lru_cache(maxsize=65536)(self._draw)
+        self._times = functools.lru_cache(maxsize=65536)(self._draw_times)
+        self._any = self.f.any
 
     def _draw(self, node: str, day: int) -> tuple[Fault, ...]:
         out: list[Fault] = []
@@ -61,13 +64,30 @@ class Schedule:
         out.sort(key=lambda x: x.t)
         return tuple(out)
 
+    def _draw_times(self, node: str, day: int, kind: str = "") -> tuple[float, ...]:
+        return tuple(x.t for x in self._chunk(node, day) if not kind or x.kind == kind)
+
+    def _has(self, node: str, kind: str, t0: float, t1: float) -> float | None:
+        """The first ``kind`` fault on ``node`` with ``t0 < t <= t1`` (its time), if any."""
+        if not self._any or t1 <= t0:
+            return None
+        for day in range(max(0, int(t0 // DAY)), int(t1 // DAY) + 1):
+            times = self._times(node, day, kind)
+            i = bisect.bisect_right(times, t0)
+            if i < len(times) and times[i] <= t1:
+                return times[i]
+        return None
+
     def events(self, node: str, t0: float, t1: float) -> list[Fault]:
         """Faults on ``node`` with ``t0 < t <= t1``, in time order."""
-        if not self.f.any or t1 <= t0:
+        if not self._any or t1 <= t0:
             return []
         out: list[Fault] = []
         for day in range(max(0, int(t0 // DAY)), int(t1 // DAY) + 1):
-            out += [x for x in self._chunk(node, day) if t0 < x.t <= t1]
+            times = self._times(node, day)
+            lo, hi = bisect.bisect_right(times, t0), bisect.bisect_right(times, t1)
+            if lo < hi:
+                out += self._chunk(node, day)[lo:hi]
         return out
 
     def first(self, nodes: Sequence[str], t0: float, t1: float, kinds: tuple[str, ...]) -> Fault | None:
@@ -83,6 +103,8 @@ class Schedule:
 
     def down(self, node: str, t: float) -> Fault | None:
         """The node loss that keeps ``node`` unreachable at ``t``, if any."""
+        if self.f.node_loss <= 0 or self._has(node, "node_loss", t - self.f.repair, t) is None:
+            return None
         for x in self.events(node, t - self.f.repair, t):
             if x.kind == "node_loss":
                 return x
@@ -101,13 +123,15 @@ class Schedule:
 
     def sick(self, node: str, t: float, cordons: Sequence[tuple[str, float]] = ()) -> Fault | None:
         """The Xid whose failed GPU is not fixed yet at ``t``, if any."""
+        if self.f.xid <= 0 or self._has(node, "xid", t - max(self.f.unattended_repair, self.f.repair) - 1.0, t) is None:
+            return None
         for x in self.events(node, t - max(self.f.unattended_repair, self.f.repair) - 1.0, t):
             if x.kind == "xid" and t < self.repaired_at(x, cordons):
                 return x
         return None
 
     def throttling(self, node: str, t: float) -> bool:
-        return any(x.kind == "thermal" for x in self.events(node, t - self.f.thermal_for, t))
+        return self.f.thermal > 0 and self._has(node, "thermal", t - self.f.thermal_for, t) is not None
 
     def sample(self, node: str, t: float, cordons: Sequence[tuple[str, float]] = ()) -> NodeSample:
         """What NVML would read on ``node`` at ``t`` (the health monitor's input)."""

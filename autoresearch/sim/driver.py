@@ -1,0 +1,320 @@
+"""A fast in-process discrete-event driver for whole-fleet studies (bench/bench_sim_week.py).
+
+The same models as the ``sim`` backend (:mod:`~autoresearch.sim.fleet`, the seeded fault
+schedule, :func:`~autoresearch.sim.timeline.live` for each attempt), the pure scheduler
+(:func:`autoresearch.scheduler.schedule`: placement, backfill, preemption of best-effort
+work) and the pure health policy (:func:`autoresearch.health.policy.node_state` and
+``failure_class``) for cordons, without a ledger or processes: a week of 512 GPUs in seconds.
+
+What a pass of the real runtime does, it does every ``pass_s`` of simulated time when
+something changed: endings (classified as the runtime does: a fault of the machine is
+``infra``, retried up to ``max_retries``; a preemption requeues without using a retry),
+then, with ``cordon=True``, the health checks (a GPU's Xid or an NCCL timeout seen in the
+log, throttling seen by NVML, infra failures of ``cordon_after`` jobs within the window;
+a preflight before each placement; a health cordon lifts once the node is fixed and passes
+preflight), then placement. With ``cordon=False`` nothing is cordoned or marked degraded:
+a node with a failed GPU keeps taking work until someone notices (``unattended_repair``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from autoresearch import scheduler as S
+from autoresearch.health import policy as P
+from autoresearch.health.config import HealthConfig
+from autoresearch.health.findings import Finding
+from autoresearch.sim.faults import Schedule
+from autoresearch.sim.fleet import Fleet
+from autoresearch.sim.timeline import Life, Record, live
+
+FAULT_CAUSES = ("node_loss", "xid", "nccl_hang")
+SHAPE_CAP = 32
+
+
+@dataclass(slots=True)
+class Job:
+    id: int
+    priority: str  # critical | normal | best-effort
+    gpus: int  # per node
+    nodes: int
+    seconds: tuple[float, ...]  # per step at speed 1
+    submit_t: float
+    checkpoint_steps: int = 0
+    kind: str = ""  # gang | sweep | soak: for the tables
+    max_retries: int = 2
+    # state
+    state: str = "pending"  # pending (not submitted yet) | queued | running | succeeded | failed
+    queued_since: float = 0.0
+    first_start: float | None = None
+    done_steps: int = 0  # kept by the last checkpoint
+    retries: int = 0
+    attempts: int = 0
+    avoid: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _Attempt:
+    job: Job
+    n: int
+    rec: Record
+    life: Life
+    alloc: tuple[tuple[str, tuple[str, ...]], ...]
+    stopping: bool = False
+
+
+@dataclass(slots=True)
+class Stats:
+    capacity_gpu_s: float = 0.0
+    busy_gpu_s: float = 0.0
+    useful_gpu_s: float = 0.0
+    lost_fault_gpu_s: float = 0.0
+    lost_preempt_gpu_s: float = 0.0
+    attempts: int = 0
+    faults_hit: dict[str, int] = field(default_factory=dict)  # attempt endings by fault
+    jobs_done: int = 0
+    jobs_failed: int = 0
+    cordons: int = 0
+    passes: int = 0
+    waits: dict[str, list[float]] = field(default_factory=dict)  # priority -> submit-to-first-start (s)
+
+    @property
+    def goodput(self) -> float:
+        return self.useful_gpu_s / self.capacity_gpu_s if self.capacity_gpu_s else 0.0
+
+
+class Driver:
+    def __init__(self, fleet: Fleet, jobs: list[Job], horizon_s: float, cordon: bool = True,
+                 health: HealthConfig | None = None, pass_s: float = 30.0, grace_s: float = 30.0) -> None:
+        self.fleet = fleet
+        self.schedule_ = Schedule(fleet)
+        self.jobs = {j.id: j for j in jobs}
+        self.horizon = horizon_s
+        self.cordon = cordon
+        self.health = health or HealthConfig(uncordon="preflight")
+        self.pass_s = pass_s
+        self.grace = grace_s
+        self.types = dict(fleet.nodes())
+        self.gpu_ids = {name: tuple(str(g) for g in range(kind.gpus)) for name, kind in self.types.items()}
+        self.watched: set[str] = set()  # nodes the monitor looks at though idle: degraded, cordoned
+        self.status = {name: P.NodeStatus("healthy") for name in self.types}
+        self.findings: dict[str, list[Finding]] = {name: [] for name in self.types}
+        self.cordon_log: list[tuple[str, float]] = []  # what the backend's cordon hook records
+        self.running: dict[int, _Attempt] = {}  # job id -> its live attempt
+        self.events: list[tuple[float, int, int, int]] = []  # (t, seq, job id, attempt n): an ending
+        self.seq = 0
+        self.stats = Stats(capacity_gpu_s=fleet.total_gpus * horizon_s)
+        self.arrivals = sorted(jobs, key=lambda j: (j.submit_t, j.id))
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> Stats:
+        t = 0.0
+        arrival = 0
+        dirty = True
+        last_poll = -1e18
+        while t <= self.horizon:
+            while arrival < len(self.arrivals) and self.arrivals[arrival].submit_t <= t:
+                job = self.arrivals[arrival]
+                job.state, job.queued_since = "queued", job.submit_t
+                arrival += 1
+                dirty = True
+            while self.events and self.events[0][0] <= t:
+                _, _, job_id, n = heapq.heappop(self.events)
+                att = self.running.get(job_id)
+                if att is not None and att.n == n:
+                    self._end(att)
+                    dirty = True
+            if self.cordon and t - last_poll >= self.health.poll_interval_s:
+                dirty |= self._monitor(t)
+                last_poll = t
+            if dirty:
+                self._pass(t)
+                dirty = False
+            nxt = [self.horizon + 1]
+            if self.events:
+                nxt.append(self.events[0][0])
+            if arrival < len(self.arrivals):
+                nxt.append(self.arrivals[arrival].submit_t)
+            if self.cordon:
+                nxt.append(last_poll + self.health.poll_interval_s)
+            # passes come at most every pass_s, as the runtime's do when endings pile up
+            t = max(min(nxt), t + self.pass_s) if min(nxt) > t else t + self.pass_s
+        for att in list(self.running.values()):  # still running at the horizon: its work so far counts
+            used = self.horizon - att.rec.t0
+            gpus = att.rec.gpus
+            self.stats.busy_gpu_s += gpus * used
+            self.stats.useful_gpu_s += gpus * used
+        for job in self.jobs.values():
+            if job.state in ("queued", "running") and job.first_start is None and job.submit_t <= self.horizon:
+                self.stats.waits.setdefault(job.priority, []).append(self.horizon - job.submit_t)  # still waiting
+        return self.stats
+
+    # -- a pass -----------------------------------------------------------------------------
+
+    def _pass(self, t: float) -> None:
+        self.stats.passes += 1
+        nodes = []
+        for name in self.types:
+            down = self.schedule_.down(name, t) is not None
+            state = self.status[name].state
+            nodes.append(S.NodeState(name, self.gpu_ids[name],
+                                     schedulable=not down and state not in ("cordoned", "down"),
+                                     degraded=state == "degraded"))
+        queued = self._queued()
+        if not queued:
+            return
+        pending = [S.Pending(j.id, j.priority, j.gpus, j.nodes, waited_s=t - j.queued_since,
+                             avoid=frozenset(j.avoid)) for j in queued]
+        running = [S.Running(a.job.id, a.n, a.job.priority, a.alloc, a.rec.t0, stopping=a.stopping)
+                   for a in self.running.values()]
+        decisions = S.schedule(pending, nodes, running)
+        for pre in decisions.preemptions:
+            att = self.running.get(pre.job_id)
+            if att is not None and not att.stopping:
+                att.stopping = True
+                att.life = live(att.rec, self.schedule_, self.cordon_log, (t, self.grace), output=False)
+                self._due(att)
+        for placement in decisions.placements:
+            if self.cordon and self._preflight(placement, t):
+                continue
+            self._launch(self.jobs[placement.job_id], placement.alloc, t)
+
+    def _queued(self) -> list[Job]:
+        """The queue as the scheduler sees it: at most ``SHAPE_CAP`` jobs of one class and shape (the
+        rest have the same shape, so the same answer this pass; they move up as those start)."""
+        seen: dict[tuple[str, int, int], int] = {}
+        out = []
+        for j in self.jobs.values():  # in id order: submit order
+            if j.state != "queued":
+                continue
+            shape = (j.priority, j.gpus, j.nodes)
+            if seen.get(shape, 0) < SHAPE_CAP:
+                seen[shape] = seen.get(shape, 0) + 1
+                out.append(j)
+        return out
+
+    def _launch(self, job: Job, alloc: tuple[tuple[str, tuple[str, ...]], ...], t: float) -> None:
+        job.attempts += 1
+        job.state = "running"
+        if job.first_start is None:
+            job.first_start = t
+            self.stats.waits.setdefault(job.priority, []).append(t - job.submit_t)
+        members = tuple(n for n, _ in alloc)
+        rec = Record(f"{job.id}.{job.attempts}", t, members, job.gpus * job.nodes,
+                     min(self.types[n].speed for n in members), None, self.grace, job.done_steps, job.seconds,
+                     (), "loss", job.checkpoint_steps)
+        att = _Attempt(job, job.attempts, rec, live(rec, self.schedule_, self.cordon_log, output=False), alloc)
+        self.running[job.id] = att
+        self.stats.attempts += 1
+        self._due(att)
+
+    def _due(self, att: _Attempt) -> None:
+        assert att.life.ending is not None  # a trial's life always ends
+        self.seq += 1
+        heapq.heappush(self.events, (att.life.ending.t, self.seq, att.job.id, att.n))
+
+    def _end(self, att: _Attempt) -> None:
+        job, end = att.job, att.life.ending
+        assert end is not None
+        del self.running[job.id]
+        gpus = att.rec.gpus
+        used = end.t - att.rec.t0
+        self.stats.busy_gpu_s += gpus * used
+        kept = att.life.checkpoint_at(end.t, att.rec.resume) if end.cause != "done" else len(job.seconds)
+        useful = sum(job.seconds[att.rec.resume:kept]) / att.rec.speed if kept > att.rec.resume else 0.0
+        useful = min(useful, used)
+        self.stats.useful_gpu_s += gpus * useful
+        job.done_steps = kept
+        if end.cause == "done":
+            job.state = "succeeded"
+            self.stats.jobs_done += 1
+            return
+        if end.cause == "stop":
+            self.stats.lost_preempt_gpu_s += gpus * (used - useful)
+            job.state, job.queued_since = "queued", end.t
+            return
+        self.stats.lost_fault_gpu_s += gpus * (used - useful)
+        self.stats.faults_hit[end.cause] = self.stats.faults_hit.get(end.cause, 0) + 1
+        found = self._ending_findings(att, end.cause, end.t)
+        classified = P.failure_class("infra" if end.state == "lost" else "exit", end.exit_code, end.detail, found)
+        if classified is not None and classified.cls == "infra":
+            job.avoid.update(att.rec.nodes)
+            if job.retries < job.max_retries:
+                job.retries += 1
+                job.state, job.queued_since = "queued", end.t
+            else:
+                job.state = "failed"
+                self.stats.jobs_failed += 1
+        else:
+            job.state = "failed"
+            self.stats.jobs_failed += 1
+        if self.cordon:
+            for node in att.rec.nodes:
+                self.findings[node].append(Finding(node, "infra_failure", "infra", "soft", "ending", None,
+                                                   f"job {job.id}: {end.cause}", end.t, job.id, att.n))
+                self._review(node, end.t)
+
+    def _ending_findings(self, att: _Attempt, cause: str, t: float) -> list[Finding]:
+        """What the health checks saw of this attempt: its log's signatures (the lines the backend writes)."""
+        out: list[Finding] = []
+        for node in att.rec.nodes:
+            if cause == "xid" and self.schedule_.sick(node, t, self.cordon_log) is not None:
+                out.append(Finding(node, "xid_79", "infra", "hard", "log", None, "Xid 79", t, att.job.id, att.n))
+            elif cause == "nccl_hang":
+                out.append(Finding(node, "collective_timeout", "infra", "soft", "log", None,
+                                   "Watchdog caught collective operation timeout", t, att.job.id, att.n))
+        if self.cordon:
+            for f in out:
+                self.findings[f.node].append(f)
+        return out
+
+    # -- health (cordon=True) ---------------------------------------------------------------
+
+    def _review(self, node: str, t: float) -> bool:
+        before = self.status[node]
+        keep = t - max(self.health.cordon_window_s, self.health.degraded_for_s)
+        found = self.findings[node]
+        if len(found) > 64:  # what no window counts any more (hard faults always count)
+            self.findings[node] = found = [f for f in found if f.ts >= keep or f.severity == "hard"]
+        after = P.node_state(before, found, self.health, t)
+        if after == before:
+            return False
+        self.status[node] = after
+        if after.state == "cordoned" and before.state != "cordoned":
+            self.stats.cordons += 1
+            self.cordon_log.append((node, t))  # the backend's cordon hook: an operator will fix it
+        return True
+
+    def _preflight(self, placement: S.Placement, t: float) -> bool:
+        """Whether a member's GPUs fail the preflight (a failed GPU reads as an Xid): it is cordoned."""
+        blocked = False
+        for node, _ in placement.alloc:
+            if self.schedule_.sick(node, t, self.cordon_log) is not None:
+                self.findings[node].append(Finding(node, "xid_79", "infra", "hard", "preflight", None, "Xid 79", t))
+                self._review(node, t)
+                blocked = True
+        return blocked
+
+    def _monitor(self, t: float) -> bool:
+        """The monitor's round: throttling on busy nodes, and health cordons that can lift (fixed nodes)."""
+        changed = False
+        busy = {n for a in self.running.values() for n in a.rec.nodes}
+        for node in busy | self.watched:
+            status = self.status[node]
+            if status.state == "cordoned" and status.by_health:
+                fixed = t >= status.since + self.fleet.faults.repair and self.schedule_.sick(
+                    node, t, self.cordon_log) is None
+                if fixed:
+                    self.status[node] = P.node_state(status, [], self.health, t, preflight_passed_at=t)
+                    self.findings[node] = []
+                    changed = True
+                continue
+            if node in busy and self.schedule_.throttling(node, t):
+                self.findings[node].append(Finding(node, "throttling", "throttle", "soft", "nvml", None, "HwThermal", t))
+                changed |= self._review(node, t)
+            elif status.state == "degraded":
+                changed |= self._review(node, t)
+        self.watched = {n for n, st in self.status.items() if st.state != "healthy"}
+        return changed
