@@ -1,0 +1,1 @@
+"""Simulated fleets and replayed training curves."""
