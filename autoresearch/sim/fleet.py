@@ -3,7 +3,7 @@
 Everything is checked before anything runs (invariant 8): a bad value is a
 :class:`~autoresearch.errors.SpecError` whose hint says what to write instead::
 
-    nodes: [{name: h100, count: 64, gpus: 8, speed: 1.0}]
+    nodes: [{name: h100, count: 64, gpus: 8, speed: 1.0}]   # cpus: 12 per GPU, memory: 128 GB per GPU
     faults: {node_loss: 0.0005, xid: 0.0003, nccl_hang: 0.0005, thermal: 0.002,   # per node-hour
              repair: 4h, unattended_repair: 24h, hang_timeout: 10m, thermal_for: 2h, thermal_slowdown: 1.5}
     seed: 7
@@ -74,8 +74,8 @@ class NodeType:
     count: int
     gpus: int
     speed: float = 1.0  # steps run at speed x the trial's pace
-    cpus: float = 0.0
-    memory: int = 0  # MB
+    cpus: float = 96.0
+    memory: int = 1 << 20  # MB
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,11 +171,14 @@ def parse(nodes: Any = None, faults: Any = None, seed: Any = 0, clock: Any = Non
                             hint="use letters, digits, '_', '.', '-' (at most 40), e.g. h100")
         if any(t.name == name for t in types):
             raise SpecError(f"sim: node type {name!r} is named twice", hint="give each node type its own name")
-        types.append(NodeType(name, count(spec.get("count", 1), f"{where}.count"),
-                              count(spec.get("gpus", 8), f"{where}.gpus", 0, MAX_GPUS),
+        gpus = count(spec.get("gpus", 8), f"{where}.gpus", 0, MAX_GPUS)
+        types.append(NodeType(name, count(spec.get("count", 1), f"{where}.count"), gpus,
                               number(spec.get("speed", 1.0), f"{where}.speed", 1e-3, 1e3),
-                              number(spec.get("cpus", 0.0), f"{where}.cpus", 0.0, 1e5),
-                              int(number(spec.get("memory", 0), f"{where}.memory", 0, 1e9))))
+                              # a GPU server's share of cores and memory unless told: a job asking for
+                              # some must fit (0 would refuse every job that names cpus or memory)
+                              number(spec.get("cpus", max(8, 12 * gpus)), f"{where}.cpus", 1.0, 1e5),
+                              int(number(spec.get("memory", max(32768, 131072 * gpus)), f"{where}.memory",
+                                         1024, 1e9))))
     if sum(t.count for t in types) > MAX_NODES:
         raise SpecError(f"sim: the fleet has more than {MAX_NODES} nodes", hint="simulate fewer nodes")
     f = mapping(faults, "faults", (*FAULT_KINDS, "repair", "unattended_repair", "hang_timeout", "thermal_for",

@@ -26,7 +26,7 @@ from autoresearch.errors import SpecError
 from autoresearch.sim.fleet import count, duration, mapping, number
 
 KEYS = ("model", "metric", "steps", "seconds", "sigma", "file", "function", "checkpoint_every")
-MAX_STEPS = 1_000_000
+MAX_STEPS = 100_000  # an attempt's record holds its steps' times
 
 
 @dataclass(frozen=True, slots=True)

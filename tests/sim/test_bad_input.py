@@ -14,7 +14,6 @@ from autoresearch.backends import get_backend
 from autoresearch.backends.sim import SimBackend
 from autoresearch.errors import PlanError, SpecError
 from autoresearch.loop.plan import parse_plan
-from autoresearch.sim.fleet import parse
 
 PLAN = {"name": "s", "objective": {"metric": "loss"}, "trial": {"command": "train --lr {lr}", "gpus": 1},
         "space": {"lr": {"low": 0.001, "high": 0.1, "log": True}}}

@@ -122,8 +122,9 @@ def test_events_clock_jumps_to_the_next_point_and_wall_clock_runs_at_speed(home:
 def test_a_job_on_the_sim_reports_its_curve_and_succeeds(home: Path) -> None:
     sim = events_fleet(home, {"steps": 20, "seconds": "2h", "metric": "val_loss"})
     rt = Runtime(home, sim)
-    job = jobs.submit(rt, {"command": ["train"], "workdir": ".", "gpus": 1})
+    job = jobs.submit(rt, {"command": ["train"], "workdir": ".", "gpus": 1, "cpus": 4, "memory": "8G"})
     rt.tick()
+    assert rt.jobs.attempt(job, 1) is not None  # a node type's cores and memory hold what a job names
     for _ in range(100):
         if rt.jobs.job(job)["state"] == "succeeded":
             break
