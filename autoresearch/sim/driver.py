@@ -153,7 +153,7 @@ class Driver:
 
     # -- a pass -----------------------------------------------------------------------------
 
-    def _pass(self, t: float) -> None:
+    def _pass(self, t: float, rounds: int = 3) -> None:
         self.stats.passes += 1
         nodes = []
         for name in self.types:
@@ -176,10 +176,14 @@ class Driver:
                 att.stopping = True
                 att.life = live(att.rec, self.schedule_, self.cordon_log, (t, self.grace), output=False)
                 self._due(att)
+        blocked = False
         for placement in decisions.placements:
             if self.cordon and self._preflight(placement, t):
+                blocked = True  # the job stays queued; its node is cordoned now
                 continue
             self._launch(self.jobs[placement.job_id], placement.alloc, t)
+        if blocked and rounds > 1:
+            self._pass(t, rounds - 1)  # place what preflight turned away on other nodes, as the runtime does
 
     def _queued(self) -> list[Job]:
         """The queue as the scheduler sees it: at most ``SHAPE_CAP`` jobs of one class and shape (the
