@@ -115,3 +115,24 @@ def test_a_fault_on_one_member_ends_the_gang_attempt(home: Path) -> None:
     status = sim.poll(ext)
     assert status.ended and status.exit_code == 1
     assert f"node {struck}".encode() in sim.read_log(ext)
+
+
+def test_preemption_by_a_higher_class_loses_work_since_the_checkpoint_and_resumes_there(home: Path) -> None:
+    sim = SimBackend(nodes=[{"name": "n", "count": 1, "gpus": 8}], seed=1, clock={"mode": "events"},
+                     trial={"steps": 20, "seconds": "20h", "checkpoint_every": 5}, home_dir=str(home))
+    rt = Runtime(home, sim)
+    soak = submit(rt, gpus=8, priority="best-effort")
+    sim.clock.advance_to(7.5 * 3600)  # 7 steps done: the checkpoint at step 5 holds
+    rt.tick()
+    urgent = submit(rt, gpus=8, priority="critical")
+    for _ in range(5):
+        rt.tick()
+    first = rt.jobs.attempt(soak, 1)
+    assert first["end_reason"] == "preempted"
+    assert rt.jobs.attempt(urgent, 1) is not None  # it got the GPUs
+    run_until_ended(rt, sim, urgent)
+    rt.tick()
+    second = rt.jobs.attempt(soak, 2)
+    assert second is not None
+    record = json.loads((Path(second["external_id"][4:]) / "sim.json").read_text())["record"]
+    assert record["resume"] == 5  # steps 6 and 7 were lost with the preemption
