@@ -92,8 +92,10 @@ def input_schema(schema: dict[str, Any], stop_kinds: list[str], backends: dict[s
 
     ref = defs["BackendRef"]
     ref["properties"]["kind"].update(enum=sorted(backends))
+    ref["additionalProperties"] = True  # {kind: K, option: value, ...}: a kind's options inline, as the loader takes
     ref["allOf"] = [{"if": {"properties": {"kind": {"const": kind}}, **({"required": ["kind"]} if kind != "local" else {})},
-                     "then": {"properties": {"options": {"propertyNames": {"enum": options}}}}}
+                     "then": {"properties": {"options": {"propertyNames": {"enum": options}}},
+                              "propertyNames": {"enum": ["kind", "options", *options]}}}
                     for kind, options in sorted(backends.items()) if options is not None]
     defs["Code"]["properties"]["files"]["minItems"] = 1
     # An empty space needs a code: section or a proposer that invents its own trials.

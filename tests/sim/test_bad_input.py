@@ -114,3 +114,16 @@ def test_the_cli_refuses_a_bad_sim_profile_and_an_impossible_gang(home: Path) ->
               "submit", "--backend", "small", "--gpus", "4", "--nodes", "3", "--", "train")
     assert out.returncode == 2 and "fleet has 2 such nodes" in out.stderr and "hint: ask for at most 2" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_the_published_schema_takes_a_sims_options_inline_and_refuses_a_typo() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    from autoresearch.loop.plan import plan_schema
+
+    validator = jsonschema.Draft202012Validator(plan_schema())
+    inline = {**PLAN, "backend": {"kind": "sim", "nodes": [{"name": "h", "count": 2, "gpus": 8}], "seed": 3,
+                                  "clock": {"mode": "events"}}}
+    assert validator.is_valid(inline)
+    assert validator.is_valid({**PLAN, "backend": {"kind": "sim", "options": {"seed": 3}}})
+    assert not validator.is_valid({**PLAN, "backend": {"kind": "sim", "fautls": {}}})
+    assert not validator.is_valid({**PLAN, "backend": {"kind": "local", "bogus": 1}})
