@@ -34,7 +34,7 @@ def check_limits(s: LoopState) -> list[int]:
     if not reason and s.state_counts["crashed"] >= b.trials:
         reason = "every trial crashed on infrastructure failures; check `autoresearch nodes`"
     if not reason:  # the MCP tool stop_loop (autoresearch/loop/ops.py) records this decision
-        stop = s.store.stop_loop_since(time.time() - s.elapsed() + s.prior_elapsed)
+        stop = s.store.stop_loop_since(s.wall_started_at())
         reason = f"stopped by stop_loop: {stop['rationale']}" if stop is not None else ""
     if reason and not s.stop_reason:
         s.stop_reason = reason
@@ -50,7 +50,7 @@ def check_limits(s: LoopState) -> list[int]:
 def gpu_hours(s: LoopState) -> float:
     if not s.plan.trial.gpus:
         return 0.0
-    return s.store.gpu_seconds() * s.plan.trial.gpus / 3600
+    return s.store.gpu_seconds(now=s.now_ts()) * s.plan.trial.gpus / 3600
 
 
 def done(s: LoopState, call: Any) -> bool:

@@ -58,6 +58,8 @@ from autoresearch.loop.stopping import Series, Stopper, make_stopper
 from autoresearch.loop.store import LoopStore
 from autoresearch.loop.views import LoopView, incumbent_of, loop_view
 
+SIM_WAIT_S = 600.0  # simulated seconds a wait may skip when no event comes first
+
 
 class Controller:
     def __init__(self, plan: Plan, *, runtime: Any = None, home: str | os.PathLike[str] | None = None,
@@ -145,6 +147,9 @@ class Controller:
                                    self.runtime)
         self.proposer = make_proposer(self.ctx)  # may raise (missing key): nothing exists yet
         s.started = time.monotonic()
+        clock = getattr(self.runtime.backend, "clock", None)  # a simulated fleet's (autoresearch/sim/)
+        if clock is not None and callable(getattr(clock, "now", None)):
+            s.clock, s.clock_started = clock, float(clock.now())
         digest = self.plan.digest()
         if existing is None:
             s.store = LoopStore.create(self.ledger, self.plan.name, plan_json(self.plan), digest, self.plan.name,
@@ -193,7 +198,15 @@ class Controller:
                                  + ("; the plan changed" if changed else ""))
 
     def _wait(self) -> None:
-        """Sleep until an attempt ends (the runtime's watcher), a proposal is due, or the monitor is."""
+        """Sleep until an attempt ends (the runtime's watcher), a proposal is due, or the monitor is.
+
+        On a simulated fleet whose clock runs on events, nothing moves unless the loop waits: the
+        wait jumps simulated time to the next reported point or ending, at once."""
+        clock = self.state.clock
+        if clock is not None and getattr(clock, "mode", "") == "events" and self.state.active and self.call is None:
+            clock.wait(SIM_WAIT_S)
+            self._woke = True
+            return
         if self.watcher is None:
             time.sleep(self.poll_s)
             self._woke = True

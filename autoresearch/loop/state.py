@@ -48,9 +48,26 @@ class LoopState:
     max_wall: float | None = None  # CI: a wall limit on top of the plan's budget.wall (not in the plan's digest)
     stop_deadline: float | None = None  # hard stop: when to stop waiting for trials that do not end
     started: float = field(default_factory=time.monotonic)
+    # A simulated backend's clock (autoresearch/sim/clock.py): budgets and elapsed time are then
+    # simulated seconds. None: the wall clock.
+    clock: Any = None
+    clock_started: float = 0.0
 
     def elapsed(self) -> float:
+        """Seconds this loop has run: wall seconds, or simulated ones on a simulated backend."""
+        if self.clock is not None:
+            return self.prior_elapsed + self.clock.now() - self.clock_started
         return self.prior_elapsed + time.monotonic() - self.started
+
+    def wall_started_at(self) -> float:
+        """The wall timestamp this controller started at (whatever clock the budgets use)."""
+        return time.time() - (time.monotonic() - self.started)
+
+    def now_ts(self) -> float:
+        """Now, as a ledger timestamp: a simulated backend stamps its attempts in simulated time."""
+        if self.clock is not None:
+            return float(self.clock.wall(self.clock.now()))
+        return time.time()
 
     def reload(self, ids: list[int] | None = None) -> None:
         """Refresh the mirror from the ledger: every trial, or just ``ids``."""

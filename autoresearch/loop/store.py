@@ -218,11 +218,13 @@ class LoopStore:
             (str(self.loop_id), str(trial_id)))
         return int(row["id"]) if row else None
 
-    def gpu_seconds(self) -> float:
-        """Wall seconds the loop's trial jobs have run (a running one up to now), GPUs not counted."""
+    def gpu_seconds(self, now: float | None = None) -> float:
+        """Seconds the loop's trials' attempts have run (a running one up to ``now``, by default the
+        wall clock's; a retried trial counts every attempt, not the wait between them), GPUs not counted."""
         row = self.ledger.one(
-            "SELECT COALESCE(SUM(COALESCE(j.ended_at, ?) - j.started_at), 0) AS s FROM trials t JOIN jobs j "
-            "ON j.id=t.job_id WHERE t.loop_id=? AND j.started_at IS NOT NULL", (time.time(), self.loop_id))
+            "SELECT COALESCE(SUM(COALESCE(a.ended_at, ?) - a.started_at), 0) AS s FROM trials t JOIN attempts a "
+            "ON a.job_id=t.job_id WHERE t.loop_id=? AND a.started_at IS NOT NULL",
+            (time.time() if now is None else now, self.loop_id))
         return float(row["s"] if row else 0.0)
 
     def counts(self) -> dict[str, int]:
