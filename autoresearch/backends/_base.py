@@ -78,6 +78,7 @@ class LaunchRequest:
     node: str | None = None
     gpu_ids: tuple[str, ...] = ()
     nodes: int = 1
+    alloc: tuple[tuple[str, tuple[str, ...]], ...] = ()  # the whole placement: (node, gpu ids) per gang member
     timeout: float | None = None
     grace: float = 10.0
     on_exit: list[str] | None = None  # argv to run once the attempt has ended (best effort)
