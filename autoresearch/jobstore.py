@@ -186,7 +186,7 @@ class JobStore:
                       "WHERE id=? AND state='starting'", (started, now, job_id))
 
     def begin_attempt(self, job_id: int, node: str | None, gpu_ids: Iterable[str],
-                      job_dir: Path) -> tuple[sqlite3.Row, int] | None:
+                      job_dir: Path, alloc: Any = None, **event: object) -> tuple[sqlite3.Row, int] | None:
         """Write a queued job's next attempt (``starting``) before it is launched; None if the job
         is no longer queued or its cancel was asked for. Its paths are :func:`attempt_paths`."""
         with self.ledger.tx() as c:
@@ -197,11 +197,12 @@ class JobStore:
             run_dir, log_path, metrics_path = attempt_paths(job_dir, n)
             c.execute(
                 "INSERT INTO attempts(job_id, n, state, node, gpu_ids, external_id, log_path, metrics_path, "
-                "created_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                (job_id, n, "starting", node, json.dumps(list(gpu_ids)), run_dir, log_path, metrics_path, time.time()),
+                "created_at, alloc) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (job_id, n, "starting", node, json.dumps(list(gpu_ids)), run_dir, log_path, metrics_path, time.time(),
+                 json.dumps(alloc) if alloc else None),
             )
             c.execute("UPDATE jobs SET state='starting', attempts=?, updated_at=? WHERE id=?", (n, time.time(), job_id))
-            Ledger.event(c, "launch", job_id, n, node=node, gpus=list(gpu_ids))
+            Ledger.event(c, "launch", job_id, n, node=node, gpus=list(gpu_ids), **event)
             return job, n
 
     def set_external_id(self, job_id: int, n: int, external_id: str) -> None:
@@ -299,7 +300,7 @@ class JobStore:
         return self.ledger.one("SELECT 1 FROM jobs WHERE state='queued' AND backend=? LIMIT 1", (backend,)) is not None
 
     def queued(self, backend: str) -> list[sqlite3.Row]:
-        return self.ledger.query("SELECT id, priority, gpus, nodes, cpus, memory, updated_at, attempts FROM jobs "
+        return self.ledger.query("SELECT id, priority, gpus, nodes, cpus, memory, updated_at, attempts, project FROM jobs "
                                  "WHERE state='queued' AND backend=? ORDER BY id", (backend,))
 
     def infra_failed_nodes(self, job_ids: list[int]) -> dict[int, list[str]]:
@@ -320,8 +321,8 @@ class JobStore:
     def placed(self, backend: str) -> list[sqlite3.Row]:
         """The active attempts of ``backend``'s jobs, with what the scheduler needs of their job."""
         return self.ledger.query(
-            "SELECT a.job_id, a.n, a.node, a.gpu_ids, a.started_at, a.created_at, a.stop_reason, "
-            "j.priority, j.gpus, j.cpus, j.memory FROM attempts a JOIN jobs j ON j.id=a.job_id "
+            "SELECT a.job_id, a.n, a.node, a.gpu_ids, a.alloc, a.started_at, a.created_at, a.stop_reason, "
+            "j.priority, j.gpus, j.cpus, j.memory, j.project FROM attempts a JOIN jobs j ON j.id=a.job_id "
             "WHERE a.state IN ('starting','running') AND j.backend=?", (backend,))
 
     def job_ends(self, job_ids: list[int]) -> list[sqlite3.Row]:
