@@ -130,6 +130,16 @@ class JobStore:
                                   params)
         return running["n"] if running else 0
 
+    def project_usage(self, project: str | None) -> list[sqlite3.Row]:
+        """Per project (``project`` only, unless None): GPUs its starting and running jobs hold (all of
+        them, and the best-effort part), how many run and how many are queued."""
+        scope, params = ("AND project=?", (project,)) if project is not None else ("", ())
+        return self.ledger.query(
+            "SELECT project, SUM(CASE WHEN state='queued' THEN 0 ELSE gpus*nodes END) AS gpus_used, "
+            "SUM(CASE WHEN state!='queued' AND priority='best-effort' THEN gpus*nodes ELSE 0 END) AS best_effort_gpus, "
+            "SUM(state!='queued') AS running, SUM(state='queued') AS queued FROM jobs "
+            f"WHERE state IN ('queued','starting','running') {scope} GROUP BY project ORDER BY project", params)
+
     # -- nodes: cordon, the cluster view ------------------------------------------------------
 
     def set_node_state(self, node: str, state: str, why: str, kind: str) -> None:
@@ -148,8 +158,8 @@ class JobStore:
             Ledger.event(c, kind, node=node, reason=why)
 
     def busy_gpus(self) -> list[sqlite3.Row]:
-        """(node, gpu_ids) of every starting or running attempt."""
-        return self.ledger.query("SELECT node, gpu_ids FROM attempts WHERE state IN ('starting','running')")
+        """(node, gpu_ids, alloc: every gang member's or NULL) of every starting or running attempt."""
+        return self.ledger.query("SELECT node, gpu_ids, alloc FROM attempts WHERE state IN ('starting','running')")
 
     def all_nodes(self) -> list[sqlite3.Row]:
         """Every node of every backend, by name."""
