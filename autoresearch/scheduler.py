@@ -176,14 +176,15 @@ def schedule(
     for att in running:
         if usage is not None:
             usage.add(att.project, att.priority, sum(len(ids) for _, ids in att.alloc), att.cpus * len(att.alloc))
-        for name, ids in att.alloc:
+        for name in dict.fromkeys(n for n, _ in att.alloc):  # a packed gang has several members on a node
             slot = state.get(name)
             if slot is None:
                 continue
-            used = set(ids)
+            used = {g for n, ids in att.alloc if n == name for g in ids}
+            members = _members_on(att, name)
             slot.free = [g for g in slot.free if g not in used]
-            slot.cpus -= att.cpus
-            slot.memory -= att.memory
+            slot.cpus -= att.cpus * members
+            slot.memory -= att.memory * members
             if att.stopping:
                 slot.stopping.append(att)
             elif att.priority == "best-effort":
@@ -241,6 +242,10 @@ def schedule(
             if not _reserve(job, state, buckets, out):
                 fail_reserve = job.gpus  # held nodes only grow in a pass: no bigger job finds one either
     return out
+
+
+def _members_on(att: Running, name: str) -> int:
+    return sum(1 for n, _ in att.alloc if n == name)
 
 
 def _split(alloc: tuple[str, tuple[str, ...]], members: int) -> list[tuple[str, tuple[str, ...]]]:
@@ -346,10 +351,10 @@ def _preempt(job: Pending, state: dict[str, _Node], buckets: list[dict[str, _Nod
         for att in [*slot.stopping, *slot.victims]:
             if gpus >= job.gpus and cpus + 1e-9 >= job.cpus and memory >= job.memory:
                 break
-            ids = next((ids for n, ids in att.alloc if n == slot.name), ())
-            gpus += len(ids)
-            cpus += att.cpus
-            memory += att.memory
+            members = _members_on(att, slot.name)
+            gpus += sum(len(ids) for n, ids in att.alloc if n == slot.name)
+            cpus += att.cpus * members
+            memory += att.memory * members
             (taken_stopping if att.stopping else taken_victims).append(att)
         if gpus >= job.gpus and cpus + 1e-9 >= job.cpus and memory >= job.memory:
             options.append((len(taken_victims), slot.name, taken_stopping, taken_victims))
@@ -365,8 +370,8 @@ def _preempt(job: Pending, state: dict[str, _Node], buckets: list[dict[str, _Nod
         old_free = len(slot.free)
         slot.free = slot.free[use_free:]
         _rebucket(buckets, slot, old_free)
-        slot.cpus += sum(a.cpus for a in freed) - job.cpus
-        slot.memory += sum(a.memory for a in freed) - job.memory
+        slot.cpus += sum(a.cpus * _members_on(a, name) for a in freed) - job.cpus
+        slot.memory += sum(a.memory * _members_on(a, name) for a in freed) - job.memory
         for att in taken_stopping:
             slot.stopping.remove(att)
         for att in taken_victims:

@@ -95,6 +95,15 @@ def test_packed_gang_splits_one_host_into_members() -> None:
     assert out.placements[0].alloc == (("host", ()), ("host", ()))
 
 
+def test_a_packed_best_effort_gang_is_one_victim_and_frees_all_its_slots() -> None:
+    gang = Running(100, 1, "best-effort", (("host", ("0", "1")), ("host", ("2", "3"))), cpus=1.0)
+    out = schedule([Pending(1, "normal", 4, cpus=2.0)], [node("host", 4, cpus=4.0)], [gang], pack_gangs=True)
+    assert [(p.job_id, p.attempt) for p in out.preemptions] == [(100, 1)]  # once, not once per member
+    # its two members hold 2 of the 4 cores: a job needing 3 does not fit beside it, and 4 GPUs never do
+    assert schedule([Pending(2, "best-effort", 0, cpus=3.0)], [node("host", 4, cpus=4.0)], [gang],
+                    pack_gangs=True).placements == []
+
+
 jobs_st = st.lists(st.tuples(st.sampled_from(["critical", "normal", "best-effort"]), st.integers(0, 4),
                              st.integers(1, 3), st.sampled_from(["a", "b", "c"])), max_size=25)
 
