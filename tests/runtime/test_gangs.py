@@ -126,3 +126,23 @@ def test_cli_refuses_an_impossible_gang_with_exit_2_and_a_hint(four_gpus: Path, 
     assert out.returncode == 2, out
     assert "needs 5 GPU slots but this host has 4" in out.stderr and "hint: ask for at most 4 node(s)" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_on_a_fleet_each_member_gets_its_node_and_keeps_its_slots(home: Path) -> None:
+    from autoresearch.api import Api
+    from autoresearch.backends.fake import FakeBackend
+
+    fake = FakeBackend(nodes=3, gpus=1)
+    api = Api(home, backend=fake)
+    gang = submit(api, ["train"], nodes=2, gpus=1)
+    request = fake.attempt(f"{gang}.1").request
+    assert len({node for node, _ in request.alloc}) == 2 and (request.node, request.gpu_ids) == request.alloc[0]
+    assert request.env["WORLD_SIZE"] == "2" and request.env["MASTER_ADDR"] == request.alloc[0][0]
+    # later passes see every member's slot taken (not member 0's only): two more jobs, one free node
+    first, second = submit(api, ["train"], gpus=1), submit(api, ["train"], gpus=1)
+    api.status(first)
+    busy = {node for node, _ in request.alloc}
+    placed = [fake.attempt(f"{j}.1").request.node for j in (first, second) if f"fake:{j}.1" in
+              {a.external_id for a in fake.attempts()}]
+    assert len(placed) == 1 and placed[0] not in busy
+    assert sum(n.gpus_free for n in api.nodes()) == 0  # nodes counts every member too
