@@ -29,7 +29,8 @@ from autoresearch.errors import SpecError
 CONFIG = "config.yaml"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # a profile's name ends up in file names and the ledger
 MAX_CONFIG_BYTES = 1 << 20
-_TOP_KEYS = ("backends", "default", "scheduler")  # scheduler: fair share and quotas (autoresearch/shares.py)
+# scheduler: fair share and quotas (autoresearch/shares.py); health: thresholds, parsed by health/config.py
+_TOP_KEYS = ("backends", "default", "scheduler", "health")
 
 
 @dataclass(frozen=True)

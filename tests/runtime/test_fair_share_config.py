@@ -62,6 +62,11 @@ def test_a_good_section_parses_and_none_means_off(home: Path) -> None:
     assert load(home).fair is None
 
 
+def test_the_health_section_beside_it_is_not_an_unknown_key(home: Path) -> None:
+    write_config(home, "health:\n  preflight_cache: 0\nscheduler: {projects: {a: {weight: 2}}}\n")
+    assert load(home).fair.share("a").weight == 2.0  # health: is health/config.py's to parse
+
+
 def test_cli_refuses_a_broken_section_with_exit_2(home: Path) -> None:
     write_config(home, "scheduler: {projects: {a: {weight: -1}}}\n")
     out = cli("submit", "--", "true", check=False)
