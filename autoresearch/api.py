@@ -38,6 +38,7 @@ from autoresearch.views import (
     LogPage,
     MetricView,
     NodeView,
+    ProjectUsageView,
 )
 
 LIST_HINT = "list jobs with `autoresearch list` (MCP: list_jobs)"
@@ -167,8 +168,9 @@ class Api:
         used: dict[str, set[str]] = {}
         running: dict[str, int] = {}
         for r in self._jobs.busy_gpus():
-            used.setdefault(r["node"], set()).update(json.loads(r["gpu_ids"]))
-            running[r["node"]] = running.get(r["node"], 0) + 1
+            for node, ids in json.loads(r["alloc"]) if r["alloc"] else [(r["node"], json.loads(r["gpu_ids"]))]:
+                used.setdefault(node, set()).update(ids)  # every member of a gang
+                running[node] = running.get(node, 0) + 1
         from autoresearch.health.store import HealthStore
 
         findings: dict[str, list[str]] = {}
@@ -199,7 +201,25 @@ class Api:
                            sum(n.gpus_free for n in nodes if n.state in ("healthy", "degraded")), queued,
                            running,
                            [f"{n.name}: {n.reason}" for n in nodes if n.state == "cordoned"],
-                           [f"{n.name}: {n.reason}" for n in nodes if n.state == "degraded"])
+                           [f"{n.name}: {n.reason}" for n in nodes if n.state == "degraded"],
+                           self._project_usage(project))
+
+    def _project_usage(self, project: str | None) -> list[ProjectUsageView]:
+        """Each project's GPUs in use against its quota and weight (fair share), with its queue."""
+        from autoresearch import shares
+
+        fair = shares.load(self._ledger.home)
+        rows = {r["project"]: r for r in self._jobs.project_usage(project)}
+        names = set(rows) | ({p for p in fair.projects if project is None or p == project} if fair else set())
+        out = []
+        for name in sorted(names):
+            r = rows.get(name)
+            share = fair.share(name) if fair else None
+            out.append(ProjectUsageView(name, int(r["gpus_used"] or 0) if r else 0,
+                                        int(r["best_effort_gpus"] or 0) if r else 0, share.quota if share else None,
+                                        share.weight if share else 1.0, int(r["running"] or 0) if r else 0,
+                                        int(r["queued"] or 0) if r else 0))
+        return out
 
     # -- the engine's passes, for a long-lived face (the MCP server) -------------------------
 

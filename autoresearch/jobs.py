@@ -32,7 +32,7 @@ def submit(runtime: Runtime, spec: Any, project: str = "") -> int:
     job = spec if isinstance(spec, JobSpec) else make_spec(dict(spec),
                                                            containers=runtime.backend.capabilities.containers)
     runtime.backend.check(job)  # what the backend cannot do is refused here, never retried
-    check_capacity(runtime, job.gpus, job.nodes)
+    check_capacity(runtime, job.gpus, job.nodes, project, job.priority)
     from autoresearch import isolation  # submits only: reads stay light
 
     policy = isolation.job_policy(ledger, project, runtime.backend)  # fails closed
@@ -52,6 +52,8 @@ def warn_if_unschedulable(runtime: Runtime, job_id: int, gpus: int, nodes: int) 
     warning on it saying so, instead of waiting in silence."""
     if not runtime.backend.capabilities.places:
         return
+    if runtime.backend.single_host and nodes > 1:
+        gpus, nodes = gpus * nodes, 1  # a gang's members share the host
     rows = runtime.jobs.node_sizes(runtime.backend.name)
     fitting = [r for r in rows if r["gpus"] >= gpus]
     if sum(1 for r in fitting if r["state"] in USABLE) >= nodes:
@@ -68,8 +70,9 @@ def warn_if_unschedulable(runtime: Runtime, job_id: int, gpus: int, nodes: int) 
 USABLE = ("healthy", "degraded")  # node states the scheduler places onto
 
 
-def check_capacity(runtime: Runtime, gpus: int, nodes: int) -> None:
-    """Refuse a request no node (or not enough nodes) could ever hold."""
+def check_capacity(runtime: Runtime, gpus: int, nodes: int, project: str = "", priority: str = "normal") -> None:
+    """Refuse a request no node (or not enough nodes) could ever hold, or its project's quota
+    never lets run (autoresearch/shares.py)."""
     if not runtime.backend.capabilities.places:
         return
     runtime.refresh_nodes()
@@ -92,10 +95,19 @@ def check_capacity(runtime: Runtime, gpus: int, nodes: int) -> None:
         where = ", ".join(f"{r['name']}: {r['gpus']}" for r in rows)
         raise CapacityError(f"asked for {gpus} GPU(s) per node but the largest node has {largest} ({where})",
                             hint=f"ask for at most {largest} GPUs")
-    fitting = sum(1 for r in rows if r["gpus"] >= gpus)
-    if nodes > fitting:
-        raise CapacityError(f"asked for {nodes} node(s) with {gpus} GPU(s) each but only {fitting} exist",
-                            hint=f"ask for at most {fitting} node(s)")
+    if runtime.backend.single_host and nodes > 1:  # a gang's members share the host, each with its own slots
+        if gpus * nodes > largest:
+            raise CapacityError(f"a gang of {nodes} members with {gpus} GPU(s) each needs {gpus * nodes} GPU slots "
+                                f"but this host has {largest}",
+                                hint=f"ask for at most {largest // gpus} node(s) of {gpus} GPU(s), or fewer GPUs each")
+    else:
+        fitting = sum(1 for r in rows if r["gpus"] >= gpus)
+        if nodes > fitting:
+            raise CapacityError(f"asked for {nodes} node(s) with {gpus} GPU(s) each but only {fitting} exist",
+                                hint=f"ask for at most {fitting} node(s)")
+    from autoresearch import shares
+
+    shares.check(shares.load(runtime.ledger.home), sum(r["gpus"] for r in rows), project, priority, gpus, nodes)
 
 
 def cancel(runtime: Runtime, job_ids: list[int], reason: str = "cancelled") -> None:

@@ -130,6 +130,16 @@ class JobStore:
                                   params)
         return running["n"] if running else 0
 
+    def project_usage(self, project: str | None) -> list[sqlite3.Row]:
+        """Per project (``project`` only, unless None): GPUs its starting and running jobs hold (all of
+        them, and the best-effort part), how many run and how many are queued."""
+        scope, params = ("AND project=?", (project,)) if project is not None else ("", ())
+        return self.ledger.query(
+            "SELECT project, SUM(CASE WHEN state='queued' THEN 0 ELSE gpus*nodes END) AS gpus_used, "
+            "SUM(CASE WHEN state!='queued' AND priority='best-effort' THEN gpus*nodes ELSE 0 END) AS best_effort_gpus, "
+            "SUM(state!='queued') AS running, SUM(state='queued') AS queued FROM jobs "
+            f"WHERE state IN ('queued','starting','running') {scope} GROUP BY project ORDER BY project", params)
+
     # -- nodes: cordon, the cluster view ------------------------------------------------------
 
     def set_node_state(self, node: str, state: str, why: str, kind: str) -> None:
@@ -148,8 +158,8 @@ class JobStore:
             Ledger.event(c, kind, node=node, reason=why)
 
     def busy_gpus(self) -> list[sqlite3.Row]:
-        """(node, gpu_ids) of every starting or running attempt."""
-        return self.ledger.query("SELECT node, gpu_ids FROM attempts WHERE state IN ('starting','running')")
+        """(node, gpu_ids, alloc: every gang member's or NULL) of every starting or running attempt."""
+        return self.ledger.query("SELECT node, gpu_ids, alloc FROM attempts WHERE state IN ('starting','running')")
 
     def all_nodes(self) -> list[sqlite3.Row]:
         """Every node of every backend, by name."""
@@ -186,7 +196,7 @@ class JobStore:
                       "WHERE id=? AND state='starting'", (started, now, job_id))
 
     def begin_attempt(self, job_id: int, node: str | None, gpu_ids: Iterable[str],
-                      job_dir: Path) -> tuple[sqlite3.Row, int] | None:
+                      job_dir: Path, alloc: Any = None, **event: object) -> tuple[sqlite3.Row, int] | None:
         """Write a queued job's next attempt (``starting``) before it is launched; None if the job
         is no longer queued or its cancel was asked for. Its paths are :func:`attempt_paths`."""
         with self.ledger.tx() as c:
@@ -197,11 +207,12 @@ class JobStore:
             run_dir, log_path, metrics_path = attempt_paths(job_dir, n)
             c.execute(
                 "INSERT INTO attempts(job_id, n, state, node, gpu_ids, external_id, log_path, metrics_path, "
-                "created_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                (job_id, n, "starting", node, json.dumps(list(gpu_ids)), run_dir, log_path, metrics_path, time.time()),
+                "created_at, alloc) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (job_id, n, "starting", node, json.dumps(list(gpu_ids)), run_dir, log_path, metrics_path, time.time(),
+                 json.dumps(alloc) if alloc else None),
             )
             c.execute("UPDATE jobs SET state='starting', attempts=?, updated_at=? WHERE id=?", (n, time.time(), job_id))
-            Ledger.event(c, "launch", job_id, n, node=node, gpus=list(gpu_ids))
+            Ledger.event(c, "launch", job_id, n, node=node, gpus=list(gpu_ids), **event)
             return job, n
 
     def set_external_id(self, job_id: int, n: int, external_id: str) -> None:
@@ -299,7 +310,7 @@ class JobStore:
         return self.ledger.one("SELECT 1 FROM jobs WHERE state='queued' AND backend=? LIMIT 1", (backend,)) is not None
 
     def queued(self, backend: str) -> list[sqlite3.Row]:
-        return self.ledger.query("SELECT id, priority, gpus, nodes, cpus, memory, updated_at, attempts FROM jobs "
+        return self.ledger.query("SELECT id, priority, gpus, nodes, cpus, memory, updated_at, attempts, project FROM jobs "
                                  "WHERE state='queued' AND backend=? ORDER BY id", (backend,))
 
     def infra_failed_nodes(self, job_ids: list[int]) -> dict[int, list[str]]:
@@ -320,8 +331,8 @@ class JobStore:
     def placed(self, backend: str) -> list[sqlite3.Row]:
         """The active attempts of ``backend``'s jobs, with what the scheduler needs of their job."""
         return self.ledger.query(
-            "SELECT a.job_id, a.n, a.node, a.gpu_ids, a.started_at, a.created_at, a.stop_reason, "
-            "j.priority, j.gpus, j.cpus, j.memory FROM attempts a JOIN jobs j ON j.id=a.job_id "
+            "SELECT a.job_id, a.n, a.node, a.gpu_ids, a.alloc, a.started_at, a.created_at, a.stop_reason, "
+            "j.priority, j.gpus, j.cpus, j.memory, j.project FROM attempts a JOIN jobs j ON j.id=a.job_id "
             "WHERE a.state IN ('starting','running') AND j.backend=?", (backend,))
 
     def job_ends(self, job_ids: list[int]) -> list[sqlite3.Row]:

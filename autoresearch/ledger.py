@@ -246,6 +246,11 @@ MIGRATIONS: list[tuple[str, str]] = [
     ALTER TABLE attempts ADD COLUMN seen_at REAL;
     CREATE INDEX events_by_kind ON events(kind, id);
     """),
+    # issue 11: a gang's whole placement, [[node, [gpu ids]], ...] per member (NULL: one node;
+    # node and gpu_ids stay member 0's, for every reader that knows one node).
+    ("gang-1", """
+    ALTER TABLE attempts ADD COLUMN alloc TEXT;
+    """),
 ]
 
 

@@ -38,7 +38,8 @@ FINAL = ("succeeded", "failed", "cancelled")
 _INTERNAL_ENV = ("AUTORESEARCH_JOB_ID", "AUTORESEARCH_ATTEMPT", "AUTORESEARCH_METRICS_FILE", "AUTORESEARCH_METRICS_STDOUT",
                  "AUTORESEARCH_CHECKPOINT_DIR", "AUTORESEARCH_NODE", "CUDA_VISIBLE_DEVICES",
                  "AUTORESEARCH_TRIAL_ID", "AUTORESEARCH_LOOP", "AUTORESEARCH_SEED", "AUTORESEARCH_PARAMS",
-                 "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID")
+                 "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID",
+                 "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK", "LOCAL_RANK")  # a gang member's
 
 # Signals a program raises on itself when it crashes (they dump core): its own fault, not
 # the node's. SIGKILL (the OOM killer, a node going away) and SIGTERM/SIGINT/SIGHUP
@@ -183,14 +184,14 @@ class Runtime:
         avoid = self.jobs.infra_failed_nodes([r["id"] for r in queued if r["attempts"]])
         pending = [
             S.Pending(r["id"], r["priority"], r["gpus"], r["nodes"], r["cpus"], r["memory"], now - r["updated_at"],
-                      frozenset(avoid.get(r["id"], ())))
+                      frozenset(avoid.get(r["id"], ())), r["project"])
             for r in queued
         ]
         if not pending:
             return S.Decisions()
         running = [
-            S.Running(r["job_id"], r["n"], r["priority"], ((r["node"], tuple(json.loads(r["gpu_ids"]))),),
-                      r["started_at"] or r["created_at"], r["cpus"], r["memory"], r["stop_reason"] is not None)
+            S.Running(r["job_id"], r["n"], r["priority"], _alloc(r), r["started_at"] or r["created_at"], r["cpus"],
+                      r["memory"], r["stop_reason"] is not None, r["project"])
             for r in self.jobs.placed(self.backend.name)
         ]
         if not self.backend.capabilities.places:
@@ -198,7 +199,8 @@ class Runtime:
             decisions = S.admit(pending, nodes, [(r["gpus"], r["cpus"]) for r in self.jobs.placed(self.backend.name)],
                                 preempts=self.backend.capabilities.preemption)
         else:
-            decisions = S.schedule(pending, nodes, running)
+            decisions = S.schedule(pending, nodes, running, fair=_fair_share(self.ledger.home),
+                                   pack_gangs=self.backend.single_host)
         for pre in decisions.preemptions:
             with surviving(self.ledger, self.backend, "preempt", pre.job_id, pre.attempt):
                 self.request_stop(pre.job_id, pre.attempt, "preempted", for_job=pre.for_job)
@@ -230,7 +232,12 @@ class Runtime:
         job_id = placement.job_id
         job_dir = self.ledger.job_dir(job_id)
         node, gpu_ids = placement.alloc[0] if placement.alloc else (None, ())
-        begun = self.jobs.begin_attempt(job_id, node, gpu_ids, job_dir)
+        gang = len(placement.alloc) > 1
+        # A gang's rendezvous port: free on this host now (member 0's, on local), recorded with the launch.
+        port = _free_port() if gang else None
+        begun = self.jobs.begin_attempt(job_id, node, gpu_ids, job_dir, [[m, list(ids)] for m, ids in placement.alloc]
+                                        if gang else None, **({"members": placement.alloc, "master_port": port}
+                                                             if gang else {}))
         if begun is None:
             return
         job, n = begun
@@ -241,11 +248,12 @@ class Runtime:
 
             policy = isolation.load(job["isolation"])  # recorded at submit: never the launching process's say
             _prepare_checkpoint(self.ledger.home, job_id, spec)
-            env = self._attempt_env(job_id, n, spec, node, gpu_ids, metrics_path, policy)
+            env = self._attempt_env(job_id, n, spec, node, gpu_ids, metrics_path, policy, len(placement.alloc), port)
             job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             request = LaunchRequest(
                 key=f"{job_id}.{n}", argv=_argv(spec), env=env, workdir=spec["workdir"], log_path=log_path,
                 run_dir=run_dir, node=node, gpu_ids=tuple(gpu_ids), nodes=int(spec.get("nodes", 1)),
+                alloc=placement.alloc if gang else (),
                 timeout=spec.get("timeout"), grace=float(spec.get("grace", 10.0)),
                 on_exit=[sys.executable, "-m", "autoresearch.runtime", "--home", str(self.ledger.home),
                          "--backend", self.backend.name],
@@ -269,7 +277,11 @@ class Runtime:
             self.jobs.set_external_id(job_id, n, external_id)
 
     def _attempt_env(self, job_id: int, n: int, spec: dict[str, Any], node: str | None, gpu_ids: tuple[str, ...],
-                     metrics_path: str, policy: dict[str, Any] | None = None) -> dict[str, str]:
+                     metrics_path: str, policy: dict[str, Any] | None = None, members: int = 1,
+                     port: int | None = None) -> dict[str, str]:
+        """The attempt's environment; for a gang (``members`` > 1) member 0's, with the rendezvous
+        (MASTER_ADDR: member 0's node, MASTER_PORT, WORLD_SIZE): the backend gives each member its
+        own RANK, NODE_RANK, LOCAL_RANK and GPU slots (backends._base.member_env)."""
         from autoresearch import isolation
 
         env = isolation.base_env(policy, os.environ, _INTERNAL_ENV)
@@ -288,6 +300,9 @@ class Runtime:
             env["AUTORESEARCH_NODE"] = node
         if self.backend.capabilities.places:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
+        if members > 1:
+            env.update(MASTER_ADDR=node or "127.0.0.1", MASTER_PORT=str(port or 29500), WORLD_SIZE=str(members),
+                       RANK="0", NODE_RANK="0", LOCAL_RANK="0")
         checkpoint = checkpoint_dir(self.ledger.home, job_id, spec)
         if checkpoint:
             Path(checkpoint).mkdir(parents=True, exist_ok=True)
@@ -348,6 +363,32 @@ class Runtime:
     def ingest_attempt(self, att: Any, final: bool = False) -> None:
         """Move new metric points of one attempt into the ledger; never raises but for the ledger."""
         ingest_attempt(self.ledger, self.backend, att, final)
+
+
+def _alloc(row: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """An active attempt's placement: every member of a gang, else its one node."""
+    if row["alloc"]:
+        return tuple((str(m), tuple(ids)) for m, ids in json.loads(row["alloc"]))
+    return ((row["node"], tuple(json.loads(row["gpu_ids"]))),)
+
+
+def _fair_share(home: Path) -> S.FairShare | None:
+    """config.yaml's fair share; a file broken since this process read it turns it off for the pass
+    (submits refuse the file with its error, so somebody sees it)."""
+    from autoresearch import shares
+
+    try:
+        return shares.load(home)
+    except AutoresearchError:
+        return None
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _still_exists(backend: str, home: Path) -> bool:

@@ -5,7 +5,15 @@ which is what makes it testable and lets the local and sim backends share it.
 
 Policy (what a Slurm or Kueue user would expect):
 
-* Order: priority class (critical, normal, best-effort), then submit order.
+* Order: priority class (critical, normal, best-effort), then submit order. With fair share
+  on (``fair=``), within a class the project with the smallest dominant share (its GPUs or
+  cores in use over the fleet's, the larger of the two, divided by its weight) goes next,
+  then submit order inside a project; shares move as jobs are placed in the pass.
+* Quotas: a project whose normal and critical attempts hold its ``quota`` GPUs gets nothing
+  more (not placed, no preemption, no reservation). Best-effort jobs are exempt: they
+  backfill idle capacity ("the weekend") and are the first preempted when others need it.
+* Gangs (``nodes > 1``): all members or none, one member per node; with ``pack_gangs``
+  (a single-host backend: local) members may share a node, each with its own GPU slots.
 * Placement: best fit — the node with the fewest free GPUs that still fits, so big
   holes stay open for big jobs. GPU slots are never shared between attempts. Degraded
   nodes (throttling) and the nodes a job already failed on for the machine's fault
@@ -22,7 +30,9 @@ Policy (what a Slurm or Kueue user would expect):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import heapq
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
 
 RANK = {"critical": 0, "normal": 1, "best-effort": 2}
 
@@ -47,6 +57,7 @@ class Pending:
     memory: int = 0
     waited_s: float = 0.0
     avoid: frozenset[str] = frozenset()  # nodes where it failed for the machine's fault: placed last
+    project: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +70,24 @@ class Running:
     cpus: float = 0.0
     memory: int = 0
     stopping: bool = False
+    project: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """A project's weight (its share of the fleet, relative to others) and optional GPU quota."""
+
+    weight: float = 1.0
+    quota: int | None = None  # GPUs its normal and critical attempts may hold at once; None: no cap
+
+
+@dataclass(frozen=True, slots=True)
+class FairShare:
+    projects: Mapping[str, Share] = field(default_factory=dict)
+    default_weight: float = 1.0
+
+    def share(self, project: str) -> Share:
+        return self.projects.get(project) or Share(self.default_weight)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +163,8 @@ def schedule(
     running: list[Running],
     *,
     reserve_after_s: float = 300.0,
+    fair: FairShare | None = None,
+    pack_gangs: bool = False,
 ) -> Decisions:
     out = Decisions()
     state: dict[str, _Node] = {}
@@ -141,15 +172,19 @@ def schedule(
         if node.schedulable:
             state[node.name] = _Node(node.name, len(node.gpu_ids), sorted(node.gpu_ids, key=_slot_key), node.cpus,
                                      node.memory, node.degraded)
+    usage = _Usage(fair, nodes) if fair is not None else None
     for att in running:
-        for name, ids in att.alloc:
+        if usage is not None:
+            usage.add(att.project, att.priority, sum(len(ids) for _, ids in att.alloc), att.cpus * len(att.alloc))
+        for name in dict.fromkeys(n for n, _ in att.alloc):  # a packed gang has several members on a node
             slot = state.get(name)
             if slot is None:
                 continue
-            used = set(ids)
+            used = {g for n, ids in att.alloc if n == name for g in ids}
+            members = _members_on(att, name)
             slot.free = [g for g in slot.free if g not in used]
-            slot.cpus -= att.cpus
-            slot.memory -= att.memory
+            slot.cpus -= att.cpus * members
+            slot.memory -= att.memory * members
             if att.stopping:
                 slot.stopping.append(att)
             elif att.priority == "best-effort":
@@ -166,8 +201,17 @@ def schedule(
     fail_fit: dict[tuple[int, float, int], int] = {}
     fail_preempt: dict[tuple[int, float, int, int], int] = {}
     preemptible = any(s.victims or s.stopping for s in state.values())
+    fail_reserve = 1 << 30
 
-    for job in sorted(pending, key=lambda p: (RANK.get(p.priority, 1), p.job_id)):
+    order = (usage.order(pending) if usage is not None
+             else sorted(pending, key=lambda p: (RANK.get(p.priority, 1), p.job_id)))
+    for job in order:
+        members = job.nodes
+        if pack_gangs and members > 1:  # one host: the gang is one request N times the size, split below
+            job = replace(job, gpus=job.gpus * members, cpus=job.cpus * members, memory=job.memory * members,
+                          nodes=1)
+        if usage is not None and not usage.admits(job):
+            continue  # its project holds its quota
         shape = (job.nodes, job.cpus, job.memory)
         if job.gpus < fail_fit.get(shape, 1 << 30):
             chosen = _fit(job, buckets, max_gpus)
@@ -179,18 +223,90 @@ def schedule(
                     slot.cpus -= job.cpus
                     slot.memory -= job.memory
                     alloc.append((slot.name, tuple(taken)))
+                if job.nodes != members:
+                    alloc = _split(alloc[0], members)
                 out.placements.append(Placement(job.job_id, tuple(alloc)))
+                if usage is not None:
+                    usage.add(job.project, job.priority, job.gpus * job.nodes, _cores(job.cpus) * job.nodes)
                 continue
             fail_fit[shape] = job.gpus
         if job.priority != "best-effort" and preemptible:
             key = (*shape, RANK[job.priority])
             if job.gpus < fail_preempt.get(key, 1 << 30):
                 if _preempt(job, state, buckets, out):
+                    if usage is not None:  # its slots are claimed: they count as its project's from now on
+                        usage.add(job.project, job.priority, job.gpus * job.nodes, _cores(job.cpus) * job.nodes)
                     continue
                 fail_preempt[key] = job.gpus
-        if job.waited_s >= reserve_after_s:
-            _reserve(job, state, buckets, out)
+        if job.waited_s >= reserve_after_s and job.gpus < fail_reserve:
+            if not _reserve(job, state, buckets, out):
+                fail_reserve = job.gpus  # held nodes only grow in a pass: no bigger job finds one either
     return out
+
+
+def _members_on(att: Running, name: str) -> int:
+    return sum(1 for n, _ in att.alloc if n == name)
+
+
+def _split(alloc: tuple[str, tuple[str, ...]], members: int) -> list[tuple[str, tuple[str, ...]]]:
+    """One node's slots for a packed gang -> one (node, slots) per member, in order."""
+    name, ids = alloc
+    per = len(ids) // members
+    return [(name, ids[i * per:(i + 1) * per]) for i in range(members)]
+
+
+class _Usage:
+    """What each project holds, for fair share and quotas, updated as the pass places jobs."""
+
+    __slots__ = ("fair", "gpus", "cpus", "quota_used", "total_gpus", "total_cpus", "changed")
+
+    def __init__(self, fair: FairShare, nodes: list[NodeState]) -> None:
+        self.fair = fair
+        self.gpus: dict[str, float] = {}
+        self.cpus: dict[str, float] = {}
+        self.quota_used: dict[str, int] = {}
+        self.total_gpus = sum(len(n.gpu_ids) for n in nodes) or 0
+        self.total_cpus = sum(n.cpus for n in nodes) or 0.0
+        self.changed = False
+
+    def add(self, project: str, priority: str, gpus: int, cpus: float) -> None:
+        self.changed = True
+        self.gpus[project] = self.gpus.get(project, 0) + gpus
+        self.cpus[project] = self.cpus.get(project, 0.0) + cpus
+        if priority != "best-effort":
+            self.quota_used[project] = self.quota_used.get(project, 0) + gpus
+
+    def admits(self, job: Pending) -> bool:
+        if job.priority == "best-effort":
+            return True  # backfill: over quota is fine, it is the first preempted
+        quota = self.fair.share(job.project).quota
+        return quota is None or self.quota_used.get(job.project, 0) + job.gpus * job.nodes <= quota
+
+    def key(self, project: str) -> float:
+        """The project's dominant share over its weight: who is furthest below its fair share."""
+        g = self.gpus.get(project, 0) / self.total_gpus if self.total_gpus else 0.0
+        c = self.cpus.get(project, 0.0) / self.total_cpus if self.total_cpus else 0.0
+        return max(g, c) / self.fair.share(project).weight
+
+    def order(self, pending: list[Pending]) -> Iterator[Pending]:
+        """Class by class; inside one, the project with the smallest :meth:`key` next (keys move
+        as the caller :meth:`add`s placements between two yields), then submit order."""
+        classes: dict[int, dict[str, list[Pending]]] = {}
+        for p in sorted(pending, key=lambda p: p.job_id, reverse=True):  # each list pops from its end
+            classes.setdefault(RANK.get(p.priority, 1), {}).setdefault(p.project, []).append(p)
+        for rank in sorted(classes):
+            groups = classes[rank]
+            heap = [(self.key(project), jobs[-1].job_id, project) for project, jobs in groups.items()]
+            heapq.heapify(heap)
+            while heap:
+                key, _, project = heap[0]
+                jobs = groups[project]
+                self.changed = False
+                yield jobs.pop()
+                if jobs:  # its key moves only when the caller placed the job
+                    heapq.heapreplace(heap, (self.key(project) if self.changed else key, jobs[-1].job_id, project))
+                else:
+                    heapq.heappop(heap)
 
 
 def _slot_key(gpu_id: str) -> tuple[int, str]:
@@ -235,10 +351,10 @@ def _preempt(job: Pending, state: dict[str, _Node], buckets: list[dict[str, _Nod
         for att in [*slot.stopping, *slot.victims]:
             if gpus >= job.gpus and cpus + 1e-9 >= job.cpus and memory >= job.memory:
                 break
-            ids = next((ids for n, ids in att.alloc if n == slot.name), ())
-            gpus += len(ids)
-            cpus += att.cpus
-            memory += att.memory
+            members = _members_on(att, slot.name)
+            gpus += sum(len(ids) for n, ids in att.alloc if n == slot.name)
+            cpus += att.cpus * members
+            memory += att.memory * members
             (taken_stopping if att.stopping else taken_victims).append(att)
         if gpus >= job.gpus and cpus + 1e-9 >= job.cpus and memory >= job.memory:
             options.append((len(taken_victims), slot.name, taken_stopping, taken_victims))
@@ -254,8 +370,8 @@ def _preempt(job: Pending, state: dict[str, _Node], buckets: list[dict[str, _Nod
         old_free = len(slot.free)
         slot.free = slot.free[use_free:]
         _rebucket(buckets, slot, old_free)
-        slot.cpus += sum(a.cpus for a in freed) - job.cpus
-        slot.memory += sum(a.memory for a in freed) - job.memory
+        slot.cpus += sum(a.cpus * _members_on(a, name) for a in freed) - job.cpus
+        slot.memory += sum(a.memory * _members_on(a, name) for a in freed) - job.memory
         for att in taken_stopping:
             slot.stopping.remove(att)
         for att in taken_victims:
@@ -264,8 +380,8 @@ def _preempt(job: Pending, state: dict[str, _Node], buckets: list[dict[str, _Nod
     return True
 
 
-def _reserve(job: Pending, state: dict[str, _Node], buckets: list[dict[str, _Node]], out: Decisions) -> None:
-    """Hold the node closest to fitting a job that has waited too long.
+def _reserve(job: Pending, state: dict[str, _Node], buckets: list[dict[str, _Node]], out: Decisions) -> bool:
+    """Hold the node closest to fitting a job that has waited too long; False when none is left.
 
     Without runtime estimates any running attempt may end first, so "closest" is the
     node with the most free GPUs among those big enough.
@@ -275,8 +391,10 @@ def _reserve(job: Pending, state: dict[str, _Node], buckets: list[dict[str, _Nod
         if slot.reserved_for is None and slot.total >= job.gpus:
             if best is None or len(slot.free) > len(best.free):
                 best = slot
-    if best is not None:
-        _hold(best, job.job_id, buckets, out)
+    if best is None:
+        return False
+    _hold(best, job.job_id, buckets, out)
+    return True
 
 
 def _hold(slot: _Node, job_id: int, buckets: list[dict[str, _Node]], out: Decisions) -> None:

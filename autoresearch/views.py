@@ -109,6 +109,20 @@ class ClusterView:
     running: int
     cordoned: list[str]
     degraded: list[str] = field(default_factory=list)  # 'node: reason' (placed last)
+    projects: list[ProjectUsageView] = field(default_factory=list)  # fair share: each project's use
+
+
+@dataclass
+class ProjectUsageView:
+    """A project's use of the GPUs against its fair share (config.yaml's scheduler:, docs/scheduling.md)."""
+
+    project: str
+    gpus_used: int  # held by its starting and running jobs
+    best_effort_gpus: int  # of those, held by best-effort jobs (not counted against the quota; preempted first)
+    quota: int | None  # GPUs its normal and critical jobs may hold; None: no cap
+    weight: float
+    running: int
+    queued: int
 
 
 @dataclass

@@ -78,6 +78,7 @@ class LaunchRequest:
     node: str | None = None
     gpu_ids: tuple[str, ...] = ()
     nodes: int = 1
+    alloc: tuple[tuple[str, tuple[str, ...]], ...] = ()  # the whole placement: (node, gpu ids) per gang member
     timeout: float | None = None
     grace: float = 10.0
     on_exit: list[str] | None = None  # argv to run once the attempt has ended (best effort)
@@ -117,6 +118,9 @@ class Backend(abc.ABC):
     name: str = "?"
     capabilities: Capabilities = Capabilities()
     simulated: bool = False  # runs nothing (a test double): never suggested to a user in a hint
+    # All its nodes are this one host (local): a gang's members may share a node, each with its
+    # own GPU slots (scheduler.schedule(pack_gangs=True)); else one member per node.
+    single_host: bool = False
 
     def check(self, spec: Any) -> None:
         """Refuse, at submit, what this backend cannot run: a :class:`SpecError` whose hint
@@ -206,6 +210,26 @@ class Backend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients or connections the backend holds."""
+
+
+def gang_members(request: LaunchRequest) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(node, gpu ids) per member of the attempt: one for a single-node job."""
+    return request.alloc or ((request.node or "", request.gpu_ids),)
+
+
+def member_env(env: dict[str, str], rank: int, node: str, gpu_ids: tuple[str, ...], places: bool = True
+               ) -> dict[str, str]:
+    """The environment of gang member ``rank`` (Kubeflow PyTorchJob's convention, one process per
+    member): the attempt's (MASTER_ADDR, MASTER_PORT, WORLD_SIZE set by the runtime) with its own
+    RANK = NODE_RANK, LOCAL_RANK=0, node and GPU slots. torchrun: ``--nnodes=$WORLD_SIZE
+    --node-rank=$NODE_RANK --master-addr=$MASTER_ADDR --master-port=$MASTER_PORT --nproc-per-node=G``."""
+    out = dict(env)
+    out.update(RANK=str(rank), NODE_RANK=str(rank), LOCAL_RANK="0")
+    if node:
+        out["AUTORESEARCH_NODE"] = node
+    if places:
+        out["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
+    return out
 
 
 _ENGINE_SOURCE = re.compile(r"^[a-z][a-z0-9]+:(?!//)")  # spec.ENGINE_SOURCE (spec imports pydantic: not here)

@@ -17,7 +17,15 @@ from functools import lru_cache
 from typing import Any
 
 from autoresearch.backends import _supervisor as sup
-from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo
+from autoresearch.backends._base import (
+    AttemptStatus,
+    Backend,
+    Capabilities,
+    LaunchRequest,
+    NodeInfo,
+    gang_members,
+    member_env,
+)
 from autoresearch.errors import BackendError, SpecError
 
 START_GRACE_S = 15.0  # a run dir with no state.json after this long lost its supervisor
@@ -61,8 +69,11 @@ def _memory_mb() -> int:
 
 class LocalBackend(Backend):
     name = "local"
-    capabilities = Capabilities(gpus=True, preemption=True, multi_node=False, logs_follow=True, places=True,
+    # multi_node: a gang runs as one process group per member on this host (single_host: the
+    # scheduler packs its members here, each with its own GPU slots; docs/gangs.md).
+    capabilities = Capabilities(gpus=True, preemption=True, multi_node=True, logs_follow=True, places=True,
                                 sandbox=True)
+    single_host = True
 
     def __init__(self, node_name: str | None = None) -> None:
         self.node_name = node_name or os.environ.get("AUTORESEARCH_NODE") or socket.gethostname() or "local"
@@ -72,8 +83,10 @@ class LocalBackend(Backend):
         return [NodeInfo(self.node_name, local_gpu_ids(), float(os.cpu_count() or 1), _memory_mb())]
 
     def start(self, request: LaunchRequest) -> str:
-        if request.nodes > 1:
-            raise BackendError("the local backend runs single-node jobs", hint="use nodes: 1, or a multi-node backend")
+        members = gang_members(request)
+        if request.nodes > 1 and len(members) != request.nodes:
+            raise BackendError(f"a gang of {request.nodes} needs a placement per member, got {len(members)}",
+                               hint="submit it through the runtime, which places every member")
         argv = request.argv
         if request.sandbox:
             from autoresearch.backends import _sandbox  # tenant jobs only
@@ -93,6 +106,9 @@ class LocalBackend(Backend):
                 "argv": argv,
                 "sandbox": request.sandbox is not None,
                 "env": request.env,
+                # one process group per gang member, all on this host: the master is here
+                "members": [member_env({**request.env, "MASTER_ADDR": "127.0.0.1"}, i, node, ids)
+                            for i, (node, ids) in enumerate(members)] if request.nodes > 1 else None,
                 "workdir": request.workdir,
                 "log_path": request.log_path,
                 "run_dir": request.run_dir,
@@ -173,10 +189,11 @@ class LocalBackend(Backend):
                 pass
         else:
             # Lost supervisor: nobody enforces the grace period, so end the orphans now.
-            try:
-                os.killpg(int(state["pgid"]), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            for pgid in state.get("pgids") or [state["pgid"]]:  # every member of a gang
+                try:
+                    os.killpg(int(pgid), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError, TypeError, ValueError):
+                    pass
 
     @staticmethod
     def _sandboxed(external_id: str) -> bool:

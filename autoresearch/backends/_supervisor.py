@@ -6,9 +6,10 @@ CLI or server, runs the command in its own process group, enforces
 the timeout and the stop grace period, and records what happened in files under
 the attempt's run dir::
 
-    state.json   {"supervisor_pid", "supervisor_start", "pid", "pgid", "started_at"}
+    state.json   {"supervisor_pid", "supervisor_start", "pid", "pgid", "pgids", "started_at"}
     stop.json    written by stop(): {"grace", "requested_at"}; then SIGTERM to us
     exit.json    {"exit_code", "signal", "timed_out", "stopped", "ended_at", "peak_rss_mb"}
+                 (+ "members", "failed_member" for a gang: one process group per member)
 
 After the command ends it pokes ``wake_fifo`` when a live process listens there (a
 loop controller or server that runs the pass itself, and acknowledges with a ``reaped``
@@ -220,47 +221,71 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
 
     started = time.time()
-    argv, info = req["argv"], None
-    if req.get("sandbox"):  # argv[0] is bwrap: it tells us its child's pid, whose session we signal
-        info, info_w = os.pipe()
-        os.set_inheritable(info_w, True)
-        argv = [argv[0], "--info-fd", str(info_w), *argv[1:]]
-    child = _spawn(argv, req["env"], req["workdir"], log_fd)
-    group = child
-    if info is not None:
-        os.close(info_w)
-        group = _sandbox_child(info) or child
+    # A gang on one host (LaunchRequest.alloc): one process group per member, each with its own
+    # environment (rank, GPU slots). A member that fails ends the attempt: the others get SIGTERM,
+    # then SIGKILL after the grace period, and the attempt's exit is the failing member's.
+    envs: list[dict[str, str]] = req.get("members") or [req["env"]]
+    children: list[int] = []
+    groups: list[int] = []
+    for env in envs:
+        child, group = _start_member(req, env, log_fd)
+        children.append(child)
+        groups.append(group)
     me = os.getpid()
     write_json(
         os.path.join(run_dir, STATE),
-        {"supervisor_pid": me, "supervisor_start": proc_start_time(me), "pid": child, "pgid": group,
-         "started_at": started},
+        {"supervisor_pid": me, "supervisor_start": proc_start_time(me), "pid": children[0], "pgid": groups[0],
+         "pgids": groups, "started_at": started},
     )
     if os.path.exists(os.path.join(run_dir, STOP)):
         flags["stop"] = True  # stop() raced our start: it found no state.json to signal
+
+    live = set(children)
+
+    def signal_all(sig: int) -> None:
+        for child, group in zip(children, groups, strict=True):
+            if child in live:
+                _signal_group(group, sig, group != child)
 
     timeout = req.get("timeout")
     grace = float(req.get("grace") or 0)
     deadline = started + float(timeout) if timeout else None
     kill_at: float | None = None
     timed_out = stopped = False
-    status = rusage = None
+    ends: dict[int, int] = {}  # member index -> wait status
+    failed: int | None = None  # the member whose failure ended the gang
+    peak = 0.0
     while True:
-        pid, status, rusage = os.wait4(child, os.WNOHANG)
-        if pid == child:
+        for i, child in enumerate(children):
+            if child not in live:
+                continue
+            pid, status, rusage = os.wait4(child, os.WNOHANG)
+            if pid != child:
+                continue
+            live.discard(child)
+            ends[i] = status
+            peak = max(peak, rusage.ru_maxrss / 1024)
+            if failed is None and os.waitstatus_to_exitcode(status) != 0 and not (stopped or timed_out):
+                failed = i
+                if live:  # a member that fails ends the gang's attempt
+                    os.write(log_fd, f"autoresearch: gang member {i} (RANK={i}) ended with "
+                                     f"{_how(status)}; stopping the other {len(live)} member(s)\n".encode())
+                    kill_at = time.time() + grace
+                    signal_all(signal.SIGTERM)
+        if not live:
             break
         now = time.time()
         if flags["stop"] and not stopped and not timed_out:
             stopped = True
             grace = float((read_json(os.path.join(run_dir, STOP)) or {}).get("grace", grace))
             kill_at = now + grace
-            _signal_group(group, signal.SIGTERM, group != child)
+            signal_all(signal.SIGTERM)
         if deadline is not None and now >= deadline and not stopped and not timed_out:
             timed_out = True
             kill_at = now + grace
-            _signal_group(group, signal.SIGTERM, group != child)
+            signal_all(signal.SIGTERM)
         if kill_at is not None and now >= kill_at:
-            _signal_group(group, signal.SIGKILL, group != child)
+            signal_all(signal.SIGKILL)
             kill_at = None
         waits = [t - now for t in (deadline if not (timed_out or stopped) else None, kill_at) if t is not None]
         try:
@@ -271,21 +296,24 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
             os.read(wake_r, 512)
         except OSError:
             pass  # nothing to drain: the select timed out
-    for pgid in {child, group}:
-        _signal_group(pgid, signal.SIGKILL)  # leftovers of the group, as Slurm does at job end
-    code = os.waitstatus_to_exitcode(status) if status is not None else None
-    write_json(
-        os.path.join(run_dir, EXIT),
-        {
-            "exit_code": code if code is not None and code >= 0 else None,
-            "signal": -code if code is not None and code < 0 else None,
-            "timed_out": timed_out,
-            "stopped": stopped,
-            "started_at": started,
-            "ended_at": time.time(),
-            "peak_rss_mb": round(rusage.ru_maxrss / 1024, 1) if rusage is not None else None,
-        },
-    )
+    for child, group in zip(children, groups, strict=True):
+        for pgid in {child, group}:
+            _signal_group(pgid, signal.SIGKILL)  # leftovers of the group, as Slurm does at job end
+    final = ends.get(failed if failed is not None else 0)
+    code = os.waitstatus_to_exitcode(final) if final is not None else None
+    done: dict[str, Any] = {
+        "exit_code": code if code is not None and code >= 0 else None,
+        "signal": -code if code is not None and code < 0 else None,
+        "timed_out": timed_out,
+        "stopped": stopped,
+        "started_at": started,
+        "ended_at": time.time(),
+        "peak_rss_mb": round(peak, 1),
+    }
+    if len(children) > 1:
+        done["members"] = len(children)
+        done["failed_member"] = failed
+    write_json(os.path.join(run_dir, EXIT), done)
     if _poke(req.get("wake_fifo")):
         # A watcher that dies right after our poke would leave the ending unrecorded until
         # somebody's next call: wait for its acknowledgement, else run the pass ourselves.
@@ -309,6 +337,26 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
         except OSError:
             pass
     os._exit(0)
+
+
+def _start_member(req: dict[str, Any], env: dict[str, str], log_fd: int) -> tuple[int, int]:
+    """Spawn one member; (its pid, the process group to signal)."""
+    argv, info = req["argv"], None
+    if req.get("sandbox"):  # argv[0] is bwrap: it tells us its child's pid, whose session we signal
+        info, info_w = os.pipe()
+        os.set_inheritable(info_w, True)
+        argv = [argv[0], "--info-fd", str(info_w), *argv[1:]]
+    child = _spawn(argv, env, req["workdir"], log_fd)
+    group = child
+    if info is not None:
+        os.close(info_w)
+        group = _sandbox_child(info) or child
+    return child, group
+
+
+def _how(status: int) -> str:
+    code = os.waitstatus_to_exitcode(status)
+    return f"exit {code}" if code >= 0 else f"signal {-code}"
 
 
 def _poke(fifo: str | None) -> bool:

@@ -29,7 +29,8 @@ from autoresearch.errors import SpecError
 CONFIG = "config.yaml"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # a profile's name ends up in file names and the ledger
 MAX_CONFIG_BYTES = 1 << 20
-_TOP_KEYS = ("backends", "default")
+# scheduler: fair share and quotas (autoresearch/shares.py); health: thresholds, parsed by health/config.py
+_TOP_KEYS = ("backends", "default", "scheduler", "health")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class Config:
     path: Path
     profiles: dict[str, Profile] = field(default_factory=dict)
     default: str | None = None
+    fair: Any = None  # scheduler.FairShare from the scheduler: section; None: fair share off
 
 
 _cache: dict[Path, tuple[tuple[int, int], Config]] = {}
@@ -133,7 +135,15 @@ def _parse(path: Path, data: Any) -> Config:
         if not isinstance(default, str) or (default not in profiles and default not in kinds):
             raise _bad(path, f"default {str(default)[:60]!r} is neither a profile nor a backend kind",
                        _near(str(default), [*profiles, *kinds], "profiles and kinds"))
-    return Config(path, profiles, default)
+    fair = None
+    if data.get("scheduler") is not None:
+        from autoresearch import shares
+
+        try:
+            fair = shares.parse(data["scheduler"])
+        except SpecError as err:
+            raise SpecError(f"{path}: {err.message}", hint=f"{err.hint} (docs/scheduling.md)") from None
+    return Config(path, profiles, default, fair)
 
 
 def resolve(name: str, home: str | os.PathLike[str] | None = None) -> Profile:

@@ -153,6 +153,14 @@ def render_nodes(cluster: Any) -> None:
     console.print(table)
     queued = ", ".join(f"{k}={v}" for k, v in cluster.queued.items())
     console.print(f"GPUs free {cluster.gpus_free}/{cluster.gpus_total}; running {cluster.running}; queued {queued}")
+    if cluster.projects:
+        usage = Table(title="projects (fair share)")
+        for col in ("PROJECT", "GPUS USED", "OF WHICH BEST-EFFORT", "QUOTA", "WEIGHT", "RUNNING", "QUEUED"):
+            usage.add_column(col)
+        for p in cluster.projects:
+            usage.add_row(_esc(p.project or "(default)"), str(p.gpus_used), str(p.best_effort_gpus),
+                          "-" if p.quota is None else str(p.quota), f"{p.weight:g}", str(p.running), str(p.queued))
+        console.print(usage)
 
 
 def render_health(view: Any) -> None:

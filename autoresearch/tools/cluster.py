@@ -7,7 +7,9 @@ from typing import Any
 from mcp.types import ToolAnnotations
 
 from autoresearch.tools._context import ToolContext, tool_errors
-from autoresearch.tools.models import BackendInfo, BackendsResult, ClusterResult, Node, from_view
+from autoresearch.tools.models import BackendInfo, BackendsResult, ClusterResult, Node, ProjectUsage, from_view
+
+MAX_PROJECTS = 50  # few tokens: `autoresearch nodes --json` lists them all
 
 
 def register(server: Any, ctx: ToolContext) -> None:
@@ -19,7 +21,8 @@ def register(server: Any, ctx: ToolContext) -> None:
 
         Use it before submitting big jobs (how many GPUs are free?) or to understand why a
         job is still queued (queued counts per priority class: critical, normal,
-        best-effort). Queue and running counts cover only the jobs you can see.
+        best-effort). Queue and running counts cover only the jobs you can see. Projects: each
+        one's GPUs in use against its quota and fair-share weight.
         """
         view = ctx.api.cluster(project=ctx.caller_project())
         nodes = [from_view(Node, n) for n in view.nodes]
@@ -28,7 +31,8 @@ def register(server: Any, ctx: ToolContext) -> None:
         return ClusterResult(nodes=nodes, gpus_total=view.gpus_total,
                              gpus_free=view.gpus_free, gpus_used=view.gpus_total - view.gpus_free,
                              running=view.running, queued=view.queued, cordoned=view.cordoned,
-                             degraded=view.degraded)
+                             degraded=view.degraded,
+                             projects=[from_view(ProjectUsage, p) for p in view.projects[:MAX_PROJECTS]])
 
     @server.tool(annotations=ToolAnnotations(title="Backends", read_only_hint=True, open_world_hint=True))
     @tool_errors

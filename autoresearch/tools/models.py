@@ -155,6 +155,14 @@ class Node(BaseModel):
                                 "'signature on node GPU n: what'.")
 
 
+class ProjectUsage(BaseModel):
+    project: str
+    gpus_used: int = Field(description="GPUs its running jobs hold (best-effort ones included).")
+    quota: int | None = Field(description="GPUs its normal and critical jobs may hold; null: no cap.")
+    weight: float = Field(description="Its fair-share weight: the queue favours the project furthest below it.")
+    queued: int
+
+
 class ClusterResult(BaseModel):
     nodes: list[Node]
     gpus_total: int
@@ -165,6 +173,8 @@ class ClusterResult(BaseModel):
     cordoned: list[str] = Field(description="'node: reason' for each cordoned node.")
     degraded: list[str] = Field(default_factory=list, description="'node: reason' for each degraded (throttling) "
                                 "node: jobs go there last.")
+    projects: list[ProjectUsage] = Field(default_factory=list, description="Fair share: each project's GPUs in use, "
+                                         "quota, weight and queued jobs (yours only, on a tokened server).")
 
 
 class BackendInfo(BaseModel):

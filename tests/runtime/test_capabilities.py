@@ -74,15 +74,16 @@ def test_hints_never_name_the_fake() -> None:
     assert "local" in able("preemption") and "local" in able("gpus")
     # The fake can do everything, but it runs nothing: never suggested.
     assert "fake" not in able("preemption") + able("gpus") + able("multi_node") + able("containers")
-    assert "local" not in able("multi_node")
+    assert "local" in able("multi_node")  # a gang runs on the host, one process group per member (issue 11)
 
 
-def test_cli_refuses_a_gang_job_with_exit_2_and_a_hint(home: Path, tmp_path: Path) -> None:
+def test_cli_refuses_a_gang_bigger_than_the_host_with_exit_2_and_a_hint(home: Path, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    out = subprocess.run([sys.executable, "-m", "autoresearch.cli", "submit", "--nodes", "2", "--", "true"],
-                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    out = subprocess.run([sys.executable, "-m", "autoresearch.cli", "submit", "--nodes", "3", "--gpus", "1", "--",
+                          "true"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
     assert out.returncode == 2, out
-    assert "the local backend runs single-node jobs only" in out.stderr and "hint: use nodes: 1" in out.stderr
+    assert "a gang of 3 members with 1 GPU(s) each needs 3 GPU slots but this host has 2" in out.stderr
+    assert "hint: ask for at most 2 node(s)" in out.stderr
     assert "Traceback" not in out.stderr
 
 

@@ -1,0 +1,91 @@
+"""One scheduling pass with fair share on: queue size x fleet (issue 11).
+
+    python bench/bench_scheduler.py [--runs 7] [--sizes 1000,3000,10000,30000]
+
+A fleet of 128 nodes x 8 GPUs (1,024 GPUs), a quarter of it busy with normal work and a
+quarter with preemptible best-effort work, 20 projects (weights 1-4, a GPU quota on half
+of them), a mix of classes, job sizes 1-8 GPUs and some 2- and 4-node gangs. Prints the
+median and p95 wall time (and the median CPU time, which a loaded machine distorts least) of
+``scheduler.schedule`` with fair share off and on at each queue size.
+Goal: <= 50 ms at 10,000 queued x 1,024 GPUs with fair share on. Not a test: figures
+depend on the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_runtime import pct  # noqa: E402
+
+from autoresearch.scheduler import FairShare, NodeState, Pending, Running, Share, schedule  # noqa: E402
+
+PROJECTS = [f"p{i:02d}" for i in range(20)]
+
+
+def fleet(nodes: int = 128, gpus: int = 8) -> tuple[list[NodeState], list[Running]]:
+    states = [NodeState(f"node{i:03d}", tuple(str(g) for g in range(gpus)), cpus=64.0) for i in range(nodes)]
+    running = [Running(1_000_000 + i, 1, "best-effort" if i % 2 else "normal",
+                       ((f"node{i:03d}", tuple(str(g) for g in range(gpus // 2))),), float(i), cpus=4.0,
+                       project=PROJECTS[i % len(PROJECTS)]) for i in range(nodes)]
+    return states, running
+
+
+def queue(n: int) -> list[Pending]:
+    classes = ["critical", "normal", "normal", "best-effort"]
+    out = []
+    for i in range(n):
+        gang = 1 if i % 10 else (2 if i % 20 else 4)
+        out.append(Pending(i, classes[i % 4], [1, 2, 4, 8][i % 4], gang, cpus=float(1 + i % 8),
+                           waited_s=float(i % 600), project=PROJECTS[(i * 7) % len(PROJECTS)]))
+    return out
+
+
+def shares() -> FairShare:
+    return FairShare({p: Share(weight=1.0 + i % 4, quota=64 if i % 2 else None) for i, p in enumerate(PROJECTS)})
+
+
+def time_pass(pending: list[Pending], nodes: list[NodeState], running: list[Running], fair: FairShare | None,
+              runs: int) -> tuple[list[float], list[float]]:
+    """Wall and CPU milliseconds per pass (CPU time is what a loaded machine distorts least)."""
+    wall, cpu = [], []
+    for _ in range(runs):
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = schedule(pending, nodes, running, fair=fair)
+        wall.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.process_time() - c0) * 1000)
+    assert out.placements
+    return wall, cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--sizes", default="1000,3000,10000,30000")
+    args = parser.parse_args()
+    from rich.console import Console
+    from rich.table import Table
+
+    nodes, running = fleet()
+    table = Table(title=f"scheduler.schedule, 128 x 8 GPUs, 20 projects (runs={args.runs}, {os.cpu_count()} cores, "
+                        f"load {os.getloadavg()[0]:.1f})")
+    for col in ("queued", "fair off: wall p50 (ms)", "p95", "CPU p50", "fair on: wall p50 (ms)", "p95", "CPU p50",
+                "goal"):
+        table.add_column(col, justify="right")
+    for size in (int(s) for s in args.sizes.split(",")):
+        pending = queue(size)
+        off, off_cpu = time_pass(pending, nodes, running, None, args.runs)
+        on, on_cpu = time_pass(pending, nodes, running, shares(), args.runs)
+        table.add_row(f"{size:,}", f"{statistics.median(off):.1f}", f"{pct(off, 0.95):.1f}",
+                      f"{statistics.median(off_cpu):.1f}", f"{statistics.median(on):.1f}", f"{pct(on, 0.95):.1f}",
+                      f"{statistics.median(on_cpu):.1f}", "<= 50" if size == 10_000 else "")
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()
