@@ -256,7 +256,7 @@ class JobStore:
                 "UPDATE jobs SET state=?, retries_used=?, exit_code=?, end_reason=?, updated_at=?, "
                 "started_at=COALESCE(started_at, ?), "
                 "ended_at=CASE WHEN ? IN ('succeeded','failed','cancelled') THEN ? ELSE NULL END WHERE id=?",
-                (state, retries, status.exit_code, reason, now, status.started_at, state, now, job_id),
+                (state, retries, status.exit_code, reason, now, status.started_at, state, status.ended_at or now, job_id),
             )
             Ledger.event(c, "end", job_id, n, reason=reason, exit_code=status.exit_code, job_state=state,
                          detail=detail, **({"failure_class": failure[0]} if failure else {}))

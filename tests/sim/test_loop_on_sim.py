@@ -51,3 +51,16 @@ def test_gpu_hours_are_counted_in_simulated_time(tmp_path: Path) -> None:
     assert "gpu_hours budget 6 used" in view.stop_reason
     # GPU hours stop launching and let running trials finish: at most one more round of 4 one-hour trials.
     assert sum(view.counts.values()) <= 6 + 4
+
+
+def test_a_job_ends_at_its_simulated_end_not_at_the_wall_clock(tmp_path: Path) -> None:
+    """The job row's ended_at is the attempt's end (a simulated timestamp), so a one-hour simulated
+    trial shows a one-hour runtime (it showed 0 s: started in simulated time, ended in wall time)."""
+    view = Controller(_plan(budget={"trials": 2}), home=tmp_path / "home").run()
+    from autoresearch.api import Api
+
+    api = Api(tmp_path / "home")
+    for trial in view.trials:
+        job = api.status(trial.job_id)
+        assert job.started_at is not None and job.ended_at is not None
+        assert abs((job.ended_at - job.started_at) - 3600) < 1
