@@ -80,9 +80,9 @@ class Controller:
             runtime = runtime_for_plan(home, plan)
         self.runtime = runtime  # the engine: the loop sits below the facade and never calls it
         self.ledger = runtime.ledger
-        self.stopper: Stopper | None = make_stopper(plan.early_stop)
+        self.stopper: Stopper | None = make_stopper(plan.early_stop, plan.objective.sign())
         self.proposer: Proposer
-        self.watch_metrics = self.stopper is not None or on_update is not None
+        self.watch_metrics = self.stopper is not None or on_update is not None or plan.objective.target is not None
         self.call: ProposeCall | None = None
         self._lock_fd: int | None = None
         self._last_update = self._last_monitor = self._last_persist = self._last_tick = 0.0

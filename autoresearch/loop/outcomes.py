@@ -56,6 +56,7 @@ def monitor(c: LoopHost) -> None:
     running = [r for r in s.active.values() if r["state"] == "running"]
     fresh = read_series(c, running)
     _warn_unseen(c, running)
+    _target(c, fresh)
     if c.stopper is None:
         return
     if not s.history_loaded:  # ended trials' curves, once (after a resume)
@@ -72,6 +73,20 @@ def monitor(c: LoopHost) -> None:
             c.stop_trial(trial_id, verdict.rationale, {"rule": verdict.rule, "step": verdict.step,
                                                   "value": verdict.value * c.sign,
                                                   "threshold": verdict.threshold * c.sign})
+
+
+def _target(c: LoopHost, fresh: dict[int, list[tuple[int, float]]]) -> None:
+    """``objective.target`` reached by a reported point ends the loop: no more launches, the other
+    trials are stopped, and the trial that got there finishes (it is the loop's best)."""
+    s, target = c.state, c.plan.objective.target
+    if target is None or s.stop_reason:
+        return
+    for trial_id, series in sorted(fresh.items()):
+        hit = next((step for step, value in series if value <= c.sign * target), None)
+        if hit is not None and trial_id in s.active:
+            s.finishing.add(trial_id)
+            s.stop_reason = f"target {target:g} reached by trial {trial_id} at step {hit}"
+            return
 
 
 def _warn_unseen(c: LoopHost, running: list[Any]) -> None:

@@ -37,6 +37,15 @@ class StopVerdict:
     rationale: str
 
 
+def passed(step: int, trial: int, series: Series, others: dict[int, Series]) -> bool:
+    """Whether ``step`` is known not to be the last step of a trial: ``trial`` went past it, or
+    another trial did. Without that a rung may be a trial's final epoch, and stopping it there
+    cancels a trial that has finished its training while it wraps up (saves, evaluates)."""
+    if series and series[-1][0] > step:
+        return True
+    return any(s and s[-1][0] > step for t, s in others.items() if t != trial)
+
+
 def value_at(series: Series, step: int) -> float | None:
     """The value a trial had when it first reached ``step`` (None if it has not)."""
     for s, v in series:
@@ -61,6 +70,11 @@ class Stopper(abc.ABC):
     controller run by :func:`make_stopper` from the plan's ``early_stop`` section."""
 
     kind: ClassVar[str] = "?"
+    sign: float = 1.0  # the objective's sign (-1: maximized), set by make_stopper: rationales show real values
+
+    def shown(self, value: float) -> float:
+        """A signed value as the user reads it (a score of 7.4 maximized is -7.4 inside)."""
+        return value * self.sign
 
     @classmethod
     @abc.abstractmethod
@@ -107,6 +121,8 @@ class ASHA(Stopper):
         for rung in self.rungs(series[-1][0]):
             if rung in judged:
                 continue
+            if self.max_steps is None and not passed(rung, trial, series, others):
+                break  # maybe the last epoch: judged once a trial goes past it (a rung is below the end)
             judged.add(rung)
             mine = value_at(series, rung)
             assert mine is not None
@@ -114,8 +130,8 @@ class ASHA(Stopper):
             cutoff = _percentile([*recorded, mine], 100.0 / self.rf)
             if recorded and mine > cutoff:
                 return StopVerdict(rung, mine, cutoff, f"asha rung {rung}",
-                                   f"at step {rung} its value {mine:.6g} is outside the best 1/{self.rf} of "
-                                   f"{len(recorded) + 1} trials there (cutoff {cutoff:.6g})")
+                                   f"at step {rung} its value {self.shown(mine):.6g} is outside the best 1/{self.rf} "
+                                   f"of {len(recorded) + 1} trials there (cutoff {self.shown(cutoff):.6g})")
         return None
 
 
@@ -134,7 +150,7 @@ class MedianRule(Stopper):
         if not series:
             return None
         step = series[-1][0]
-        if step < self.min_steps:
+        if step < self.min_steps or not passed(step, trial, series, others):
             return None
         best = min(v for _, v in series)
         at_step = [v for t, s in others.items() if t != trial for v in [value_at(s, step)] if v is not None]
@@ -143,7 +159,8 @@ class MedianRule(Stopper):
         median = statistics.median(at_step)
         if best > median:
             return StopVerdict(step, best, median, "median",
-                               f"at step {step} its best value {best:.6g} is worse than the median {median:.6g} "
+                               f"at step {step} its best value {self.shown(best):.6g} is worse than the median "
+                               f"{self.shown(median):.6g} "
                                f"of {len(at_step)} other trials there")
         return None
 
@@ -171,10 +188,13 @@ def check_kind(kind: object) -> None:
     raise ValueError(f"Input should be {listed}")
 
 
-def make_stopper(cfg: Any | None) -> Stopper | None:
-    """The stopper for a plan's ``early_stop`` section (None: no early stopping)."""
+def make_stopper(cfg: Any | None, sign: float = 1.0) -> Stopper | None:
+    """The stopper for a plan's ``early_stop`` section (None: no early stopping); ``sign``: the
+    objective's (-1 when maximized), for the values its rationales show."""
     if cfg is None:
         return None
     kind = str(getattr(cfg, "kind", "asha"))
     check_kind(kind)
-    return (_REGISTERED.get(kind) or _BUILTIN[kind]).from_config(cfg)
+    stopper = (_REGISTERED.get(kind) or _BUILTIN[kind]).from_config(cfg)
+    stopper.sign = sign
+    return stopper
