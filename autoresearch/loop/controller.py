@@ -53,6 +53,7 @@ from autoresearch.loop._mlflow_runs import RunPreparer
 from autoresearch.loop.outcomes import LOG_TAIL_LINES as LOG_TAIL_LINES
 from autoresearch.loop.plan import Plan, plan_json
 from autoresearch.loop.proposers import Proposer, ProposerContext, ProposeResult, make_proposer
+from autoresearch.loop.rungsync import RungSync
 from autoresearch.loop.state import LoopState
 from autoresearch.loop.stopping import Series, Stopper, make_stopper
 from autoresearch.loop.store import LoopStore
@@ -171,6 +172,9 @@ class Controller:
         watch = getattr(self.runtime, "watch", None)
         if watch is not None:
             self.watcher = watch()
+            if self.stopper is not None:  # stop at the rung: trials' report() waits for the verdict there
+                s.sync = RungSync(self.ledger.home, self.plan.name, self.runtime.backend.name, self.stopper,
+                                  self.plan.objective.metric)
         s.incumbent = incumbent_of(self.ledger, s.store.loop_id)
 
     def _adopt(self, changed: bool) -> None:
@@ -304,7 +308,10 @@ class Controller:
                     s.active[trial_id] = s.update_trial(trial_id, state="running",
                                                         started_at=job["started_at"] or time.time())
         now = time.monotonic()
-        if self.watch_metrics and s.active and now - self._last_monitor >= self.monitor_every_s:
+        heard = getattr(self.watcher, "points", False)  # a report() at a rung waits: judge it now
+        if self.watch_metrics and s.active and (heard or now - self._last_monitor >= self.monitor_every_s):
+            if heard:
+                self.watcher.points = False
             self._last_monitor = now
             outcomes.monitor(self)
         for trial_id in _limits.check_limits(s):

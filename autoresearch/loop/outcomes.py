@@ -66,13 +66,14 @@ def monitor(c: LoopHost) -> None:
         read_series(c, ended)
     others = dict(s.series)
     for trial_id, series in fresh.items():
-        if trial_id in s.stopping or trial_id not in s.active or s.active[trial_id]["role"] == "repeat":
-            continue
-        verdict = c.stopper.check(trial_id, series, others)
-        if verdict is not None:
-            c.stop_trial(trial_id, verdict.rationale, {"rule": verdict.rule, "step": verdict.step,
-                                                  "value": verdict.value * c.sign,
-                                                  "threshold": verdict.threshold * c.sign})
+        if trial_id not in s.stopping and trial_id in s.active and s.active[trial_id]["role"] != "repeat":
+            verdict = c.stopper.check(trial_id, series, others)
+            if verdict is not None:
+                c.stop_trial(trial_id, verdict.rationale, {"rule": verdict.rule, "step": verdict.step,
+                                                      "value": verdict.value * c.sign,
+                                                      "threshold": verdict.threshold * c.sign})
+        if s.sync is not None and series:  # a report() waiting at a rung goes on (or learns it is stopped)
+            s.sync.answer(trial_id, series[-1][0], stop=trial_id in s.stopping)
 
 
 def _target(c: LoopHost, fresh: dict[int, list[tuple[int, float]]]) -> None:
@@ -134,6 +135,8 @@ def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
         why = "timed out" if job["end_reason"] == "timeout" else f"exited {job['exit_code']}"
         failure = f"{why}\n" + log_tail(c.runtime, job["id"])
     s.stopping.discard(trial_id)
+    if s.sync is not None:
+        s.sync.forget(trial_id)
     fresh = s.update_trial(trial_id, state=state, objective=value, failure=failure, **fields)
     record = to_record(fresh, s.series.get(trial_id))
     if record.intermediate:

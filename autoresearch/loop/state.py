@@ -37,6 +37,7 @@ class LoopState:
     active: dict[int, Any] = field(default_factory=dict)  # trial id -> row (queued/running with a job)
     series: dict[int, Series] = field(default_factory=dict)  # trial id -> signed objective series
     stopping: set[int] = field(default_factory=set)  # trials whose stop decision is out
+    sync: Any = None  # the rung handshake with trials' report() (autoresearch/loop/rungsync.py), if any
     finishing: set[int] = field(default_factory=set)  # trials a loop's stop leaves to finish (reached the target)
     launch_decided: set[int] = field(default_factory=set)  # trials with a launch decision
     incumbent: int | None = None

@@ -81,6 +81,11 @@ class Stopper(abc.ABC):
     def from_config(cls, cfg: Any) -> Stopper:
         """The stopper for a plan's ``early_stop`` section (an :class:`~autoresearch.loop.plan.EarlyStop`)."""
 
+    def decision_steps(self, trial: int) -> list[int]:
+        """The steps at which this stopper judges ``trial`` (ascending), if fixed in advance: its
+        report() there waits for the verdict (autoresearch/loop/rungsync.py). [] : any step."""
+        return []
+
     def adopt(self, trial: int, series: Series) -> None:  # noqa: B027 - optional
         """A trial seen first after a restart (its curve so far): do not judge it again for the past."""
 
@@ -108,6 +113,9 @@ class ASHA(Stopper):
             out.append(rung)
             rung *= self.rf
         return out
+
+    def decision_steps(self, trial: int) -> list[int]:
+        return self.rungs(2**53)
 
     def adopt(self, trial: int, series: Series) -> None:
         """A trial seen first after a restart: the rungs it already passed are not re-judged."""
