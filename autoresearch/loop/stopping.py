@@ -1,6 +1,6 @@
 """Early stopping: a :class:`Stopper` base class, a registry from ``early_stop.kind`` to a
-stopper (built in: ``asha``, ``median``; :func:`register` adds more, e.g. ``hyperband``), and
-the built-in rules.
+stopper (built in: ``asha``, ``median``, ``hyperband``, ``curve``; :func:`register` adds more),
+and the built-in rules.
 
 Everything here is pure (no I/O) and works on "lower is better" values: the
 controller multiplies a maximized objective by -1 before asking.
@@ -13,6 +13,12 @@ controller multiplies a maximized objective by -1 before asking.
 * **Median rule** (Golovin et al. 2017; optuna's ``MedianPruner``): from
   ``min_steps`` on, a trial whose best value so far is worse than the median of the
   other trials' values at the same step stops, once ``min_trials`` others got there.
+
+* **Hyperband** and **curve** (learning-curve extrapolation): see :class:`Hyperband`, :class:`CurveStop`.
+
+A rung or step that no trial went past may be a trial's last epoch: it is not judged (the
+trial would be cancelled while it wraps up) until one goes past it, unless ``max_steps`` says
+where the end is.
 
 The noise floor and keep-or-discard live in :mod:`autoresearch.loop.noise`.
 """
@@ -122,14 +128,16 @@ class ASHA(Stopper):
         last = series[-1][0] if series else -1
         self.judged.setdefault(trial, set()).update(self.rungs(last))
 
-    def check(self, trial: int, series: Series, others: dict[int, Series]) -> StopVerdict | None:
+    def check(self, trial: int, series: Series, others: dict[int, Series],
+              everyone: dict[int, Series] | None = None) -> StopVerdict | None:
+        """``everyone``: the curves that tell whether a rung is below the end (default: ``others``)."""
         if not series:
             return None
         judged = self.judged.setdefault(trial, set())
         for rung in self.rungs(series[-1][0]):
             if rung in judged:
                 continue
-            if self.max_steps is None and not passed(rung, trial, series, others):
+            if self.max_steps is None and not passed(rung, trial, series, others if everyone is None else everyone):
                 break  # maybe the last epoch: judged once a trial goes past it (a rung is below the end)
             judged.add(rung)
             mine = value_at(series, rung)
@@ -173,7 +181,99 @@ class MedianRule(Stopper):
         return None
 
 
-_BUILTIN: dict[str, type[Stopper]] = {"asha": ASHA, "median": MedianRule}
+class Hyperband(Stopper):
+    """Hyperband's brackets, asynchronously (Li et al. 2018; Ray Tune's ``AsyncHyperBandScheduler``):
+    bracket ``b`` is an ASHA whose first rung is ``min_steps * reduction_factor**b``, and a trial is
+    compared only with the trials of its own bracket. Aggressive brackets (early first rung) get
+    more trials, as in Hyperband: bracket ``b`` gets a share proportional to
+    ``reduction_factor**(brackets-1-b)``. A trial's bracket follows from its id (the same after a
+    restart). The proposer is untouched: every trial asks for the full budget and is cut at rungs."""
+
+    kind = "hyperband"
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> Hyperband:
+        return cls(getattr(cfg, "min_steps", 1), getattr(cfg, "reduction_factor", 3),
+                   getattr(cfg, "max_steps", None), getattr(cfg, "brackets", None))
+
+    def __init__(self, min_steps: int = 1, reduction_factor: int = 3, max_steps: int | None = None,
+                 brackets: int | None = None) -> None:
+        if brackets is None:  # as many as there are rungs below max_steps (3 without one)
+            brackets = len(ASHA(min_steps, reduction_factor, max_steps).rungs(max_steps or 0)) if max_steps else 3
+        self.n = max(1, brackets)
+        self.rf = reduction_factor
+        self.asha = [ASHA(min_steps * reduction_factor**b, reduction_factor, max_steps) for b in range(self.n)]
+        weights = [reduction_factor ** (self.n - 1 - b) for b in range(self.n)]
+        total = float(sum(weights))
+        self.edges = [sum(weights[: b + 1]) / total for b in range(self.n)]
+
+    def bracket(self, trial: int) -> int:
+        u = (trial * 0.6180339887498949) % 1.0  # low-discrepancy: shares are met after a few trials
+        return next(b for b, edge in enumerate(self.edges) if u < edge or b == self.n - 1)
+
+    def decision_steps(self, trial: int) -> list[int]:
+        return self.asha[self.bracket(trial)].decision_steps(trial)
+
+    def adopt(self, trial: int, series: Series) -> None:
+        self.asha[self.bracket(trial)].adopt(trial, series)
+
+    def check(self, trial: int, series: Series, others: dict[int, Series]) -> StopVerdict | None:
+        b = self.bracket(trial)
+        peers = {t: s for t, s in others.items() if self.bracket(t) == b}
+        verdict = self.asha[b].check(trial, series, peers, everyone=others)  # every trial tells where the end is
+        if verdict is None:
+            return None
+        return StopVerdict(verdict.step, verdict.value, verdict.threshold, f"hyperband bracket {b} rung {verdict.step}",
+                           f"bracket {b} of {self.n}: {verdict.rationale}")
+
+
+class CurveStop(Stopper):
+    """Learning-curve extrapolation: from ``min_steps`` points on, fit the trial's curve
+    (:mod:`autoresearch.loop._curvefit`) and stop it when even an optimistic forecast of its final
+    value (at ``max_steps``, else the longest curve seen) is worse than the incumbent's final
+    value with probability ``confidence``. The incumbent: the best value at that horizon among
+    the trials that got there."""
+
+    kind = "curve"
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> CurveStop:
+        return cls(max(3, getattr(cfg, "min_steps", 3)), getattr(cfg, "max_steps", None),
+                   getattr(cfg, "confidence", 0.95))
+
+    def __init__(self, min_steps: int = 3, max_steps: int | None = None, confidence: float = 0.95) -> None:
+        self.min_steps = min_steps
+        self.max_steps = max_steps
+        self.confidence = confidence
+        self.seen: dict[int, int] = {}  # trial -> points at its last forecast
+
+    def check(self, trial: int, series: Series, others: dict[int, Series]) -> StopVerdict | None:
+        if len(series) < self.min_steps or self.seen.get(trial) == len(series):
+            return None
+        self.seen[trial] = len(series)
+        horizon = self.max_steps or max((s[-1][0] for t, s in others.items() if s and t != trial), default=0)
+        step = series[-1][0]
+        if horizon <= step:
+            return None  # the trial is at (or past) the end: nothing to forecast
+        finals = [v for t, s in others.items() if t != trial and s and s[-1][0] >= horizon
+                  for v in [value_at(s, horizon)] if v is not None]
+        if not finals:
+            return None
+        incumbent = min(finals)
+        if min(v for _, v in series) <= incumbent:
+            return None
+        from autoresearch.loop._curvefit import forecast
+
+        fc = forecast([st for st, _ in series], [v for _, v in series], horizon, self.confidence)
+        if fc is None or fc.low <= incumbent:
+            return None
+        return StopVerdict(step, series[-1][1], incumbent, "curve",
+                           f"at step {step} its curve forecasts {self.shown(fc.mean):.6g} at step {horizon} "
+                           f"(at best {self.shown(fc.low):.6g} with {self.confidence:.0%} confidence), worse than "
+                           f"the incumbent's {self.shown(incumbent):.6g}")
+
+
+_BUILTIN: dict[str, type[Stopper]] = {"asha": ASHA, "median": MedianRule, "hyperband": Hyperband, "curve": CurveStop}
 _REGISTERED: dict[str, type[Stopper]] = {}
 
 
