@@ -45,7 +45,7 @@ from autoresearch import jobs as job_ops
 from autoresearch import outbox
 from autoresearch.errors import AutoresearchError, BackendError, PlanError, StateError
 from autoresearch.jobstore import JobStore
-from autoresearch.loop import _limits, outcomes
+from autoresearch.loop import _limits, outcomes, pause
 from autoresearch.loop._interrupt import LoopInterrupted, SigintFlag, wake
 from autoresearch.loop._launch import ProposeCall, launch, timed
 from autoresearch.loop._mlflow_runs import PREPARE_HOLD_S as PREPARE_HOLD_S
@@ -330,6 +330,7 @@ class Controller:
 
     def _finish(self) -> LoopView:
         s = self.state
+        pause.finish(self)
         for row in s.pending():
             s.update_trial(row["id"], state="skipped", failure=f"not launched: {s.stop_reason}")
         view = self.view()

@@ -20,6 +20,7 @@ from autoresearch import metrics as M
 from autoresearch.errors import AutoresearchError
 from autoresearch.jobstore import JobStore
 from autoresearch.loop import noise as N
+from autoresearch.loop import pause
 from autoresearch.loop.proposers import Proposal, ProposeResult, ProposerInfo
 from autoresearch.loop.state import LoopHost
 from autoresearch.loop.store import to_record
@@ -47,6 +48,9 @@ def read_series(c: LoopHost, rows: list[Any]) -> dict[int, list[tuple[int, float
         out.setdefault(by_job[p["job_id"]], []).append((int(p["step"]), c.sign * float(p["value"])))
     for trial_id in out:
         out[trial_id].sort(key=lambda sv: sv[0])
+        before = c.state.prefix.get(trial_id)
+        if before:  # resumed after a pause: its curve goes on from there
+            out[trial_id] = before + [sv for sv in out[trial_id] if sv[0] > before[-1][0]]
     c.series.update(out)
     return out
 
@@ -69,7 +73,10 @@ def monitor(c: LoopHost) -> None:
         if trial_id not in s.stopping and trial_id in s.active and s.active[trial_id]["role"] != "repeat":
             verdict = c.stopper.check(trial_id, series, others)
             if verdict is not None:
-                c.stop_trial(trial_id, verdict.rationale, {"rule": verdict.rule, "step": verdict.step,
+                paused = pause.enabled(c)
+                if paused:
+                    s.pause_at.add(trial_id)
+                c.stop_trial(trial_id, verdict.rationale, {"rule": verdict.rule, "step": verdict.step, "pause": paused,
                                                       "value": verdict.value * c.sign,
                                                       "threshold": verdict.threshold * c.sign})
         if s.sync is not None and series:  # a report() waiting at a rung goes on (or learns it is stopped)
@@ -120,6 +127,8 @@ def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
     elif job["state"] == "cancelled":
         stopped = trial_id in s.stopping or s.store.has_decision("stop", trial_id)
         state = "stopped" if stopped else "cancelled"
+        if stopped and pause.on_end(c, trial_id, job) == "paused":
+            state = "paused"
         series = s.series.get(trial_id)
         if value is None and series:
             value = series[-1][1] * c.sign
@@ -141,9 +150,11 @@ def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
     record = to_record(fresh, s.series.get(trial_id))
     if record.intermediate:
         record.intermediate = [(s, v * c.sign) for s, v in record.intermediate]
-    c.proposer.observe(record)
+    if state != "paused":  # a paused trial is not over: the proposer hears of it when it ends
+        c.proposer.observe(record)
     if state == "succeeded" and value is not None:
         judge(c, fresh)
+    pause.promote(c)  # a slot is free: a paused trial that is now promotable goes first
     c.publish(force=True)
 
 

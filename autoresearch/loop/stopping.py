@@ -92,6 +92,10 @@ class Stopper(abc.ABC):
         report() there waits for the verdict (autoresearch/loop/rungsync.py). [] : any step."""
         return []
 
+    def promotable(self, trial: int, series: Series, others: dict[int, Series]) -> bool:
+        """A paused trial (its curve ends at the rung where it lost): may it resume now?"""
+        return False
+
     def adopt(self, trial: int, series: Series) -> None:  # noqa: B027 - optional
         """A trial seen first after a restart (its curve so far): do not judge it again for the past."""
 
@@ -122,6 +126,14 @@ class ASHA(Stopper):
 
     def decision_steps(self, trial: int) -> list[int]:
         return self.rungs(2**53)
+
+    def promotable(self, trial: int, series: Series, others: dict[int, Series]) -> bool:
+        """Within the best 1/reduction_factor of every trial's value at its rung (later ones did worse)."""
+        if not series:
+            return False
+        rung, mine = series[-1]
+        recorded = [v for t, s in others.items() if t != trial for v in [value_at(s, rung)] if v is not None]
+        return bool(recorded) and mine <= _percentile([*recorded, mine], 100.0 / self.rf)
 
     def adopt(self, trial: int, series: Series) -> None:
         """A trial seen first after a restart: the rungs it already passed are not re-judged."""
@@ -216,6 +228,10 @@ class Hyperband(Stopper):
 
     def adopt(self, trial: int, series: Series) -> None:
         self.asha[self.bracket(trial)].adopt(trial, series)
+
+    def promotable(self, trial: int, series: Series, others: dict[int, Series]) -> bool:
+        b = self.bracket(trial)
+        return self.asha[b].promotable(trial, series, {t: s for t, s in others.items() if self.bracket(t) == b})
 
     def check(self, trial: int, series: Series, others: dict[int, Series]) -> StopVerdict | None:
         b = self.bracket(trial)
