@@ -11,6 +11,11 @@ the runtime also understands, so a script runs either way.
 A bad argument never crashes the trial: a value that is not a number, or a step
 that is not a whole number in ``0..MAX_STEP``, is left out with a warning on
 stderr (the first few only); NaN and infinities are recorded as gaps.
+
+Inside a loop whose stopper decides at fixed steps (ASHA rungs), a report at such a step
+also pokes the loop (``AUTORESEARCH_STOP_FIFO``) and waits, at most
+``AUTORESEARCH_STOP_WAIT_S``, for its verdict (``AUTORESEARCH_STOP_FILE``), so a trial that
+is stopped there trains no further (see autoresearch/loop/rungsync.py).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import sys
 import time
 
@@ -30,6 +36,8 @@ _MAX_WARNINGS = 5
 _file = None
 _path = None
 _warned = 0
+_sync: tuple[frozenset[int], str, str, float, str] | None = None
+_sync_read = False
 
 
 def _warn(message: str) -> None:
@@ -95,3 +103,55 @@ def report(step: int | None = None, **metrics: float) -> None:
         _file.write(json.dumps(record) + "\n")  # type: ignore[union-attr]
     except (OSError, ValueError) as err:  # a full disk, or a closed file, must not end the run
         _warn(f"cannot write to {path} ({err}); these metrics were not recorded")
+        return
+    if record_step is not None:
+        _rung_wait(record_step, clean)
+
+
+def _read_sync() -> tuple[frozenset[int], str, str, float, str] | None:
+    env = os.environ
+    steps, file, fifo = env.get("AUTORESEARCH_STOP_STEPS"), env.get("AUTORESEARCH_STOP_FILE"), env.get("AUTORESEARCH_STOP_FIFO")
+    if not (steps and file and fifo):
+        return None
+    try:
+        wait_s = min(max(float(env.get("AUTORESEARCH_STOP_WAIT_S", "5")), 0.0), 60.0)
+        parsed = frozenset(int(s) for s in steps.split(",")[:64])
+    except ValueError:
+        return None
+    metric = env.get("AUTORESEARCH_STOP_METRIC", "")
+    return (parsed, file, fifo, wait_s, metric) if wait_s == wait_s else None  # NaN: no wait
+
+
+def _rung_wait(step: int, metrics: dict[str, float | None]) -> None:
+    """At a step where the loop decides, with its objective: poke it, then wait (bounded) for its verdict."""
+    global _sync, _sync_read
+    if not _sync_read:
+        _sync, _sync_read = _read_sync(), True
+    if _sync is None or step not in _sync[0] or _sync[4] not in metrics:
+        return
+    _, file, fifo, wait_s, _ = _sync
+    try:
+        if not stat.S_ISFIFO(os.stat(fifo).st_mode):
+            return
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO: nobody reads it, no controller to wait for
+    except OSError:
+        return
+    try:
+        os.write(fd, b"r")
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    deadline, delay = time.monotonic() + wait_s, 0.002
+    while True:
+        try:
+            with open(file) as f:
+                words = f.read(64).split()
+        except OSError:  # not visible here (another machine, a sandbox): no wait
+            return
+        if words and words[0].isdigit() and int(words[0]) >= step:
+            return  # go on (or "stop": SIGTERM is on its way; the trial's own handler decides)
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)

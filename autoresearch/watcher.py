@@ -42,15 +42,17 @@ class Watcher:
             pass
         # O_RDWR: we are also a writer, so the FIFO never reports EOF and select() blocks.
         self.fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+        self.points = False  # the last wait heard a reported point that waits for a verdict
 
     def wait(self, timeout: float) -> bool:
         """True when at least one attempt ended since the last call (pokes are coalesced)."""
+        self.points = False
         ready, _, _ = select.select([self.fd], [], [], timeout)
         if not ready:
             return False
         try:
-            while os.read(self.fd, 4096):
-                pass
+            while chunk := os.read(self.fd, 4096):
+                self.points = self.points or b"r" in chunk  # a trial's report() at a rung (loop/rungsync.py)
         except BlockingIOError:
             pass
         return True

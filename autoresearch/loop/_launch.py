@@ -51,6 +51,10 @@ def launch(s: LoopState, row: Any, proposer: Any, runtime: Any) -> None:
                                                           row["parent_trial"])) or s.plan.trial.workdir
         command = s.plan.render_command(params, int(row["seed"] or 0), trial_id)
         spec = trial_spec(s.plan, s.store.loop_id, row, params, command, workdir)
+        if s.sync is not None:
+            spec["env"].update(s.sync.env(trial_id))
+        if getattr(s.plan.early_stop, "pause", False) and not spec["checkpoint"]:
+            spec["checkpoint"] = True  # a per-job checkpoint dir, to pause and resume (loop/pause.py)
         if trial_id not in s.launch_decided:
             s.launch_decided.add(trial_id)
             s.store.decide("launch", trial_id=trial_id, rationale=row["rationale"],

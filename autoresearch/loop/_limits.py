@@ -44,7 +44,7 @@ def check_limits(s: LoopState) -> list[int]:
     if s.hard_budgets and s.stop_deadline is None:
         s.stop_deadline = time.monotonic() + s.plan.trial.grace + HARD_STOP_WAIT_S
     return [trial_id for trial_id in list(s.active)
-            if trial_id not in s.stopping and s.active[trial_id]["job_id"] is not None]
+            if trial_id not in s.stopping and trial_id not in s.finishing and s.active[trial_id]["job_id"] is not None]
 
 
 def gpu_hours(s: LoopState) -> float:

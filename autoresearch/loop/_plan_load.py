@@ -69,7 +69,8 @@ def explain(err: ValidationError, source: str = "plan") -> PlanError:
         "proposer": "kinds: random, grid, tpe, llm, agent",
         "objective": "e.g. objective: {metric: val_loss, goal: minimize}",
         "budget": "e.g. budget: {trials: 40, parallel: 4}",
-        "early_stop": "e.g. early_stop: {kind: asha, min_steps: 3, reduction_factor: 3}",
+        "early_stop": "e.g. early_stop: {kind: asha, min_steps: 3, reduction_factor: 3}; also median, hyperband "
+                      "(brackets: 1-10), curve (confidence: 0.5 to below 1)",
     }
     hint = hints.get(str(loc[0]) if loc else "", "see `autoresearch schema plan`")
     if loc and loc[0] == "space":

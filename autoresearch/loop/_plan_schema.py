@@ -54,6 +54,8 @@ def input_schema(schema: dict[str, Any], stop_kinds: list[str], backends: dict[s
                          "description": "a kind ('tpe') or the full section"}
     props["early_stop"] = {"anyOf": [{"type": "string", "enum": stop_kinds}, {"$ref": "#/$defs/EarlyStop"},
                                      {"type": "null"}], "description": "a kind ('asha') or the full section"}
+    defs["EarlyStop"]["if"] = {"required": ["pause"], "properties": {"pause": {"const": True}}}
+    defs["EarlyStop"]["then"] = {"properties": {"kind": {"enum": ["asha", "hyperband"]}}}  # promotion is at rungs
     defs["Objective"]["properties"]["goal"] = {"type": "string", "pattern": GOAL, "default": "minimize",
                                                "description": "minimize | maximize (also min, max)"}
 

@@ -45,7 +45,7 @@ from autoresearch import jobs as job_ops
 from autoresearch import outbox
 from autoresearch.errors import AutoresearchError, BackendError, PlanError, StateError
 from autoresearch.jobstore import JobStore
-from autoresearch.loop import _limits, outcomes
+from autoresearch.loop import _limits, outcomes, pause
 from autoresearch.loop._interrupt import LoopInterrupted, SigintFlag, wake
 from autoresearch.loop._launch import ProposeCall, launch, timed
 from autoresearch.loop._mlflow_runs import PREPARE_HOLD_S as PREPARE_HOLD_S
@@ -53,6 +53,7 @@ from autoresearch.loop._mlflow_runs import RunPreparer
 from autoresearch.loop.outcomes import LOG_TAIL_LINES as LOG_TAIL_LINES
 from autoresearch.loop.plan import Plan, plan_json
 from autoresearch.loop.proposers import Proposer, ProposerContext, ProposeResult, make_proposer
+from autoresearch.loop.rungsync import RungSync
 from autoresearch.loop.state import LoopState
 from autoresearch.loop.stopping import Series, Stopper, make_stopper
 from autoresearch.loop.store import LoopStore
@@ -82,9 +83,9 @@ class Controller:
             runtime = runtime_for_plan(home, plan)
         self.runtime = runtime  # the engine: the loop sits below the facade and never calls it
         self.ledger = runtime.ledger
-        self.stopper: Stopper | None = make_stopper(plan.early_stop)
+        self.stopper: Stopper | None = make_stopper(plan.early_stop, plan.objective.sign())
         self.proposer: Proposer
-        self.watch_metrics = self.stopper is not None or on_update is not None
+        self.watch_metrics = self.stopper is not None or on_update is not None or plan.objective.target is not None
         self.call: ProposeCall | None = None
         self._lock_fd: int | None = None
         self._last_update = self._last_monitor = self._last_persist = self._last_tick = 0.0
@@ -176,6 +177,9 @@ class Controller:
         watch = getattr(self.runtime, "watch", None)
         if watch is not None:
             self.watcher = watch()
+            if self.stopper is not None:  # stop at the rung: trials' report() waits for the verdict there
+                s.sync = RungSync(self.ledger.home, self.plan.name, self.runtime.backend.name, self.stopper,
+                                  self.plan.objective.metric)
         s.incumbent = incumbent_of(self.ledger, s.store.loop_id)
 
     def _adopt(self, changed: bool) -> None:
@@ -317,7 +321,10 @@ class Controller:
                     s.active[trial_id] = s.update_trial(trial_id, state="running",
                                                         started_at=job["started_at"] or time.time())
         now = time.monotonic()
-        if self.watch_metrics and s.active and now - self._last_monitor >= self.monitor_every_s:
+        heard = getattr(self.watcher, "points", False)  # a report() at a rung waits: judge it now
+        if self.watch_metrics and s.active and (heard or now - self._last_monitor >= self.monitor_every_s):
+            if heard:
+                self.watcher.points = False
             self._last_monitor = now
             outcomes.monitor(self)
         for trial_id in _limits.check_limits(s):
@@ -336,6 +343,7 @@ class Controller:
 
     def _finish(self) -> LoopView:
         s = self.state
+        pause.finish(self)
         for row in s.pending():
             s.update_trial(row["id"], state="skipped", failure=f"not launched: {s.stop_reason}")
         view = self.view()

@@ -20,6 +20,7 @@ from autoresearch import metrics as M
 from autoresearch.errors import AutoresearchError
 from autoresearch.jobstore import JobStore
 from autoresearch.loop import noise as N
+from autoresearch.loop import pause
 from autoresearch.loop.proposers import Proposal, ProposeResult, ProposerInfo
 from autoresearch.loop.state import LoopHost
 from autoresearch.loop.store import to_record
@@ -47,6 +48,9 @@ def read_series(c: LoopHost, rows: list[Any]) -> dict[int, list[tuple[int, float
         out.setdefault(by_job[p["job_id"]], []).append((int(p["step"]), c.sign * float(p["value"])))
     for trial_id in out:
         out[trial_id].sort(key=lambda sv: sv[0])
+        before = c.state.prefix.get(trial_id)
+        if before:  # resumed after a pause: its curve goes on from there
+            out[trial_id] = before + [sv for sv in out[trial_id] if sv[0] > before[-1][0]]
     c.series.update(out)
     return out
 
@@ -56,6 +60,7 @@ def monitor(c: LoopHost) -> None:
     running = [r for r in s.active.values() if r["state"] == "running"]
     fresh = read_series(c, running)
     _warn_unseen(c, running)
+    _target(c, fresh)
     if c.stopper is None:
         return
     if not s.history_loaded:  # ended trials' curves, once (after a resume)
@@ -65,13 +70,31 @@ def monitor(c: LoopHost) -> None:
         read_series(c, ended)
     others = dict(s.series)
     for trial_id, series in fresh.items():
-        if trial_id in s.stopping or trial_id not in s.active or s.active[trial_id]["role"] == "repeat":
-            continue
-        verdict = c.stopper.check(trial_id, series, others)
-        if verdict is not None:
-            c.stop_trial(trial_id, verdict.rationale, {"rule": verdict.rule, "step": verdict.step,
-                                                  "value": verdict.value * c.sign,
-                                                  "threshold": verdict.threshold * c.sign})
+        if trial_id not in s.stopping and trial_id in s.active and s.active[trial_id]["role"] != "repeat":
+            verdict = c.stopper.check(trial_id, series, others)
+            if verdict is not None:
+                paused = pause.enabled(c)
+                if paused:
+                    s.pause_at.add(trial_id)
+                c.stop_trial(trial_id, verdict.rationale, {"rule": verdict.rule, "step": verdict.step, "pause": paused,
+                                                      "value": verdict.value * c.sign,
+                                                      "threshold": verdict.threshold * c.sign})
+        if s.sync is not None and series:  # a report() waiting at a rung goes on (or learns it is stopped)
+            s.sync.answer(trial_id, series[-1][0], stop=trial_id in s.stopping)
+
+
+def _target(c: LoopHost, fresh: dict[int, list[tuple[int, float]]]) -> None:
+    """``objective.target`` reached by a reported point ends the loop: no more launches, the other
+    trials are stopped, and the trial that got there finishes (it is the loop's best)."""
+    s, target = c.state, c.plan.objective.target
+    if target is None or s.stop_reason:
+        return
+    for trial_id, series in sorted(fresh.items()):
+        hit = next((step for step, value in series if value <= c.sign * target), None)
+        if hit is not None and trial_id in s.active:
+            s.finishing.add(trial_id)
+            s.stop_reason = f"target {target:g} reached by trial {trial_id} at step {hit}"
+            return
 
 
 def _warn_unseen(c: LoopHost, running: list[Any]) -> None:
@@ -104,6 +127,8 @@ def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
     elif job["state"] == "cancelled":
         stopped = trial_id in s.stopping or s.store.has_decision("stop", trial_id)
         state = "stopped" if stopped else "cancelled"
+        if stopped and pause.on_end(c, trial_id, job) == "paused":
+            state = "paused"
         series = s.series.get(trial_id)
         if value is None and series:
             value = series[-1][1] * c.sign
@@ -119,13 +144,17 @@ def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
         why = "timed out" if job["end_reason"] == "timeout" else f"exited {job['exit_code']}"
         failure = f"{why}\n" + log_tail(c.runtime, job["id"])
     s.stopping.discard(trial_id)
+    if s.sync is not None:
+        s.sync.forget(trial_id)
     fresh = s.update_trial(trial_id, state=state, objective=value, failure=failure, **fields)
     record = to_record(fresh, s.series.get(trial_id))
     if record.intermediate:
         record.intermediate = [(s, v * c.sign) for s, v in record.intermediate]
-    c.proposer.observe(record)
+    if state != "paused":  # a paused trial is not over: the proposer hears of it when it ends
+        c.proposer.observe(record)
     if state == "succeeded" and value is not None:
         judge(c, fresh)
+    pause.promote(c)  # a slot is free: a paused trial that is now promotable goes first
     c.publish(force=True)
 
 

@@ -245,10 +245,24 @@ def _stop_kinds(schema: dict[str, Any]) -> None:
 class EarlyStop(_Model):
     kind: str = Field("asha", description="A registered stopper (autoresearch.loop.stopping): asha, median, ...",
                       json_schema_extra=_stop_kinds)
-    min_steps: int = Field(1, ge=1, description="Never stop a trial before this step (ASHA's grace period).")
+    min_steps: int = Field(1, ge=1, description="Never stop a trial before this step (ASHA's grace period; curve: "
+                                                "at least 3 points).")
     reduction_factor: int = Field(3, ge=2, description="asha: keep the top 1/reduction_factor at each rung.")
-    max_steps: int | None = Field(None, ge=1, description="asha: last rung (default: unbounded).")
+    max_steps: int | None = Field(None, ge=1, description="asha, hyperband: rungs are below it; curve: the step to "
+                                                          "forecast (default: the longest curve seen).")
     min_trials: int = Field(3, ge=1, description="median: trials that must have reached a step before it applies.")
+    brackets: int | None = Field(None, ge=1, le=10, description="hyperband: brackets (default: the rungs below "
+                                                                 "max_steps, else 3).")
+    pause: bool = Field(False, description="asha, hyperband: pause a losing trial at its rung (it must checkpoint "
+                                           "in AUTORESEARCH_CHECKPOINT_DIR) and resume it when promoted.")
+    confidence: float = Field(0.95, ge=0.5, lt=1.0, description="curve: how sure the forecast must be that a trial "
+                                                                 "ends worse than the incumbent to stop it.")
+
+    @model_validator(mode="after")
+    def _pause(self) -> EarlyStop:
+        if self.pause and self.kind not in ("asha", "hyperband"):
+            raise ValueError(f"pause: true needs kind asha or hyperband (promotion happens at rungs), not {self.kind!r}")
+        return self
 
     @field_validator("kind", mode="before")
     @classmethod

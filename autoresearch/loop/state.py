@@ -37,6 +37,11 @@ class LoopState:
     active: dict[int, Any] = field(default_factory=dict)  # trial id -> row (queued/running with a job)
     series: dict[int, Series] = field(default_factory=dict)  # trial id -> signed objective series
     stopping: set[int] = field(default_factory=set)  # trials whose stop decision is out
+    sync: Any = None  # the rung handshake with trials' report() (autoresearch/loop/rungsync.py), if any
+    pause_at: set[int] = field(default_factory=set)  # trials being stopped to be paused (loop/pause.py)
+    pause_off: bool = False  # a trial did not checkpoint: pausing fell back to stopping
+    prefix: dict[int, Series] = field(default_factory=dict)  # a resumed trial's curve before its pause
+    finishing: set[int] = field(default_factory=set)  # trials a loop's stop leaves to finish (reached the target)
     launch_decided: set[int] = field(default_factory=set)  # trials with a launch decision
     incumbent: int | None = None
     stop_reason: str = ""

@@ -1,6 +1,6 @@
 """Early stopping: a :class:`Stopper` base class, a registry from ``early_stop.kind`` to a
-stopper (built in: ``asha``, ``median``; :func:`register` adds more, e.g. ``hyperband``), and
-the built-in rules.
+stopper (built in: ``asha``, ``median``, ``hyperband``, ``curve``; :func:`register` adds more),
+and the built-in rules.
 
 Everything here is pure (no I/O) and works on "lower is better" values: the
 controller multiplies a maximized objective by -1 before asking.
@@ -13,6 +13,12 @@ controller multiplies a maximized objective by -1 before asking.
 * **Median rule** (Golovin et al. 2017; optuna's ``MedianPruner``): from
   ``min_steps`` on, a trial whose best value so far is worse than the median of the
   other trials' values at the same step stops, once ``min_trials`` others got there.
+
+* **Hyperband** and **curve** (learning-curve extrapolation): see :class:`Hyperband`, :class:`CurveStop`.
+
+A rung or step that no trial went past may be a trial's last epoch: it is not judged (the
+trial would be cancelled while it wraps up) until one goes past it, unless ``max_steps`` says
+where the end is.
 
 The noise floor and keep-or-discard live in :mod:`autoresearch.loop.noise`.
 """
@@ -35,6 +41,15 @@ class StopVerdict:
     threshold: float
     rule: str  # "asha rung 9" | "median"
     rationale: str
+
+
+def passed(step: int, trial: int, series: Series, others: dict[int, Series]) -> bool:
+    """Whether ``step`` is known not to be the last step of a trial: ``trial`` went past it, or
+    another trial did. Without that a rung may be a trial's final epoch, and stopping it there
+    cancels a trial that has finished its training while it wraps up (saves, evaluates)."""
+    if series and series[-1][0] > step:
+        return True
+    return any(s and s[-1][0] > step for t, s in others.items() if t != trial)
 
 
 def value_at(series: Series, step: int) -> float | None:
@@ -61,11 +76,25 @@ class Stopper(abc.ABC):
     controller run by :func:`make_stopper` from the plan's ``early_stop`` section."""
 
     kind: ClassVar[str] = "?"
+    sign: float = 1.0  # the objective's sign (-1: maximized), set by make_stopper: rationales show real values
+
+    def shown(self, value: float) -> float:
+        """A signed value as the user reads it (a score of 7.4 maximized is -7.4 inside)."""
+        return value * self.sign
 
     @classmethod
     @abc.abstractmethod
     def from_config(cls, cfg: Any) -> Stopper:
         """The stopper for a plan's ``early_stop`` section (an :class:`~autoresearch.loop.plan.EarlyStop`)."""
+
+    def decision_steps(self, trial: int) -> list[int]:
+        """The steps at which this stopper judges ``trial`` (ascending), if fixed in advance: its
+        report() there waits for the verdict (autoresearch/loop/rungsync.py). [] : any step."""
+        return []
+
+    def promotable(self, trial: int, series: Series, others: dict[int, Series]) -> bool:
+        """A paused trial (its curve ends at the rung where it lost): may it resume now?"""
+        return False
 
     def adopt(self, trial: int, series: Series) -> None:  # noqa: B027 - optional
         """A trial seen first after a restart (its curve so far): do not judge it again for the past."""
@@ -95,18 +124,33 @@ class ASHA(Stopper):
             rung *= self.rf
         return out
 
+    def decision_steps(self, trial: int) -> list[int]:
+        return self.rungs(2**53)
+
+    def promotable(self, trial: int, series: Series, others: dict[int, Series]) -> bool:
+        """Within the best 1/reduction_factor of every trial's value at its rung (later ones did worse)."""
+        if not series:
+            return False
+        rung, mine = series[-1]
+        recorded = [v for t, s in others.items() if t != trial for v in [value_at(s, rung)] if v is not None]
+        return bool(recorded) and mine <= _percentile([*recorded, mine], 100.0 / self.rf)
+
     def adopt(self, trial: int, series: Series) -> None:
         """A trial seen first after a restart: the rungs it already passed are not re-judged."""
         last = series[-1][0] if series else -1
         self.judged.setdefault(trial, set()).update(self.rungs(last))
 
-    def check(self, trial: int, series: Series, others: dict[int, Series]) -> StopVerdict | None:
+    def check(self, trial: int, series: Series, others: dict[int, Series],
+              everyone: dict[int, Series] | None = None) -> StopVerdict | None:
+        """``everyone``: the curves that tell whether a rung is below the end (default: ``others``)."""
         if not series:
             return None
         judged = self.judged.setdefault(trial, set())
         for rung in self.rungs(series[-1][0]):
             if rung in judged:
                 continue
+            if self.max_steps is None and not passed(rung, trial, series, others if everyone is None else everyone):
+                break  # maybe the last epoch: judged once a trial goes past it (a rung is below the end)
             judged.add(rung)
             mine = value_at(series, rung)
             assert mine is not None
@@ -114,8 +158,8 @@ class ASHA(Stopper):
             cutoff = _percentile([*recorded, mine], 100.0 / self.rf)
             if recorded and mine > cutoff:
                 return StopVerdict(rung, mine, cutoff, f"asha rung {rung}",
-                                   f"at step {rung} its value {mine:.6g} is outside the best 1/{self.rf} of "
-                                   f"{len(recorded) + 1} trials there (cutoff {cutoff:.6g})")
+                                   f"at step {rung} its value {self.shown(mine):.6g} is outside the best 1/{self.rf} "
+                                   f"of {len(recorded) + 1} trials there (cutoff {self.shown(cutoff):.6g})")
         return None
 
 
@@ -134,7 +178,7 @@ class MedianRule(Stopper):
         if not series:
             return None
         step = series[-1][0]
-        if step < self.min_steps:
+        if step < self.min_steps or not passed(step, trial, series, others):
             return None
         best = min(v for _, v in series)
         at_step = [v for t, s in others.items() if t != trial for v in [value_at(s, step)] if v is not None]
@@ -143,12 +187,109 @@ class MedianRule(Stopper):
         median = statistics.median(at_step)
         if best > median:
             return StopVerdict(step, best, median, "median",
-                               f"at step {step} its best value {best:.6g} is worse than the median {median:.6g} "
+                               f"at step {step} its best value {self.shown(best):.6g} is worse than the median "
+                               f"{self.shown(median):.6g} "
                                f"of {len(at_step)} other trials there")
         return None
 
 
-_BUILTIN: dict[str, type[Stopper]] = {"asha": ASHA, "median": MedianRule}
+class Hyperband(Stopper):
+    """Hyperband's brackets, asynchronously (Li et al. 2018; Ray Tune's ``AsyncHyperBandScheduler``):
+    bracket ``b`` is an ASHA whose first rung is ``min_steps * reduction_factor**b``, and a trial is
+    compared only with the trials of its own bracket. Aggressive brackets (early first rung) get
+    more trials, as in Hyperband: bracket ``b`` gets a share proportional to
+    ``reduction_factor**(brackets-1-b)``. A trial's bracket follows from its id (the same after a
+    restart). The proposer is untouched: every trial asks for the full budget and is cut at rungs."""
+
+    kind = "hyperband"
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> Hyperband:
+        return cls(getattr(cfg, "min_steps", 1), getattr(cfg, "reduction_factor", 3),
+                   getattr(cfg, "max_steps", None), getattr(cfg, "brackets", None))
+
+    def __init__(self, min_steps: int = 1, reduction_factor: int = 3, max_steps: int | None = None,
+                 brackets: int | None = None) -> None:
+        if brackets is None:  # as many as there are rungs below max_steps (3 without one)
+            brackets = len(ASHA(min_steps, reduction_factor, max_steps).rungs(max_steps or 0)) if max_steps else 3
+        self.n = max(1, brackets)
+        self.rf = reduction_factor
+        self.asha = [ASHA(min_steps * reduction_factor**b, reduction_factor, max_steps) for b in range(self.n)]
+        weights = [reduction_factor ** (self.n - 1 - b) for b in range(self.n)]
+        total = float(sum(weights))
+        self.edges = [sum(weights[: b + 1]) / total for b in range(self.n)]
+
+    def bracket(self, trial: int) -> int:
+        u = (trial * 0.6180339887498949) % 1.0  # low-discrepancy: shares are met after a few trials
+        return next(b for b, edge in enumerate(self.edges) if u < edge or b == self.n - 1)
+
+    def decision_steps(self, trial: int) -> list[int]:
+        return self.asha[self.bracket(trial)].decision_steps(trial)
+
+    def adopt(self, trial: int, series: Series) -> None:
+        self.asha[self.bracket(trial)].adopt(trial, series)
+
+    def promotable(self, trial: int, series: Series, others: dict[int, Series]) -> bool:
+        b = self.bracket(trial)
+        return self.asha[b].promotable(trial, series, {t: s for t, s in others.items() if self.bracket(t) == b})
+
+    def check(self, trial: int, series: Series, others: dict[int, Series]) -> StopVerdict | None:
+        b = self.bracket(trial)
+        peers = {t: s for t, s in others.items() if self.bracket(t) == b}
+        verdict = self.asha[b].check(trial, series, peers, everyone=others)  # every trial tells where the end is
+        if verdict is None:
+            return None
+        return StopVerdict(verdict.step, verdict.value, verdict.threshold, f"hyperband bracket {b} rung {verdict.step}",
+                           f"bracket {b} of {self.n}: {verdict.rationale}")
+
+
+class CurveStop(Stopper):
+    """Learning-curve extrapolation: from ``min_steps`` points on, fit the trial's curve
+    (:mod:`autoresearch.loop._curvefit`) and stop it when even an optimistic forecast of its final
+    value (at ``max_steps``, else the longest curve seen) is worse than the incumbent's final
+    value with probability ``confidence``. The incumbent: the best value at that horizon among
+    the trials that got there."""
+
+    kind = "curve"
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> CurveStop:
+        return cls(max(3, getattr(cfg, "min_steps", 3)), getattr(cfg, "max_steps", None),
+                   getattr(cfg, "confidence", 0.95))
+
+    def __init__(self, min_steps: int = 3, max_steps: int | None = None, confidence: float = 0.95) -> None:
+        self.min_steps = min_steps
+        self.max_steps = max_steps
+        self.confidence = confidence
+        self.seen: dict[int, int] = {}  # trial -> points at its last forecast
+
+    def check(self, trial: int, series: Series, others: dict[int, Series]) -> StopVerdict | None:
+        if len(series) < self.min_steps or self.seen.get(trial) == len(series):
+            return None
+        self.seen[trial] = len(series)
+        horizon = self.max_steps or max((s[-1][0] for t, s in others.items() if s and t != trial), default=0)
+        step = series[-1][0]
+        if horizon <= step:
+            return None  # the trial is at (or past) the end: nothing to forecast
+        finals = [v for t, s in others.items() if t != trial and s and s[-1][0] >= horizon
+                  for v in [value_at(s, horizon)] if v is not None]
+        if not finals:
+            return None
+        incumbent = min(finals)
+        if min(v for _, v in series) <= incumbent:
+            return None
+        from autoresearch.loop._curvefit import forecast
+
+        fc = forecast([st for st, _ in series], [v for _, v in series], horizon, self.confidence)
+        if fc is None or fc.low <= incumbent:
+            return None
+        return StopVerdict(step, series[-1][1], incumbent, "curve",
+                           f"at step {step} its curve forecasts {self.shown(fc.mean):.6g} at step {horizon} "
+                           f"(at best {self.shown(fc.low):.6g} with {self.confidence:.0%} confidence), worse than "
+                           f"the incumbent's {self.shown(incumbent):.6g}")
+
+
+_BUILTIN: dict[str, type[Stopper]] = {"asha": ASHA, "median": MedianRule, "hyperband": Hyperband, "curve": CurveStop}
 _REGISTERED: dict[str, type[Stopper]] = {}
 
 
@@ -171,10 +312,13 @@ def check_kind(kind: object) -> None:
     raise ValueError(f"Input should be {listed}")
 
 
-def make_stopper(cfg: Any | None) -> Stopper | None:
-    """The stopper for a plan's ``early_stop`` section (None: no early stopping)."""
+def make_stopper(cfg: Any | None, sign: float = 1.0) -> Stopper | None:
+    """The stopper for a plan's ``early_stop`` section (None: no early stopping); ``sign``: the
+    objective's (-1 when maximized), for the values its rationales show."""
     if cfg is None:
         return None
     kind = str(getattr(cfg, "kind", "asha"))
     check_kind(kind)
-    return (_REGISTERED.get(kind) or _BUILTIN[kind]).from_config(cfg)
+    stopper = (_REGISTERED.get(kind) or _BUILTIN[kind]).from_config(cfg)
+    stopper.sign = sign
+    return stopper

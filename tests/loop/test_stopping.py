@@ -102,9 +102,9 @@ def test_a_registered_stopper_is_a_plan_kind_and_make_stopper_builds_it(monkeypa
             "space": {"lr": [1, 2]}, "early_stop": {"kind": "at-step", "min_steps": 4}}
     with pytest.raises(PlanError) as err:
         parse_plan(plan)
-    assert "early_stop.kind: Input should be 'asha' or 'median'" in err.value.message
+    assert "early_stop.kind: Input should be 'asha', 'median', 'hyperband' or 'curve'" in err.value.message
     stopping.register("at-step", _StopAtStep)
-    assert stopping.kinds() == ["asha", "median", "at-step"]
+    assert stopping.kinds() == ["asha", "median", "hyperband", "curve", "at-step"]
     parsed = parse_plan(plan)
     stopper = stopping.make_stopper(parsed.early_stop)
     assert isinstance(stopper, _StopAtStep) and stopper.step == 4
@@ -112,5 +112,5 @@ def test_a_registered_stopper_is_a_plan_kind_and_make_stopper_builds_it(monkeypa
     verdict = stopper.check(1, [(0, 1.0), (4, 0.5)], {})
     assert verdict is not None and verdict.rule == "at-step"
     with pytest.raises(PlanError) as err:
-        parse_plan({**plan, "early_stop": "hyperband"})
-    assert "Input should be 'asha', 'median' or 'at-step'" in err.value.message
+        parse_plan({**plan, "early_stop": "pbt"})
+    assert "Input should be 'asha', 'median', 'hyperband', 'curve' or 'at-step'" in err.value.message

@@ -1,0 +1,114 @@
+"""Pause/resume promotions (``early_stop: {kind: asha, pause: true}``): a trial that loses at a
+rung is paused instead of killed, and resumed from its checkpoint when it is promoted, so no
+epoch is trained twice.
+
+* Pausing is the same cancel as a stop (decision ``stop`` with ``pause: true``); when the job
+  ends, a trial whose ``AUTORESEARCH_CHECKPOINT_DIR`` holds files is ``paused``. A trial that
+  wrote nothing there cannot be resumed: it is ``stopped``, the loop warns once (a
+  ``pause_fallback`` decision and a warning on the job) and kills from then on.
+* Promotion (Li et al.'s ASHA promotes rather than stops): whenever a slot frees, a paused
+  trial that is now within the best ``1/reduction_factor`` at its rung (later trials did
+  worse there) is resumed first (decision ``resume``): a new job for the same trial with the
+  old job's checkpoint directory. Its curve keeps the points from before the pause.
+* Trials still paused when the loop ends are ``stopped``.
+
+Trials get a per-job checkpoint directory (``trial.checkpoint: true``) when the plan names none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from autoresearch import jobs as job_ops
+from autoresearch.errors import AutoresearchError
+from autoresearch.jobstore import JobStore
+from autoresearch.loop.state import LoopHost
+
+
+def enabled(c: LoopHost) -> bool:
+    return bool(getattr(c.plan.early_stop, "pause", False)) and not c.state.pause_off
+
+
+def on_end(c: LoopHost, trial_id: int, job: Any) -> str | None:
+    """The state of a cancelled trial that was to be paused ("paused"), or None (kill)."""
+    s = c.state
+    if trial_id not in s.pause_at:
+        return None
+    s.pause_at.discard(trial_id)
+    path = _checkpoint_of(c, job)
+    if path and os.path.isdir(path) and any(os.scandir(path)):
+        return "paused"
+    if not s.pause_off:
+        s.pause_off = True
+        message = (f"trial {trial_id} wrote nothing to AUTORESEARCH_CHECKPOINT_DIR, so it cannot be resumed: "
+                   "early_stop.pause falls back to stopping trials for the rest of this loop")
+        s.store.decide("pause_fallback", trial_id=trial_id, inputs={"job_id": job["id"], "checkpoint_dir": path},
+                       rationale=message)
+        JobStore(c.ledger).warn("pause_fallback", job["id"], None,
+                                message + "; hint: save a checkpoint there each epoch and load it at start")
+    return None
+
+
+def _checkpoint_of(c: LoopHost, job: Any) -> str | None:
+    from autoresearch.runtime import checkpoint_dir
+
+    full = JobStore(c.ledger).job(job["id"])  # the row the controller polls has no spec
+    try:
+        spec = json.loads(full["spec"]) if full is not None else None
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(spec, dict):
+        return None
+    return checkpoint_dir(c.ledger.home, job["id"], spec)
+
+
+def promote(c: LoopHost) -> None:
+    """Resume paused trials that are now promotable, while slots are free (best first)."""
+    s = c.state
+    paused = [r for r in s.rows.values() if r["state"] == "paused" and r["id"] in s.series]
+    if not paused or c.stopper is None or s.stop_reason:
+        return
+    others = dict(s.series)
+    ready = [r for r in paused if c.stopper.promotable(r["id"], s.series[r["id"]], others)]
+    for row in sorted(ready, key=lambda r: s.series[r["id"]][-1][1]):
+        if c.plan.budget.parallel - len(s.active) <= 0:
+            return
+        _resume(c, row)
+
+
+def _resume(c: LoopHost, row: Any) -> None:
+    from autoresearch.loop._launch import trial_spec
+
+    s = c.state
+    trial_id = row["id"]
+    old = JobStore(c.ledger).job(row["job_id"])
+    checkpoint = _checkpoint_of(c, old) if old is not None else None
+    if not checkpoint:
+        return
+    params = json.loads(row["params"])
+    command = c.plan.render_command(params, int(row["seed"] or 0), trial_id)
+    spec = trial_spec(c.plan, s.store.loop_id, row, params, command, row["workdir"] or c.plan.trial.workdir)
+    spec["checkpoint"] = checkpoint  # the paused job's: the trial goes on from its last epoch
+    if s.sync is not None:
+        spec["env"].update(s.sync.env(trial_id))
+    step = s.series[trial_id][-1][0]
+    s.store.decide("resume", trial_id=trial_id, inputs={"job_id": row["job_id"], "step": step,
+                                                       "checkpoint_dir": checkpoint},
+                   rationale=f"promoted at step {step}: now within the best at its rung; resumed from its checkpoint")
+    try:
+        job_id = job_ops.submit(c.runtime, spec, project=s.loop_project)
+    except AutoresearchError as err:
+        s.update_trial(trial_id, state="stopped", failure=f"could not resume: {err.render()}")
+        return
+    s.prefix[trial_id] = list(s.series[trial_id])
+    s.active[trial_id] = s.update_trial(trial_id, job_id=job_id, state="queued")
+
+
+def finish(c: LoopHost) -> None:
+    """Trials still paused when the loop ends are stopped."""
+    s = c.state
+    for row in list(s.rows.values()):
+        if row["state"] == "paused":
+            s.update_trial(row["id"], state="stopped")

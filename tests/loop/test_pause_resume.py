@@ -1,0 +1,83 @@
+"""Pause/resume promotions (issue 15 item 2): a losing trial that checkpoints is paused at its
+rung and resumed from its checkpoint when promoted, so no epoch is trained twice; a trial that
+never checkpoints makes the loop warn once and stop trials instead."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoresearch.loop.controller import Controller
+from autoresearch.loop.plan import parse_plan
+
+# every epoch it trains is appended to epochs-<x>.log; with save=1 it checkpoints each epoch
+TRIAL = textwrap.dedent("""\
+    import json, os, sys, time
+    from autoresearch import report
+    x, steps, pause, save = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4] == "1"
+    ckpt = os.environ.get("AUTORESEARCH_CHECKPOINT_DIR")
+    state = os.path.join(ckpt, "state.json") if ckpt else None
+    start = json.load(open(state))["step"] + 1 if state and os.path.exists(state) else 1
+    with open(f"epochs-{x}.log", "a") as log:
+        for step in range(start, steps + 1):
+            time.sleep(pause)
+            print(step, file=log, flush=True)
+            if save and state:
+                with open(state + ".tmp", "w") as f:
+                    json.dump({"step": step}, f)
+                os.replace(state + ".tmp", state)
+            report(step=step, loss=x + 1.0 / step)
+""")
+
+
+@pytest.fixture
+def work(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("AUTORESEARCH_TRACKING", "off")
+    (tmp_path / "trial.py").write_text(TRIAL)
+    return tmp_path
+
+
+def run(api: Any, work: Path, save: int) -> Any:
+    plan = parse_plan({
+        "name": "pause", "objective": {"metric": "loss"},
+        "trial": {"command": f"{sys.executable} trial.py {{x}} 8 0.05 {save}", "grace": 5},
+        "space": {"x": {"choices": [1.0, 2.0, 3.0, 4.0]}}, "proposer": {"kind": "grid"},
+        "budget": {"trials": 4, "parallel": 1},
+        "early_stop": {"kind": "asha", "min_steps": 1, "reduction_factor": 2, "pause": True}}, base_dir=work)
+    return Controller(plan, runtime=api._runtime, monitor_every_s=0.1).run()
+
+
+def decisions(api: Any, kind: str) -> list[Any]:
+    return api._ledger.query("SELECT * FROM decisions WHERE kind=? ORDER BY id", (kind,))
+
+
+def test_a_paused_trial_resumes_from_its_checkpoint_when_promoted(api: Any, work: Path) -> None:
+    view = run(api, work, save=1)
+    by_x = {t.params["x"]: t for t in view.trials}
+    # x=2 loses at rung 1 (paused), is promoted once x=3 does worse there, loses again at rung 2
+    resumes = decisions(api, "resume")
+    assert [r["trial_id"] for r in resumes] == [by_x[2.0].trial_id]
+    assert json.loads(resumes[0]["inputs"])["job_id"] != by_x[2.0].job_id  # a new job, the old checkpoint
+    assert by_x[1.0].state == "succeeded"
+    assert {by_x[x].state for x in (2.0, 3.0, 4.0)} == {"stopped"}  # paused ones stop when the loop ends
+    for x in (1.0, 2.0, 3.0, 4.0):
+        epochs = [int(line) for line in (work / f"epochs-{x}.log").read_text().split()]
+        assert max(Counter(epochs).values()) == 1, (x, epochs)  # no epoch trained twice
+    assert [int(e) for e in (work / "epochs-2.0.log").read_text().split()] == [1, 2]
+    assert not decisions(api, "pause_fallback")
+
+
+def test_a_trial_that_never_checkpoints_warns_once_and_falls_back_to_stopping(api: Any, work: Path) -> None:
+    view = run(api, work, save=0)
+    fallback = decisions(api, "pause_fallback")
+    assert len(fallback) == 1 and "AUTORESEARCH_CHECKPOINT_DIR" in fallback[0]["rationale"]
+    assert not decisions(api, "resume")
+    assert sorted(t.state for t in view.trials) == ["stopped", "stopped", "stopped", "succeeded"]
+    warned = api._ledger.query("SELECT job_id, data FROM events WHERE kind='pause_fallback'", ())
+    assert len(warned) == 1 and "hint:" in warned[0]["data"]

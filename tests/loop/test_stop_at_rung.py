@@ -1,0 +1,87 @@
+"""Stop at the rung, not after it (issue 15 item 4): a trial's report() at a rung pokes the loop and
+waits for its verdict, so a stopped trial's last reported step is the rung it was judged at."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoresearch.loop.controller import Controller
+from autoresearch.loop.plan import parse_plan
+
+# a loss of x + 1/step, one step every `pause` seconds; `work` runs on after the step (an epoch's tail)
+TRIAL = textwrap.dedent("""\
+    import sys, time
+    from autoresearch import report
+    x, steps, pause = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+    for step in range(1, steps + 1):
+        time.sleep(pause)
+        report(step=step, other=1.0)  # another metric first: no wait for it
+        report(step=step, loss=x + 1.0 / step)
+""")
+
+
+@pytest.fixture
+def work(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("AUTORESEARCH_TRACKING", "off")
+    (tmp_path / "trial.py").write_text(TRIAL)
+    return tmp_path
+
+
+def last_steps(api: Any, job_id: int) -> int:
+    return int(api._ledger.query("SELECT max(step) AS s FROM metrics WHERE job_id=? AND name='loss'",
+                                 (job_id,))[0]["s"])
+
+
+def test_stopped_trials_train_no_step_past_their_rung(api: Any, work: Path) -> None:
+    plan = parse_plan({
+        "name": "rung", "objective": {"metric": "loss"},
+        "trial": {"command": f"{sys.executable} trial.py {{x}} 20 0.1", "grace": 5},
+        "space": {"x": {"choices": [0.0, 0.2, 5.0, 6.0, 7.0]}}, "proposer": {"kind": "grid"},
+        "budget": {"trials": 5, "parallel": 1},
+        "early_stop": {"kind": "asha", "min_steps": 2, "reduction_factor": 2}}, base_dir=work)
+    # the default 0.5 s monitor: without the handshake a trial reporting every 0.1 s runs on for steps
+    view = Controller(plan, runtime=api._runtime).run()
+    stops = {d["trial_id"]: json.loads(d["inputs"]) for d in
+             api._ledger.query("SELECT * FROM decisions WHERE kind='stop'", ())}
+    stopped = [t for t in view.trials if t.state == "stopped"]
+    assert len(stopped) >= 2 and set(stops) == {t.trial_id for t in stopped}
+    for t in stopped:
+        assert t.job_id is not None
+        assert last_steps(api, t.job_id) == stops[t.trial_id]["step"], (t.params, stops[t.trial_id])
+    assert not list((api._ledger.home / "loops" / "rung" / "verdicts").iterdir())  # answered and cleaned up
+
+
+def test_report_does_not_wait_without_a_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    R = importlib.import_module("autoresearch.report")
+
+    fifo, verdict = tmp_path / "wake.fifo", tmp_path / "verdict"
+    os.mkfifo(fifo)
+    verdict.write_text("")
+    monkeypatch.setattr(R, "_sync_read", False)
+    monkeypatch.setenv("AUTORESEARCH_METRICS_FILE", str(tmp_path / "m.jsonl"))
+    for key, value in {"STEPS": "3,9", "FILE": str(verdict), "FIFO": str(fifo), "WAIT_S": "30",
+                       "METRIC": "loss"}.items():
+        monkeypatch.setenv(f"AUTORESEARCH_STOP_{key}", value)
+    t0 = time.monotonic()
+    R.report(step=3, loss=1.0)  # nobody reads the FIFO: no controller, no wait
+    assert time.monotonic() - t0 < 5
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        verdict.write_text("3")
+        R.report(step=3, loss=1.0)  # answered already
+        assert os.read(reader, 16) == b"r"  # the loop was poked
+        R.report(step=4, loss=1.0)  # not a rung: no poke
+        assert os.read(reader, 16) == b""
+    finally:
+        os.close(reader)
+    assert time.monotonic() - t0 < 10
