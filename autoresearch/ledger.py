@@ -246,6 +246,11 @@ MIGRATIONS: list[tuple[str, str]] = [
     ALTER TABLE attempts ADD COLUMN seen_at REAL;
     CREATE INDEX events_by_kind ON events(kind, id);
     """),
+    # The pass's and the reads' look-ups stay flat in the number of jobs (issue 16): the busy
+    # backends (a skip-scan), a backend's queue in id order.
+    ("fastrt-1", """
+    CREATE INDEX jobs_by_state_backend ON jobs(state, backend, id);
+    """),
 ]
 
 

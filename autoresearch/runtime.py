@@ -107,8 +107,41 @@ class Runtime:
             except BackendError:
                 return True  # the engine does not answer (slurmctld down): nothing can start; queued jobs wait
             self.monitor()
-            self.schedule()
+            if self.jobs.any_queued(self.backend.name) and self._placement_due():
+                self.schedule()
+                self._placement_done()
             return True
+
+    # A pass places queued jobs only when something changed since the last placement (a submit,
+    # an ending, a cancel, a node's state: every one writes an event or a node row), or at least
+    # every PLACE_EVERY_S (the scheduler's time-based rules: reservations of jobs waiting long):
+    # a read with thousands of jobs queued and nothing new does not re-place them all.
+    PLACE_EVERY_S = 10.0
+
+    def _placed_file(self) -> Path:
+        return self.ledger.home / f"placed.{fifo_name(self.backend.name)}"
+
+    def _placement_due(self) -> bool:
+        try:
+            text = self._placed_file().read_text()
+        except OSError:
+            return True
+        key, _, at = text.partition("@")
+        try:
+            fresh = 0 <= time.time() - float(at) < self.PLACE_EVERY_S
+        except ValueError:
+            return True
+        return not fresh or key != self.jobs.change_mark(self.backend.name)
+
+    def _placement_done(self) -> None:
+        """Remember what this placement saw (we hold the pass lock: no other writer); nothing to
+        remember when it placed the whole queue (the next submit changes the mark anyway)."""
+        if not self.jobs.any_queued(self.backend.name):
+            return
+        try:
+            self._placed_file().write_text(f"{self.jobs.change_mark(self.backend.name)}@{time.time()!r}")
+        except OSError:
+            pass  # the next pass places again
 
     def reconcile(self) -> None:
         for att in self.jobs.active_attempts(self.backend.name):
