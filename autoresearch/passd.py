@@ -11,7 +11,8 @@ trials' endings on that FIFO: two readers would split the pokes).
 
 Crash safety (invariant 1) is the supervisor's, unchanged: a supervisor whose poke finds
 no reader (the daemon is gone: ENXIO) runs the pass itself, and one whose poke is not
-acknowledged (``reaped``) within ``ACK_WAIT_S`` does so too. The daemon holds no state
+acknowledged (``reaped``) runs it once nobody listens any more (checked every half second; at
+most ``ACK_MAX_S`` while somebody does). The daemon holds no state
 that matters: it is the same pass, in a process that stays.
 
 ``AUTORESEARCH_PASSD=off`` turns it off (supervisors then run the pass on every ending, as

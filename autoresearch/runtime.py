@@ -5,8 +5,13 @@ Nobody has to keep a terminal open (see docs/DESIGN-NOTES.md): a pass runs
 * at the end of every submit and cancel (CLI, MCP, Python API), and on every read
   that can see stale state (``status``, ``list``, ``nodes``) when no other pass is
   running — reads never wait for the lock;
-* when an attempt ends: its supervisor execs ``python -m autoresearch.runtime``,
-  which reconciles that ending and starts whatever can start now.
+* when an attempt ends: its supervisor pokes the home's pass daemon (autoresearch/passd.py,
+  started by submits) or a loop or server that listens, and when nobody listens execs
+  ``python -m autoresearch.runtime``, which reconciles that ending and starts whatever can
+  start now.
+
+A pass re-places the queue only when something changed since the last placement (see
+``_placement_due``): a read with thousands of jobs queued does not re-place them all.
 
 A pass holds an exclusive file lock, so two processes never place the same job,
 and every action is written to the ledger before it is taken (write-ahead).
@@ -139,7 +144,9 @@ class Runtime:
         if not self.jobs.any_queued(self.backend.name):
             return
         try:
-            self._placed_file().write_text(f"{self.jobs.change_mark(self.backend.name)}@{time.time()!r}")
+            fd = os.open(self._placed_file(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{self.jobs.change_mark(self.backend.name)}@{time.time()!r}")
         except OSError:
             pass  # the next pass places again
 
