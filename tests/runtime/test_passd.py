@@ -99,3 +99,19 @@ def test_bad_arguments_are_refused_with_usage(home: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "autoresearch.passd", "--home", str(home), "--idle", "nan?"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "usage" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_busy_listener_gets_more_than_three_seconds_and_a_gone_one_does_not(api: Any, home: Path) -> None:
+    """A listener that lives but has not run its pass yet (a daemon placing dozens on a loaded
+    machine) is waited for: no stampede of pass interpreters after the old fixed 3 s. One that
+    goes away unacknowledged is not: the supervisor runs the pass itself."""
+    import time
+
+    watcher = api.watch()  # listens, and runs no pass until we say so
+    job = submit(api, "true")
+    wait_for(lambda: (home / "jobs" / str(job) / "attempt-1" / "exit.json").exists(), timeout=60)  # it ended, poked
+    time.sleep(4.0)
+    assert not hooks_run(home, job)  # still waiting for us, past the old ACK_WAIT_S
+    watcher.close()  # gone without recording the ending
+    wait_for(lambda: hooks_run(home, job), timeout=30)
+    wait_for(lambda: api.status(job, refresh=False).state == "succeeded", timeout=60)
