@@ -148,22 +148,22 @@ def read_latency(tmp: Path, queued: int, runs: int = 30) -> float:
     home = Path(tempfile.mkdtemp(dir=tmp))
     api = Api(home)
     blocker = int(api.submit({"command": ["sleep", "600"], "workdir": str(tmp), "gpus": 1}).id)
+    waiting: list[int] = []
     if queued:
         from autoresearch import jobs as J
 
         spec = {"command": ["true"], "workdir": str(tmp), "gpus": 1}
         if hasattr(J, "submit_many"):
-            J.submit_many(api._runtime, [spec] * queued)  # type: ignore[attr-defined]
+            waiting = J.submit_many(api._runtime, [spec] * queued)  # type: ignore[attr-defined]
         else:
-            for _ in range(queued):
-                api.submit(spec)
+            waiting = [int(api.submit(spec).id) for _ in range(queued)]
     api.status(blocker)
     times = []
     for _ in range(runs):
         t0 = time.perf_counter()
         api.status(blocker)
         times.append((time.perf_counter() - t0) * 1000)
-    api.cancel([blocker])
+    api.cancel([*waiting, blocker])  # the queue goes first: nothing drains in the background afterwards
     _stop_daemon(home)
     return pct(times, 0.5)
 
