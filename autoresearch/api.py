@@ -26,7 +26,7 @@ from autoresearch import metrics as M
 from autoresearch.errors import NotFoundError, SpecError
 from autoresearch.guard import warnings_of
 from autoresearch.jobs import MAX_LOG_BYTES
-from autoresearch.redact import MARK, is_secret, job_secrets, redact, redact_command
+from autoresearch.redact import MARK, ambient_secrets, is_secret, job_secrets, redact, redact_command
 from autoresearch.runtime import ACTIVE, FINAL, Runtime
 from autoresearch.views import (
     AttemptView,
@@ -129,7 +129,9 @@ class Api:
         rows = self._jobs.jobs_page(state, experiment, project, cursor, limit + 1)
         more = len(rows) > limit
         rows = rows[:limit]
-        return JobPage([self._view(r, detail=False) for r in rows], rows[-1]["id"] if more and rows else None)
+        ambient = ambient_secrets()  # once per page, not once per job
+        return JobPage([self._view(r, detail=False, ambient=ambient) for r in rows],
+                       rows[-1]["id"] if more and rows else None)
 
     def logs(self, job_id: int | str, attempt: int | None = None, tail_lines: int | None = None,
              offset: int | None = None, max_bytes: int = MAX_LOG_BYTES, grep: str | None = None,
@@ -439,9 +441,10 @@ class Api:
                                 hint=f"it has {job['attempts']} attempt(s), numbered from 1")
         return row
 
-    def _view(self, job: Any, detail: bool) -> JobView:
+    def _view(self, job: Any, detail: bool, ambient: list[str] | None = None) -> JobView:
         spec = json.loads(job["spec"])
-        secrets = job_secrets(spec)
+        secrets = job_secrets(spec) if ambient is None else sorted(
+            {*job_secrets(spec, ambient=False), *ambient}, key=lambda v: (-len(v), v))  # job_secrets' order
         command = redact_command(spec["command"], secrets)
         tags = {k: MARK if is_secret(k) else redact(str(v), secrets) for k, v in (spec.get("tags") or {}).items()}
         view = JobView(

@@ -26,25 +26,43 @@ def submit(runtime: Runtime, spec: Any, project: str = "") -> int:
     Refused here, before anything is recorded: a bad spec, what the backend cannot do,
     more GPUs or nodes than exist, a project the backend cannot isolate, an unusable
     checkpoint directory."""
+    return submit_many(runtime, [spec], project)[0]
+
+
+def submit_many(runtime: Runtime, specs: list[Any], project: str = "") -> list[int]:
+    """:func:`submit` for a batch (a loop's proposal): every spec is checked as by ``submit``
+    before anything is recorded (one bad spec refuses the batch), all are recorded in one ledger
+    transaction, then one pass places what fits (not one pass per job). Their ids, in order."""
     from autoresearch.spec import JobSpec, make_spec  # pydantic stays off the read paths
 
     ledger = runtime.ledger
-    job = spec if isinstance(spec, JobSpec) else make_spec(dict(spec),
-                                                           containers=runtime.backend.capabilities.containers)
-    runtime.backend.check(job)  # what the backend cannot do is refused here, never retried
-    check_capacity(runtime, job.gpus, job.nodes, project, job.priority)
+    containers = runtime.backend.capabilities.containers
+    jobs = [spec if isinstance(spec, JobSpec) else make_spec(dict(spec), containers=containers) for spec in specs]
+    if not jobs:
+        return []
+    for job in jobs:
+        runtime.backend.check(job)  # what the backend cannot do is refused here, never retried
+    for gpus, nodes, priority in sorted({(job.gpus, job.nodes, job.priority) for job in jobs}):
+        check_capacity(runtime, gpus, nodes, project, priority)
     from autoresearch import isolation  # submits only: reads stay light
 
     policy = isolation.job_policy(ledger, project, runtime.backend)  # fails closed
-    checkpoint = checkpoint_dir(ledger.home, 0, job.model_dump())
-    problem = checkpoint_problem(checkpoint) if checkpoint else None
-    if problem:
-        raise SpecError(f"checkpoint directory {checkpoint} cannot be created: {problem}",
-                        hint="pass --checkpoint a writable directory, or --checkpoint alone for a per-job one")
-    job_id = runtime.jobs.add_job(job, project, runtime.backend.name, policy)
+    for job in jobs:
+        if not job.checkpoint:
+            continue
+        checkpoint = checkpoint_dir(ledger.home, 0, {"checkpoint": job.checkpoint, "workdir": job.workdir})
+        problem = checkpoint_problem(checkpoint) if checkpoint else None
+        if problem:
+            raise SpecError(f"checkpoint directory {checkpoint} cannot be created: {problem}",
+                            hint="pass --checkpoint a writable directory, or --checkpoint alone for a per-job one")
+    job_ids = runtime.jobs.add_jobs(jobs, project, runtime.backend.name, policy)
     runtime.tick()
-    warn_if_unschedulable(runtime, job_id, job.gpus, job.nodes)
-    return job_id
+    for job_id, job in zip(job_ids, jobs, strict=True):
+        warn_if_unschedulable(runtime, job_id, job.gpus, job.nodes)
+    from autoresearch import passd
+
+    passd.ensure(runtime)  # the endings of what just started run their pass there, not in a fresh interpreter
+    return job_ids
 
 
 def warn_if_unschedulable(runtime: Runtime, job_id: int, gpus: int, nodes: int) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -42,17 +43,45 @@ class JobStore:
 
     def add_job(self, job: Any, project: str, backend: str, policy: str) -> int:
         """Record a validated job (a JobSpec) as queued, with its ``submit`` event; its id."""
+        return self.add_jobs([job], project, backend, policy)[0]
+
+    def add_jobs(self, jobs: list[Any], project: str, backend: str, policy: str) -> list[int]:
+        """Record validated jobs (JobSpecs) as queued, each with its ``submit`` event, in one
+        transaction; their ids, in order."""
         now = time.time()
+        ids = []
         with self.ledger.tx() as c:
-            cur = c.execute(
-                "INSERT INTO jobs(name, state, priority, spec, gpus, nodes, cpus, memory, experiment, project, "
-                "backend, submitted_at, updated_at, isolation) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (job.name, "queued", job.priority, job.model_dump_json(), job.gpus, job.nodes, job.cpus, job.memory,
-                 job.experiment, project, backend, now, now, policy),
-            )
-            job_id = int(cur.lastrowid or 0)
-            Ledger.event(c, "submit", job_id, priority=job.priority, gpus=job.gpus)
-        return job_id
+            for job in jobs:
+                cur = c.execute(
+                    "INSERT INTO jobs(name, state, priority, spec, gpus, nodes, cpus, memory, experiment, project, "
+                    "backend, submitted_at, updated_at, isolation) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (job.name, "queued", job.priority, job.model_dump_json(), job.gpus, job.nodes, job.cpus,
+                     job.memory, job.experiment, project, backend, now, now, policy),
+                )
+                job_id = int(cur.lastrowid or 0)
+                Ledger.event(c, "submit", job_id, priority=job.priority, gpus=job.gpus)
+                ids.append(job_id)
+        return ids
+
+    def seed_finished(self, count: int, backend: str, spec: str, chunk: int = 10_000) -> None:
+        """``count`` succeeded jobs of one attempt each, with their events, written straight in
+        (benchmarks and tests: a ledger of 100k jobs in seconds, not hours of submits). ``spec``:
+        a job spec's JSON as :meth:`add_jobs` stores it."""
+        now = time.time()
+        for start in range(0, count, chunk):
+            with self.ledger.tx() as c:
+                for _ in range(min(chunk, count - start)):
+                    cur = c.execute(
+                        "INSERT INTO jobs(name, state, priority, spec, gpus, nodes, backend, submitted_at, updated_at, "
+                        "started_at, ended_at, attempts, exit_code, end_reason) "
+                        "VALUES ('seed','succeeded','normal',?,0,1,?,?,?,?,?,1,0,'exit')",
+                        (spec, backend, now, now, now, now))
+                    job_id = int(cur.lastrowid or 0)
+                    c.execute("INSERT INTO attempts(job_id, n, state, external_id, log_path, metrics_path, created_at, "
+                              "started_at, ended_at, exit_code, end_reason) VALUES (?,1,'ended','','','',?,?,?,0,'exit')",
+                              (job_id, now, now, now))
+                    c.executemany("INSERT INTO events(ts, job_id, attempt, kind, data) VALUES (?,?,1,?,'{}')",
+                                  [(now, job_id, kind) for kind in ("submit", "launch", "end")])
 
     def request_cancel(self, job_id: int, final: Iterable[str]) -> bool:
         """Ask for a job's cancel (a queued job is cancelled at once), with its ``cancel`` event;
@@ -174,8 +203,21 @@ class JobStore:
 
     def busy_backends(self) -> list[str]:
         """The backends with queued or running jobs (a read runs a pass on each)."""
-        return [r["backend"] for r in self.ledger.query(
-            "SELECT DISTINCT backend FROM jobs WHERE state IN ('queued','starting','running')")]
+        found: set[str] = set()
+        for state in ("queued", "starting", "running"):  # a skip-scan of jobs_by_state_backend: O(backends), not O(jobs)
+            after = ""
+            while True:
+                row = self.ledger.one("SELECT backend FROM jobs WHERE state=? AND backend>? ORDER BY backend LIMIT 1",
+                                      (state, after))
+                if row is None:
+                    break
+                found.add(after := row["backend"])
+        return sorted(found)
+
+    def any_unfinished(self, backend: str) -> bool:
+        """Whether ``backend`` has a queued, starting or running job (the pass daemon's idle clock)."""
+        return self.ledger.one("SELECT 1 FROM jobs WHERE state IN ('queued','starting','running') AND backend=? "
+                               "LIMIT 1", (backend,)) is not None
 
     def attempt_with_job(self, job_id: int, n: int) -> sqlite3.Row | None:
         return self.ledger.one(_ATTEMPT_WITH_JOB + "WHERE a.job_id=? AND a.n=?", (job_id, n))
@@ -305,6 +347,15 @@ class JobStore:
                 f"WHERE backend=? AND state!='down' AND name NOT IN ({','.join('?' * len(names))})",
                 (now, now, backend, *names),
             )
+
+    def change_mark(self, backend: str) -> str:
+        """What a placement depends on, in a word that changes when it does: the last event (every
+        submit, launch, ending, stop, cancel and cordon writes one) and ``backend``'s nodes."""
+        last = self.ledger.one("SELECT MAX(id) AS m FROM events")
+        nodes = self.ledger.query("SELECT name, state, gpus, gpu_ids, cpus, memory FROM nodes WHERE backend=? "
+                                  "ORDER BY name", (backend,))
+        digest = zlib.crc32(repr([tuple(r) for r in nodes]).encode())  # hash() differs between processes
+        return f"{last['m'] if last else 0}:{digest:x}"
 
     def any_queued(self, backend: str) -> bool:
         return self.ledger.one("SELECT 1 FROM jobs WHERE state='queued' AND backend=? LIMIT 1", (backend,)) is not None

@@ -251,6 +251,11 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("gang-1", """
     ALTER TABLE attempts ADD COLUMN alloc TEXT;
     """),
+    # The pass's and the reads' look-ups stay flat in the number of jobs (issue 16): the busy
+    # backends (a skip-scan), a backend's queue in id order.
+    ("fastrt-1", """
+    CREATE INDEX jobs_by_state_backend ON jobs(state, backend, id);
+    """),
 ]
 
 

@@ -5,8 +5,13 @@ Nobody has to keep a terminal open (see docs/DESIGN-NOTES.md): a pass runs
 * at the end of every submit and cancel (CLI, MCP, Python API), and on every read
   that can see stale state (``status``, ``list``, ``nodes``) when no other pass is
   running — reads never wait for the lock;
-* when an attempt ends: its supervisor execs ``python -m autoresearch.runtime``,
-  which reconciles that ending and starts whatever can start now.
+* when an attempt ends: its supervisor pokes the home's pass daemon (autoresearch/passd.py,
+  started by submits) or a loop or server that listens, and when nobody listens execs
+  ``python -m autoresearch.runtime``, which reconciles that ending and starts whatever can
+  start now.
+
+A pass re-places the queue only when something changed since the last placement (see
+``_placement_due``): a read with thousands of jobs queued does not re-place them all.
 
 A pass holds an exclusive file lock, so two processes never place the same job,
 and every action is written to the ledger before it is taken (write-ahead).
@@ -108,8 +113,43 @@ class Runtime:
             except BackendError:
                 return True  # the engine does not answer (slurmctld down): nothing can start; queued jobs wait
             self.monitor()
-            self.schedule()
+            if self.jobs.any_queued(self.backend.name) and self._placement_due():
+                self.schedule()
+                self._placement_done()
             return True
+
+    # A pass places queued jobs only when something changed since the last placement (a submit,
+    # an ending, a cancel, a node's state: every one writes an event or a node row), or at least
+    # every PLACE_EVERY_S (the scheduler's time-based rules: reservations of jobs waiting long):
+    # a read with thousands of jobs queued and nothing new does not re-place them all.
+    PLACE_EVERY_S = 10.0
+
+    def _placed_file(self) -> Path:
+        return self.ledger.home / f"placed.{fifo_name(self.backend.name)}"
+
+    def _placement_due(self) -> bool:
+        try:
+            text = self._placed_file().read_text()
+        except OSError:
+            return True
+        key, _, at = text.partition("@")
+        try:
+            fresh = 0 <= time.time() - float(at) < self.PLACE_EVERY_S
+        except ValueError:
+            return True
+        return not fresh or key != self.jobs.change_mark(self.backend.name)
+
+    def _placement_done(self) -> None:
+        """Remember what this placement saw (we hold the pass lock: no other writer); nothing to
+        remember when it placed the whole queue (the next submit changes the mark anyway)."""
+        if not self.jobs.any_queued(self.backend.name):
+            return
+        try:
+            fd = os.open(self._placed_file(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{self.jobs.change_mark(self.backend.name)}@{time.time()!r}")
+        except OSError:
+            pass  # the next pass places again
 
     def reconcile(self) -> None:
         for att in self.jobs.active_attempts(self.backend.name):

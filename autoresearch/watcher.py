@@ -5,6 +5,7 @@ Stdlib only. See docs/DESIGN-NOTES.md ("Who starts queued jobs").
 
 from __future__ import annotations
 
+import fcntl
 import os
 import select
 from pathlib import Path
@@ -17,6 +18,26 @@ def fifo_name(backend: str) -> str:
     watcher on backend A must not swallow the pokes of backend B's attempts (their supervisors
     then run B's pass themselves). ``local`` keeps the historic name."""
     return WAKE_FIFO if backend == "local" else f"wake.{backend}.fifo"
+
+
+def listener_lock(home: Path, backend: str = "local") -> Path:
+    """The file a listening loop or server holds a shared lock on while its watcher is open."""
+    return home / f"{fifo_name(backend)}.listen"
+
+
+def others_listen(home: Path, backend: str = "local") -> bool:
+    """Whether a loop or a server (a claiming :class:`Watcher`) listens on the backend's FIFO."""
+    try:
+        fd = os.open(listener_lock(home, backend), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 class Watcher:
@@ -34,7 +55,16 @@ class Watcher:
                 runtime.tick()
     """
 
-    def __init__(self, home: Path, backend: str = "local") -> None:
+    def __init__(self, home: Path, backend: str = "local", claim: bool = True) -> None:
+        """``claim``: a loop's or a server's watcher, which the pass daemon makes way for
+        (:mod:`autoresearch.passd` opens its own with ``claim=False``)."""
+        self._claim = -1
+        if claim:
+            try:
+                self._claim = os.open(listener_lock(home, backend), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                fcntl.flock(self._claim, fcntl.LOCK_SH)
+            except OSError:
+                self._claim = -1
         path = home / fifo_name(backend)
         try:
             os.mkfifo(path, 0o600)
@@ -61,6 +91,9 @@ class Watcher:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+        if self._claim >= 0:
+            os.close(self._claim)
+            self._claim = -1
 
     def __enter__(self) -> Watcher:
         return self

@@ -11,9 +11,10 @@ the attempt's run dir::
     exit.json    {"exit_code", "signal", "timed_out", "stopped", "ended_at", "peak_rss_mb"}
                  (+ "members", "failed_member" for a gang: one process group per member)
 
-After the command ends it pokes ``wake_fifo`` when a live process listens there (a
-loop controller or server that runs the pass itself, and acknowledges with a ``reaped``
-file within a few seconds), and otherwise execs ``on_exit``
+After the command ends it pokes ``wake_fifo`` when a live process listens there (the
+home's pass daemon, a loop controller or a server that runs the pass itself, and
+acknowledges with a ``reaped`` file; we wait for it while the listener lives, up to
+``ACK_MAX_S``), and otherwise execs ``on_exit``
 (the runtime's reconcile pass, ~150 ms of CPU), so a finishing attempt starts the
 next queued one with nobody watching.
 
@@ -33,7 +34,9 @@ import time
 from typing import Any, NoReturn
 
 STATE, STOP, EXIT, REAPED = "state.json", "stop.json", "exit.json", "reaped"
-ACK_WAIT_S = 3.0  # how long a poked watcher has to record the ending before we do it ourselves
+ACK_WAIT_S = 3.0  # how long a poked watcher has to record the ending (the docker waiter's bound)
+ACK_MAX_S = 30.0  # a local supervisor waits as long as somebody listens (a busy pass daemon), up to this
+LISTEN_CHECK_S = 0.5  # how often it checks that somebody still listens; nobody: it runs the pass itself
 
 
 def write_json(path: str, data: dict[str, Any]) -> None:
@@ -314,15 +317,25 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
         done["members"] = len(children)
         done["failed_member"] = failed
     write_json(os.path.join(run_dir, EXIT), done)
-    if _poke(req.get("wake_fifo")):
+    fifo = req.get("wake_fifo")
+    if _poke(fifo):
         # A watcher that dies right after our poke would leave the ending unrecorded until
-        # somebody's next call: wait for its acknowledgement, else run the pass ourselves.
+        # somebody's next call: wait for its acknowledgement, else run the pass ourselves. A
+        # listener that is still there may be busy (a pass launching dozens): it gets longer.
         reaped = os.path.join(run_dir, REAPED)
-        deadline = time.time() + ACK_WAIT_S
-        while time.time() < deadline:
+        begun = time.time()
+        check_at = begun + LISTEN_CHECK_S
+        while True:
             if os.path.exists(reaped):
                 os._exit(0)
-            time.sleep(0.02)
+            now = time.time()
+            if now - begun >= ACK_MAX_S:
+                break
+            if now >= check_at:
+                if not _listening(fifo):
+                    break  # the listener died (or left) before it recorded us
+                check_at = now + LISTEN_CHECK_S
+            time.sleep(0.02 if now - begun < 1.0 else 0.1)
     hook = req.get("on_exit")
     if hook:
         os.chdir(run_dir)  # not the user's workdir: `python -m` would import from there
@@ -376,6 +389,17 @@ def _poke(fifo: str | None) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def _listening(fifo: str | None) -> bool:
+    """Whether a process still has ``fifo`` open for reading (opening it to write succeeds)."""
+    if not fifo:
+        return False
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        return False
+    return True
 
 
 def _sandbox_child(info: int) -> int | None:

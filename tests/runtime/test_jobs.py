@@ -70,9 +70,12 @@ def test_cancel_running_and_queued(api: Any) -> None:
 def test_gpu_slots_are_exclusive_and_exported(api: Any, tmp_path: Path) -> None:
     out = tmp_path / "gpus"
     out.mkdir()
-    jobs = [submit(api, ["/bin/sh", "-c", f'echo "$CUDA_VISIBLE_DEVICES" > {out}/$AUTORESEARCH_JOB_ID; sleep 0.5'],
+    go = tmp_path / "go"  # the first two hold their slots until the check below is done (no race with their end)
+    jobs = [submit(api, ["/bin/sh", "-c", f'echo "$CUDA_VISIBLE_DEVICES" > {out}/$AUTORESEARCH_JOB_ID; '
+                                          f'while [ ! -e {go} ]; do sleep 0.05; done'],
                    gpus=1) for _ in range(4)]
     assert sum(api.status(j).state != "queued" for j in jobs) == 2  # two slots, two running
+    go.touch()
     for j in jobs:
         wait_state(api, j, "succeeded")
     seen = [(out / str(j)).read_text().strip() for j in jobs]

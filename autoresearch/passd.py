@@ -1,0 +1,165 @@
+"""The pass daemon: one long-lived process per home and backend that runs the pass on endings.
+
+Without it, every attempt that ends execs a fresh ``python -m autoresearch.runtime`` (its
+supervisor's ``on_exit``: ~120 ms of CPU and ~190 ms of wall each, and a queue of them on
+the pass lock). :func:`ensure`, called by every submit, starts one daemon per home and
+backend when nobody listens on the backend's wake FIFO (a loop controller or an MCP server
+that listens runs the pass itself); the daemon holds a :class:`Watcher`, runs a pass when
+a supervisor pokes it and exits once nothing of its backend has been queued or running for
+``IDLE_S`` seconds, or when a loop or a server starts listening (they hear their own
+trials' endings on that FIFO: two readers would split the pokes).
+
+Crash safety (invariant 1) is the supervisor's, unchanged: a supervisor whose poke finds
+no reader (the daemon is gone: ENXIO) runs the pass itself, and one whose poke is not
+acknowledged (``reaped``) runs it once nobody listens any more (checked every half second; at
+most ``ACK_MAX_S`` while somebody does). The daemon holds no state
+that matters: it is the same pass, in a process that stays.
+
+``AUTORESEARCH_PASSD=off`` turns it off (supervisors then run the pass on every ending, as
+before). Stdlib only; see docs/DESIGN-NOTES.md ("The pass daemon").
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+import time
+from pathlib import Path
+
+from autoresearch.watcher import Watcher, fifo_name, others_listen
+
+IDLE_S = 10.0  # exit after this long with nothing queued or running on our backend
+WAKE_S = 1.0  # re-check the idle clock and other listeners at least this often
+_OFF = ("0", "off", "false", "no")
+_SUPERVISED = ("LocalBackend", "DockerBackend")  # backends whose supervisors poke the wake FIFO
+
+
+def enabled() -> bool:
+    return os.environ.get("AUTORESEARCH_PASSD", "").strip().lower() not in _OFF
+
+
+def lock_path(home: Path, backend: str) -> Path:
+    return home / f"passd.{fifo_name(backend)}.lock"
+
+
+def running_pid(home: Path, backend: str = "local") -> int | None:
+    """The pid of the daemon of ``home`` and ``backend``, when one runs."""
+    path = lock_path(home, backend)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return None  # nobody holds it
+    except BlockingIOError:
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        return int(text) if text.isdigit() else None
+    finally:
+        os.close(fd)
+
+
+def ensure(runtime: object) -> bool:
+    """Start the daemon of ``runtime``'s home and backend unless one runs, or another process
+    listens on the wake FIFO, or the backend's attempts poke no FIFO. Never raises; True when it
+    started one. Cheap when one runs: an open and a non-blocking flock."""
+    backend = getattr(runtime, "backend", None)
+    ledger = getattr(runtime, "ledger", None)
+    if not enabled() or backend is None or ledger is None or type(backend).__name__ not in _SUPERVISED:
+        return False
+    home: Path = ledger.home
+    try:
+        fd = os.open(lock_path(home, backend.name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # a daemon runs
+        finally:
+            os.close(fd)
+        if others_listen(home, backend.name):
+            return False  # a loop or a server runs the pass
+        _spawn([sys.executable, "-m", "autoresearch.passd", "--home", str(home), "--backend", backend.name],
+               home / "passd.log")
+        return True
+    except OSError:
+        return False
+
+
+def _spawn(argv: list[str], log_path: Path) -> None:
+    """Double fork and exec, so the daemon is nobody's zombie and outlives its caller."""
+    pid = os.fork()
+    if pid:
+        os.waitpid(pid, 0)
+        return
+    try:
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        os.dup2(log, 2)
+        os.chdir("/")
+        os.execv(argv[0], argv)
+    except BaseException:  # noqa: BLE001 - a forked child never returns into the caller
+        os._exit(1)
+    os._exit(0)  # pragma: no cover - execv does not return
+
+
+def serve(home: str, backend: str, idle_s: float = IDLE_S) -> int:
+    """Run passes on pokes until idle; 0 when another daemon holds the lock (nothing to do)."""
+    from autoresearch.errors import AutoresearchError
+    from autoresearch.runtime import Runtime
+
+    root = Path(home)
+    fd = os.open(lock_path(root, backend), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return 0
+    runtime = Runtime(root, backend)
+    watcher = Watcher(root, backend, claim=False)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())  # listening now; for people and tests (the lock is the truth)
+    last_busy = time.monotonic()
+    try:
+        runtime.tick()
+        while True:
+            woke = watcher.wait(WAKE_S)
+            if woke:
+                try:
+                    runtime.tick()
+                except AutoresearchError as err:  # the ledger stayed locked: the next poke retries
+                    print(f"autoresearch pass failed: {err.render()}", file=sys.stderr)
+            now = time.monotonic()
+            if runtime.jobs.any_unfinished(backend):
+                last_busy = now
+            if now - last_busy >= idle_s or others_listen(root, backend) or not runtime.ledger.path.exists():
+                break
+    finally:
+        watcher.close()  # from here a supervisor's poke finds no reader and runs the pass itself
+        try:
+            if runtime.ledger.path.exists():
+                runtime.tick()  # endings poked before the close, still waiting for their acknowledgement
+        finally:
+            os.close(fd)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m autoresearch.passd")
+    parser.add_argument("--home", required=True)
+    parser.add_argument("--backend", default="local")
+    parser.add_argument("--idle", type=float, default=IDLE_S)
+    args = parser.parse_args(argv)
+    return serve(args.home, args.backend, max(0.0, min(args.idle, 86400.0)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

@@ -1,0 +1,210 @@
+"""Engine turnover benchmark (issue 16): launch throughput, submit->running at ledger sizes, reads.
+
+    python bench/bench_throughput.py [--jobs 2000] [--parallel 64] [--sizes 100,10000,100000] [--n 20]
+
+Prints tables measured in this run on this machine (not a test):
+
+1. Launch throughput: ``--jobs`` ``true`` jobs at ``--parallel`` in flight. A plain Python
+   Popen loop (64 children at a time, reaped with os.wait) against the Python API: one
+   ``Api.submit`` per job, and one ``jobs.submit_many`` for all; each job asks for
+   cpus = ncpu / parallel, so the engine itself keeps ``--parallel`` running and starts the
+   next one on every ending. With the pass daemon (default) and without it
+   (``AUTORESEARCH_PASSD=off``: every ending execs ``python -m autoresearch.runtime``).
+   Wall is from the first submit to the last ending recorded in the ledger.
+2. submit->running over a bare spawn of the same command (``date +%s.%N > marker``),
+   through the Python API, with 100 / 10k / 100k finished jobs in the ledger. The big
+   ledgers are written straight in (``JobStore.seed_finished``: succeeded jobs with one
+   attempt and three events each, 10k rows per transaction), not submitted.
+3. Reads: ``Api.status(id)`` with nothing queued and with 4,000 jobs queued behind a full node.
+
+Goals (issue 16): >= 200 trials/s sustained launch throughput; submit->running <= +3 ms p50
+over a bare spawn at any ledger size up to 100k jobs; reads O(1) in queue depth.
+The tracking mirror is off (AUTORESEARCH_SYNC=off): it is measured in bench_tracking.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_runtime import pct, started_at  # noqa: E402
+
+os.environ["AUTORESEARCH_SYNC"] = "off"
+os.environ.setdefault("AUTORESEARCH_GPUS", "1")
+
+
+def popen_loop(jobs: int, parallel: int) -> float:
+    from collections import deque
+
+    t0 = time.perf_counter()
+    running: deque[subprocess.Popen[bytes]] = deque()
+    for _ in range(jobs):
+        if len(running) >= parallel:
+            running.popleft().wait()  # all run the same `true`: the oldest ends first
+        running.append(subprocess.Popen(["true"]))
+    while running:
+        running.popleft().wait()
+    return time.perf_counter() - t0
+
+
+def _wait_all(api: object, ids: list[int], timeout: float = 600.0) -> None:
+    store = api._jobs  # type: ignore[attr-defined]
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        rows = store.job_ends(ids)
+        if all(r["state"] in ("succeeded", "failed", "cancelled") for r in rows):
+            if any(r["state"] != "succeeded" for r in rows):
+                raise RuntimeError("a benchmark job did not succeed")
+            return
+        time.sleep(0.05)
+    raise RuntimeError("benchmark jobs did not end in time")
+
+
+def ours(tmp: Path, jobs: int, parallel: int, batch: bool, daemon: bool) -> float:
+    from autoresearch import jobs as J
+    from autoresearch.api import Api
+
+    if daemon:
+        os.environ.pop("AUTORESEARCH_PASSD", None)
+    else:
+        os.environ["AUTORESEARCH_PASSD"] = "off"
+    home = Path(tempfile.mkdtemp(dir=tmp))
+    api = Api(home)
+    spec = {"command": ["true"], "workdir": str(tmp), "cpus": (os.cpu_count() or 1) / parallel}
+    t0 = time.perf_counter()
+    if batch and hasattr(J, "submit_many"):
+        ids = J.submit_many(api._runtime, [spec] * jobs)  # type: ignore[attr-defined]
+    else:
+        ids = [int(api.submit(spec).id) for _ in range(jobs)]
+    _wait_all(api, ids)
+    wall = time.perf_counter() - t0
+    _stop_daemon(home)
+    return wall
+
+
+def _stop_daemon(home: Path) -> None:
+    try:
+        from autoresearch import passd
+    except ImportError:
+        return
+    pid = passd.running_pid(home)
+    if pid:
+        os.kill(pid, 15)
+
+
+def seed(api: object, count: int) -> None:
+    store = api._jobs  # type: ignore[attr-defined]
+    if hasattr(store, "seed_finished"):
+        store.seed_finished(count, "local", '{"command": ["true"], "workdir": "/"}')
+        return
+    now = time.time()  # a tree from before seed_finished (for a before/after run): the same rows
+    with store.ledger.tx() as c:
+        for _ in range(count):
+            job = c.execute("INSERT INTO jobs(name, state, priority, spec, gpus, nodes, backend, submitted_at, "
+                            "updated_at, started_at, ended_at, attempts, exit_code, end_reason) VALUES ('seed',"
+                            "'succeeded','normal','{\"command\": [\"true\"], \"workdir\": \"/\"}',0,1,'local',"
+                            "?,?,?,?,1,0,'exit')", (now, now, now, now)).lastrowid
+            c.execute("INSERT INTO attempts(job_id, n, state, external_id, log_path, metrics_path, created_at, "
+                      "started_at, ended_at, exit_code, end_reason) VALUES (?,1,'ended','','','',?,?,?,0,'exit')",
+                      (job, now, now, now))
+            c.executemany("INSERT INTO events(ts, job_id, attempt, kind, data) VALUES (?,?,1,?,'{}')",
+                          [(now, job, kind) for kind in ("submit", "launch", "end")])
+
+
+def start_latency(tmp: Path, size: int, n: int) -> tuple[list[float], list[float]]:
+    from autoresearch.api import Api
+
+    os.environ.pop("AUTORESEARCH_PASSD", None)
+    home = tmp / f"home-{size}"
+    api = Api(home)
+    seed(api, size)
+    bare, ours_ms = [], []
+    for i in range(n + 1):
+        for kind in ("bare", "ours"):
+            marker = tmp / f"{kind}-{size}-{i}"
+            argv = ["/bin/sh", "-c", f"date +%s.%N > {marker}"]
+            t0 = time.time()
+            if kind == "bare":
+                subprocess.Popen(argv).wait()
+            else:
+                api.submit({"command": argv, "workdir": str(tmp)})
+            latency = (started_at(marker) - t0) * 1000
+            if i:  # the first is a warm-up (the daemon starts)
+                (bare if kind == "bare" else ours_ms).append(latency)
+            time.sleep(0.2)  # let the ending's pass settle
+    _stop_daemon(home)
+    return bare, ours_ms
+
+
+def read_latency(tmp: Path, queued: int, runs: int = 30) -> float:
+    from autoresearch.api import Api
+
+    home = Path(tempfile.mkdtemp(dir=tmp))
+    api = Api(home)
+    blocker = int(api.submit({"command": ["sleep", "600"], "workdir": str(tmp), "gpus": 1}).id)
+    waiting: list[int] = []
+    if queued:
+        from autoresearch import jobs as J
+
+        spec = {"command": ["true"], "workdir": str(tmp), "gpus": 1}
+        if hasattr(J, "submit_many"):
+            waiting = J.submit_many(api._runtime, [spec] * queued)  # type: ignore[attr-defined]
+        else:
+            waiting = [int(api.submit(spec).id) for _ in range(queued)]
+    api.status(blocker)
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        api.status(blocker)
+        times.append((time.perf_counter() - t0) * 1000)
+    api.cancel([*waiting, blocker])  # the queue goes first: nothing drains in the background afterwards
+    _stop_daemon(home)
+    return pct(times, 0.5)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--parallel", type=int, default=64)
+    parser.add_argument("--sizes", default="100,10000,100000")
+    parser.add_argument("--n", type=int, default=20)
+    parser.add_argument("--skip", default="", help="comma list of: throughput, start, reads")
+    args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    load = os.getloadavg()[0]
+    print(f"# bench_throughput on {os.cpu_count()} cores, load {load:.1f}, python {sys.version.split()[0]}")
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as name:
+        tmp = Path(name)
+        if "throughput" not in skip:
+            print(f"\n## launch throughput: {args.jobs} `true` jobs, {args.parallel} in flight\n")
+            print("| how | wall s | jobs/s |\n|---|---:|---:|")
+            wall = popen_loop(args.jobs, args.parallel)
+            print(f"| Python Popen loop | {wall:.2f} | {args.jobs / wall:.0f} |")
+            for label, batch, daemon in (("Api.submit per job, pass daemon", False, True),
+                                         ("jobs.submit_many, pass daemon", True, True),
+                                         ("Api.submit per job, no daemon (a pass process per ending)", False, False)):
+                wall = ours(tmp, args.jobs, args.parallel, batch, daemon)
+                print(f"| {label} | {wall:.2f} | {args.jobs / wall:.0f} |", flush=True)
+        if "start" not in skip:
+            print(f"\n## submit->running over a bare spawn, Python API ({args.n} each)\n")
+            print("| jobs in ledger | bare p50 ms | ours p50 ms | +p50 ms | +p95 ms |\n|---:|---:|---:|---:|---:|")
+            for size in (int(s) for s in args.sizes.split(",")):
+                bare, ours_ms = start_latency(tmp, size, args.n)
+                diff = [o - b for o, b in zip(ours_ms, bare, strict=True)]
+                print(f"| {size:,} | {pct(bare, 0.5):.1f} | {pct(ours_ms, 0.5):.1f} | {pct(diff, 0.5):+.1f} | "
+                      f"{pct(diff, 0.95):+.1f} |", flush=True)
+        if "reads" not in skip:
+            print("\n## Api.status(id) wall, p50 of 30\n")
+            print("| jobs queued | ms |\n|---:|---:|")
+            for queued in (0, 4000):
+                print(f"| {queued:,} | {read_latency(tmp, queued):.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""Per-event cost of the engine is flat in the size of the ledger and the depth of the queue
+(issue 16): counted in SQLite virtual-machine steps and statements, not in time.
+
+SQLite's progress handler is called once per VM instruction: an indexed look-up costs the same
+few instructions at any table size, a scan one or more per row. So a submit, an ending and a
+status read that touch only indexed rows count the same steps with 100 or 2,000 jobs in the
+ledger; a query that scans jobs (the old ``SELECT DISTINCT backend``, a re-placement of the
+whole queue on every read) counts more, and fails here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoresearch.api import Api
+from autoresearch.backends.fake import FakeBackend
+from autoresearch.jobs import submit_many
+
+SPEC = {"command": ["train"], "workdir": os.getcwd()}
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.steps = 0
+        self.statements: list[str] = []
+
+    def step(self) -> int:
+        self.steps += 1
+        return 0
+
+
+@contextmanager
+def counted(api: Api) -> Iterator[Counter]:
+    """VM steps and statements of everything ``api`` runs on its ledger in this thread."""
+    conn = api._ledger.connection()
+    counter = Counter()
+    conn.set_progress_handler(counter.step, 1)
+    conn.set_trace_callback(counter.statements.append)
+    try:
+        yield counter
+    finally:
+        conn.set_progress_handler(None, 1)
+        conn.set_trace_callback(None)
+
+
+def engine(home: Path, seeded: int) -> tuple[Api, FakeBackend]:
+    fake = FakeBackend(gpus=1)
+    api = Api(home, backend=fake)
+    api._runtime.jobs.seed_finished(seeded, "fake", '{"command": ["train"], "workdir": "/"}')
+    warm = int(api.submit(SPEC).id)  # nodes recorded, first-pass work done
+    fake.finish(f"{warm}.1", 0)
+    api._runtime.tick()
+    return api, fake
+
+
+def costs(home: Path, seeded: int) -> dict[str, tuple[int, int]]:
+    """(VM steps, statements) of a submit, its ending's pass, a status read and a list page."""
+    api, fake = engine(home, seeded)
+    out: dict[str, tuple[int, int]] = {}
+
+    def measure(name: str, action: Callable[[], Any]) -> Any:
+        with counted(api) as c:
+            result = action()
+        out[name] = (c.steps, len(c.statements))
+        return result
+
+    job = measure("submit", lambda: int(api.submit(SPEC).id))
+    measure("status", lambda: api.status(job))
+    fake.finish(f"{job}.1", 0)
+    measure("ending", api._runtime.tick)
+    measure("status after", lambda: api.status(job))
+    measure("list", lambda: api.list_jobs(limit=20))
+    measure("batch of 5", lambda: submit_many(api._runtime, [SPEC] * 5))
+    return out
+
+
+def test_submit_ending_and_reads_cost_the_same_at_100_and_2000_jobs_in_the_ledger(tmp_path: Path,
+                                                                                 home: Path) -> None:
+    small, large = costs(tmp_path / "small", 100), costs(tmp_path / "large", 2000)
+    assert small == large, f"per-event cost grows with the ledger: {small} vs {large}"
+
+
+def queued_read_cost(home: Path, queued: int) -> tuple[int, int]:
+    api, _ = engine(home, 0)
+    blocker = int(api.submit({**SPEC, "gpus": 1}).id)  # holds the only GPU: the rest queue
+    submit_many(api._runtime, [{**SPEC, "gpus": 1}] * queued)
+    api.status(blocker)
+    with counted(api) as c:
+        api.status(blocker)
+        api.list_jobs(limit=20)
+    return c.steps, len(c.statements)
+
+
+def test_reads_cost_the_same_with_100_or_2000_jobs_queued(tmp_path: Path, home: Path) -> None:
+    small, large = queued_read_cost(tmp_path / "small", 100), queued_read_cost(tmp_path / "large", 2000)
+    assert small == large, f"a read re-places the queue: {small} vs {large} (VM steps, statements)"
+
+
+def test_a_change_places_the_queue_again(tmp_path: Path, home: Path) -> None:
+    """The skip above is not a blind one: an ending frees the GPU and the next pass places the head."""
+    api, fake = engine(tmp_path / "h", 0)
+    blocker = int(api.submit({**SPEC, "gpus": 1}).id)
+    waiting = submit_many(api._runtime, [{**SPEC, "gpus": 1}] * 3)
+    api.status(blocker)
+    assert [api.status(j, refresh=False).state for j in waiting] == ["queued"] * 3
+    fake.finish(f"{blocker}.1", 0)
+    api.status(blocker)  # a read's pass: it sees the ending, then places
+    assert [api.status(j, refresh=False).state for j in waiting] == ["starting", "queued", "queued"]
+
+
+@pytest.mark.parametrize("count", [1, 50])
+def test_a_batch_is_one_transaction_and_one_pass(tmp_path: Path, count: int,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    api, _ = engine(tmp_path / "h", 0)
+    passes = []
+    real_tick = api._runtime.tick
+    monkeypatch.setattr(api._runtime, "tick", lambda wait=True: passes.append(1) or real_tick(wait))
+    with counted(api) as c:
+        ids = submit_many(api._runtime, [SPEC] * count)
+    assert len(ids) == count and ids == sorted(ids)
+    inserts = [s for s in c.statements if s.startswith("INSERT INTO jobs")]
+    assert len(inserts) == count
+    first, last = c.statements.index(inserts[0]), c.statements.index(inserts[-1])
+    assert "BEGIN" not in " ".join(c.statements[first:last + 1])  # all of them in one transaction
+    assert len(passes) == 1
+
+
+def test_a_bad_spec_refuses_the_whole_batch(tmp_path: Path) -> None:
+    from autoresearch.errors import SpecError
+
+    api, _ = engine(tmp_path / "h", 0)
+    before = len(api.list_jobs(limit=1000, refresh=False).jobs)
+    with pytest.raises(SpecError):
+        submit_many(api._runtime, [SPEC, {**SPEC, "priority": "urgent!"}, SPEC])
+    assert len(api.list_jobs(limit=1000, refresh=False).jobs) == before  # nothing recorded
+    assert submit_many(api._runtime, []) == []

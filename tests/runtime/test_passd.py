@@ -1,0 +1,117 @@
+"""The pass daemon (autoresearch/passd.py): endings run their pass in one long-lived process per
+home instead of a fresh interpreter each, and nothing depends on it staying alive (invariant 1)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoresearch import passd
+from autoresearch.backends._supervisor import is_alive
+from tests.conftest import wait_for
+
+
+@pytest.fixture(autouse=True)
+def _daemon_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AUTORESEARCH_PASSD", raising=False)
+
+
+@pytest.fixture
+def stop_daemon(home: Path) -> Any:
+    yield
+    pid = passd.running_pid(home)
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+
+
+def submit(api: Any, command: str) -> int:
+    return int(api.submit({"command": ["/bin/sh", "-c", command], "workdir": os.getcwd()}).id)
+
+
+def hooks_run(home: Path, job: int) -> bool:
+    """Whether an attempt of ``job`` ran its pass in a fresh interpreter (the on-exit hook's log)."""
+    return any((home / "jobs" / str(job)).glob("attempt-*/on_exit.log"))
+
+
+def test_endings_run_their_pass_in_the_daemon_not_in_a_fresh_interpreter(api: Any, home: Path,
+                                                                          stop_daemon: Any) -> None:
+    go = home.parent / "go"
+    holder = submit(api, f"while [ ! -e {go} ]; do sleep 0.05; done")  # keeps the daemon busy (not idle)
+    assert wait_for(lambda: passd.running_pid(home), timeout=30)  # it listens
+    jobs = [submit(api, "true") for _ in range(6)]
+    for job in jobs:  # nobody reads: the daemon alone records the endings
+        wait_for(lambda job=job: api.status(job, refresh=False).state == "succeeded", timeout=60)
+    go.touch()
+    wait_for(lambda: api.status(holder, refresh=False).state == "succeeded", timeout=60)
+    assert not any(hooks_run(home, job) for job in [holder, *jobs])
+
+
+def test_a_killed_daemon_leaves_endings_to_the_supervisors(api: Any, home: Path, stop_daemon: Any) -> None:
+    go = home.parent / "go"
+    job = submit(api, f"while [ ! -e {go} ]; do sleep 0.05; done")
+    pid = wait_for(lambda: passd.running_pid(home), timeout=30)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: passd.running_pid(home) is None, timeout=30)
+    go.touch()
+    wait_for(lambda: api.status(job, refresh=False).state == "succeeded", timeout=60)  # no read ran a pass
+    assert hooks_run(home, job)  # its supervisor found nobody listening and ran the pass itself
+
+
+def test_the_daemon_makes_way_for_a_listening_loop_or_server(api: Any, home: Path) -> None:
+    submit(api, "true")
+    pid = wait_for(lambda: passd.running_pid(home), timeout=30)
+    with api.watch():  # a loop's or a server's watcher: they run the pass themselves
+        wait_for(lambda: passd.running_pid(home) is None, timeout=30)
+        wait_for(lambda: not is_alive(pid, None), timeout=30)
+        assert not passd.ensure(api._runtime)  # a submit starts none while somebody listens
+
+
+def test_the_daemon_exits_when_idle_and_a_second_one_does_nothing(home: Path) -> None:
+    from autoresearch.api import Api
+
+    Api(home)  # the ledger exists
+    assert passd.serve(str(home), "local", idle_s=0.0) == 0  # nothing queued or running: it exits at once
+    assert passd.running_pid(home) is None
+
+
+def test_no_daemon_for_backends_whose_attempts_poke_nobody(home: Path) -> None:
+    from autoresearch.api import Api
+    from autoresearch.backends.fake import FakeBackend
+
+    api = Api(home, backend=FakeBackend(gpus=1))
+    api.submit({"command": ["train"], "workdir": os.getcwd()})
+    assert passd.running_pid(home, "fake") is None  # its attempts live in this process's memory
+
+
+def test_off_switch(api: Any, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTORESEARCH_PASSD", "off")
+    assert not passd.ensure(api._runtime)
+
+
+def test_bad_arguments_are_refused_with_usage(home: Path) -> None:
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "autoresearch.passd", "--home", str(home), "--idle", "nan?"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "usage" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_busy_listener_gets_more_than_three_seconds_and_a_gone_one_does_not(api: Any, home: Path) -> None:
+    """A listener that lives but has not run its pass yet (a daemon placing dozens on a loaded
+    machine) is waited for: no stampede of pass interpreters after the old fixed 3 s. One that
+    goes away unacknowledged is not: the supervisor runs the pass itself."""
+    import time
+
+    watcher = api.watch()  # listens, and runs no pass until we say so
+    job = submit(api, "true")
+    wait_for(lambda: (home / "jobs" / str(job) / "attempt-1" / "exit.json").exists(), timeout=60)  # it ended, poked
+    time.sleep(4.0)
+    assert not hooks_run(home, job)  # still waiting for us, past the old ACK_WAIT_S
+    watcher.close()  # gone without recording the ending
+    wait_for(lambda: hooks_run(home, job), timeout=30)
+    wait_for(lambda: api.status(job, refresh=False).state == "succeeded", timeout=60)
