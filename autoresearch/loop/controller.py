@@ -82,7 +82,7 @@ class Controller:
         self.ledger = runtime.ledger
         self.stopper: Stopper | None = make_stopper(plan.early_stop)
         self.proposer: Proposer
-        self.watch_metrics = self.stopper is not None or on_update is not None
+        self.watch_metrics = self.stopper is not None or on_update is not None or plan.budget.steps is not None
         self.call: ProposeCall | None = None
         self._lock_fd: int | None = None
         self._last_update = self._last_monitor = self._last_persist = self._last_tick = 0.0
@@ -142,7 +142,7 @@ class Controller:
                                  hint="change name: in the plan")
             s.loop_project = existing["project"]
         self.ctx = ProposerContext(self.plan, existing["id"] if existing else 0, self.plan.name, self.ledger.home,
-                                   self.runtime)
+                                   self.runtime, project=s.loop_project)
         self.proposer = make_proposer(self.ctx)  # may raise (missing key): nothing exists yet
         s.started = time.monotonic()
         digest = self.plan.digest()
@@ -364,7 +364,7 @@ class Controller:
         n = min(slots, budget_left, self.plan.proposer.batch or slots)
         if n <= 0 or s.exhausted:
             return
-        history = [s.records[t] for t in sorted(s.records)]
+        history = s.history()
         if self.proposer.blocking:
             self.call = ProposeCall(lambda: timed(self.proposer, history, n), n)
             self.call.start()

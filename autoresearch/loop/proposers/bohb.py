@@ -1,0 +1,181 @@
+"""BOHB-style model-based proposals (Falkner et al. 2018) that learn from every rung reached,
+not only from finished trials: ``proposer: {kind: bohb}`` beside the ``asha`` (or
+``hyperband``) stopper.
+
+Each trial's curve so far (``TrialRecord.intermediate``) gives its value at every rung it
+reached (``early_stop.min_steps * reduction_factor**k``; finished trials also at the final
+level). The model is fitted at the highest level with enough observations
+(``min_points``, default d + 2 for d parameters): the best ``gamma`` of them make the good
+density, the rest the bad one (:mod:`autoresearch.loop.proposers._parzen`). What the
+stopper already said also counts: a trial stopped below that level, or one that failed, is
+a bad observation there (BOHB proper ignores them), and trials in flight (and the batch's
+earlier proposals) are bad as well ("constant liar"), so a batch spreads out. Before any
+level has enough observations, and for a ``random_fraction`` of proposals afterwards,
+proposals come from the prior: around each ``space.<name>.prior`` guess, uniform elsewhere.
+Trials of ``warm_start`` loops are observations like the loop's own.
+
+Options (``proposer.options``): ``gamma`` (0.15), ``random_fraction`` (0.1), ``candidates``
+(64), ``min_points``; ``proposer.n_startup`` is a floor on ``min_points``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from autoresearch.errors import PlanError
+from autoresearch.loop.proposers._base import (
+    Proposal,
+    Proposer,
+    ProposerContext,
+    ProposeResult,
+    ProposerInfo,
+    TrialRecord,
+)
+from autoresearch.loop.proposers._space import canonical
+
+FINAL = math.inf  # the level of finished trials' final values
+PENDING = ("proposed", "queued", "running")
+
+
+def _option(options: dict[str, Any], key: str, default: float, low: float, high: float, integer: bool = False) -> Any:
+    value = options.get(key, default)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        and low <= value <= high and (not integer or float(value).is_integer())
+    if not ok:
+        kind = "a whole number" if integer else "a number"
+        raise PlanError(f"proposer.options.{key} is {str(value)[:40]!r}; give {kind} in {low:g}..{high:g}",
+                        hint=f"e.g. proposer: {{kind: bohb, options: {{{key}: {default:g}}}}}")
+    return int(value) if integer else float(value)
+
+
+def rungs(plan: Any) -> list[int]:
+    """The levels the model may be fitted at: the stopper's rungs (none without early stopping)."""
+    es = plan.early_stop
+    if es is None:
+        return []
+    low, rf = max(1, int(getattr(es, "min_steps", 1))), max(2, int(getattr(es, "reduction_factor", 3)))
+    top = getattr(es, "max_steps", None) or 10**9
+    out: list[int] = []
+    rung = low
+    while rung < top and len(out) < 40:
+        out.append(rung)
+        rung *= rf
+    return out
+
+
+def value_at(curve: list[tuple[int, float]], step: int) -> float | None:
+    return next((v for s, v in curve if s >= step), None)
+
+
+class BOHBProposer(Proposer):
+    kind = "bohb"
+    blocking = False
+
+    def __init__(self, ctx: ProposerContext) -> None:
+        super().__init__(ctx)
+        import numpy  # noqa: F401 - refused here if missing, not at the first proposal
+
+        from autoresearch.loop.proposers._parzen import dims_of
+
+        if not self.plan.space:
+            raise PlanError("proposer bohb needs a space: to model", hint="give space: parameters, or use llm")
+        opts = dict(self.plan.proposer.options)
+        unknown = sorted(set(opts) - {"gamma", "random_fraction", "candidates", "min_points"})
+        if unknown:
+            raise PlanError(f"proposer.options: unknown key {unknown[0]!r} for bohb",
+                            hint="bohb reads gamma, random_fraction, candidates, min_points")
+        self.dims = dims_of(self.plan.space)
+        self.gamma = _option(opts, "gamma", 0.15, 0.01, 0.99)
+        self.random_fraction = _option(opts, "random_fraction", 0.1, 0.0, 1.0)
+        self.candidates = _option(opts, "candidates", 64, 1, 10_000, integer=True)
+        floor = self.plan.proposer.n_startup or 0
+        self.min_points = max(floor, _option(opts, "min_points", len(self.dims) + 2, 2, 10_000, integer=True))
+        self.sign = 1.0 if self.plan.objective.goal == "minimize" else -1.0
+        self.levels = rungs(self.plan)
+
+    def info(self) -> ProposerInfo:
+        return ProposerInfo(kind=self.kind, model=f"bohb seed={self.plan.proposer.seed}")
+
+    # -- what is known at each level -----------------------------------------------------------
+
+    def _observations(self, history: list[TrialRecord]) -> tuple[dict[float, list[tuple[Any, float]]],
+                                                                 dict[float, list[Any]], list[Any]]:
+        """Per level: (x, signed value) of trials that reached it, x of trials known to be bad there
+        (stopped below it, failed), and x of trials still in flight."""
+        from autoresearch.loop.proposers._parzen import encode
+
+        seen: dict[float, list[tuple[Any, float]]] = {lv: [] for lv in [*self.levels, FINAL]}
+        bad: dict[float, list[Any]] = {lv: [] for lv in seen}
+        pending: list[Any] = []
+        for r in [*self.ctx.warm, *history]:
+            if r.role != "explore":
+                continue
+            x = encode(self.dims, r.params)
+            if x is None:
+                continue  # outside today's space
+            if r.state in PENDING:
+                pending.append(x)
+            curve = [(s, self.sign * v) for s, v in r.intermediate if v is not None and math.isfinite(v)]
+            last = curve[-1][0] if curve else -1
+            for lv in self.levels:
+                v = value_at(curve, lv)
+                if v is not None:
+                    seen[lv].append((x, v))
+                elif r.state in ("stopped", "failed") and last < lv:
+                    bad[lv].append(x)  # never got there: the stopper (or the trial itself) ended it below
+            if r.state == "succeeded" and r.objective is not None and math.isfinite(r.objective):
+                seen[FINAL].append((x, self.sign * r.objective))
+            elif r.state in ("stopped", "failed"):
+                bad[FINAL].append(x)
+        return seen, bad, pending
+
+    def propose(self, history: list[TrialRecord], n: int) -> ProposeResult:
+        import numpy as np
+
+        from autoresearch.loop.proposers._parzen import Parzen, best_candidate, decode, sample_prior
+
+        explore = sum(1 for r in history if r.role == "explore")
+        seed = self.plan.proposer.seed if self.plan.proposer.seed is not None else 0
+        rng = np.random.default_rng([abs(int(seed)) % 2**32, explore])
+        seen, bad, pending = self._observations(history)
+        level = next((lv for lv in [FINAL, *reversed(self.levels)] if len(seen[lv]) >= self.min_points), None)
+        taken = {canonical(r.params) for r in [*history]}
+        lies: list[Any] = list(pending)
+        proposals = []
+        model_used = 0
+        good_x: Any = None
+        bad_x: list[Any] = []
+        if level is not None:
+            obs = sorted(seen[level], key=lambda xv: xv[1])
+            n_good = max(1, math.ceil(self.gamma * len(obs)))
+            good_x = np.array([x for x, _ in obs[:n_good]])
+            bad_x = [x for x, _ in obs[n_good:]] + bad[level]
+        for _ in range(n):
+            for _attempt in range(10):
+                if level is None or rng.random() < self.random_fraction:
+                    row, how = sample_prior(self.dims, rng), "prior sample"
+                else:
+                    good = Parzen(self.dims, good_x, user_prior=True)
+                    rest = np.array(bad_x + lies) if bad_x or lies else np.zeros((0, len(self.dims)))
+                    row, how = best_candidate(good, Parzen(self.dims, rest, user_prior=False), rng,
+                                              self.candidates), "model"
+                params = decode(self.dims, row)
+                if canonical(params) not in taken:
+                    break
+            taken.add(canonical(params))
+            lies.append(row)
+            model_used += how == "model"
+            where = "final values" if level == FINAL else f"step {level}"
+            why = f"BOHB model at {where} ({len(seen[level])} trials there)" if how == "model" and level is not None \
+                else "sample of the prior (random where no prior is given)"
+            proposals.append(Proposal(params, rationale=why))
+        if level is None:
+            most = max(((len(v), lv) for lv, v in seen.items()), default=(0, FINAL))
+            phase = (f"start-up: no level has {self.min_points} observations yet (most: {most[0]}); "
+                     "sampling the prior")
+        else:
+            phase = (f"model fitted at {'the final values' if level == FINAL else f'step {level}'}: "
+                     f"{len(seen[level])} trials there, {len(bad[level])} known worse, {len(pending)} in flight; "
+                     f"{model_used}/{n} from the model")
+        return ProposeResult(proposals, self.info(), rationale=phase)
