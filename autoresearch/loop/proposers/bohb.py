@@ -81,7 +81,7 @@ class BOHBProposer(Proposer):
         if not self.plan.space:
             raise PlanError("proposer bohb needs a space: to model", hint="give space: parameters, or use llm")
         opts = dict(self.plan.proposer.options)
-        unknown = sorted(set(opts) - {"gamma", "random_fraction", "candidates", "min_points"})
+        unknown = sorted(set(opts) - {"gamma", "random_fraction", "candidates", "min_points", "fit"})
         if unknown:
             raise PlanError(f"proposer.options: unknown key {unknown[0]!r} for bohb",
                             hint="bohb reads gamma, random_fraction, candidates, min_points")
@@ -93,6 +93,11 @@ class BOHBProposer(Proposer):
         self.min_points = max(floor, _option(opts, "min_points", len(self.dims) + 2, 2, 10_000, integer=True))
         self.sign = 1.0 if self.plan.objective.goal == "minimize" else -1.0
         self.levels = rungs(self.plan)
+        self.fit = str(opts.get("fit", "level"))
+        if self.fit not in ("level", "rank"):
+            raise PlanError(f"proposer.options.fit is {self.fit[:40]!r}; give level or rank",
+                            hint="level: the model of the highest rung with data (BOHB); rank: every trial ranked "
+                                 "by how far it got, then its value there")
 
     def info(self) -> ProposerInfo:
         return ProposerInfo(kind=self.kind, model=f"bohb seed={self.plan.proposer.seed}")
@@ -130,6 +135,27 @@ class BOHBProposer(Proposer):
                 bad[FINAL].append(x)
         return seen, bad, pending
 
+    def _ranked(self, history: list[TrialRecord]) -> list[tuple[Any, tuple[int, float]]]:
+        """Every ended or running trial with a value, ranked as optuna's TPE ranks pruned trials:
+        the further it got (rung reached), the better; then its value there."""
+        from autoresearch.loop.proposers._parzen import encode
+
+        out = []
+        for r in [*self.ctx.warm, *history]:
+            x = encode(self.dims, r.params) if r.role == "explore" else None
+            if x is None:
+                continue
+            curve = [(s, self.sign * v) for s, v in r.intermediate if v is not None and math.isfinite(v)]
+            if r.state == "succeeded" and r.objective is not None and math.isfinite(r.objective):
+                out.append((x, (-len(self.levels) - 1, self.sign * r.objective)))
+                continue
+            reached = [(k, v) for k, lv in enumerate(self.levels) for v in [value_at(curve, lv)] if v is not None]
+            if reached:
+                out.append((x, (-reached[-1][0], reached[-1][1])))
+            elif r.state == "failed":
+                out.append((x, (1, math.inf)))
+        return out
+
     def propose(self, history: list[TrialRecord], n: int) -> ProposeResult:
         import numpy as np
 
@@ -146,7 +172,17 @@ class BOHBProposer(Proposer):
         model_used = 0
         good_x: Any = None
         bad_x: list[Any] = []
-        if level is not None:
+        if self.fit == "rank":
+            ranked = self._ranked(history)
+            level = "rank" if len(ranked) >= self.min_points else None  # type: ignore[assignment]
+            if level is not None:
+                ranked.sort(key=lambda xk: xk[1])
+                n_good = max(1, math.ceil(self.gamma * len(ranked)))
+                good_x = np.array([x for x, _ in ranked[:n_good]])
+                bad_x = [x for x, _ in ranked[n_good:]]
+                seen[level] = [(x, 0.0) for x, _ in ranked]  # type: ignore[index]
+                bad[level] = []  # type: ignore[index]
+        elif level is not None:
             obs = sorted(seen[level], key=lambda xv: xv[1])
             n_good = max(1, math.ceil(self.gamma * len(obs)))
             good_x = np.array([x for x, _ in obs[:n_good]])
