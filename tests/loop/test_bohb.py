@@ -207,3 +207,30 @@ def test_warm_start_refuses_an_incompatible_loop(home: Path, tmp_path: Path) -> 
         with pytest.raises(PlanError) as info:
             Controller(p, runtime=runtime).run()
         assert message in info.value.message and info.value.hint
+
+
+def test_an_llms_suggestions_are_the_prior_of_bohb(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.fakes.llm_server import FakeLLMServer, anthropic_tool_answer
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    with FakeLLMServer() as server:
+        server.script(anthropic_tool_answer({"rationale": "x near 1.2 and k=b train best", "proposals": [
+            {"params": {"x": 1.2, "k": "b"}, "rationale": "a"}, {"params": {"x": 1.25, "k": "b"}, "rationale": "b"}]},
+            input_tokens=900, output_tokens=120))
+        p = plan("bohb", proposer={"kind": "bohb", "seed": 3, "provider": "anthropic", "base_url": server.url,
+                                   "model": "claude-sonnet-4-6", "options": {"llm_prior": 2, "llm_confidence": 0.8,
+                                                                             "backoff_s": 0.01}})
+        proposer = make_proposer(ProposerContext(p))
+        assert proposer.blocking  # the controller calls it off the main thread
+        first = proposer.propose([], 6)
+        assert len(server.requests) == 1
+        assert [q.params for q in first.proposals[:2]] == [{"x": 1.2, "k": "b"}, {"x": 1.25, "k": "b"}]
+        assert first.proposals[0].rationale == "the LLM's suggestion (prior)"
+        assert (first.tokens_in, first.tokens_out) == (900, 120) and first.cost_usd > 0  # counts for llm_usd
+        assert "prior: 2 suggestion(s) of claude-sonnet-4-6" in first.rationale
+        # after the suggestions: samples around them, not across the whole range
+        rest = [q.params["x"] for q in first.proposals[2:]]
+        assert abs(statistics.median(rest) - 1.2) < 0.5 and sum(abs(x - 1.2) < 1.0 for x in rest) >= 3, rest
+        history = [TrialRecord(i + 1, q.params, "running") for i, q in enumerate(first.proposals)]
+        again = proposer.propose(history, 2)
+        assert len(server.requests) == 1 and again.cost_usd == 0  # asked once

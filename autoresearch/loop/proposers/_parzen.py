@@ -97,7 +97,8 @@ def prior_sd(confidence: float) -> float:
 class Parzen:
     """A mixture density on the encoded space: one kernel per observation and one prior component."""
 
-    def __init__(self, dims: list[Dim], points: np.ndarray, user_prior: bool, n_model: int | None = None) -> None:
+    def __init__(self, dims: list[Dim], points: np.ndarray, user_prior: bool, n_model: int | None = None,
+                 anchors: np.ndarray | None = None, anchor_confidence: float = 0.5) -> None:
         self.dims = dims
         self.points = points.reshape(-1, len(dims))
         n = max(n_model if n_model is not None else len(self.points), 1)
@@ -107,8 +108,25 @@ class Parzen:
         self.user_prior = user_prior and any(d.prior is not None for d in dims)
         confidences = [d.prior[1] for d in dims if d.prior is not None]
         w_prior = prior_weight(max(confidences)) if self.user_prior else 1.0
-        self.weights = np.concatenate([np.ones(len(self.points)), [w_prior]])
+        # Anchors (an LLM's suggestions): kernels as wide as a prior of anchor_confidence, sharing its weight.
+        self.anchors = np.zeros((0, len(dims))) if anchors is None else anchors.reshape(-1, len(dims))
+        self.anchor_conf = anchor_confidence
+        w_anchor = [prior_weight(anchor_confidence) / max(len(self.anchors), 1)] * len(self.anchors)
+        self.weights = np.concatenate([np.ones(len(self.points)), w_anchor, [w_prior]])
         self.weights /= self.weights.sum()
+
+    def _kernels(self, x: np.ndarray, centers: np.ndarray, sigma: float, own: list[float]) -> np.ndarray:
+        """log kernel of each x around each center: (len(x), len(centers))."""
+        comps = np.zeros((len(x), len(centers)))
+        for j, d in enumerate(self.dims):
+            xj, pj = x[:, j][:, None], centers[:, j][None, :]
+            if d.choices:
+                k = len(d.choices)
+                if k > 1:
+                    comps += np.log(np.where(xj == pj, own[j], (1 - own[j]) / (k - 1)))
+            else:
+                comps += -0.5 * ((xj - pj) / sigma) ** 2 - math.log(sigma * math.sqrt(2 * math.pi))
+        return comps
 
     def _prior_logpdf(self, x: np.ndarray) -> np.ndarray:
         out = np.zeros(len(x))
@@ -128,38 +146,38 @@ class Parzen:
         return out
 
     def logpdf(self, x: np.ndarray) -> np.ndarray:
-        comps = np.zeros((len(x), len(self.points)))
-        for j, d in enumerate(self.dims):
-            xj, pj = x[:, j][:, None], self.points[:, j][None, :]
-            if d.choices:
-                k = len(d.choices)
-                if k == 1:
-                    continue
-                eps = self.eps[j]
-                comps += np.log(np.where(xj == pj, 1 - eps, eps / (k - 1)))
-            else:
-                comps += -0.5 * ((xj - pj) / self.sigma) ** 2 - math.log(self.sigma * math.sqrt(2 * math.pi))
-        allc = np.concatenate([comps, self._prior_logpdf(x)[:, None]], axis=1) + np.log(self.weights)[None, :]
+        comps = self._kernels(x, self.points, self.sigma, [1 - e for e in self.eps])
+        anchor_own = [self.anchor_conf + (1 - self.anchor_conf) / len(d.choices) if d.choices else 0.0
+                      for d in self.dims]
+        anchored = self._kernels(x, self.anchors, prior_sd(self.anchor_conf), anchor_own)
+        allc = np.concatenate([comps, anchored, self._prior_logpdf(x)[:, None]], axis=1) + np.log(self.weights)[None, :]
         top = allc.max(axis=1, keepdims=True)
         return (top + np.log(np.exp(allc - top).sum(axis=1, keepdims=True)))[:, 0]
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         which = rng.choice(len(self.weights), size=n, p=self.weights)
         out = np.zeros((n, len(self.dims)))
+        n_points = len(self.points)
         for i, c in enumerate(which):
-            out[i] = sample_prior(self.dims, rng, self.user_prior) if c == len(self.points) else \
-                self._around(self.points[c], rng)
+            if c < n_points:
+                out[i] = self._around(self.points[c], rng, self.sigma, self.eps)
+            elif c < n_points + len(self.anchors):
+                eps = [(1 - self.anchor_conf) * (len(d.choices) - 1) / len(d.choices) if d.choices else 0.0
+                       for d in self.dims]
+                out[i] = self._around(self.anchors[c - n_points], rng, prior_sd(self.anchor_conf), eps)
+            else:
+                out[i] = sample_prior(self.dims, rng, self.user_prior)
         return out
 
-    def _around(self, center: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def _around(self, center: np.ndarray, rng: np.random.Generator, sigma: float, eps: list[float]) -> np.ndarray:
         row = np.array(center, dtype=float)
         for j, d in enumerate(self.dims):
             if d.choices:
                 k = len(d.choices)
-                if k > 1 and rng.random() < self.eps[j]:
+                if k > 1 and rng.random() < eps[j]:
                     row[j] = float(rng.choice([i for i in range(k) if i != int(center[j])]))
             else:
-                row[j] = _truncated(rng, center[j], self.sigma)
+                row[j] = _truncated(rng, center[j], sigma)
         return row
 
 

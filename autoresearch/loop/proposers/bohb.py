@@ -81,10 +81,13 @@ class BOHBProposer(Proposer):
         if not self.plan.space:
             raise PlanError("proposer bohb needs a space: to model", hint="give space: parameters, or use llm")
         opts = dict(self.plan.proposer.options)
-        unknown = sorted(set(opts) - {"gamma", "random_fraction", "candidates", "min_points", "fit"})
+        known = {"gamma", "random_fraction", "candidates", "min_points", "fit", "llm_prior", "llm_confidence"}
+        if "llm_prior" in opts:  # the llm proposer's own options too
+            known |= {"retries", "backoff_s", "timeout_s", "price_in", "price_out", "history_limit"}
+        unknown = sorted(set(opts) - known)
         if unknown:
             raise PlanError(f"proposer.options: unknown key {unknown[0]!r} for bohb",
-                            hint="bohb reads gamma, random_fraction, candidates, min_points")
+                            hint="bohb reads " + ", ".join(sorted(known)))
         self.dims = dims_of(self.plan.space)
         self.gamma = _option(opts, "gamma", 0.15, 0.01, 0.99)
         self.random_fraction = _option(opts, "random_fraction", 0.1, 0.0, 1.0)
@@ -93,6 +96,17 @@ class BOHBProposer(Proposer):
         self.min_points = max(floor, _option(opts, "min_points", len(self.dims) + 2, 2, 10_000, integer=True))
         self.sign = 1.0 if self.plan.objective.goal == "minimize" else -1.0
         self.levels = rungs(self.plan)
+        # An LLM's suggestions as the prior (options.llm_prior: how many to ask for, once): the plan's
+        # provider/model/base_url settings, as for proposer kind llm.
+        self.llm: Any = None
+        self.anchors: Any = None  # encoded suggestions, once asked
+        if "llm_prior" in opts:
+            from autoresearch.loop.proposers.llm import LLMProposer
+
+            self.llm_k = _option(opts, "llm_prior", 4, 1, 50, integer=True)
+            self.llm_conf = _option(opts, "llm_confidence", 0.5, 0.01, 0.99)
+            self.llm = LLMProposer(ctx)  # no key, no provider: refused here, before anything launches
+            self.blocking = True  # the first proposal waits for the model
         self.fit = str(opts.get("fit", "level"))
         if self.fit not in ("level", "rank"):
             raise PlanError(f"proposer.options.fit is {self.fit[:40]!r}; give level or rank",
@@ -100,7 +114,30 @@ class BOHBProposer(Proposer):
                                  "by how far it got, then its value there")
 
     def info(self) -> ProposerInfo:
+        if self.llm is not None:
+            llm = self.llm.info()
+            return ProposerInfo(kind=self.kind, model=f"bohb seed={self.plan.proposer.seed}, prior: {llm.model}",
+                                provider=llm.provider, prompt_name=llm.prompt_name, prompt_sha256=llm.prompt_sha256,
+                                temperature=llm.temperature)
         return ProposerInfo(kind=self.kind, model=f"bohb seed={self.plan.proposer.seed}")
+
+    def _ask_llm(self, history: list[TrialRecord]) -> ProposeResult | None:
+        """The LLM's suggestions, once per run (a resumed loop asks again); None if it failed."""
+        import numpy as np
+
+        from autoresearch.errors import AutoresearchError
+        from autoresearch.loop.proposers._parzen import encode
+
+        try:
+            result = self.llm.propose(history, self.llm_k)
+        except AutoresearchError as err:
+            self.anchors = np.zeros((0, len(self.dims)))
+            self.llm_note = f"; the LLM prior failed ({err.message[:200]}): sampling without it"
+            return None
+        rows = [x for p in result.proposals for x in [encode(self.dims, p.params)] if x is not None]
+        self.anchors = np.array(rows).reshape(-1, len(self.dims))
+        self.llm_note = f"; prior: {len(rows)} suggestion(s) of {self.llm.model}: {result.rationale[:300]}"
+        return result
 
     # -- what is known at each level -----------------------------------------------------------
 
@@ -135,6 +172,11 @@ class BOHBProposer(Proposer):
                 bad[FINAL].append(x)
         return seen, bad, pending
 
+    @staticmethod
+    def _where(level: Any) -> str:
+        return "the final values" if level == FINAL else "the furthest rung of each trial" if level == "rank" \
+            else f"step {level}"
+
     def _ranked(self, history: list[TrialRecord]) -> list[tuple[Any, tuple[int, float]]]:
         """Every ended or running trial with a value, ranked as optuna's TPE ranks pruned trials:
         the further it got (rung reached), the better; then its value there."""
@@ -161,6 +203,8 @@ class BOHBProposer(Proposer):
 
         from autoresearch.loop.proposers._parzen import Parzen, best_candidate, decode, sample_prior
 
+        asked = self._ask_llm(history) if self.llm is not None and self.anchors is None else None
+        anchors = self.anchors if self.anchors is not None and len(self.anchors) else None
         explore = sum(1 for r in history if r.role == "explore")
         seed = self.plan.proposer.seed if self.plan.proposer.seed is not None else 0
         rng = np.random.default_rng([abs(int(seed)) % 2**32, explore])
@@ -188,11 +232,18 @@ class BOHBProposer(Proposer):
             good_x = np.array([x for x, _ in obs[:n_good]])
             bad_x = [x for x, _ in obs[n_good:]] + bad[level]
         for _ in range(n):
+            unused = [a for a in (anchors if anchors is not None else []) if canonical(decode(self.dims, a)) not in taken]
             for _attempt in range(10):
-                if level is None or rng.random() < self.random_fraction:
+                if level is None and unused:
+                    row, how = unused[0], "llm"  # the model's own suggestion first
+                elif level is None or rng.random() < self.random_fraction:
                     row, how = sample_prior(self.dims, rng), "prior sample"
+                    if anchors is not None:
+                        row = Parzen(self.dims, np.zeros((0, len(self.dims))), True, anchors=anchors,
+                                     anchor_confidence=self.llm_conf).sample(rng, 1)[0]
                 else:
-                    good = Parzen(self.dims, good_x, user_prior=True)
+                    good = Parzen(self.dims, good_x, user_prior=True, anchors=anchors,
+                                  anchor_confidence=getattr(self, "llm_conf", 0.5))
                     rest = np.array(bad_x + lies) if bad_x or lies else np.zeros((0, len(self.dims)))
                     row, how = best_candidate(good, Parzen(self.dims, rest, user_prior=False), rng,
                                               self.candidates), "model"
@@ -202,8 +253,9 @@ class BOHBProposer(Proposer):
             taken.add(canonical(params))
             lies.append(row)
             model_used += how == "model"
-            where = "final values" if level == FINAL else f"step {level}"
+            where = self._where(level)
             why = f"BOHB model at {where} ({len(seen[level])} trials there)" if how == "model" and level is not None \
+                else "the LLM's suggestion (prior)" if how == "llm" \
                 else "sample of the prior (random where no prior is given)"
             proposals.append(Proposal(params, rationale=why))
         if level is None:
@@ -211,7 +263,12 @@ class BOHBProposer(Proposer):
             phase = (f"start-up: no level has {self.min_points} observations yet (most: {most[0]}); "
                      "sampling the prior")
         else:
-            phase = (f"model fitted at {'the final values' if level == FINAL else f'step {level}'}: "
+            phase = (f"model fitted at {self._where(level)}: "
                      f"{len(seen[level])} trials there, {len(bad[level])} known worse, {len(pending)} in flight; "
                      f"{model_used}/{n} from the model")
-        return ProposeResult(proposals, self.info(), rationale=phase)
+        phase += getattr(self, "llm_note", "") if asked is not None or self.llm is not None and explore == 0 else ""
+        out = ProposeResult(proposals, self.info(), rationale=phase)
+        if asked is not None:  # its tokens and dollars count against budget.llm_usd
+            out.tokens_in, out.tokens_out, out.cost_usd, out.calls = (asked.tokens_in, asked.tokens_out,
+                                                                      asked.cost_usd, asked.calls)
+        return out
