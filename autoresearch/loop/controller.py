@@ -164,6 +164,9 @@ class Controller:
             self._adopt(changed=existing["digest"] != digest and has_trials)
         self.ctx.loop_id = s.store.loop_id
         s.reload()
+        if self.plan.budget.steps is not None:  # a resumed loop's compute so far: its ended trials' curves
+            outcomes.read_series(self, [r for r in s.rows.values() if r["job_id"] is not None
+                                        and r["state"] not in ("queued", "running")])
         self.runs.enabled = outbox.tracking_enabled()
         # Warm up (mlflow import, the store) while the first proposal is made; runs for resumed trials.
         self.runs.prepare([r["id"] for r in s.pending()], warm=True)

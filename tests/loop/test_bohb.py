@@ -234,3 +234,14 @@ def test_an_llms_suggestions_are_the_prior_of_bohb(monkeypatch: pytest.MonkeyPat
         history = [TrialRecord(i + 1, q.params, "running") for i, q in enumerate(first.proposals)]
         again = proposer.propose(history, 2)
         assert len(server.requests) == 1 and again.cost_usd == 0  # asked once
+
+
+def test_a_resumed_loop_counts_the_steps_its_ended_trials_used(home: Path, tmp_path: Path) -> None:
+    fake = FakeBackend(programs={"train": Script(printed_curve, exit_code=0)})
+    runtime = Runtime(home, backend=fake)
+    first = Controller(loop_plan("again", tmp_path, budget={"trials": 2, "parallel": 1, "steps": 1000}, early_stop=None),
+                       runtime=runtime).run()
+    assert first.counts == {"succeeded": 2}  # 18 steps
+    more = loop_plan("again", tmp_path, budget={"trials": 10, "parallel": 1, "steps": 20}, early_stop=None)
+    view = Controller(more, runtime=runtime, resume=True).run()
+    assert view.counts == {"succeeded": 3}  # 18 + 9 >= 20: one more trial, not three
