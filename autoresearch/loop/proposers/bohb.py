@@ -156,10 +156,10 @@ class BOHBProposer(Proposer):
             x = encode(self.dims, r.params)
             if x is None:
                 continue  # outside today's space
-            if r.state in PENDING:
-                pending.append(x)
             curve = [(s, self.sign * v) for s, v in r.intermediate if v is not None and math.isfinite(v)]
             last = curve[-1][0] if curve else -1
+            if r.state in PENDING:
+                pending.append((x, last))
             for lv in self.levels:
                 v = value_at(curve, lv)
                 if v is not None:
@@ -211,7 +211,6 @@ class BOHBProposer(Proposer):
         seen, bad, pending = self._observations(history)
         level = next((lv for lv in [FINAL, *reversed(self.levels)] if len(seen[lv]) >= self.min_points), None)
         taken = {canonical(r.params) for r in [*history]}
-        lies: list[Any] = list(pending)
         proposals = []
         model_used = 0
         good_x: Any = None
@@ -231,6 +230,10 @@ class BOHBProposer(Proposer):
             n_good = max(1, math.ceil(self.gamma * len(obs)))
             good_x = np.array([x for x, _ in obs[:n_good]])
             bad_x = [x for x, _ in obs[n_good:]] + bad[level]
+        # In flight and not yet at the level the model is fitted at: a lie ("bad") until it gets there.
+        cut = math.inf if level is None or level == FINAL else level if level != "rank" else \
+            (self.levels[0] if self.levels else math.inf)
+        lies: list[Any] = [x for x, last in pending if last < cut]
         for _ in range(n):
             unused = [a for a in (anchors if anchors is not None else []) if canonical(decode(self.dims, a)) not in taken]
             for _attempt in range(10):
