@@ -14,7 +14,7 @@ level has enough observations, and for a ``random_fraction`` of proposals afterw
 proposals come from the prior: around each ``space.<name>.prior`` guess, uniform elsewhere.
 Trials of ``warm_start`` loops are observations like the loop's own.
 
-Options (``proposer.options``): ``gamma`` (0.15), ``random_fraction`` (0.1), ``candidates``
+Options (``proposer.options``): ``gamma`` (0.15), ``random_fraction`` (0.33, as BOHB), ``candidates``
 (64), ``min_points``; ``proposer.n_startup`` is a floor on ``min_points``.
 """
 
@@ -90,7 +90,7 @@ class BOHBProposer(Proposer):
                             hint="bohb reads " + ", ".join(sorted(known)))
         self.dims = dims_of(self.plan.space)
         self.gamma = _option(opts, "gamma", 0.15, 0.01, 0.99)
-        self.random_fraction = _option(opts, "random_fraction", 0.1, 0.0, 1.0)
+        self.random_fraction = _option(opts, "random_fraction", 0.33, 0.0, 1.0)
         self.candidates = _option(opts, "candidates", 64, 1, 10_000, integer=True)
         floor = self.plan.proposer.n_startup or 0
         self.min_points = max(floor, _option(opts, "min_points", len(self.dims) + 2, 2, 10_000, integer=True))
