@@ -1,9 +1,12 @@
-"""Budgets and the end of a loop, for the controller: when to stop (wall, GPU hours, LLM
+"""Budgets and the end of a loop, for the controller: when to stop (wall, GPU hours, steps, LLM
 spend, all trials crashed, an agent's ``stop_loop``, the trial budget, an exhausted space)
 and, for a hard stop, which trials still running to stop. Works on the
 :class:`~autoresearch.loop.state.LoopState`.
 
-GPU hours and LLM dollars normally stop launching and let running trials finish; with
+GPU hours, ``steps`` (the compute budget: reported steps summed over all trials) and LLM
+dollars normally stop launching and let running trials finish (``budget.stop_in_flight``
+stops them too for ``steps``: the overshoot is then at most what they reported before their
+stop decision); with
 ``hard_budgets`` (``--ci``) every budget stops the running trials too, a ``max_wall``
 (``--max-wall``) caps the wall time whatever the plan says, and trials that have not ended
 ``HARD_STOP_WAIT_S`` after their grace are left behind (named in the stop reason) rather
@@ -29,6 +32,8 @@ def check_limits(s: LoopState) -> list[int]:
         reason = f"wall budget {min(walls):g}s used" + (" (--max-wall)" if min(walls) != b.wall else "")
     if not reason and b.gpu_hours is not None and gpu_hours(s) >= b.gpu_hours:
         reason = f"gpu_hours budget {b.gpu_hours:g} used"
+    if not reason and b.steps is not None and steps_used(s) >= b.steps:
+        reason = f"steps budget {b.steps} used ({steps_used(s)} steps reported by all trials)"
     if not reason and b.llm_usd is not None and s.store.llm_cost() >= b.llm_usd:
         reason = f"llm_usd budget ${b.llm_usd:g} used"
     if not reason and s.state_counts["crashed"] >= b.trials:
@@ -38,13 +43,20 @@ def check_limits(s: LoopState) -> list[int]:
         reason = f"stopped by stop_loop: {stop['rationale']}" if stop is not None else ""
     if reason and not s.stop_reason:
         s.stop_reason = reason
-    hard = s.stop_reason and (s.hard_budgets or not s.stop_reason.startswith(("llm_usd", "gpu_hours")))
+    soft = ("llm_usd", "gpu_hours") if b.stop_in_flight else ("llm_usd", "gpu_hours", "steps")
+    hard = s.stop_reason and (s.hard_budgets or not s.stop_reason.startswith(soft))
     if not hard:
         return []
     if s.hard_budgets and s.stop_deadline is None:
         s.stop_deadline = time.monotonic() + s.plan.trial.grace + HARD_STOP_WAIT_S
     return [trial_id for trial_id in list(s.active)
             if trial_id not in s.stopping and trial_id not in s.finishing and s.active[trial_id]["job_id"] is not None]
+
+
+def steps_used(s: LoopState) -> int:
+    """Compute spent so far: the last step each trial reported (its curve of the objective),
+    summed over every trial of the loop, stopped, failed and repeats included."""
+    return sum(series[-1][0] for series in s.series.values() if series)
 
 
 def gpu_hours(s: LoopState) -> float:

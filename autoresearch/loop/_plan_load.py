@@ -71,10 +71,15 @@ def explain(err: ValidationError, source: str = "plan") -> PlanError:
         "budget": "e.g. budget: {trials: 40, parallel: 4}",
         "early_stop": "e.g. early_stop: {kind: asha, min_steps: 3, reduction_factor: 3}; also median, hyperband "
                       "(brackets: 1-10), curve (confidence: 0.5 to below 1)",
+        "warm_start": "e.g. warm_start: [digits-mlp] (earlier loops with the same objective and space)",
     }
     hint = hints.get(str(loc[0]) if loc else "", "see `autoresearch schema plan`")
+    if not loc and "warm_start" in msg:
+        hint = hints["warm_start"]
     if loc and loc[0] == "space":
         hint = "a parameter is {low: 0.001, high: 0.1, log: true} or {choices: [32, 64]}"
+        if "prior" in msg or "prior" in loc:
+            hint = "a prior is {guess: VALUE, confidence: 0.5}: the guess inside low..high or one of the choices"
     if "placeholder" in msg or "{" in msg:
         hint = "every {name} in trial.command must be a key of space (or seed, trial_id, loop)"
     elif loc[:2] == ("trial", "command") or msg.startswith("trial.command"):

@@ -32,7 +32,9 @@ FINITE = {"type": "number", "minimum": -1.7976931348623157e308, "maximum": 1.797
 BEYOND_SCHEMA = ("Also checked by the loader (beyond JSON Schema): every {placeholder} in trial.command is a "
                  "key of space (or seed, trial_id, loop); in space, low <= high, high - low is finite "
                  "(not too wide to sample), a step moves a value (not too small) and makes at most 100000 "
-                 "points.")
+                 "points; a prior's guess lies inside the range or among the choices; warm_start names earlier "
+                 "loops, not the loop itself (that they exist, measure the same objective and have a compatible "
+                 "space is checked when the loop starts).")
 
 
 def _duration(positive: bool = True) -> dict[str, Any]:
@@ -77,6 +79,9 @@ def input_schema(schema: dict[str, Any], stop_kinds: list[str], backends: dict[s
     defs["Budget"]["properties"]["wall"] = _duration()
     for key in ("trials", "parallel"):  # 0 is refused with its own message; a bool is not a count
         defs["Budget"]["properties"][key]["minimum"] = 1
+    loop_name = {"type": "string", "pattern": props["name"]["pattern"]}
+    props["warm_start"] = {"anyOf": [loop_name, {"type": "array", "items": loop_name}],
+                           "description": props["warm_start"].get("description", ""), "default": []}
 
     param = defs["Param"]
     for key in ("low", "high", "step"):
@@ -89,6 +94,10 @@ def input_schema(schema: dict[str, Any], stop_kinds: list[str], backends: dict[s
         {"required": ["low", "high"], "properties": {"low": {"type": "number"}, "high": {"type": "number"},
                                                      "choices": {"type": "null"}}},
     ]
+    param["properties"]["prior"] = {"anyOf": [{"$ref": "#/$defs/Prior"}, {"type": ["number", "string", "boolean"]},
+                                              {"type": "null"}],
+                                    "description": "{guess: VALUE, confidence: 0..1}, or just the guess"}
+    defs["Prior"]["required"] = ["guess"]
     param["if"] = {"required": ["log"], "properties": {"log": {"const": True}}}
     param["then"] = {"properties": {"low": {"exclusiveMinimum": 0}}}
 

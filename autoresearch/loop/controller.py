@@ -85,7 +85,8 @@ class Controller:
         self.ledger = runtime.ledger
         self.stopper: Stopper | None = make_stopper(plan.early_stop, plan.objective.sign())
         self.proposer: Proposer
-        self.watch_metrics = self.stopper is not None or on_update is not None or plan.objective.target is not None
+        self.watch_metrics = (self.stopper is not None or on_update is not None
+                              or plan.objective.target is not None or plan.budget.steps is not None)
         self.call: ProposeCall | None = None
         self._lock_fd: int | None = None
         self._last_update = self._last_monitor = self._last_persist = self._last_tick = 0.0
@@ -145,7 +146,7 @@ class Controller:
                                  hint="change name: in the plan")
             s.loop_project = existing["project"]
         self.ctx = ProposerContext(self.plan, existing["id"] if existing else 0, self.plan.name, self.ledger.home,
-                                   self.runtime)
+                                   self.runtime, project=s.loop_project)
         self.proposer = make_proposer(self.ctx)  # may raise (missing key): nothing exists yet
         s.started = time.monotonic()
         clock = getattr(self.runtime.backend, "clock", None)  # a simulated fleet's (autoresearch/sim/)
@@ -170,6 +171,9 @@ class Controller:
             self._adopt(changed=existing["digest"] != digest and has_trials)
         self.ctx.loop_id = s.store.loop_id
         s.reload()
+        if self.plan.budget.steps is not None:  # a resumed loop's compute so far: its ended trials' curves
+            outcomes.read_series(self, [r for r in s.rows.values() if r["job_id"] is not None
+                                        and r["state"] not in ("queued", "running")])
         self.runs.enabled = outbox.tracking_enabled()
         # Warm up (mlflow import, the store) while the first proposal is made; runs for resumed trials.
         self.runs.prepare([r["id"] for r in s.pending()], warm=True)
@@ -385,7 +389,7 @@ class Controller:
         n = min(slots, budget_left, self.plan.proposer.batch or slots)
         if n <= 0 or s.exhausted:
             return
-        history = [s.records[t] for t in sorted(s.records)]
+        history = s.history()
         if self.proposer.blocking:
             self.call = ProposeCall(lambda: timed(self.proposer, history, n), n)
             self.call.start()

@@ -113,6 +113,8 @@ def _warn_unseen(c: LoopHost, running: list[Any]) -> None:
 def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
     s = c.state
     del s.active[trial_id]
+    if c.stopper is not None or c.plan.budget.steps is not None:
+        read_series(c, [row])  # its whole curve: the stopper's rungs, bohb's levels, the steps budget
     summary = final_metrics(c.ledger, job["id"])
     value = summary.get(c.plan.objective.metric)
     failure = None

@@ -126,6 +126,20 @@ class Trial(_Model):
         return names
 
 
+class Prior(_Model):
+    """A best guess for one parameter and how sure of it one is (0 < confidence < 1): model-based
+    proposers (tpe, bohb) sample around it at first, and less so as trials teach them."""
+
+    guess: Any = Field(description="A value inside the parameter's range, or one of its choices.")
+    confidence: float = Field(0.5, gt=0, lt=1, allow_inf_nan=False,
+                              description="0..1: how narrow the prior is and how long it outweighs the data.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short(cls, data: Any) -> Any:
+        return data if isinstance(data, dict) else {"guess": data}  # prior: 0.01
+
+
 class Param(_Model):
     """One dimension: a range (``low``/``high``, optionally ``log``/``step``) or ``choices``."""
 
@@ -136,6 +150,8 @@ class Param(_Model):
     type: Literal["float", "int"] | None = Field(None, description="Inferred: int when low and high are integers.")
     choices: list[Any] | None = None
     grid: int | None = Field(None, ge=2, description="Points of a continuous range on a grid (default 5).")
+    prior: Prior | None = Field(None, description="A best guess and a confidence, e.g. {guess: 0.01, "
+                                                  "confidence: 0.7} (tpe, bohb).")
 
     @model_validator(mode="before")
     @classmethod
@@ -153,6 +169,9 @@ class Param(_Model):
                 raise ValueError("give either choices or low/high, not both")
             if not self.choices:
                 raise ValueError("choices is empty; list at least one value")
+            if self.prior is not None and self.prior.guess not in self.choices:
+                raise ValueError(f"prior guess {self.prior.guess!r:.40} is not one of the choices "
+                                 f"{str(self.choices)[:80]}; guess one of them")
             return self
         if self.low is None or self.high is None:
             raise ValueError("a parameter needs low and high, or choices")
@@ -173,6 +192,14 @@ class Param(_Model):
                              f"{self.low:g}..{self.high:g}; use a larger step, or leave it out")
         if self.type is None:
             self.type = "float"
+        if self.prior is not None:
+            guess = self.prior.guess
+            if isinstance(guess, bool) or not isinstance(guess, (int, float)) or not math.isfinite(guess):
+                raise ValueError(f"prior guess {guess!r:.40} is not a finite number; give a value in "
+                                 f"{self.low:g}..{self.high:g}")
+            if not self.low <= guess <= self.high:
+                raise ValueError(f"prior guess {guess:g} is outside the range {self.low:g}..{self.high:g}; "
+                                 "give a guess inside it (or widen the range)")
         return self
 
     @property
@@ -222,6 +249,10 @@ class Budget(_Model):
     wall: float | None = Field(None, description="Stop after this long, e.g. '2h' (running trials are stopped).")
     gpu_hours: float | None = Field(None, gt=0, description="Stop launching once trials used this many GPU-hours.")
     llm_usd: float | None = Field(None, gt=0, description="Stop proposing once LLM calls cost this much.")
+    steps: int | None = Field(None, ge=1, description="Compute budget: steps (epochs) reported by all trials "
+                                                     "together, stopped ones included; launching stops once spent.")
+    stop_in_flight: bool = Field(False, description="steps: also stop the trials still running when it is spent "
+                                                    "(otherwise they finish: the overshoot is theirs).")
 
     @model_validator(mode="before")
     @classmethod
@@ -371,6 +402,8 @@ class Plan(_Model):
     code: Code | None = None
     gate: Gate | None = Field(None, description="CI regression gate against --baseline (see docs/ci.md).")
     tags: dict[str, str] = Field(default_factory=dict)
+    warm_start: list[str] = Field(default_factory=list, description="Earlier loops (names) whose trials, with the "
+                                  "same objective and a compatible space, are the proposer's prior (tpe, bohb).")
 
     @field_validator("name")
     @classmethod
@@ -378,6 +411,16 @@ class Plan(_Model):
         if not NAME.match(value):
             raise ValueError(f"name {value!r} must be 1-64 letters, digits, '.', '_' or '-'")
         return value
+
+    @field_validator("warm_start", mode="before")
+    @classmethod
+    def _warm_start(cls, value: object) -> object:
+        names = [value] if isinstance(value, str) else value
+        if isinstance(names, list):
+            for name in names:
+                if not isinstance(name, str) or not NAME.match(name):
+                    raise ValueError(f"{str(name)[:70]!r} is not a loop name (1-64 letters, digits, '.', '_' or '-')")
+        return names
 
     @field_validator("proposer", mode="before")
     @classmethod
@@ -412,6 +455,9 @@ class Plan(_Model):
                              f"set gate.metric: {self.objective.metric}")
         if not self.space and self.code is None and self.proposer.kind not in ("agent", "llm"):
             raise ValueError("space is empty: give at least one parameter, or a code: section for code-edit search")
+        if self.name in self.warm_start:
+            raise ValueError(f"warm_start names this loop itself ({self.name!r}); its own trials are already its "
+                             "history (run it again with --resume), so name earlier loops only")
         return self
 
     # -- helpers the controller uses --------------------------------------------------
@@ -419,9 +465,13 @@ class Plan(_Model):
     def digest(self) -> str:
         # Fields added later stay out while unset, so a loop made before them keeps its digest (and resumes).
         later = {k for k in ("image", "mounts") if not getattr(self.trial, k)}
-        exclude: dict[str, Any] = {"trial": later}
+        exclude: dict[str, Any] = {"trial": later,
+                                   "budget": {k for k in ("steps", "stop_in_flight") if not getattr(self.budget, k)},
+                                   "space": {k: {"prior"} for k, p in self.space.items() if p.prior is None}}
         if self.gate is None:
             exclude["gate"] = True
+        if not self.warm_start:
+            exclude["warm_start"] = True
         return hashlib.sha256(self.model_dump_json(exclude=exclude).encode()).hexdigest()[:16]
 
     def backend_choice(self) -> tuple[str | None, dict[str, Any]]:

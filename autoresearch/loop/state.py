@@ -102,6 +102,17 @@ class LoopState:
         self.records[trial_id] = to_record(row)
         return row
 
+    def history(self) -> list[TrialRecord]:
+        """Every trial as the proposer sees it, oldest first, with its curve so far (``intermediate``,
+        in the objective's own direction): model-based proposers learn from every rung reached."""
+        out = []
+        for trial_id in sorted(self.records):
+            record, series = self.records[trial_id], self.series.get(trial_id)
+            if series:
+                record.intermediate = [(step, value * self.sign) for step, value in series]
+            out.append(record)
+        return out
+
     def pending(self) -> list[dict[str, Any]]:
         """Proposed trials not launched yet, oldest first."""
         return sorted((r for r in self.rows.values() if r["state"] == "proposed"), key=lambda r: r["id"])

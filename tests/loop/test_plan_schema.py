@@ -24,7 +24,8 @@ EXAMPLES = sorted(ROOT.glob("examples/**/plan*.yaml"))
 BAD = sorted((ROOT / "tests/loop/corpus/bad_plans").glob("*.yaml"))
 # Arithmetic JSON Schema cannot express; the schema's description names each one.
 LOADER_ONLY = {"step_below_precision": "a step moves a value", "tiny_step": "100000 points",
-               "too_wide_range": "too wide to sample"}
+               "too_wide_range": "too wide to sample", "prior_outside_range": "a prior's guess lies inside the range",
+               "prior_not_a_choice": "or among the choices", "warm_start_self": "not the loop itself"}
 
 GOOD = {  # shorthands and forms the loader accepts, beyond the examples
     "shorthands": """name: s
@@ -42,6 +43,14 @@ trial: {command: "echo '{x}' | python train.py", shell: true, timeout: 300, memo
 space: {x: {low: 1, high: 9, step: 2}}
 backend: {kind: local}
 repeats: {seeds: 2}
+""",
+    "priors_and_steps": """name: w
+objective: {metric: loss}
+trial: {command: "python train.py --lr {lr} --h {h}"}
+space: {lr: {low: 1.0e-4, high: 0.1, log: true, prior: {guess: 0.01, confidence: 0.7}}, h: {choices: [16, 32], prior: 32}}
+proposer: {kind: bohb, options: {gamma: 0.2}}
+budget: {trials: 40, steps: 500, stop_in_flight: true}
+warm_start: [w-old]
 """,
     "agent_without_space": """name: a
 objective: {metric: loss}

@@ -1,6 +1,6 @@
 """Proposers: a registry from ``proposer.kind`` to an implementation, imported lazily.
 
-Built in: ``random``, ``grid``, ``tpe``. Other modules add kinds to ``_BUILTIN``
+Built in: ``random``, ``grid``, ``tpe``, ``bohb``. Other modules add kinds to ``_BUILTIN``
 (``llm``, ``code``, ``agent``); third parties register under the
 ``autoresearch.proposers`` entry point group ("kind = module:Class"). A plan with a
 ``code:`` section and an ``llm`` proposer runs the ``code`` (code-edit) proposer.
@@ -31,6 +31,7 @@ _BUILTIN: dict[str, str] = {
     "random": "autoresearch.loop.proposers.random:RandomProposer",
     "grid": "autoresearch.loop.proposers.grid:GridProposer",
     "tpe": "autoresearch.loop.proposers.tpe:TPEProposer",
+    "bohb": "autoresearch.loop.proposers.bohb:BOHBProposer",
     "llm": "autoresearch.loop.proposers.llm:LLMProposer",
     "code": "autoresearch.loop.proposers.code:CodeProposer",
     "agent": "autoresearch.loop.proposers.agent:AgentProposer",
@@ -71,6 +72,10 @@ def resolve_kind(plan: Any) -> str:
 def make_proposer(ctx: ProposerContext) -> Proposer:
     kind = resolve_kind(ctx.plan)
     check_kind(kind)
+    if getattr(ctx.plan, "warm_start", None) and ctx.runtime is not None and not ctx.warm:
+        from autoresearch.loop.proposers._warm import load_warm
+
+        ctx.warm = load_warm(ctx.plan, ctx.runtime.ledger, ctx.project)
     target = _REGISTERED.get(kind) or _BUILTIN.get(kind) or _entry_points()[kind]
     if isinstance(target, str):
         module, _, attr = target.partition(":")

@@ -79,6 +79,10 @@ class ProposerContext:
     loop_name: str = ""
     home: Path | None = None  # $AUTORESEARCH_HOME: a proposer's own files go under home/loops/<loop_name>/
     runtime: Any = None  # the engine (autoresearch.runtime.Runtime): its ledger, e.g. an agent's submissions
+    project: str = ""  # the loop's project: warm_start reads only this project's loops
+    # Trials of the plan's warm_start loops (ended ones, with their curves), loaded by make_proposer:
+    # model-based proposers (tpe, bohb) take them as their prior; others ignore them.
+    warm: list[TrialRecord] = field(default_factory=list)
 
     @property
     def state_dir(self) -> Path:

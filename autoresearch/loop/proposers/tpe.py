@@ -57,6 +57,11 @@ class TPEProposer(Proposer):
         self.distributions = {name: self._distribution(p) for name, p in self.plan.space.items()}
         self._told: set[int] = {int(t.user_attrs["ar_trial"]) for t in self.study.trials if "ar_trial" in t.user_attrs}
         self._asked: dict[str, list[Any]] = {}
+        self._startup = startup
+        self._priors = any(getattr(p, "prior", None) is not None for p in self.plan.space.values())
+        if not any("ar_warm" in t.user_attrs for t in self.study.trials):
+            for record in ctx.warm:  # earlier loops' trials: the model starts from them
+                self._add(record, {"ar_warm": f"{record.trial_id}"})
 
     def _distribution(self, p: Any) -> Any:
         d = self._optuna.distributions
@@ -82,18 +87,36 @@ class TPEProposer(Proposer):
             state, value = State.FAIL, None
         if trial is not None:
             trial.set_user_attr("ar_trial", record.trial_id)
-            if state == State.PRUNED:
+            if state == State.PRUNED:  # ranked by how far it got, then its last value (optuna's TPE)
                 for step, v in record.intermediate:
                     trial.report(v, step)
             self.study.tell(trial, value, state=state)
             return
+        self._add(record, {"ar_trial": record.trial_id})
+
+    def _add(self, record: TrialRecord, attrs: dict[str, Any]) -> None:
+        State = self._optuna.trial.TrialState
+        if record.state == "succeeded" and record.objective is not None:
+            state, value = State.COMPLETE, record.objective
+        elif record.state == "stopped":
+            state, value = State.PRUNED, None
+        else:
+            state, value = State.FAIL, None
         try:
             self.study.add_trial(self._optuna.trial.create_trial(
                 state=state, value=value, params=record.params, distributions=self.distributions,
-                user_attrs={"ar_trial": record.trial_id},
-                intermediate_values=dict(record.intermediate) if state == State.PRUNED else None))
+                user_attrs=attrs, intermediate_values=dict(record.intermediate) if state == State.PRUNED else None))
         except ValueError:
             pass  # params outside today's space (the plan changed): nothing to learn from
+
+    def _prior_sample(self, k: int) -> dict[str, Any]:
+        import numpy as np
+
+        from autoresearch.loop.proposers._parzen import decode, dims_of, sample_prior
+
+        dims = dims_of(self.plan.space)
+        seed = self.plan.proposer.seed if self.plan.proposer.seed is not None else 0
+        return decode(dims, sample_prior(dims, np.random.default_rng([abs(int(seed)) % 2**32, k])))
 
     def propose(self, history: list[TrialRecord], n: int) -> ProposeResult:
         for record in history:
@@ -101,7 +124,10 @@ class TPEProposer(Proposer):
                 self._told.add(record.trial_id)
                 self._tell(record)
         proposals = []
-        for _ in range(n):
+        started = sum(1 for t in self.study.trials if t.state != self._optuna.trial.TrialState.FAIL)
+        for k in range(n):
+            if self._priors and started + k < self._startup:  # start-up samples come from the priors
+                self.study.enqueue_trial(self._prior_sample(len(history) + k))
             trial = self.study.ask(self.distributions)
             self._asked.setdefault(canonical(trial.params), []).append(trial)
             proposals.append(Proposal(dict(trial.params), rationale=f"TPE sample (optuna trial {trial.number})"))

@@ -1,0 +1,277 @@
+"""BOHB-style model-based proposals (Falkner et al. 2018) that learn from every rung reached,
+not only from finished trials: ``proposer: {kind: bohb}`` beside the ``asha`` (or
+``hyperband``) stopper.
+
+Each trial's curve so far (``TrialRecord.intermediate``) gives its value at every rung it
+reached (``early_stop.min_steps * reduction_factor**k``; finished trials also at the final
+level). The model is fitted at the highest level with enough observations
+(``min_points``, default d + 2 for d parameters): the best ``gamma`` of them make the good
+density, the rest the bad one (:mod:`autoresearch.loop.proposers._parzen`). What the
+stopper already said also counts: a trial stopped below that level, or one that failed, is
+a bad observation there (BOHB proper ignores them), and trials in flight (and the batch's
+earlier proposals) are bad as well ("constant liar"), so a batch spreads out. Before any
+level has enough observations, and for a ``random_fraction`` of proposals afterwards,
+proposals come from the prior: around each ``space.<name>.prior`` guess, uniform elsewhere.
+Trials of ``warm_start`` loops are observations like the loop's own.
+
+Options (``proposer.options``): ``gamma`` (0.15), ``random_fraction`` (0.33, as BOHB), ``candidates``
+(64), ``min_points``; ``proposer.n_startup`` is a floor on ``min_points``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from autoresearch.errors import PlanError
+from autoresearch.loop.proposers._base import (
+    Proposal,
+    Proposer,
+    ProposerContext,
+    ProposeResult,
+    ProposerInfo,
+    TrialRecord,
+)
+from autoresearch.loop.proposers._space import canonical
+
+FINAL = math.inf  # the level of finished trials' final values
+PENDING = ("proposed", "queued", "running")
+
+
+def _option(options: dict[str, Any], key: str, default: float, low: float, high: float, integer: bool = False) -> Any:
+    value = options.get(key, default)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        and low <= value <= high and (not integer or float(value).is_integer())
+    if not ok:
+        kind = "a whole number" if integer else "a number"
+        raise PlanError(f"proposer.options.{key} is {str(value)[:40]!r}; give {kind} in {low:g}..{high:g}",
+                        hint=f"e.g. proposer: {{kind: bohb, options: {{{key}: {default:g}}}}}")
+    return int(value) if integer else float(value)
+
+
+def rungs(plan: Any) -> list[int]:
+    """The levels the model may be fitted at: the stopper's rungs (none without early stopping)."""
+    es = plan.early_stop
+    if es is None:
+        return []
+    low, rf = max(1, int(getattr(es, "min_steps", 1))), max(2, int(getattr(es, "reduction_factor", 3)))
+    top = getattr(es, "max_steps", None) or 10**9
+    out: list[int] = []
+    rung = low
+    while rung < top and len(out) < 40:
+        out.append(rung)
+        rung *= rf
+    return out
+
+
+def value_at(curve: list[tuple[int, float]], step: int) -> float | None:
+    return next((v for s, v in curve if s >= step), None)
+
+
+class BOHBProposer(Proposer):
+    kind = "bohb"
+    blocking = False
+
+    def __init__(self, ctx: ProposerContext) -> None:
+        super().__init__(ctx)
+        import numpy  # noqa: F401 - refused here if missing, not at the first proposal
+
+        from autoresearch.loop.proposers._parzen import dims_of
+
+        if not self.plan.space:
+            raise PlanError("proposer bohb needs a space: to model", hint="give space: parameters, or use llm")
+        opts = dict(self.plan.proposer.options)
+        known = {"gamma", "random_fraction", "candidates", "min_points", "fit", "llm_prior", "llm_confidence"}
+        if "llm_prior" in opts:  # the llm proposer's own options too
+            known |= {"retries", "backoff_s", "timeout_s", "price_in", "price_out", "history_limit"}
+        unknown = sorted(set(opts) - known)
+        if unknown:
+            raise PlanError(f"proposer.options: unknown key {unknown[0]!r} for bohb",
+                            hint="bohb reads " + ", ".join(sorted(known)))
+        self.dims = dims_of(self.plan.space)
+        self.gamma = _option(opts, "gamma", 0.15, 0.01, 0.99)
+        self.random_fraction = _option(opts, "random_fraction", 0.33, 0.0, 1.0)
+        self.candidates = _option(opts, "candidates", 64, 1, 10_000, integer=True)
+        floor = self.plan.proposer.n_startup or 0
+        self.min_points = max(floor, _option(opts, "min_points", len(self.dims) + 2, 2, 10_000, integer=True))
+        self.sign = 1.0 if self.plan.objective.goal == "minimize" else -1.0
+        self.levels = rungs(self.plan)
+        # An LLM's suggestions as the prior (options.llm_prior: how many to ask for, once): the plan's
+        # provider/model/base_url settings, as for proposer kind llm.
+        self.llm: Any = None
+        self.anchors: Any = None  # encoded suggestions, once asked
+        if "llm_prior" in opts:
+            from autoresearch.loop.proposers.llm import LLMProposer
+
+            self.llm_k = _option(opts, "llm_prior", 4, 1, 50, integer=True)
+            self.llm_conf = _option(opts, "llm_confidence", 0.5, 0.01, 0.99)
+            self.llm = LLMProposer(ctx)  # no key, no provider: refused here, before anything launches
+            self.blocking = True  # the first proposal waits for the model
+        self.fit = str(opts.get("fit", "level"))
+        if self.fit not in ("level", "rank"):
+            raise PlanError(f"proposer.options.fit is {self.fit[:40]!r}; give level or rank",
+                            hint="level: the model of the highest rung with data (BOHB); rank: every trial ranked "
+                                 "by how far it got, then its value there")
+
+    def info(self) -> ProposerInfo:
+        if self.llm is not None:
+            llm = self.llm.info()
+            return ProposerInfo(kind=self.kind, model=f"bohb seed={self.plan.proposer.seed}, prior: {llm.model}",
+                                provider=llm.provider, prompt_name=llm.prompt_name, prompt_sha256=llm.prompt_sha256,
+                                temperature=llm.temperature)
+        return ProposerInfo(kind=self.kind, model=f"bohb seed={self.plan.proposer.seed}")
+
+    def _ask_llm(self, history: list[TrialRecord]) -> ProposeResult | None:
+        """The LLM's suggestions, once per run (a resumed loop asks again); None if it failed."""
+        import numpy as np
+
+        from autoresearch.errors import AutoresearchError
+        from autoresearch.loop.proposers._parzen import encode
+
+        try:
+            result = self.llm.propose(history, self.llm_k)
+        except AutoresearchError as err:
+            self.anchors = np.zeros((0, len(self.dims)))
+            self.llm_note = f"; the LLM prior failed ({err.message[:200]}): sampling without it"
+            return None
+        rows = [x for p in result.proposals for x in [encode(self.dims, p.params)] if x is not None]
+        self.anchors = np.array(rows).reshape(-1, len(self.dims))
+        self.llm_note = f"; prior: {len(rows)} suggestion(s) of {self.llm.model}: {result.rationale[:300]}"
+        return result
+
+    # -- what is known at each level -----------------------------------------------------------
+
+    def _observations(self, history: list[TrialRecord]) -> tuple[dict[float, list[tuple[Any, float]]],
+                                                                 dict[float, list[Any]], list[Any]]:
+        """Per level: (x, signed value) of trials that reached it, x of trials known to be bad there
+        (stopped below it, failed), and x of trials still in flight."""
+        from autoresearch.loop.proposers._parzen import encode
+
+        seen: dict[float, list[tuple[Any, float]]] = {lv: [] for lv in [*self.levels, FINAL]}
+        bad: dict[float, list[Any]] = {lv: [] for lv in seen}
+        pending: list[Any] = []
+        for r in [*self.ctx.warm, *history]:
+            if r.role != "explore":
+                continue
+            x = encode(self.dims, r.params)
+            if x is None:
+                continue  # outside today's space
+            curve = [(s, self.sign * v) for s, v in r.intermediate if v is not None and math.isfinite(v)]
+            last = curve[-1][0] if curve else -1
+            if r.state in PENDING:
+                pending.append((x, last))
+            for lv in self.levels:
+                v = value_at(curve, lv)
+                if v is not None:
+                    seen[lv].append((x, v))
+                elif r.state in ("stopped", "failed") and last < lv:
+                    bad[lv].append(x)  # never got there: the stopper (or the trial itself) ended it below
+            if r.state == "succeeded" and r.objective is not None and math.isfinite(r.objective):
+                seen[FINAL].append((x, self.sign * r.objective))
+            elif r.state in ("stopped", "failed"):
+                bad[FINAL].append(x)
+        return seen, bad, pending
+
+    @staticmethod
+    def _where(level: Any) -> str:
+        return "the final values" if level == FINAL else "the furthest rung of each trial" if level == "rank" \
+            else f"step {level}"
+
+    def _ranked(self, history: list[TrialRecord]) -> list[tuple[Any, tuple[int, float]]]:
+        """Every ended or running trial with a value, ranked as optuna's TPE ranks pruned trials:
+        the further it got (rung reached), the better; then its value there."""
+        from autoresearch.loop.proposers._parzen import encode
+
+        out = []
+        for r in [*self.ctx.warm, *history]:
+            x = encode(self.dims, r.params) if r.role == "explore" else None
+            if x is None:
+                continue
+            curve = [(s, self.sign * v) for s, v in r.intermediate if v is not None and math.isfinite(v)]
+            if r.state == "succeeded" and r.objective is not None and math.isfinite(r.objective):
+                out.append((x, (-len(self.levels) - 1, self.sign * r.objective)))
+                continue
+            reached = [(k, v) for k, lv in enumerate(self.levels) for v in [value_at(curve, lv)] if v is not None]
+            if reached:
+                out.append((x, (-reached[-1][0], reached[-1][1])))
+            elif r.state == "failed":
+                out.append((x, (1, math.inf)))
+        return out
+
+    def propose(self, history: list[TrialRecord], n: int) -> ProposeResult:
+        import numpy as np
+
+        from autoresearch.loop.proposers._parzen import Parzen, best_candidate, decode, sample_prior
+
+        asked = self._ask_llm(history) if self.llm is not None and self.anchors is None else None
+        anchors = self.anchors if self.anchors is not None and len(self.anchors) else None
+        explore = sum(1 for r in history if r.role == "explore")
+        seed = self.plan.proposer.seed if self.plan.proposer.seed is not None else 0
+        rng = np.random.default_rng([abs(int(seed)) % 2**32, explore])
+        seen, bad, pending = self._observations(history)
+        level = next((lv for lv in [FINAL, *reversed(self.levels)] if len(seen[lv]) >= self.min_points), None)
+        taken = {canonical(r.params) for r in [*history]}
+        proposals = []
+        model_used = 0
+        good_x: Any = None
+        bad_x: list[Any] = []
+        if self.fit == "rank":
+            ranked = self._ranked(history)
+            level = "rank" if len(ranked) >= self.min_points else None  # type: ignore[assignment]
+            if level is not None:
+                ranked.sort(key=lambda xk: xk[1])
+                n_good = max(1, math.ceil(self.gamma * len(ranked)))
+                good_x = np.array([x for x, _ in ranked[:n_good]])
+                bad_x = [x for x, _ in ranked[n_good:]]
+                seen[level] = [(x, 0.0) for x, _ in ranked]  # type: ignore[index]
+                bad[level] = []  # type: ignore[index]
+        elif level is not None:
+            obs = sorted(seen[level], key=lambda xv: xv[1])
+            n_good = max(1, math.ceil(self.gamma * len(obs)))
+            good_x = np.array([x for x, _ in obs[:n_good]])
+            bad_x = [x for x, _ in obs[n_good:]] + bad[level]
+        # In flight and not yet at the level the model is fitted at: a lie ("bad") until it gets there.
+        cut = math.inf if level is None or level == FINAL else level if level != "rank" else \
+            (self.levels[0] if self.levels else math.inf)
+        lies: list[Any] = [x for x, last in pending if last < cut]
+        for _ in range(n):
+            unused = [a for a in (anchors if anchors is not None else []) if canonical(decode(self.dims, a)) not in taken]
+            for _attempt in range(10):
+                if level is None and unused:
+                    row, how = unused[0], "llm"  # the model's own suggestion first
+                elif level is None or rng.random() < self.random_fraction:
+                    row, how = sample_prior(self.dims, rng), "prior sample"
+                    if anchors is not None:
+                        row = Parzen(self.dims, np.zeros((0, len(self.dims))), True, anchors=anchors,
+                                     anchor_confidence=self.llm_conf).sample(rng, 1)[0]
+                else:
+                    good = Parzen(self.dims, good_x, user_prior=True, anchors=anchors,
+                                  anchor_confidence=getattr(self, "llm_conf", 0.5))
+                    rest = np.array(bad_x + lies) if bad_x or lies else np.zeros((0, len(self.dims)))
+                    row, how = best_candidate(good, Parzen(self.dims, rest, user_prior=False), rng,
+                                              self.candidates), "model"
+                params = decode(self.dims, row)
+                if canonical(params) not in taken:
+                    break
+            taken.add(canonical(params))
+            lies.append(row)
+            model_used += how == "model"
+            where = self._where(level)
+            why = f"BOHB model at {where} ({len(seen[level])} trials there)" if how == "model" and level is not None \
+                else "the LLM's suggestion (prior)" if how == "llm" \
+                else "sample of the prior (random where no prior is given)"
+            proposals.append(Proposal(params, rationale=why))
+        if level is None:
+            most = max(((len(v), lv) for lv, v in seen.items()), default=(0, FINAL))
+            phase = (f"start-up: no level has {self.min_points} observations yet (most: {most[0]}); "
+                     "sampling the prior")
+        else:
+            phase = (f"model fitted at {self._where(level)}: "
+                     f"{len(seen[level])} trials there, {len(bad[level])} known worse, {len(pending)} in flight; "
+                     f"{model_used}/{n} from the model")
+        phase += getattr(self, "llm_note", "") if asked is not None or self.llm is not None and explore == 0 else ""
+        out = ProposeResult(proposals, self.info(), rationale=phase)
+        if asked is not None:  # its tokens and dollars count against budget.llm_usd
+            out.tokens_in, out.tokens_out, out.cost_usd, out.calls = (asked.tokens_in, asked.tokens_out,
+                                                                      asked.cost_usd, asked.calls)
+        return out
