@@ -168,6 +168,7 @@ class LoopSearcher:
                  *, seed: int = 0, parallel: int = 4, trials: int = 1000, plan: dict[str, Any] | None = None) -> None:
         from autoresearch.loop.plan import parse_plan
         from autoresearch.loop.proposers import ProposerContext, TrialRecord, make_proposer
+        from autoresearch.loop.state import LoopState
         from autoresearch.loop.stopping import make_stopper
 
         self._record = TrialRecord
@@ -183,9 +184,17 @@ class LoopSearcher:
         self.stopper = make_stopper(self.plan.early_stop)
         self.records: dict[int, Any] = {}  # the controller's LoopState.records: what propose() sees
         self.series: dict[int, list[tuple[int, float]]] = {}  # signed curves: what the stopper sees
+        # A controller whose LoopState has history() hands the proposer every trial's curve so far;
+        # an older one hands it the trials' rows only (curves reach observe() alone). Do as this tree does.
+        self.curves_in_history = hasattr(LoopState, "history")
 
     def ask(self, ids: list[int]) -> list[dict[str, Any]]:
         history = [self.records[t] for t in sorted(self.records)]
+        if self.curves_in_history:
+            for record in history:
+                series = self.series.get(record.trial_id)
+                if series:
+                    record.intermediate = [(step, self.sign * v) for step, v in series]
         result = self.proposer.propose(history, len(ids))
         configs = [dict(p.params) for p in result.proposals[: len(ids)]]
         for trial, params in zip(ids, configs, strict=False):
