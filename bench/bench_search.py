@@ -201,15 +201,21 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1, help="worker processes")
     ap.add_argument("--png", type=Path, help="anytime curves (e.g. docs/search-benchmark.png)")
     ap.add_argument("--json", type=Path, help="every run's summary")
+    ap.add_argument("--load", type=Path, nargs="+", help="summarize and plot earlier --json files (no runs)")
     args = ap.parse_args()
     paths = sorted(DATA.glob("*.json.gz"))
     if args.workloads:
         paths = [DATA / f"{w}.json.gz" for w in args.workloads]
     t0 = time.perf_counter()
     seeds = list(range(args.seeds))
-    results = run_all(paths, args.strategies, seeds, args.parallel, args.budget, args.top, args.jobs)
     aa = [s for s in ("random", "optuna:random") if s in args.strategies]
-    if len(aa) == 2 and args.aa_seeds > args.seeds:
+    if args.load:
+        results = [r for f in args.load for r in json.loads(f.read_text())
+                   if r["strategy"] in args.strategies and (not args.workloads or r["workload"] in args.workloads)]
+        paths = sorted({DATA / f"{r['workload']}.json.gz" for r in results})
+    else:
+        results = run_all(paths, args.strategies, seeds, args.parallel, args.budget, args.top, args.jobs)
+    if len(aa) == 2 and args.aa_seeds > args.seeds and not args.load:
         results += run_all(paths, aa, list(range(args.seeds, args.aa_seeds)), args.parallel, args.budget, args.top,
                            args.jobs)
     print(f"search benchmark: {len(paths)} workloads, {args.seeds} seeds, parallel {args.parallel}, budget "

@@ -75,7 +75,7 @@ def digits_data() -> Any:
     from sklearn.datasets import load_digits
 
     x, y = load_digits(return_X_y=True)
-    return _split(x / 16.0, y)
+    return _split(x / 16.0, y, val=0.5)
 
 
 def synth_sgd(params: dict[str, Any], seed: int, data: Any) -> list[tuple[float, float]]:
@@ -180,7 +180,7 @@ def cancer_data() -> Any:
 WORKLOADS: dict[str, dict[str, Any]] = {
     "digits-mlp": {"run": digits_mlp, "data": digits_data, "metric": "val_error", "cap": 1.0, "space": {
         "lr": {"low": 1e-4, "high": 0.3, "log": True},
-        "units": {"low": 8, "high": 256, "log": True},
+        "units": {"low": 8, "high": 128, "log": True},
         "alpha": {"low": 1e-6, "high": 1.0, "log": True},
         "batch_size": [16, 32, 64, 128, 256],
         "activation": ["relu", "tanh", "logistic"]}},
