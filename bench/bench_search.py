@@ -184,7 +184,7 @@ def plot(results: list[dict[str, Any]], strategies: list[str], png: Path, top: f
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(workloads):]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
+    max(axes.flat, key=lambda a: len(a.get_lines())).legend(fontsize=7)  # the panel with every strategy
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=90)
