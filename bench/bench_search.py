@@ -1,0 +1,239 @@
+"""The search benchmark (not a test): strategies x seeds x workloads on recorded learning curves.
+
+Each workload is a table of real training curves (bench/record_curves.py, shipped in
+autoresearch/sim/data/); each run replays one strategy with one seed on ``--parallel`` simulated
+workers until ``--budget`` full trainings' worth of epochs are spent
+(:mod:`autoresearch.sim.replay`). Compute is epochs consumed by all trials, stopped ones
+included. Per workload:
+
+* **target**: the final value that the best ``--top`` (5%) of the recorded configs reach when
+  fully trained. **compute-to-target**: epochs consumed when a fully trained trial first reaches
+  it (a run that never does within the budget counts as infinite: "hit" says how many did).
+* **best at fixed compute**: the best fully trained value found within the budget.
+* **anytime curves**: the median (over seeds) best value so far against compute, as regret
+  above the table's best config, in a PNG.
+
+Printed: median and IQR of compute-to-target, its ratio to Optuna TPE + SuccessiveHalving,
+best at the budget; then the A/A check (our random search against Optuna's RandomSampler,
+``--aa-seeds`` seeds): the two must agree within noise (a bootstrap interval of the ratio of
+medians that contains 1, and a Mann-Whitney test).
+
+    python bench/bench_search.py [--seeds 10] [--parallel 4] [--budget 50] [--jobs 1]
+        [--strategies tpe+asha optuna:tpe+sh ...] [--png docs/search-benchmark.png] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_runtime import pct  # noqa: E402
+
+DATA = ROOT / "autoresearch" / "sim" / "data"
+DEFAULT = ["random", "tpe", "tpe+asha", "optuna:random", "optuna:tpe", "optuna:tpe+sh", "optuna:tpe+hb"]
+REFERENCE = "optuna:tpe+sh"
+FLOOR = 1e-4  # regret 0 (the table's best config found) drawn here on the log scale
+
+
+def one(args: tuple[str, str, int, int, int, float, int]) -> dict[str, Any]:
+    """One replayed run, summarized (runs in a worker process)."""
+    from autoresearch.sim.curves import CurveTable
+    from autoresearch.sim.replay import run_strategy, target_of
+
+    path, strategy, seed, parallel, budget_trainings, top, grid = args
+    table = CurveTable.load(path)
+    budget = budget_trainings * table.max_step
+    t0 = time.perf_counter()
+    run = run_strategy(strategy, table, seed=seed, parallel=parallel, budget=budget)
+    target = target_of(table, top)
+    steps = [budget * (i + 1) / grid for i in range(grid)]
+    return {"workload": table.workload, "strategy": strategy, "seed": seed, "compute_to_target": run.compute_to(target),
+            "best": run.best_at(budget), "anytime": [run.best_at(c) for c in steps], "grid": steps,
+            "trials": run.trials, "stopped": run.stopped, "completed": run.completed, "compute": run.compute,
+            "wall_s": time.perf_counter() - t0}
+
+
+def run_all(paths: list[Path], strategies: list[str], seeds: list[int], parallel: int, budget: int, top: float,
+            jobs: int, grid: int = 60) -> list[dict[str, Any]]:
+    work = [(str(p), s, seed, parallel, budget, top, grid) for p in paths for s in strategies for seed in seeds]
+    if jobs <= 1:
+        out = []
+        for i, w in enumerate(work):
+            out.append(one(w))
+            print(f"  [{i + 1}/{len(work)}] {w[1]} seed {w[2]} {Path(w[0]).name}: "
+                  f"{out[-1]['compute_to_target']} ({out[-1]['wall_s']:.1f}s)", file=sys.stderr, flush=True)
+        return out
+    with ProcessPoolExecutor(jobs) as pool:
+        return list(pool.map(one, work))
+
+
+def fmt(x: float) -> str:
+    return "never" if math.isinf(x) else f"{x:.0f}"
+
+
+def summarize(results: list[dict[str, Any]], strategies: list[str], budget: int) -> str:
+    lines = []
+    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in results:
+        by.setdefault((r["workload"], r["strategy"]), []).append(r)
+    workloads = sorted({r["workload"] for r in results})
+    head = (f"{'workload':16s} {'strategy':16s} {'c2t median':>10s} {'IQR':>13s} {'hit':>6s} {'x ' + REFERENCE:>17s} "
+            f"{'best@budget':>12s} {'trials':>7s} {'stopped':>8s}")
+    lines += [head, "-" * len(head)]
+    ratios: dict[str, list[float]] = {}
+    for w in workloads:
+        ref = [r["compute_to_target"] for r in by.get((w, REFERENCE), [])]
+        ref_median = statistics.median(ref) if ref else math.nan
+        for s in strategies:
+            rows = by.get((w, s), [])
+            if not rows:
+                continue
+            c2t = [r["compute_to_target"] for r in rows]
+            med = statistics.median(c2t)
+            ratio = med / ref_median if ref and math.isfinite(ref_median) and ref_median > 0 else math.nan
+            ratios.setdefault(s, []).append(ratio)
+            bests = [r["best"] for r in rows if r["best"] is not None]
+            best = f"{statistics.median(bests):.4g}" if bests else "-"
+            hits = sum(1 for x in c2t if math.isfinite(x))
+            iqr = f"{fmt(pct(c2t, 0.25))}-{fmt(pct(c2t, 0.75))}"
+            lines.append(f"{w:16s} {s:16s} {fmt(med):>10s} {iqr:>13s} {hits:>3d}/{len(c2t):<2d} "
+                         f"{ratio:>17.2f} {best:>12s} {statistics.median(r['trials'] for r in rows):>7.0f} "
+                         f"{statistics.median(r['stopped'] for r in rows):>8.0f}")
+        lines.append("")
+    lines.append(f"geometric mean over workloads of the median compute-to-target ratio to {REFERENCE}:")
+    for s, rs in ratios.items():
+        finite = [r for r in rs if math.isfinite(r) and r > 0]
+        gm = math.exp(sum(math.log(r) for r in finite) / len(finite)) if finite else math.nan
+        lines.append(f"  {s:16s} {gm:.2f}" + ("" if len(finite) == len(rs) else f" ({len(rs) - len(finite)} "
+                                                                               "workload(s) without a ratio)"))
+    return "\n".join(lines)
+
+
+def aa_check(results: list[dict[str, Any]], a: str, b: str, resamples: int = 2000) -> str:
+    """Random search in both tools must agree within noise: the ratio of median compute-to-target
+    with a bootstrap 90% interval, and a Mann-Whitney U test, per workload."""
+    from scipy.stats import mannwhitneyu
+
+    lines = [f"A/A check: {a} vs {b} (same random search in both tools; medians of compute-to-target)"]
+    rng = random.Random(0)
+    for w in sorted({r["workload"] for r in results}):
+        xa = [r["compute_to_target"] for r in results if r["workload"] == w and r["strategy"] == a]
+        xb = [r["compute_to_target"] for r in results if r["workload"] == w and r["strategy"] == b]
+        if not xa or not xb:
+            continue
+        boot = []
+        for _ in range(resamples):
+            ma = statistics.median(rng.choices(xa, k=len(xa)))
+            mb = statistics.median(rng.choices(xb, k=len(xb)))
+            if math.isfinite(ma) and math.isfinite(mb) and mb > 0:
+                boot.append(ma / mb)
+        big = 10.0 * max(x for x in xa + xb if math.isfinite(x)) if any(map(math.isfinite, xa + xb)) else 1.0
+        p = mannwhitneyu([min(x, big) for x in xa], [min(x, big) for x in xb]).pvalue
+        ma, mb = statistics.median(xa), statistics.median(xb)
+        ci = f"[{pct(boot, 0.05):.2f}, {pct(boot, 0.95):.2f}]" if boot else "[-]"
+        lines.append(f"  {w:16s} {fmt(ma):>6s} vs {fmt(mb):>6s}  ratio {ma / mb if mb else math.nan:.2f} "
+                     f"90% CI {ci}  Mann-Whitney p={p:.2f}  ({len(xa)} seeds each)")
+    return "\n".join(lines)
+
+
+def plot(results: list[dict[str, Any]], strategies: list[str], png: Path, top: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from autoresearch.sim.curves import CurveTable
+
+    workloads = sorted({r["workload"] for r in results})
+    best_of = {w: min(CurveTable.load(DATA / f"{w}.json.gz").finals()) for w in workloads}
+    cols = 2
+    rows = math.ceil(len(workloads) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(11, 4 * rows), squeeze=False)
+    for ax, w in zip(axes.flat, workloads, strict=False):
+        from autoresearch.sim.replay import target_of
+
+        target = target_of(CurveTable.load(DATA / f"{w}.json.gz"), top)
+        for s in strategies:
+            rows_ = [r for r in results if r["workload"] == w and r["strategy"] == s]
+            if not rows_:
+                continue
+            grid = rows_[0]["grid"]
+            median = []
+            for i in range(len(grid)):
+                vals = [r["anytime"][i] for r in rows_]
+                vals = [max(v - best_of[w], FLOOR) if v is not None else math.inf for v in vals]
+                median.append(statistics.median(vals))
+            style = "--" if s.startswith("optuna:") else "-"
+            ax.plot(grid, [m if math.isfinite(m) else math.nan for m in median], style, label=s)
+        ax.axhline(max(target - best_of[w], FLOOR), color="grey", lw=0.8, ls=":", label=f"target (top {top:.0%})")
+        ax.set_yscale("log")
+        ax.set_title(w)
+        ax.set_xlabel("compute (epochs, all trials)")
+        ax.set_ylabel("median regret (best so far - table's best)")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(workloads):]:
+        ax.axis("off")
+    max(axes.flat, key=lambda a: len(a.get_lines())).legend(fontsize=7)  # the panel with every strategy
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=90)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--aa-seeds", type=int, default=40, help="seeds of the A/A check (random in both tools)")
+    ap.add_argument("--parallel", type=int, default=4)
+    ap.add_argument("--budget", type=int, default=50, help="compute budget per run, in full trainings (x max_step)")
+    ap.add_argument("--top", type=float, default=0.05, help="target: the value the best TOP of configs reach")
+    ap.add_argument("--strategies", nargs="+", default=DEFAULT)
+    ap.add_argument("--workloads", nargs="+", help="table names under autoresearch/sim/data (default: all)")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes")
+    ap.add_argument("--png", type=Path, help="anytime curves (e.g. docs/search-benchmark.png)")
+    ap.add_argument("--json", type=Path, help="every run's summary")
+    ap.add_argument("--load", type=Path, nargs="+", help="summarize and plot earlier --json files (no runs)")
+    args = ap.parse_args()
+    paths = sorted(DATA.glob("*.json.gz"))
+    if args.workloads:
+        paths = [DATA / f"{w}.json.gz" for w in args.workloads]
+    t0 = time.perf_counter()
+    seeds = list(range(args.seeds))
+    aa = [s for s in ("random", "optuna:random") if s in args.strategies]
+    if args.load:
+        results = [r for f in args.load for r in json.loads(f.read_text())
+                   if r["strategy"] in args.strategies and (not args.workloads or r["workload"] in args.workloads)]
+        paths = sorted({DATA / f"{r['workload']}.json.gz" for r in results})
+    else:
+        results = run_all(paths, args.strategies, seeds, args.parallel, args.budget, args.top, args.jobs)
+    if len(aa) == 2 and args.aa_seeds > args.seeds and not args.load:
+        results += run_all(paths, aa, list(range(args.seeds, args.aa_seeds)), args.parallel, args.budget, args.top,
+                           args.jobs)
+    budget = statistics.median(r["grid"][-1] for r in results) if results else 0
+    print(f"search benchmark: {len(paths)} workloads, {args.seeds} seeds, parallel {args.parallel}, budget "
+          f"{budget:.0f} epochs per run, target = top {args.top:.0%} of recorded configs "
+          f"({time.perf_counter() - t0:.0f}s)\n")
+    main_results = [r for r in results if r["seed"] < args.seeds]
+    print(summarize(main_results, args.strategies, args.budget))
+    if len(aa) == 2:
+        print()
+        print(aa_check(results, "random", "optuna:random"))
+    if args.png:
+        plot(main_results, args.strategies, args.png, args.top)
+        print(f"\nanytime curves: {args.png}")
+    if args.json:
+        args.json.write_text(json.dumps(results, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""The search benchmark's harness (autoresearch/sim/replay.py): our proposers and stoppers and
+Optuna's, replayed on recorded curves in simulated time."""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoresearch.errors import SpecError
+from autoresearch.loop import stopping
+from autoresearch.sim.curves import CurveTable
+from autoresearch.sim.replay import Run, make_searcher, replay, run_strategy, target_of
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = 9
+
+
+def synthetic(n: int = 64, seed: int = 0) -> CurveTable:
+    """Curves that fall towards a final value set by lr (best near 1e-2) and units; noisy times."""
+    rng = random.Random(seed)
+    configs = []
+    for _ in range(n):
+        lr = float(f"{math.exp(rng.uniform(math.log(1e-4), 0.0)):.6g}")
+        units = rng.randint(8, 128)
+        final = 0.05 + 0.1 * (math.log10(lr) + 2) ** 2 + abs(units - 64) / 640
+        tau = 1 + 4 * rng.random()
+        configs.append({"params": {"lr": lr, "units": units, "act": rng.choice(["relu", "tanh"])},
+                        "values": [final + math.exp(-s / tau) for s in range(1, STEPS + 1)],
+                        "seconds": [0.1 + units / 500 + 0.05 * rng.random() for _ in range(STEPS)]})
+    return CurveTable({"format": "autoresearch-curves/1", "workload": "synthetic", "metric": "loss", "mode": "min",
+                       "space": {"lr": {"low": 1e-4, "high": 1.0, "log": True}, "units": {"low": 8, "high": 128},
+                                 "act": ["relu", "tanh"]}, "max_step": STEPS, "configs": configs})
+
+
+class AtStep(stopping.Stopper):
+    """Stops every trial at min_steps: the point that crosses it, not one step later."""
+
+    kind = "replay-test-at-step"
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> AtStep:
+        return cls(cfg.min_steps)
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def check(self, trial: int, series: stopping.Series, others: dict[int, stopping.Series]) -> Any:
+        step, value = series[-1]
+        return stopping.StopVerdict(step, value, value, "test", "at step") if step >= self.step else None
+
+
+stopping.register(AtStep.kind, AtStep)
+
+
+class Counting:
+    """Wraps a searcher: the most trials running at once."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.running, self.most = inner, 0, 0
+
+    def ask(self, ids: list[int]) -> list[dict[str, Any]]:
+        out = self.inner.ask(ids)
+        self.running += len(out)
+        self.most = max(self.most, self.running)
+        return out
+
+    def report(self, trial: int, step: int, value: float) -> bool:
+        return bool(self.inner.report(trial, step, value))
+
+    def end(self, trial: int, state: str) -> None:
+        self.running -= 1
+        self.inner.end(trial, state)
+
+
+def steps_by_trial(run: Run) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for p in run.points:
+        out[p.trial] = out.get(p.trial, 0) + 1
+    return out
+
+
+@pytest.fixture(scope="module")
+def table() -> CurveTable:
+    return synthetic()
+
+
+def test_stopped_trials_count_their_steps_and_stop_at_the_point(table: CurveTable) -> None:
+    run = run_strategy("random+" + AtStep.kind, table, seed=0, budget=60, stopper_options={"min_steps": 3})
+    per_trial = steps_by_trial(run)
+    assert run.compute == 60 == sum(per_trial.values())
+    assert run.completed == 0 and run.stopped >= 16
+    # every stopped trial trained exactly to the point that triggered its stop, and no further
+    assert max(per_trial.values()) == 3 and sum(1 for n in per_trial.values() if n == 3) == run.stopped
+    assert sum(1 for n in per_trial.values() if n < 3) <= 4  # the ones in flight when the budget ran out
+    assert [p.compute for p in run.points] == list(range(1, 61))
+
+
+def test_a_stopper_that_stops_at_the_first_rung_consumes_fewer_steps_per_trial(table: CurveTable) -> None:
+    plain = run_strategy("random", table, seed=1, budget=120)
+    early = run_strategy("random+" + AtStep.kind, table, seed=1, budget=120, stopper_options={"min_steps": 1})
+    assert plain.compute == early.compute == 120
+    assert early.trials >= 116 and plain.trials <= 120 // STEPS + 4
+    assert plain.completed >= 120 // STEPS - 4 and early.completed == 0
+
+
+@pytest.mark.parametrize("strategy", ["tpe+asha", "optuna:tpe+sh", "random", "optuna:random"])
+def test_same_seed_same_run(table: CurveTable, strategy: str) -> None:
+    a = run_strategy(strategy, table, seed=3, budget=150)
+    b = run_strategy(strategy, table, seed=3, budget=150)
+    assert a.points == b.points and a.trials == b.trials
+    c = run_strategy(strategy, table, seed=4, budget=150)
+    assert c.points != a.points
+
+
+@pytest.mark.parametrize("strategy", ["tpe+asha", "optuna:tpe+sh", "optuna:tpe+hb"])
+def test_stoppers_stop_and_parallelism_holds(table: CurveTable, strategy: str) -> None:
+    searcher = Counting(make_searcher(strategy, table, seed=0, parallel=3))
+    run = replay(table, searcher, parallel=3, budget=200, strategy=strategy)
+    assert searcher.most == 3
+    assert run.stopped > 0 and run.completed > 0
+    per_trial = steps_by_trial(run)
+    assert any(n < STEPS for n in per_trial.values()) and max(per_trial.values()) == STEPS
+    # simulated time moves forward; a trial's points come in step order
+    assert all(a.time <= b.time for a, b in zip(run.points, run.points[1:], strict=False))
+
+
+def test_targets_and_best_count_only_fully_trained_trials(table: CurveTable) -> None:
+    run = run_strategy("random", table, seed=0, budget=300)
+    best_final = min(p.value for p in run.points if p.final)
+    assert run.best_at(300) == best_final
+    assert run.compute_to(best_final) == next(p.compute for p in run.points if p.final and p.value == best_final)
+    assert run.compute_to(-1.0) == math.inf and run.best_at(0) is None
+    assert target_of(table, 0.02) == sorted(table.finals())[1]  # 2% of 64 configs: the 2 best
+
+
+def test_bad_strategies(table: CurveTable) -> None:
+    with pytest.raises(SpecError):
+        make_searcher("optuna:tpe+nonsense", table)
+    with pytest.raises(SpecError):
+        make_searcher("optuna:cmaes", table)
+    with pytest.raises(SpecError):  # our registry's own error for an unknown proposer kind
+        make_searcher("tpee", table)
+    with pytest.raises(SpecError):
+        replay(table, make_searcher("random", table), budget=0)
+
+
+def test_small_benchmark_table() -> None:
+    """bench/bench_search.py on 2 seeds of a shipped workload: a row per strategy, the reference's ratio is 1."""
+    data = sorted((ROOT / "autoresearch" / "sim" / "data").glob("*.json.gz"))
+    if not data:
+        pytest.skip("no tables recorded yet")
+    sys.path.insert(0, str(ROOT))
+    from bench.bench_search import REFERENCE, aa_check, run_all, summarize
+
+    strategies = ["random", "tpe+asha", "optuna:random", REFERENCE]
+    results = run_all(data[:1], strategies, [0, 1], parallel=4, budget=8, top=0.05, jobs=1)
+    assert len(results) == 8 and all(r["compute"] == 8 * CurveTable.load(data[0]).max_step for r in results)
+    text = summarize(results, strategies, 8)
+    rows = [line for line in text.splitlines() if line.split()[1:2] and line.split()[1] in strategies]
+    assert len(rows) == 4
+    ref_row = next(line for line in rows if line.split()[1] == REFERENCE)
+    assert ref_row.split()[5] in ("1.00", "nan")
+    assert "A/A check" in aa_check(results, "random", "optuna:random")
