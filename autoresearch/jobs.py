@@ -47,6 +47,16 @@ def submit(runtime: Runtime, spec: Any, project: str = "") -> int:
     return job_id
 
 
+def submit_many(runtime: Runtime, specs: list[Any], project: str = "") -> list[int]:
+    """:func:`submit` for a batch (a loop's proposal); their ids, in order.
+
+    Shared contract 8 (issue 16): the engine's version records the batch in one ledger
+    transaction with one pass afterwards; until it lands this is a loop over :func:`submit`
+    with the same signature and the same checks (a refused spec raises; those before it are
+    submitted)."""
+    return [submit(runtime, spec, project) for spec in specs]
+
+
 def warn_if_unschedulable(runtime: Runtime, job_id: int, gpus: int, nodes: int) -> None:
     """A job that fits the cluster but has no usable node (all cordoned or down) queues, with a
     warning on it saying so, instead of waiting in silence."""
