@@ -17,10 +17,11 @@ A loop belongs to a project (``loops.project``; MCP tokens see their own project
 loops) and submits its trials as that project's jobs.
 
 With tracking on, each batch of new trials asks the mirror for its MLflow runs (and the
-loop's parent run) through the outbox before the trials launch (the mirror's run maker, a
-helper process, answers; a worker thread waits for it), so their attempts get
-``MLFLOW_RUN_ID``. A trial waits for that at most ``PREPARE_HOLD_S``; a tracking failure or a slow store only means later trials launch
-without the variable (the background syncer still mirrors them).
+loop's parent run) through the outbox as soon as they are proposed (the mirror's run maker,
+a helper process, answers; a worker thread waits for it). A trial never waits for that
+(unless ``AUTORESEARCH_RUN_WAIT_S`` asks it to, at most ``PREPARE_HOLD_S``): it gets
+``MLFLOW_RUN_ID`` when its run exists at launch, and otherwise the mirror attaches its
+metrics to its run afterwards (:mod:`~autoresearch.loop._mlflow_runs`).
 
 This module holds the event loop; what it knows is a :class:`~autoresearch.loop.state.LoopState`
 (rebuilt from the ledger), and its parts live beside it, taking that state or the controller
