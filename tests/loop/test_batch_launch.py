@@ -41,13 +41,19 @@ def test_a_proposals_trials_are_submitted_in_one_batch(api: Any, tmp_path: Path,
 
 def test_a_batch_refused_part_way_launches_each_trial_once(api: Any, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    real = jobs.submit
+    real = jobs.submit_many
+
+    refused: list[int] = []
 
     def half_then_refuse(runtime: Any, specs: list[Any], project: str = "") -> list[int]:
-        real(runtime, specs[0], project)  # the first job is recorded, then the batch is refused
+        if refused or len(specs) < 2:  # (jobs.submit may be a batch of one)
+            return real(runtime, specs, project)
+        refused.append(len(specs))
+        real(runtime, specs[:1], project)  # the first job is recorded, then the batch is refused
         raise SpecError("refused part-way", hint="test")
 
     monkeypatch.setattr(jobs, "submit_many", half_then_refuse)
     view = Controller(_plan(tmp_path, 3, 3), runtime=api._runtime).run()
     assert view.counts == {"succeeded": 3}, view.counts
+    assert refused == [3]
     assert api._ledger.one("SELECT COUNT(*) AS n FROM jobs")["n"] == 3  # the first one adopted, not submitted again
