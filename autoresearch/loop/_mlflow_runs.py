@@ -109,8 +109,6 @@ class RunMaker:
         try:
             proc.wait(wait_s)
         except subprocess.TimeoutExpired:
-            if asking:  # mid-answer (maybe creating the store's tables): let it finish; it exits at EOF
-                return
             proc.kill()
             proc.wait()
         if proc.stdout is not None and not asking:
