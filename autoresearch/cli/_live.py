@@ -96,10 +96,14 @@ class LiveTable:
             shown = [t for t in view.trials if t.trial_id == view.best_trial] + shown[-(ROWS - 1):]
         for t in shown:
             table.add_row(*self._row(t, view))
+        hidden = len(view.trials) - len(shown) + view.not_shown
+        if hidden > 0:  # one summary row for the rest (a live view carries only what is shown)
+            table.add_row("…", f"{hidden} more trial(s) not shown", "", "", "", "", "")
         notes = [f"warning: trial {trial_id}: {text}" for trial_id, text in self._unseen(view, again=True)][:3]
-        if len(view.trials) > len(shown):
-            notes.append(f"{len(view.trials) - len(shown)} more trial(s) not shown (every trial: the report and MLflow)")
-        if any(t.within_noise for t in view.trials):
+        if hidden > 0:
+            counts = ", ".join(f"{n} {state}" for state, n in sorted(view.counts.items()))
+            notes.append(f"all trials: {counts} (every one: the report and MLflow)")
+        if view.rejected_as_noise or any(t.within_noise for t in view.trials):
             notes.append("~ within noise: better than the incumbent of its time by less than the noise floor, not kept")
         if notes:
             table.caption = escape("\n".join(notes))

@@ -43,10 +43,23 @@ def timed(proposer: Any, history: list[Any], n: int) -> ProposeResult:
 def launch(s: LoopState, row: Any, proposer: Any, runtime: Any) -> None:
     """Submit a proposed trial's job through the engine (or adopt the one a launch decided before
     a crash did submit)."""
-    trial_id = row["id"]
-    params = json.loads(row["params"])
-    job_id = s.store.job_of_trial(trial_id) if trial_id in s.launch_decided else None
-    if job_id is None:
+    launch_many(s, [row], proposer, runtime)
+
+
+def launch_many(s: LoopState, rows: list[Any], proposer: Any, runtime: Any) -> None:
+    """Submit proposed trials' jobs through the engine as one batch (``jobs.submit_many``: one
+    ledger transaction for their launch decisions, one for the jobs, one for the trial rows),
+    or adopt the jobs that launches decided before a crash did submit."""
+    fresh: list[tuple[Any, dict[str, Any], str]] = []  # (row, spec, workdir) to submit
+    decisions: list[tuple[int, str, dict[str, Any]]] = []
+    adopted: list[tuple[int, dict[str, Any]]] = []
+    for row in rows:
+        trial_id = row["id"]
+        params = json.loads(row["params"])
+        job_id = s.store.job_of_trial(trial_id) if trial_id in s.launch_decided else None
+        if job_id is not None:
+            adopted.append((trial_id, {"job_id": job_id, "state": "queued"}))
+            continue
         workdir = proposer.workdir_for(trial_id, Proposal(params, row["rationale"], row["patch"],
                                                           row["parent_trial"])) or s.plan.trial.workdir
         command = s.plan.render_command(params, int(row["seed"] or 0), trial_id)
@@ -55,25 +68,42 @@ def launch(s: LoopState, row: Any, proposer: Any, runtime: Any) -> None:
             spec["env"].update(s.sync.env(trial_id))
         if getattr(s.plan.early_stop, "pause", False) and not spec["checkpoint"]:
             spec["checkpoint"] = True  # a per-job checkpoint dir, to pause and resume (loop/pause.py)
+        fresh.append((row, spec, workdir))
         if trial_id not in s.launch_decided:
-            s.launch_decided.add(trial_id)
-            s.store.decide("launch", trial_id=trial_id, rationale=row["rationale"],
-                           inputs={"params": params, "seed": row["seed"], "role": row["role"],
-                                   "workdir": workdir, "command": command})
+            decisions.append((trial_id, row["rationale"], {"params": params, "seed": row["seed"], "role": row["role"],
+                                                           "workdir": workdir, "command": command}))
+    if decisions:  # write-ahead: every launch decision before any submit, in one transaction
+        with s.store.ledger.tx() as c:
+            for trial_id, rationale, inputs in decisions:
+                s.store.decide("launch", trial_id=trial_id, rationale=rationale, inputs=inputs, conn=c)
+        s.launch_decided.update(trial_id for trial_id, _, _ in decisions)
+    updates = list(adopted)
+    if fresh:
         try:
-            job_id = job_ops.submit(runtime, spec, project=s.loop_project)  # as a job submitted by hand
-        except AutoresearchError as err:
-            s.update_trial(trial_id, state="failed", failure=f"could not submit: {err.render()}",
-                           ended_at=time.time(), workdir=workdir)
-            proposer.observe(s.records[trial_id])
-            return
+            job_ids: list[int | None] = list(job_ops.submit_many(runtime, [spec for _, spec, _ in fresh],
+                                                                  project=s.loop_project))
+        except AutoresearchError:  # a refused spec refuses the batch: one by one, to fail only that trial
+            job_ids = [s.store.job_of_trial(row["id"]) or _submit_one(s, row, spec, workdir, proposer, runtime)
+                       for row, spec, workdir in fresh]
         from autoresearch import outbox
 
         outbox.kick(runtime.ledger.home)  # background MLflow mirror (no mlflow import here)
-        row = s.update_trial(trial_id, job_id=job_id, state="queued", workdir=workdir)
-    else:
-        row = s.update_trial(trial_id, job_id=job_id, state="queued")
-    s.active[trial_id] = row
+        updates += [(row["id"], {"job_id": job_id, "state": "queued", "workdir": workdir})
+                    for (row, _, workdir), job_id in zip(fresh, job_ids, strict=True) if job_id is not None]
+    for row in s.update_trials(updates):
+        s.active[row["id"]] = row
+
+
+def _submit_one(s: LoopState, row: Any, spec: dict[str, Any], workdir: str, proposer: Any,
+                runtime: Any) -> int | None:
+    """Submit one trial's job; a refused one fails the trial (its failure says why) and returns None."""
+    try:
+        return job_ops.submit(runtime, spec, project=s.loop_project)  # as a job submitted by hand
+    except AutoresearchError as err:
+        s.update_trial(row["id"], state="failed", failure=f"could not submit: {err.render()}",
+                       ended_at=time.time(), workdir=workdir)
+        proposer.observe(s.records[row["id"]])
+        return None
 
 
 def trial_spec(plan: Plan, loop_id: int, row: Any, params: dict[str, Any], command: list[str] | str,

@@ -5,9 +5,16 @@ the mirror's run maker, a helper process (:mod:`autoresearch.tracking._prepare_r
 here by name: the loop never imports the mirror), creates the runs (and the loop's parent
 run) and writes them to the ledger, where a trial's attempt finds its ``MLFLOW_RUN_ID``. A
 worker thread pokes the helper and reads the ledger, so the event loop never blocks on
-mlflow. A trial waits for its run at most ``PREPARE_HOLD_S``; a tracking failure or a slow
-store only means later trials launch without ``MLFLOW_RUN_ID`` (the background syncer
-still mirrors them).
+mlflow.
+
+MLflow never holds a launch (issue 16: the first trial runs at once, not after the mirror's
+mlflow import): a trial launches when it has a slot, with ``MLFLOW_RUN_ID`` if its run is
+made by then (runs are asked for as soon as trials are proposed) and without it otherwise;
+the mirror then creates its run and attaches the trial's metrics to it afterwards. Trials
+that call MLflow themselves and need the variable can wait for their run:
+``AUTORESEARCH_RUN_WAIT_S`` (seconds, at most ``PREPARE_HOLD_S``; default 0). A tracking
+failure or a slow store only means later trials launch without ``MLFLOW_RUN_ID`` (the
+background syncer still mirrors them).
 """
 
 from __future__ import annotations
@@ -23,7 +30,18 @@ from typing import Any
 
 from autoresearch import outbox
 
-PREPARE_HOLD_S = 30.0  # longest a trial waits for its MLflow run before it launches without MLFLOW_RUN_ID
+PREPARE_HOLD_S = 30.0  # longest a trial may wait for its MLflow run before it launches without MLFLOW_RUN_ID
+WAIT_ENV = "AUTORESEARCH_RUN_WAIT_S"
+
+
+def run_wait_s() -> float:
+    """How long a trial waits for its MLflow run (``AUTORESEARCH_RUN_WAIT_S``): 0 unless set;
+    garbage, NaN or a negative value is 0, anything above ``PREPARE_HOLD_S`` is that."""
+    try:
+        value = float(os.environ.get(WAIT_ENV, "") or 0.0)
+    except ValueError:
+        return 0.0
+    return min(value, PREPARE_HOLD_S) if value > 0 else 0.0  # NaN > 0 is False
 
 
 class RunMaker:
@@ -128,11 +146,11 @@ class RunPreparer:
         self.maker: RunMaker | None = None
         self.queue: list[int] = []
         self.held: dict[int, float] = {}
-        self.hold_s = PREPARE_HOLD_S
+        self.hold_s = run_wait_s()  # 0: launches never wait for MLflow
 
     def prepare(self, ids: list[int], warm: bool = False) -> None:
-        """Have the MLflow runs of new trials created (one worker thread, batches queued) and
-        hold their launch until then, at most ``PREPARE_HOLD_S``. ``warm``: start the worker
+        """Have the MLflow runs of new trials created (one worker thread, batches queued); with
+        ``AUTORESEARCH_RUN_WAIT_S`` set, hold their launch until then, at most that long. ``warm``: start the worker
         even with no trial, to pay the mlflow import and open the store early."""
         if not self.enabled or not (ids or warm):
             return

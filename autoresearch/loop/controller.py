@@ -17,10 +17,11 @@ A loop belongs to a project (``loops.project``; MCP tokens see their own project
 loops) and submits its trials as that project's jobs.
 
 With tracking on, each batch of new trials asks the mirror for its MLflow runs (and the
-loop's parent run) through the outbox before the trials launch (the mirror's run maker, a
-helper process, answers; a worker thread waits for it), so their attempts get
-``MLFLOW_RUN_ID``. A trial waits for that at most ``PREPARE_HOLD_S``; a tracking failure or a slow store only means later trials launch
-without the variable (the background syncer still mirrors them).
+loop's parent run) through the outbox as soon as they are proposed (the mirror's run maker,
+a helper process, answers; a worker thread waits for it). A trial never waits for that
+(unless ``AUTORESEARCH_RUN_WAIT_S`` asks it to, at most ``PREPARE_HOLD_S``): it gets
+``MLFLOW_RUN_ID`` when its run exists at launch, and otherwise the mirror attaches its
+metrics to its run afterwards (:mod:`~autoresearch.loop._mlflow_runs`).
 
 This module holds the event loop; what it knows is a :class:`~autoresearch.loop.state.LoopState`
 (rebuilt from the ledger), and its parts live beside it, taking that state or the controller
@@ -47,7 +48,8 @@ from autoresearch.errors import AutoresearchError, BackendError, PlanError, Stat
 from autoresearch.jobstore import JobStore
 from autoresearch.loop import _limits, outcomes, pause
 from autoresearch.loop._interrupt import LoopInterrupted, SigintFlag, wake
-from autoresearch.loop._launch import ProposeCall, launch, timed
+from autoresearch.loop._launch import ProposeCall, launch_many, timed
+from autoresearch.loop._live_view import LiveView
 from autoresearch.loop._mlflow_runs import PREPARE_HOLD_S as PREPARE_HOLD_S
 from autoresearch.loop._mlflow_runs import RunPreparer
 from autoresearch.loop.outcomes import LOG_TAIL_LINES as LOG_TAIL_LINES
@@ -99,6 +101,7 @@ class Controller:
         # MLflow runs created ahead of launch (tracking on): one worker at a time, batches queued.
         self.runs = RunPreparer(self.ledger)
         self.sigint = SigintFlag()  # a Ctrl-C that something swallowed still stops the loop
+        self._live: LiveView | None = None  # the live display's view, kept as trials change (made on first use)
 
     @property
     def tracking(self) -> bool:
@@ -287,11 +290,21 @@ class Controller:
             self.sigint.restore()
             self.close()
 
-    def view(self) -> LoopView:
+    def _live_points(self) -> dict[int, tuple[int, float]]:
+        """The last (step, value) of each active trial, in the objective's own direction."""
         s = self.state
-        live = {t: c[-1] for t, c in s.series.items() if c and t in s.active}
-        live = {t: (step, value * s.sign) for t, (step, value) in live.items()}
-        return loop_view(self.ledger, self.plan.name, live=live, elapsed_s=self.elapsed())
+        points = {t: s.series[t][-1] for t in s.active if s.series.get(t)}
+        return {t: (step, value * s.sign) for t, (step, value) in points.items()}
+
+    def view(self) -> LoopView:
+        """The whole loop, read from the ledger (its end, an interrupt: once per run)."""
+        return loop_view(self.ledger, self.plan.name, live=self._live_points(), elapsed_s=self.elapsed())
+
+    def live_view(self) -> LoopView:
+        """What a live display shows, kept up to date (:mod:`~autoresearch.loop._live_view`): flat per event."""
+        if self._live is None:
+            self._live = LiveView(self.state)
+        return self._live.view(self.plan.name, self._live_points(), self.elapsed())
 
     def publish(self, force: bool = False) -> None:
         """Persist the elapsed time (every 5 s) and show the view (every ``update_every_s``, or now)."""
@@ -301,7 +314,7 @@ class Controller:
             self.state.store.set_loop(elapsed_s=self.elapsed())
         if self.on_update is not None and (force or now - self._last_update >= self.update_every_s):
             self._last_update = now
-            self.on_update(self.view())
+            self.on_update(self.live_view())
 
     # -- evaluate (the rules: autoresearch.loop.outcomes) ----------------------------------
 
@@ -370,13 +383,18 @@ class Controller:
         self.runs.pump()
         budget_left = self.plan.budget.trials - s.launched()
         slots = self.plan.budget.parallel - len(s.active)
+        ready = []
         for row in s.pending():
             if slots <= 0 or budget_left <= 0:
-                return
+                break
             if row["id"] not in self.runs.held:  # held: its MLflow run is being created; it keeps its slot
-                self.sigint.check()
-                launch(s, row, self.proposer, self.runtime)
+                ready.append(row)
             slots, budget_left = slots - 1, budget_left - 1
+        if ready:
+            self.sigint.check()
+            launch_many(s, ready, self.proposer, self.runtime)  # one batch submit (jobs.submit_many)
+        if slots <= 0 or budget_left <= 0:
+            return
         if self.call is not None:
             if self.call.is_alive():
                 return

@@ -24,7 +24,6 @@ from autoresearch.loop import pause
 from autoresearch.loop.proposers import Proposal, ProposeResult, ProposerInfo
 from autoresearch.loop.state import LoopHost
 from autoresearch.loop.store import to_record
-from autoresearch.loop.views import seed_groups
 
 LOG_TAIL_LINES = 30
 
@@ -180,14 +179,13 @@ def log_tail(runtime: Any, job_id: int) -> str:
 def judge(c: LoopHost, row: Any) -> None:
     """Keep or discard: a finished explore trial against the incumbent, beyond the noise floor."""
     s = c.state
-    trials = list(s.rows.values())
-    groups = seed_groups(trials)
+    groups = s.groups  # seed_groups of every trial, kept as they end (no walk over all trials per end)
     noise = N.noise_floor(list(groups.values()))
     if row["role"] == "repeat":
         return  # repeats only refine the incumbent's mean and the noise floor
     inc_value = None
     if s.incumbent is not None:
-        inc = next((t for t in trials if t["id"] == s.incumbent), None)
+        inc = s.rows.get(s.incumbent)
         if inc is not None and inc["objective"] is not None:
             values = groups.get(s.incumbent, [inc["objective"]])
             inc_value = c.sign * sum(values) / len(values)

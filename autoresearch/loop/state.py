@@ -22,7 +22,8 @@ from typing import Any, Protocol
 from autoresearch.loop.plan import Plan
 from autoresearch.loop.proposers import TrialRecord
 from autoresearch.loop.stopping import Series, Stopper
-from autoresearch.loop.store import LoopStore, to_record
+from autoresearch.loop.store import ENDED_TRIAL, LoopStore, to_record
+from autoresearch.loop.views import seed_groups
 
 
 @dataclass
@@ -57,6 +58,10 @@ class LoopState:
     # simulated seconds. None: the wall clock.
     clock: Any = None
     clock_started: float = 0.0
+    # Bookkeeping kept as trials change, so that no event re-reads or re-walks every trial:
+    proposed: set[int] = field(default_factory=set)  # trial ids in state "proposed" (pending)
+    ended_log: list[int] = field(default_factory=list)  # trial ids in the order they ended (the live view drains it)
+    groups: dict[int, list[float]] = field(default_factory=dict)  # :func:`seed_groups` of the rows, kept up to date
 
     def elapsed(self) -> float:
         """Seconds this loop has run: wall seconds, or simulated ones on a simulated backend."""
@@ -75,7 +80,8 @@ class LoopState:
         return time.time()
 
     def reload(self, ids: list[int] | None = None) -> None:
-        """Refresh the mirror from the ledger: every trial, or just ``ids``."""
+        """Refresh the mirror from the ledger: every trial, or just ``ids`` (new ones: their ids
+        are above every other, so ``rows`` and ``records`` stay in id order)."""
         if ids is None:
             fresh = self.store.trials()
         elif ids:
@@ -83,39 +89,63 @@ class LoopState:
         else:
             return
         for r in fresh:
-            row = dict(r)
-            old = self.rows.get(row["id"])
-            if old is not None:
-                self.state_counts[old["state"]] -= 1
-            self.rows[row["id"]] = row
-            self.state_counts[row["state"]] += 1
-            self.records[row["id"]] = to_record(row)
+            self._put(dict(r))
+        if ids is None:
+            self.groups = seed_groups(list(self.rows.values()))
+
+    def _put(self, row: dict[str, Any]) -> None:
+        old = self.rows.get(row["id"])
+        if old is not None:
+            self.state_counts[old["state"]] -= 1
+        self.rows[row["id"]] = row
+        self.state_counts[row["state"]] += 1
+        self.records[row["id"]] = to_record(row)
+        if row["state"] == "proposed":
+            self.proposed.add(row["id"])
+        else:
+            self.proposed.discard(row["id"])
 
     def update_trial(self, trial_id: int, **fields: Any) -> dict[str, Any]:
         """Write ``fields`` to a trial's row, then to the mirror; returns the new row."""
         self.store.update_trial(trial_id, **fields)
-        row = dict(self.rows[trial_id])  # the ledger now holds exactly this (plus updated_at)
+        return self._apply(trial_id, fields)
+
+    def update_trials(self, updates: list[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """:meth:`update_trial` for several trials, in one ledger transaction."""
+        self.store.update_trials(updates)
+        return [self._apply(trial_id, fields) for trial_id, fields in updates]
+
+    def _apply(self, trial_id: int, fields: dict[str, Any]) -> dict[str, Any]:
+        old = self.rows[trial_id]
+        row = dict(old)  # the ledger now holds exactly this (plus updated_at)
         row.update(fields, updated_at=time.time())
-        self.state_counts[self.rows[trial_id]["state"]] -= 1
-        self.state_counts[row["state"]] += 1
-        self.rows[trial_id] = row
-        self.records[trial_id] = to_record(row)
+        self._put(row)
+        if row["state"] in ENDED_TRIAL and old["state"] not in ENDED_TRIAL:
+            self.ended_log.append(trial_id)
+            self._seed_ended(row)
         return row
 
-    def history(self) -> list[TrialRecord]:
-        """Every trial as the proposer sees it, oldest first, with its curve so far (``intermediate``,
-        in the objective's own direction): model-based proposers learn from every rung reached."""
-        out = []
-        for trial_id in sorted(self.records):
-            record, series = self.records[trial_id], self.series.get(trial_id)
-            if series:
-                record.intermediate = [(step, value * self.sign) for step, value in series]
-            out.append(record)
-        return out
+    def _seed_ended(self, row: dict[str, Any]) -> None:
+        """Keep :attr:`groups` equal to :func:`seed_groups` of the rows (a repeat of a succeeded config ended)."""
+        if row["role"] != "repeat" or row["state"] != "succeeded" or row["objective"] is None:
+            return
+        parent = self.rows.get(row["parent_trial"]) if row["parent_trial"] is not None else None
+        if parent is not None and parent["state"] == "succeeded" and parent["objective"] is not None:
+            self.groups.setdefault(parent["id"], [parent["objective"]]).append(row["objective"])
 
     def pending(self) -> list[dict[str, Any]]:
         """Proposed trials not launched yet, oldest first."""
-        return sorted((r for r in self.rows.values() if r["state"] == "proposed"), key=lambda r: r["id"])
+        return [self.rows[t] for t in sorted(self.proposed)]
+
+    def history(self) -> list[TrialRecord]:
+        """Every trial as the proposer sees it, in id order, with its curve so far (``intermediate``,
+        in the objective's own direction): model-based proposers learn from every rung reached.
+        A curve is copied again only when it grew."""
+        for trial_id, record in self.records.items():
+            series = self.series.get(trial_id)
+            if series and len(record.intermediate or ()) != len(series):
+                record.intermediate = [(step, value * self.sign) for step, value in series]
+        return list(self.records.values())
 
     def launched(self) -> int:
         """Trials that count against the trial budget (crashed and skipped ones do not)."""

@@ -108,10 +108,12 @@ class LoopStore:
         return self.ledger.query("SELECT id, outputs, rationale, proposer FROM decisions WHERE loop_id=? AND kind=? "
                                  "ORDER BY id", (self.loop_id, kind))
 
-    def promotions(self) -> list[Any]:
-        """Every keep-or-discard decision (id, trial_id, outputs, created_at), oldest first."""
+    def promotions(self, after_id: int = 0) -> list[Any]:
+        """Every keep-or-discard decision (id, trial_id, outputs, created_at) with an id above
+        ``after_id``, oldest first (a range of the ``decisions_by_loop`` index: a live view reads
+        only the new ones)."""
         return self.ledger.query("SELECT id, trial_id, outputs, created_at FROM decisions WHERE loop_id=? AND "
-                                 "kind='promote' ORDER BY id", (self.loop_id,))
+                                 "id>? AND kind='promote' ORDER BY id", (self.loop_id, after_id))
 
     def launched_trials(self) -> set[int]:
         """The trials with a launch decision (written before their job is submitted)."""
@@ -128,6 +130,13 @@ class LoopStore:
         return self.ledger.one("SELECT COUNT(*) AS n, COALESCE(SUM(cost_usd),0) AS usd, "
                                "COALESCE(SUM(tokens_in + tokens_out),0) AS tok FROM decisions WHERE loop_id=?",
                                (self.loop_id,))
+
+    def decision_totals_since(self, after_id: int) -> Any:
+        """:meth:`decision_totals` of the decisions with an id above ``after_id``, and their
+        newest id (``last``): a live view adds them up as they come."""
+        return self.ledger.one("SELECT COUNT(*) AS n, COALESCE(SUM(cost_usd),0) AS usd, "
+                               "COALESCE(SUM(tokens_in + tokens_out),0) AS tok, COALESCE(MAX(id), ?) AS last "
+                               "FROM decisions WHERE loop_id=? AND id>?", (after_id, self.loop_id, after_id))
 
     def rejected_as_noise(self) -> int:
         """Candidates that beat the incumbent, but not beyond the noise floor."""
@@ -209,6 +218,14 @@ class LoopStore:
         sets = ", ".join(f"{k}=?" for k in fields)
         with self.ledger.tx() as c:
             c.execute(f"UPDATE trials SET {sets}, updated_at=? WHERE id=?", (*fields.values(), time.time(), trial_id))
+
+    def update_trials(self, updates: list[tuple[int, dict[str, Any]]]) -> None:
+        """:meth:`update_trial` for several trials, in one transaction."""
+        now = time.time()
+        with self.ledger.tx() as c:
+            for trial_id, fields in updates:
+                sets = ", ".join(f"{k}=?" for k in fields)
+                c.execute(f"UPDATE trials SET {sets}, updated_at=? WHERE id=?", (*fields.values(), now, trial_id))
 
     def job_of_trial(self, trial_id: int) -> int | None:
         """A job submitted for the trial whose id never reached the trials row (a crash in between)."""

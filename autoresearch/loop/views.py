@@ -67,6 +67,7 @@ class LoopView:
     report_dir: str | None = None
     next_step: str = ""
     curve: list[CurveStep] = field(default_factory=list)  # the incumbent sequence (:func:`incumbent_sequence`)
+    not_shown: int = 0  # trials left out of ``trials``: a live view (:mod:`._live_view`) carries only what is shown
 
 
 @dataclass(frozen=True)
@@ -95,19 +96,27 @@ def verdicts(ledger: Ledger, loop_id: int) -> dict[int, Verdict]:
     """Every keep-or-discard decision of a loop, by trial (the newest one wins)."""
     out: dict[int, Verdict] = {}
     for row in LoopStore(ledger, loop_id).promotions():
-        try:
-            data = json.loads(row["outputs"])
-            trial_id = int(data.get("trial_id", row["trial_id"]))
-        except (TypeError, ValueError):
-            continue
-        margin = data.get("margin")
-        promoted = bool(data.get("promoted"))
-        within = not promoted and isinstance(margin, (int, float)) and margin > 0
-        out[trial_id] = Verdict(trial_id, promoted, within, float(row["created_at"] or 0.0), int(row["id"]))
+        verdict = to_verdict(row)
+        if verdict is not None:
+            out[verdict.trial_id] = verdict
     return out
 
 
-def incumbent_sequence(rows: list[Any], judged: dict[int, Verdict]) -> list[CurveStep]:
+def to_verdict(row: Any) -> Verdict | None:
+    """A promote decision's row (id, trial_id, outputs, created_at) as a :class:`Verdict` (None: unreadable)."""
+    try:
+        data = json.loads(row["outputs"])
+        trial_id = int(data.get("trial_id", row["trial_id"]))
+    except (TypeError, ValueError, AttributeError):
+        return None
+    margin = data.get("margin")
+    promoted = bool(data.get("promoted"))
+    within = not promoted and isinstance(margin, (int, float)) and margin > 0
+    return Verdict(trial_id, promoted, within, float(row["created_at"] or 0.0), int(row["id"]))
+
+
+def incumbent_sequence(rows: list[Any], judged: dict[int, Verdict],
+                       tracker: IncumbentTracker | None = None) -> list[CurveStep]:
     """THE answer to "what was best": the incumbent after each ended trial, as the loop kept it.
 
     Every view of "best" reads this (the live and final tables, the report's plots and
@@ -115,26 +124,35 @@ def incumbent_sequence(rows: list[Any], judged: dict[int, Verdict]) -> list[Curv
     loop's noise-aware decisions: a trial that merely scored lower, within the noise floor,
     never becomes "best" here. Trials are replayed in the order the loop judged them (a
     judged trial at its decision, others at their end); the incumbent's value is the mean
-    of its seeds (itself and its repeats) that had ended by then.
+    of its seeds (itself and its repeats) that had ended by then. ``tracker``: replay into
+    this one (a live view goes on from it, one ended trial at a time).
     """
     def order(r: Any) -> tuple[float, int, int]:
         v = judged.get(r["id"])
         return (v.decided_at, v.decision_id, r["id"]) if v else (float(r["ended_at"]), 1 << 62, r["id"])
 
-    incumbent: int | None = None
-    seeds: dict[int, list[float]] = {}
-    out: list[CurveStep] = []
-    for r in sorted((r for r in rows if r["ended_at"]), key=order):
+    tracker = tracker or IncumbentTracker()
+    return [tracker.step(r, judged.get(r["id"])) for r in sorted((r for r in rows if r["ended_at"]), key=order)]
+
+
+class IncumbentTracker:
+    """:func:`incumbent_sequence` one ended trial at a time (the live view's, O(1) per trial)."""
+
+    def __init__(self) -> None:
+        self.incumbent: int | None = None
+        self.seeds: dict[int, list[float]] = {}  # config (explore trial id) -> values of its ended seeds
+        self.last: CurveStep | None = None
+
+    def step(self, r: Any, verdict: Verdict | None) -> CurveStep:
         if r["state"] == "succeeded" and r["objective"] is not None:
             config = r["parent_trial"] if r["role"] == "repeat" and r["parent_trial"] is not None else r["id"]
-            seeds.setdefault(config, []).append(float(r["objective"]))
-        verdict = judged.get(r["id"])
+            self.seeds.setdefault(config, []).append(float(r["objective"]))
         if verdict is not None and verdict.promoted:
-            incumbent = r["id"]
-        values = seeds.get(incumbent) if incumbent is not None else None
-        out.append(CurveStep(r["id"], float(r["ended_at"]), incumbent,
-                             sum(values) / len(values) if values else None))
-    return out
+            self.incumbent = r["id"]
+        values = self.seeds.get(self.incumbent) if self.incumbent is not None else None
+        self.last = CurveStep(r["id"], float(r["ended_at"]), self.incumbent,
+                              sum(values) / len(values) if values else None)
+        return self.last
 
 
 def incumbent_of(ledger: Ledger, loop_id: int) -> int | None:

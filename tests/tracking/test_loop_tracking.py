@@ -45,7 +45,9 @@ def _printed_run(api: Any, job_id: int) -> str:
     return found.group(1)
 
 
-def test_a_trial_that_logs_to_mlflow_itself_lands_in_its_child_run(api: Any, quiet: Path, tmp_path: Path) -> None:
+def test_a_trial_that_logs_to_mlflow_itself_lands_in_its_child_run(api: Any, quiet: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTORESEARCH_RUN_WAIT_S", "30")  # it needs MLFLOW_RUN_ID: it waits for its run
     (tmp_path / "train.py").write_text(OWN_MLFLOW)
     plan = parse_plan({
         "name": "own-mlflow", "objective": {"metric": "loss"},
@@ -71,6 +73,28 @@ def test_a_trial_that_logs_to_mlflow_itself_lands_in_its_child_run(api: Any, qui
     assert len(client(uri).search_runs([experiment.experiment_id])) == 2  # the loop and its one trial: no stray run
 
 
+def test_the_first_trial_does_not_wait_for_mlflow_and_its_run_is_attached_afterwards(
+        api: Any, quiet: Path, tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(PRINT_RUN)
+    plan = parse_plan({
+        "name": "at-once", "objective": {"metric": "loss"},
+        "trial": {"command": f"{sys.executable} train.py {{x}}", "workdir": str(tmp_path)},
+        "space": {"x": {"choices": [0.5]}}, "proposer": {"kind": "grid"}, "budget": {"trials": 1, "parallel": 1},
+    }, base_dir=tmp_path)
+
+    view = Controller(plan, runtime=api._runtime).run()
+
+    assert view.counts == {"succeeded": 1}, view
+    trial = api._ledger.one("SELECT * FROM trials")
+    # It launched at once, before the run maker (importing mlflow, seconds) had made its run ...
+    assert _printed_run(api, trial["job_id"]) == "none"
+    tracking.sync()
+    run_id = _runs_of_trials(api)[trial["id"]]  # ... which the mirror made, and attached its metrics to
+    assert metric_history(tracking.tracking_uri(quiet), run_id, "loss") == [(0, 0.04)]
+    experiment = client(tracking.tracking_uri(quiet)).get_experiment_by_name("at-once")
+    assert len(client(tracking.tracking_uri(quiet)).search_runs([experiment.experiment_id])) == 2  # no stray run
+
+
 @pytest.fixture
 def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLMServer]:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
@@ -83,7 +107,8 @@ def _answer(x: float) -> dict[str, Any]:
 
 
 def test_llm_calls_are_stored_per_propose_decision_and_become_traces(
-        api: Any, quiet: Path, tmp_path: Path, llm: FakeLLMServer) -> None:
+        api: Any, quiet: Path, tmp_path: Path, llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTORESEARCH_RUN_WAIT_S", "30")  # the mirror's helper is done before the sync below
     (tmp_path / "train.py").write_text(PRINT_RUN)
     llm.script(*(anthropic_tool_answer(_answer(x), model="claude-sonnet-4-6") for x in (0.5, 0.25)))
     plan = parse_plan({
@@ -108,11 +133,10 @@ def test_llm_calls_are_stored_per_propose_decision_and_become_traces(
         assert (call["model"], call["provider"], call["tokens_in"]) == ("claude-sonnet-4-6", "anthropic", 1523)
         assert (call["prompt_sha256"], call["temperature"]) == (info["prompt_sha256"], 0.5) and call["prompt_sha256"]
         assert call["inputs"]["user"] and call["outputs"]["proposals"]
-    runs = _runs_of_trials(api)  # the blocking proposer's trials got their runs before launch too
-    for trial in api._ledger.query("SELECT * FROM trials"):
-        assert _printed_run(api, trial["job_id"]) == runs[trial["id"]]
-
     report = tracking.sync()
+    runs = _runs_of_trials(api)  # every trial has its run: made before its launch (then handed to it) or after
+    for trial in api._ledger.query("SELECT * FROM trials"):
+        assert _printed_run(api, trial["job_id"]) in (runs[trial["id"]], "none")
     assert report.traces == 2
     assert all(r["done_at"] for r in api._ledger.query("SELECT done_at FROM tracking_outbox"))
     uri = tracking.tracking_uri(quiet)
