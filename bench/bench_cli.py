@@ -6,7 +6,8 @@ Runs ``python -m autoresearch.cli COMMAND`` as a user would (bytecode caches wri
 an installed package has them) on a scratch AUTORESEARCH_HOME holding ``--jobs`` finished
 jobs, and prints the median and p90 wall per command next to the bare interpreter's start
 (``python -c pass``). Then one ``-X importtime`` run per command: the heaviest imports
-(cumulative ms of the top-level packages it pulls in) and the heavy packages it loads
+(cumulative ms of the top-level packages it pulls in), the
+child's CPU ms (user+system: steadier than wall on a loaded machine) and the heavy packages it loads
 (pydantic, rich, yaml, mlflow, mcp). Goal (issue 16): status, list and submit <= 150 ms
 on a quiet machine. Prints tables; nothing is asserted (tests/runtime/test_cli_imports.py
 asserts what each command does not import).
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -70,12 +72,17 @@ def _env(home: Path) -> dict[str, str]:
     return env
 
 
-def wall(argv: list[str], env: dict[str, str], runs: int) -> list[float]:
+def wall(argv: list[str], env: dict[str, str], runs: int, cpu: list[float] | None = None) -> list[float]:
+    """Wall ms per run; ``cpu`` gets the child's user+system ms (less sensitive to a loaded machine)."""
     out = []
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
         out.append((time.perf_counter() - t0) * 1000)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if cpu is not None:
+            cpu.append((after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000)
     return out
 
 
@@ -120,15 +127,19 @@ def main() -> None:
         load = os.getloadavg()[0]
         print(f"CLI wall, {a.runs} runs per command, {a.jobs} jobs in the ledger, load {load:.1f} "
               f"on {os.cpu_count()} cores ({sys.executable})")
-        bare = wall([sys.executable, "-c", "pass"], env, a.runs)
-        print(f"{'command':<24} {'median ms':>10} {'p90 ms':>8} {'imports ms':>11}  heavy loaded")
-        print(f"{'(python -c pass)':<24} {statistics.median(bare):>10.0f} {pct(bare, 0.9):>8.0f}")
+        bare_cpu: list[float] = []
+        bare = wall([sys.executable, "-c", "pass"], env, a.runs, bare_cpu)
+        print(f"{'command':<24} {'median ms':>10} {'p90 ms':>8} {'CPU ms':>7} {'imports ms':>11}  heavy loaded")
+        print(f"{'(python -c pass)':<24} {statistics.median(bare):>10.0f} {pct(bare, 0.9):>8.0f} "
+              f"{statistics.median(bare_cpu):>7.0f}")
         offenders = []
         for label, args in cmds:
-            times = wall([*exe, *args], env, a.runs)
+            cpu: list[float] = []
+            times = wall([*exe, *args], env, a.runs, cpu)
             total, top, heavy = importtime(args, env)
             offenders.append((label, top))
-            print(f"{label:<24} {statistics.median(times):>10.0f} {pct(times, 0.9):>8.0f} {total:>11.0f}  "
+            print(f"{label:<24} {statistics.median(times):>10.0f} {pct(times, 0.9):>8.0f} {statistics.median(cpu):>7.0f} "
+                  f"{total:>11.0f}  "
                   f"{','.join(heavy) or '-'}")
         print("\nheaviest imports per command (-X importtime, cumulative ms, one run)")
         for label, top in offenders:
