@@ -66,3 +66,43 @@ def test_a_job_that_changes_after_the_first_pass_is_still_mirrored(tmp_path: Pat
         c.execute("UPDATE jobs SET state='failed', updated_at=? WHERE id=7", (time.time(),))
     rows = syncer.store.jobs_to_sync(syncer.jobs_since)
     assert [r["id"] for r in rows] == [7]
+
+
+def test_points_go_into_a_sqlite_store_in_bulk_with_log_batchs_rows(tmp_path: Path) -> None:
+    """Issue 16: 100k points took 16.8 s through log_batch (1,000 a call). Into a SQLite store
+    they go in one transaction per job window; the history and latest values MLflow shows are
+    the very same, NaN included, and a replay (a crash before the cursor moved) adds nothing."""
+    from autoresearch.ledger import Ledger
+    from autoresearch.tracking._sync import Syncer
+
+    ledger = Ledger(tmp_path / "home")
+    now = time.time()
+    with ledger.tx() as c:
+        c.execute("INSERT INTO jobs(id, name, state, priority, spec, gpus, nodes, backend, submitted_at, updated_at, "
+                  "ended_at, attempts) VALUES (1, 'train', 'succeeded', 'normal', '{\"command\": [\"x\"]}', 0, 1, "
+                  "'local', ?, ?, ?, 1)", (now, now, now))
+        c.executemany("INSERT INTO metrics(job_id, attempt, name, step, value, ts, source) VALUES (1, 1, ?, ?, ?, ?, "
+                      "'report')", [(name, i, v, now + i / 1000) for i in range(3000)
+                                    for name, v in (("loss", 1.0 / (i + 1)), ("acc", None if i == 7 else i / 3000))])
+    syncer = Syncer(ledger, uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    calls: list[int] = []
+    real = syncer.client.log_batch
+
+    def counted(run_id: str, metrics: Any = (), **kw: Any) -> Any:
+        calls.append(len(metrics))
+        return real(run_id, metrics=metrics, **kw)
+
+    syncer.client.log_batch = counted
+    report = syncer.run_once()
+    assert report.metrics == 6000
+    assert sum(calls) == 0  # no point went through log_batch (it took 6 calls of 1,000 before)
+    run_id = ledger.one("SELECT run_id FROM tracking_runs WHERE entity='job:1'")["run_id"]
+    history = syncer.client.get_metric_history(run_id, "loss")
+    assert sorted((m.step, m.value) for m in history) == [(i, 1.0 / (i + 1)) for i in range(3000)]
+    acc = {m.step: m.value for m in syncer.client.get_metric_history(run_id, "acc")}
+    assert len(acc) == 3000 and acc[7] != acc[7] and acc[2999] == 2999 / 3000  # NaN kept as NaN
+    assert syncer.client.get_run(run_id).data.metrics == {"loss": 1.0 / 3000, "acc": 2999 / 3000}
+    with ledger.tx() as c:
+        c.execute("DELETE FROM tracking_state WHERE name='metrics'")  # as if the cursor never moved
+    syncer.run_once()
+    assert len(syncer.client.get_metric_history(run_id, "loss")) == 3000  # the replay added nothing
