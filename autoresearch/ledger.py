@@ -256,6 +256,14 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("fastrt-1", """
     CREATE INDEX jobs_by_state_backend ON jobs(state, backend, id);
     """),
+    # The mirror's per-second pass reads what changed, not every job (issue 16): jobs and trials
+    # by their last change, and its own runs that are still open or blocked (partial indexes).
+    ("tracking-2", """
+    CREATE INDEX jobs_by_update ON jobs(updated_at);
+    CREATE INDEX trials_by_update ON trials(updated_at);
+    CREATE INDEX tracking_runs_open ON tracking_runs(entity) WHERE finished=0;
+    CREATE INDEX tracking_runs_blocked ON tracking_runs(entity) WHERE error IS NOT NULL;
+    """),
 ]
 
 

@@ -6,16 +6,19 @@ everything after that reads plain rows, so status reads never import pydantic.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
 import shlex
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from autoresearch.errors import SpecError
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 PRIORITIES = ("critical", "normal", "best-effort")
 MAX_COUNT = 2**31 - 1  # counts stay SQLite integers; no machine has more
@@ -91,109 +94,293 @@ def parse_memory_mb(value: object, field: str = "memory") -> int:
     return int(round(mb))
 
 
-class JobSpec(BaseModel):
-    """One unit of work. Field names are the contract shared by CLI, MCP and plan.yaml."""
+# The fields in order, with their defaults (a list or dict default is copied per spec).
+FIELDS: dict[str, Any] = {
+    "name": "", "command": None, "shell": False, "workdir": ".", "env": {}, "gpus": 0, "cpus": 0, "memory": 0,
+    "nodes": 1, "priority": "normal", "max_retries": 2, "retry_on_exit_codes": [], "timeout": None, "grace": 10.0,
+    "checkpoint": False, "experiment": "", "tags": {}, "mounts": {}, "image": "",
+}
+MAX_IMAGE = 512
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=False)
 
-    name: str = Field("", description="Display name; defaults to the program's name.")
-    command: list[str] | str = Field(description="argv list; a single string only with shell: true.")
-    shell: bool = Field(False, description="Run command through /bin/sh -c.")
-    workdir: str = Field(".", description="Directory the command runs in; must exist.")
-    env: dict[str, str] = Field(default_factory=dict)
-    gpus: int = Field(0, ge=0, le=MAX_COUNT, description="GPUs per node.")
-    cpus: float = Field(0, ge=0, le=MAX_COUNT, allow_inf_nan=False,
-                        description="CPU cores to reserve per node (0: none reserved).")
-    memory: int = Field(0, ge=0, le=MAX_MEMORY_MB, description="Memory to reserve per node in MB (accepts '16G').")
-    nodes: int = Field(1, ge=1, le=MAX_COUNT, description="Number of nodes.")
-    priority: Priority = "normal"
-    max_retries: int = Field(2, ge=0, le=MAX_COUNT, description="Retries after infrastructure failures.")
-    retry_on_exit_codes: list[int] = Field(default_factory=list)
-    timeout: float | None = Field(None, description="Wall-clock limit per attempt, seconds (accepts '5m').")
-    grace: float = Field(10.0, description="Seconds between SIGTERM and SIGKILL (accepts '30s').")
-    checkpoint: bool | str = Field(False, description="true: a stable per-job dir; or a path.")
-    experiment: str = ""
-    tags: dict[str, str] = Field(default_factory=dict)
-    mounts: dict[str, str] = Field(default_factory=dict, description="target path -> source path.")
-    image: str = Field("", max_length=512, description="Container image to run the command in (a backend "
-                       "with the containers capability); empty: the host's environment.")
+class JobSpec:
+    """One validated unit of work (what :func:`make_spec` returns and the ledger stores as JSON).
 
-    @field_validator("priority", mode="before")
+    A plain object, not a pydantic model, so a submit does not import pydantic; it answers the
+    pydantic calls its users make (``model_dump``, ``model_dump_json``, ``model_validate``,
+    ``model_fields``, ``model_json_schema``) with the same results."""
+
+    __slots__ = tuple(FIELDS)
+    model_fields = FIELDS  # the keys a spec may have, in order
+
+    name: str
+    command: list[str] | str
+    shell: bool
+    workdir: str
+    env: dict[str, str]
+    gpus: int
+    cpus: float
+    memory: int
+    nodes: int
+    priority: str
+    max_retries: int
+    retry_on_exit_codes: list[int]
+    timeout: float | None
+    grace: float
+    checkpoint: bool | str
+    experiment: str
+    tags: dict[str, str]
+    mounts: dict[str, str]
+    image: str
+
+    def __init__(self, **values: Any) -> None:
+        for key, default in FIELDS.items():
+            value = values.get(key, default)
+            setattr(self, key, value.copy() if isinstance(value, (list, dict)) else value)
+
     @classmethod
-    def _priority(cls, value: object) -> object:
-        if isinstance(value, str):
-            value = value.strip().lower().replace("_", "-")
-            if value == "besteffort":
-                value = "best-effort"
-            if value not in PRIORITIES:
-                raise ValueError(f"unknown priority {value!r}; use one of {', '.join(PRIORITIES)}")
-        return value
+    def model_construct(cls, **values: Any) -> JobSpec:
+        """Without validation (tests, and values already validated)."""
+        return cls(**values)
 
-    @field_validator("timeout", mode="before")
     @classmethod
-    def _timeout(cls, value: object) -> float | None:
-        return parse_duration(value, "timeout")
+    def model_validate(cls, data: Any) -> JobSpec:
+        """Validate without looking at paths; an invalid spec raises pydantic's ValidationError."""
+        fast = _fast(data)
+        if fast is not None:
+            return cls(**fast)
+        return cls(**pydantic_model().model_validate(data).model_dump())
 
-    @field_validator("grace", mode="before")
     @classmethod
-    def _grace(cls, value: object) -> float:
-        return parse_grace(value)
+    def model_validate_json(cls, text: str | bytes) -> JobSpec:
+        return cls.model_validate(json.loads(text))
 
-    @field_validator("memory", mode="before")
-    @classmethod
-    def _memory(cls, value: object) -> int:
-        return parse_memory_mb(value)
+    @staticmethod
+    def model_json_schema() -> dict[str, Any]:
+        return dict(pydantic_model().model_json_schema())
 
-    @field_validator("env", "tags", mode="before")
-    @classmethod
-    def _str_values(cls, value: object) -> object:
-        return str_values(value)
+    def model_dump(self) -> dict[str, Any]:
+        return {key: _copy(getattr(self, key)) for key in FIELDS}
 
-    @field_validator("command", "workdir", "mounts", mode="after")
-    @classmethod
-    def _no_nul(cls, value: Any) -> Any:
-        # The OS cannot pass a NUL byte to a program: refused here, not three "infra" attempts later.
-        words = [value] if isinstance(value, str) else [*value.keys(), *value.values()] if isinstance(value, dict) \
-            else value
-        for i, word in enumerate(words):
-            if "\0" in word:
-                where = f" (word {i + 1})" if isinstance(value, list) else ""
-                raise ValueError(f"contains a NUL byte{where}")
-        return value
-
-    @field_validator("env", mode="after")
-    @classmethod
-    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name, text in value.items():
-            if not name or "=" in name or "\0" in name:
-                raise ValueError(f"{name!r} is not a valid variable name (empty, '=' or NUL)")
-            if "\0" in text:
-                raise ValueError(f"the value of {name} contains a NUL byte")
-        return value
-
-    @model_validator(mode="after")
-    def _check(self) -> JobSpec:
-        if isinstance(self.command, str):
-            if not self.shell:
-                raise ValueError("command is a single string; pass an argv list, or set shell: true")
-            if not self.command.strip():
-                raise ValueError("command is empty")
-        elif not self.command or not self.command[0].strip():
-            raise ValueError("command is empty")
-        if not self.name:
-            first = self.command if isinstance(self.command, str) else self.command[0]
-            if isinstance(self.command, str):  # sh judges its own quoting; the name is only a label
-                try:
-                    first = (shlex.split(first) or [first])[0]
-                except ValueError:
-                    first = first.split()[0]
-            self.name = os.path.basename(first)[:64]
-        return self
+    def model_dump_json(self) -> str:
+        return json.dumps(self.model_dump(), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
     def argv(self) -> list[str]:
         if isinstance(self.command, str):
             return ["/bin/sh", "-c", self.command]
         return list(self.command)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JobSpec) and self.model_dump() == other.model_dump()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like a pydantic model
+
+    def __repr__(self) -> str:
+        return "JobSpec(" + ", ".join(f"{key}={getattr(self, key)!r}" for key in FIELDS) + ")"
+
+
+def _copy(value: Any) -> Any:
+    return value.copy() if isinstance(value, (list, dict)) else value
+
+
+def _plain_int(value: object, low: int, high: int) -> bool:
+    return type(value) is int and low <= value <= high
+
+
+def _plain_text(value: object, nul: bool = True) -> bool:
+    return type(value) is str and (nul or "\0" not in value)
+
+
+def _fast(data: Any) -> dict[str, Any] | None:
+    """The plain shapes nearly every submit has (an argv of strings, whole numbers, known keys),
+    validated by hand to exactly what the pydantic model returns; ``None`` for anything else
+    (then the model decides, and words any refusal). tests/properties/test_specs.py checks
+    that both agree wherever this answers."""
+    if type(data) is not dict or not data.keys() <= FIELDS.keys():
+        return None
+    out = {key: _copy(default) for key, default in FIELDS.items()}
+    try:
+        for key, value in data.items():
+            if key in ("name", "experiment"):
+                ok = _plain_text(value)
+            elif key == "image":
+                ok = _plain_text(value) and len(value) <= MAX_IMAGE
+            elif key == "workdir":
+                ok = _plain_text(value, nul=False)
+            elif key == "command":
+                ok = _plain_text(value, nul=False) or (type(value) is list and all(_plain_text(w, nul=False)
+                                                                                  for w in value))
+                value = list(value) if type(value) is list else value
+            elif key == "shell":
+                ok = type(value) is bool
+            elif key in ("gpus", "max_retries"):
+                ok = _plain_int(value, 0, MAX_COUNT)
+            elif key == "nodes":
+                ok = _plain_int(value, 1, MAX_COUNT)
+            elif key == "cpus":
+                ok = type(value) in (int, float) and math.isfinite(value) and 0 <= value <= MAX_COUNT
+                value = float(value)
+            elif key == "memory":
+                value = parse_memory_mb(value)
+                ok = value <= MAX_MEMORY_MB
+            elif key == "priority":
+                value = value.strip().lower().replace("_", "-") if type(value) is str else value
+                value = "best-effort" if value == "besteffort" else value
+                ok = value in PRIORITIES
+            elif key == "retry_on_exit_codes":
+                ok = type(value) is list and all(_plain_int(c, -MAX_COUNT, MAX_COUNT) for c in value)
+                value = list(value) if ok else value
+            elif key == "timeout":
+                value = parse_duration(value, "timeout")
+                ok = True
+            elif key == "grace":
+                value = parse_grace(value)
+                ok = True
+            elif key == "checkpoint":
+                ok = type(value) in (bool, str)
+            elif key in ("env", "tags"):
+                ok = type(value) is dict and all(type(k) is str for k in value)
+                value = str_values(value) if ok else value
+                if ok and key == "env":
+                    ok = all(k and "=" not in k and "\0" not in k and "\0" not in v for k, v in cast(dict, value).items())
+            else:  # mounts
+                ok = type(value) is dict and all(_plain_text(k, nul=False) and _plain_text(v, nul=False)
+                                                 for k, v in value.items())
+                value = dict(value) if ok else value
+            if not ok:
+                return None
+            out[key] = value
+    except (SpecError, TypeError, ValueError, AttributeError, OverflowError):
+        return None  # the model words the refusal
+    command = out["command"]
+    if isinstance(command, str):
+        if not out["shell"] or not command.strip():
+            return None
+    elif not command or not command[0].strip():
+        return None
+    if not out["name"]:
+        out["name"] = _default_name(command)
+    return out
+
+
+def _default_name(command: list[str] | str) -> str:
+    """The program's name: the first word of the command (sh judges its own quoting; the name is only a label)."""
+    first = command if isinstance(command, str) else command[0]
+    if isinstance(command, str):
+        try:
+            first = (shlex.split(first) or [first])[0]
+        except ValueError:
+            first = first.split()[0]
+    return os.path.basename(first)[:64]
+
+
+@lru_cache(maxsize=1)
+def pydantic_model() -> Any:
+    """The job spec as a pydantic model: the reference validator (every input the fast path of
+    :func:`validate` declines, and every refusal's message) and the JSON Schema. Built on first
+    use: importing pydantic and building the model costs ~150 ms, more than a whole CLI submit."""
+    from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+    class JobSpecModel(BaseModel):
+        """One unit of work. Field names are the contract shared by CLI, MCP and plan.yaml."""
+
+
+        model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+        name: str = Field("", description="Display name; defaults to the program's name.")
+        command: list[str] | str = Field(description="argv list; a single string only with shell: true.")
+        shell: bool = Field(False, description="Run command through /bin/sh -c.")
+        workdir: str = Field(".", description="Directory the command runs in; must exist.")
+        env: dict[str, str] = Field(default_factory=dict)
+        gpus: int = Field(0, ge=0, le=MAX_COUNT, description="GPUs per node.")
+        cpus: float = Field(0, ge=0, le=MAX_COUNT, allow_inf_nan=False,
+                            description="CPU cores to reserve per node (0: none reserved).")
+        memory: int = Field(0, ge=0, le=MAX_MEMORY_MB, description="Memory to reserve per node in MB (accepts '16G').")
+        nodes: int = Field(1, ge=1, le=MAX_COUNT, description="Number of nodes.")
+        priority: Priority = "normal"
+        max_retries: int = Field(2, ge=0, le=MAX_COUNT, description="Retries after infrastructure failures.")
+        retry_on_exit_codes: list[int] = Field(default_factory=list)
+        timeout: float | None = Field(None, description="Wall-clock limit per attempt, seconds (accepts '5m').")
+        grace: float = Field(10.0, description="Seconds between SIGTERM and SIGKILL (accepts '30s').")
+        checkpoint: bool | str = Field(False, description="true: a stable per-job dir; or a path.")
+        experiment: str = ""
+        tags: dict[str, str] = Field(default_factory=dict)
+        mounts: dict[str, str] = Field(default_factory=dict, description="target path -> source path.")
+        image: str = Field("", max_length=512, description="Container image to run the command in (a backend "
+                           "with the containers capability); empty: the host's environment.")
+
+        @field_validator("priority", mode="before")
+        @classmethod
+        def _priority(cls, value: object) -> object:
+            if isinstance(value, str):
+                value = value.strip().lower().replace("_", "-")
+                if value == "besteffort":
+                    value = "best-effort"
+                if value not in PRIORITIES:
+                    raise ValueError(f"unknown priority {value!r}; use one of {', '.join(PRIORITIES)}")
+            return value
+
+        @field_validator("timeout", mode="before")
+        @classmethod
+        def _timeout(cls, value: object) -> float | None:
+            return parse_duration(value, "timeout")
+
+        @field_validator("grace", mode="before")
+        @classmethod
+        def _grace(cls, value: object) -> float:
+            return parse_grace(value)
+
+        @field_validator("memory", mode="before")
+        @classmethod
+        def _memory(cls, value: object) -> int:
+            return parse_memory_mb(value)
+
+        @field_validator("env", "tags", mode="before")
+        @classmethod
+        def _str_values(cls, value: object) -> object:
+            return str_values(value)
+
+        @field_validator("command", "workdir", "mounts", mode="after")
+        @classmethod
+        def _no_nul(cls, value: Any) -> Any:
+            # The OS cannot pass a NUL byte to a program: refused here, not three "infra" attempts later.
+            words = [value] if isinstance(value, str) else [*value.keys(), *value.values()] if isinstance(value, dict) \
+                else value
+            for i, word in enumerate(words):
+                if "\0" in word:
+                    where = f" (word {i + 1})" if isinstance(value, list) else ""
+                    raise ValueError(f"contains a NUL byte{where}")
+            return value
+
+        @field_validator("env", mode="after")
+        @classmethod
+        def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+            for name, text in value.items():
+                if not name or "=" in name or "\0" in name:
+                    raise ValueError(f"{name!r} is not a valid variable name (empty, '=' or NUL)")
+                if "\0" in text:
+                    raise ValueError(f"the value of {name} contains a NUL byte")
+            return value
+
+        @model_validator(mode="after")
+        def _check(self) -> JobSpecModel:
+            if isinstance(self.command, str):
+                if not self.shell:
+                    raise ValueError("command is a single string; pass an argv list, or set shell: true")
+                if not self.command.strip():
+                    raise ValueError("command is empty")
+            elif not self.command or not self.command[0].strip():
+                raise ValueError("command is empty")
+            if not self.name:
+                self.name = _default_name(self.command)
+            return self
+
+        def argv(self) -> list[str]:
+            if isinstance(self.command, str):
+                return ["/bin/sh", "-c", self.command]
+            return list(self.command)
+
+    return JobSpecModel
 
 
 def _explain(err: ValidationError) -> SpecError:
@@ -221,10 +408,16 @@ def make_spec(data: dict[str, Any], *, check_paths: bool = True, containers: boo
 
     ``containers``: the backend mounts into a container (a target is a path inside it, the
     source becomes absolute); otherwise a mount is a link made on this host."""
-    try:
-        spec = JobSpec.model_validate(data)
-    except ValidationError as err:
-        raise _explain(err) from None
+    from_fast = _fast(data)
+    if from_fast is not None:
+        spec = JobSpec(**from_fast)
+    else:
+        from pydantic import ValidationError
+
+        try:
+            spec = JobSpec(**pydantic_model().model_validate(data).model_dump())
+        except ValidationError as err:
+            raise _explain(err) from None
     if check_paths:
         try:
             _check_paths(spec, containers)

@@ -9,6 +9,11 @@ send); "live" has the background syncer running beside the trials, as in product
 and measures only what is left at their end. Prints a table. Not a test.
 
     python bench/bench_tracking.py [--points 100000] [--trials 16] [--naive-sample 1000] [--repeat 3]
+    python bench/bench_tracking.py --cold-sqlite [--points 100000]   # issue 16: bulk vs log_batch
+
+``--cold-sqlite``: the same ledger (copied) mirrored cold into a fresh SQLite store twice,
+through the bulk path (:func:`autoresearch.tracking._metrics.bulk_log`) and through
+log_batch (``AUTORESEARCH_MIRROR_BULK=off``, the path before issue 16), side by side.
 """
 
 from __future__ import annotations
@@ -125,13 +130,48 @@ def naive(uri: str, sample: int) -> float:
     return (time.monotonic() - t0) / sample
 
 
+def cold_sqlite(points: int, trials: int, repeat: int) -> int:
+    """The same ledger mirrored cold into fresh SQLite stores: bulk path vs log_batch."""
+    import shutil
+
+    os.environ["AUTORESEARCH_SYNC"] = "off"
+    os.environ["AUTORESEARCH_GPUS"] = "2"
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    results: dict[str, list[tuple[float, float]]] = {"bulk": [], "log_batch": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "source"
+        source.mkdir()
+        trials_s = run_trials(source, points, trials)
+        for r in range(repeat):
+            for mode in ("bulk", "log_batch"):
+                home = Path(tmp) / f"{mode}-{r}"
+                shutil.copytree(source, home)
+                os.environ["AUTORESEARCH_MIRROR_BULK"] = "on" if mode == "bulk" else "off"
+                opened, synced, sent = batched(home, f"sqlite:///{home / 'mlflow.db'}")
+                assert sent == points, sent
+                results[mode].append((opened, synced))
+    os.environ.pop("AUTORESEARCH_MIRROR_BULK", None)
+    print(f"\n{points:,} points from {trials} trials ({trials_s:.1f} s to run), mirrored cold into a fresh SQLite "
+          f"store; medians of {repeat}; load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n")
+    print("| path | open s (import mlflow, make the store) | cold sync s (end→all in) | points/s |")
+    print("|---|---|---|---|")
+    for mode, rows in results.items():
+        opened = statistics.median(o for o, _ in rows)
+        synced = statistics.median(s for _, s in rows)
+        print(f"| {mode} | {opened:.1f} | {synced:.2f} | {points / synced:,.0f} |")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--cold-sqlite", action="store_true", help="only the cold SQLite sync, bulk vs log_batch")
     ap.add_argument("--points", type=int, default=100_000)
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--naive-sample", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
+    if args.cold_sqlite:
+        return cold_sqlite(args.points, args.trials, args.repeat)
     os.environ["AUTORESEARCH_SYNC"] = "off"  # measure the catch-up from the end, not a race with a live syncer
     os.environ["AUTORESEARCH_GPUS"] = "2"
     os.environ.pop("MLFLOW_TRACKING_URI", None)

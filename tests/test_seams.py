@@ -9,7 +9,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "autoresearch"
 # Reaches owned by other parts of issue 8 (the facade, the stores): remove when they go.
-ALLOWED: set[tuple[str, str]] = set()
+ALLOWED: set[tuple[str, str]] = {
+    # Not ours: MLflow's SQL store (mlflow 3.17), whose bulk path the mirror uses on SQLite (issue 16);
+    # any change there sends the mirror back to log_batch (tracking/_metrics.py bulk_log).
+    ("tracking/_metrics.py", "store._check_run_is_active"), ("tracking/_metrics.py", "store._get_run"),
+    ("tracking/_metrics.py", "store._update_latest_metrics_if_necessary"),
+    ("tracking/_sync.py", "client._tracking_client"),
+}
 
 
 def private_reaches(path: Path) -> list[tuple[int, str]]:

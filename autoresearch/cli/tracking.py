@@ -10,11 +10,13 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import subprocess
 
 
 def add_parser(sub: Any) -> None:
@@ -92,6 +94,8 @@ def _ui(api: Any, args: argparse.Namespace) -> int:
     os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")  # no background job-runner processes
     print(f"starting the MLflow UI on {args.host}:{args.port} (store {uri}; its log: {log_path}) ...",
           file=sys.stderr, flush=True)
+    import subprocess  # here, not at the top: every `autoresearch` call imports this module
+
     with open(log_path, "ab") as log:  # its own session: stopping us (Ctrl-C, SIGTERM) stops all of it
         proc = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
     signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -120,6 +124,8 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 def _stop_group(proc: subprocess.Popen[bytes]) -> None:
     """Stop ``mlflow ui`` and the server workers it started (its process group)."""
+    import subprocess
+
     for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)

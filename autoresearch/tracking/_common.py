@@ -62,6 +62,7 @@ class Mirror(Protocol):
     uri: str
     home_id: str  # tags runs as this ledger's (autoresearch.entity = HOME_ID/ENTITY)
     secrets: list[str]  # ambient secrets, redacted from everything sent
+    jobs_since: float | None  # the jobs changed after this are looked at (None: all; kept in memory only)
 
     def warn(self, key: str, message: str) -> None:
         """Print ``message`` once per ``key``."""
@@ -81,6 +82,9 @@ class Mirror(Protocol):
                    report: SyncReport | None = None, started: float | None = None) -> tuple[str, bool]:
         """The run of ``entity`` (created if needed, exactly once): (run id, created)."""
         ...
+
+    def log_metrics(self, run_id: str, points: list[Any]) -> None:
+        """Metric points (mlflow Metric entities) to a run, in bulk where the store allows."""
 
     def mark_blocked(self, entity: str, err: Exception) -> None:
         """A permanent problem with one run: record it, warn once (a transient one is raised)."""

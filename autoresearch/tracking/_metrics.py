@@ -68,7 +68,7 @@ def sync_metrics(syncer: Mirror, report: SyncReport, max_batches: int | None = N
                 continue  # blocked: its points wait in the ledger and are backfilled once it is fixed
             points = _points(syncer, job_rows, job_id)
             try:
-                syncer.log_batch(run_id, metrics=points)
+                syncer.log_metrics(run_id, points)
             except Exception as err:
                 syncer.mark_blocked(entity, err)
                 continue
@@ -91,6 +91,39 @@ def backfill(syncer: Mirror, job_id: int, run_id: str, report: SyncReport) -> No
     rows = syncer.store.job_points(job_id, row["metric_rowid"], upto)
     if rows:
         points = _points(syncer, rows, job_id)
-        syncer.log_batch(run_id, metrics=points)
+        syncer.log_metrics(run_id, points)
         report.metrics += len(points)
         syncer.store.backfilled(row["entity"], rows[-1]["rid"])
+
+
+def bulk_log(store: Any, run_id: str, points: list[Any]) -> None:
+    """Points into MLflow's own SQL store in one transaction: one ``INSERT OR IGNORE`` executed
+    for all points and one update of the run's latest values, instead of log_batch's ORM
+    objects, 1,000 points a call (issue 16: 100k points cold took 16.8 s on SQLite).
+
+    The same rows log_batch writes (values sanitized by the store: NaN as 0 with is_nan, inf
+    as the largest float); a replay of points already there is ignored (the table's key is
+    the whole point), as log_batch ignores duplicates. A deleted run is refused as there.
+    Only for a SqlAlchemyStore on SQLite, whose internals (mlflow 3.17) this uses: any other
+    store, or a change in them, goes through log_batch (:meth:`Syncer.log_metrics`)."""
+    from mlflow.store.tracking.dbmodels.models import SqlMetric
+    from sqlalchemy.dialects.sqlite import insert
+
+    rows: list[dict[str, Any]] = []
+    latest: dict[str, dict[str, Any]] = {}
+    for p in points:
+        is_nan, value = store.sanitize_metric_value(p.value)
+        row = {"run_uuid": run_id, "key": p.key, "value": value, "timestamp": p.timestamp, "step": p.step,
+               "is_nan": is_nan}
+        rows.append(row)
+        best = latest.get(p.key)
+        if best is None or (p.step, p.timestamp, value) > (best["step"], best["timestamp"], best["value"]):
+            latest[p.key] = row
+    if not rows:
+        return
+    table = SqlMetric.__table__
+    with store.ManagedSessionMaker(read_only=False) as session:
+        store._check_run_is_active(store._get_run(run_uuid=run_id, session=session))
+        session.execute(insert(table).on_conflict_do_nothing(), rows)  # one executemany
+        # the run's latest value per key: one candidate per key, compared with what is stored
+        store._update_latest_metrics_if_necessary([SqlMetric(**row) for row in latest.values()], session)

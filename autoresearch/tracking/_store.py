@@ -182,15 +182,25 @@ class MirrorStore:
         """A loop as :meth:`loops_to_sync` shows one never mirrored."""
         return self.ledger.one("SELECT l.*, -1 AS synced_version, 0 AS finished FROM loops l WHERE l.id=?", (loop_id,))
 
-    def jobs_to_sync(self) -> list[Row]:
+    def jobs_to_sync(self, since: float | None = None) -> list[Row]:
         """Jobs without a run, changed since mirrored (or their trial), or blocked, with their
-        trial id and their run's row."""
-        return self.ledger.query(
-            "SELECT j.*, t.id AS trial_id, r.synced_version, r.run_id, r.error, r.metric_rowid FROM jobs j "
-            f"LEFT JOIN trials t ON {TRIAL_JOIN} "
-            f"LEFT JOIN tracking_runs r ON r.entity={ENTITY} "
-            "WHERE r.run_id IS NULL OR r.synced_version < MAX(j.updated_at, COALESCE(t.updated_at, 0)) "
-            "OR r.error IS NOT NULL ORDER BY j.id")
+        trial id and their run's row. ``since``: only jobs (or trials) changed after it, and the
+        blocked ones: an index walk, not a scan of every job (None: look at all of them)."""
+        where = ("WHERE r.run_id IS NULL OR r.synced_version < MAX(j.updated_at, COALESCE(t.updated_at, 0)) "
+                 "OR r.error IS NOT NULL ORDER BY j.id")
+        select = ("SELECT j.*, t.id AS trial_id, r.synced_version, r.run_id, r.error, r.metric_rowid FROM {jobs} "
+                  f"LEFT JOIN trials t ON {TRIAL_JOIN} LEFT JOIN tracking_runs r ON r.entity={ENTITY} ")
+        if since is None:
+            return self.ledger.query(select.format(jobs="jobs j") + where)
+        changed = (
+            "(SELECT id FROM jobs WHERE updated_at > :since "
+            "UNION SELECT job_id FROM trials WHERE updated_at > :since AND job_id IS NOT NULL "
+            "UNION SELECT CAST(substr(entity, 5) AS INTEGER) FROM tracking_runs WHERE error IS NOT NULL "
+            "AND entity LIKE 'job:%' "
+            "UNION SELECT x.job_id FROM tracking_runs b JOIN trials x ON x.id=CAST(substr(b.entity, 7) AS INTEGER) "
+            "WHERE b.error IS NOT NULL AND b.entity LIKE 'trial:%' AND x.job_id IS NOT NULL) c "
+            "JOIN jobs j ON j.id=c.id")
+        return self.ledger.query(select.format(jobs=changed) + where, {"since": since})
 
     def unsynced_job(self, job_id: int) -> Row | None:
         """A job as :meth:`jobs_to_sync` shows one never mirrored."""
@@ -275,13 +285,17 @@ class MirrorStore:
 
     def job_runs_to_finish(self) -> list[Row]:
         """Runs of jobs with attempt logs to upload or a final state not yet sent (``ended_n``:
-        the last ended attempt)."""
+        the last ended attempt). Walks the open runs (a partial index), not every job."""
         return self.ledger.query(
-            "SELECT r.entity, r.run_id, r.logs_done, j.id AS job_id, j.state, j.ended_at, j.spec, "
-            "(SELECT MAX(n) FROM attempts a WHERE a.job_id=j.id AND a.state='ended') AS ended_n FROM jobs j "
-            f"LEFT JOIN trials t ON {TRIAL_JOIN} JOIN tracking_runs r ON r.entity={ENTITY} "
-            "WHERE r.run_id IS NOT NULL AND r.error IS NULL AND r.finished=0 "
-            "AND (r.logs_done < COALESCE(ended_n, 0) OR j.state IN ('succeeded','failed','cancelled'))")
+            "SELECT * FROM (SELECT r.entity, r.run_id, r.logs_done, j.id AS job_id, j.state, j.ended_at, j.spec, "
+            "(SELECT MAX(n) FROM attempts a WHERE a.job_id=j.id AND a.state='ended') AS ended_n "
+            "FROM tracking_runs r JOIN jobs j ON j.id=(CASE WHEN r.entity LIKE 'job:%' "
+            "THEN CAST(substr(r.entity, 5) AS INTEGER) ELSE (SELECT COALESCE(t.job_id, (SELECT y.id FROM jobs y "
+            "WHERE CAST(json_extract(y.spec, '$.tags.\"autoresearch.trial_id\"') AS INTEGER)=t.id LIMIT 1)) "
+            "FROM trials t WHERE t.id=CAST(substr(r.entity, 7) AS INTEGER)) END) "
+            f"LEFT JOIN trials t ON {TRIAL_JOIN} "
+            f"WHERE r.finished=0 AND r.run_id IS NOT NULL AND r.error IS NULL AND r.entity={ENTITY}) "
+            "WHERE logs_done < COALESCE(ended_n, 0) OR state IN ('succeeded','failed','cancelled')")
 
     def loop_runs_open(self) -> list[Row]:
         return self.ledger.query(

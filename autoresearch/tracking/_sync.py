@@ -116,6 +116,10 @@ class Syncer:
         self._experiments: dict[str, str] = {}
         self._warned: set[str] = set()
         self._backends: dict[str, Backend] = {}  # by name, from the registry: the mirror never builds a Runtime
+        # Jobs changed after this are looked at by the next pass (None: all of them, as a fresh
+        # syncer's first pass does). An optimization only: lost with the process, never in the ledger.
+        self.jobs_since: float | None = None
+        self._bulk = os.environ.get("AUTORESEARCH_MIRROR_BULK", "on").strip().lower() not in ("0", "off", "false")
         self.client = self._make_client()
 
     # -- setup ------------------------------------------------------------------------------
@@ -353,6 +357,31 @@ class Syncer:
             self.client.log_batch(run_id, params=plist[i:i + 100], tags=tlist[i:i + 100])
         for i in range(0, len(metrics), BATCH):
             self.client.log_batch(run_id, metrics=list(metrics[i:i + BATCH]))
+
+    def log_metrics(self, run_id: str, points: list[Any]) -> None:
+        """Metric points to a run: in bulk into a SQLite store's tables when the store is MLflow's
+        SQL store (:func:`_metrics.bulk_log`), else through log_batch."""
+        store = self._bulk_store()
+        if store is not None:
+            try:
+                _metrics.bulk_log(store, run_id, points)
+                return
+            except (ImportError, AttributeError, TypeError) as err:  # mlflow changed inside: the public path
+                self._bulk = False
+                self.warn("bulk", f"bulk metric writes are off, log_batch instead ({type(err).__name__}: {err})")
+        self.log_batch(run_id, metrics=points)
+
+    def _bulk_store(self) -> Any:
+        if not self._bulk or not self.uri.startswith("sqlite:///"):
+            return None
+        try:
+            from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+            store = self.client._tracking_client.store
+        except (ImportError, AttributeError):
+            self._bulk = False
+            return None
+        return store if isinstance(store, SqlAlchemyStore) else None
 
     # -- what other modules and the facade ask of a run ------------------------------------
 

@@ -85,3 +85,44 @@ def test_a_refused_submit_writes_nothing(api: Any, workdir: Path, data: dict[str
     assert view.state == "queued"  # the node is cordoned: accepted jobs wait, nothing runs
     stored = json.loads(api._ledger.one("SELECT spec FROM jobs WHERE id=?", (view.id,))["spec"])
     check_runnable(JobSpec.model_validate(stored))
+
+
+COUNTS = st.one_of(st.integers(-2, 2**31 + 1), st.sampled_from([MAX_COUNT, 2**40, 2**40 + 1]), NUMBERS, st.booleans())
+WORDS = st.lists(st.text(min_size=1, max_size=12).filter(lambda w: w.strip() != ""), min_size=1, max_size=3)
+PLAIN = st.fixed_dictionaries({"command": st.one_of(WORDS, WORDS, ARGV, TEXT, NASTY_TEXT)}, optional={
+    "name": st.one_of(TEXT, NASTY_TEXT), "shell": st.booleans(), "workdir": st.one_of(TEXT, NASTY_TEXT),
+    "env": st.dictionaries(st.one_of(TEXT, NASTY_TEXT), st.one_of(TEXT, NASTY_TEXT, NUMBERS, st.none()), max_size=3),
+    "tags": st.dictionaries(TEXT, st.one_of(TEXT, NUMBERS, st.booleans()), max_size=2),
+    "gpus": COUNTS, "cpus": st.one_of(COUNTS, st.floats(-1, 2**32)), "nodes": COUNTS, "max_retries": COUNTS,
+    "memory": st.one_of(COUNTS, NASTY_TEXT), "timeout": st.one_of(NUMBERS, NASTY_TEXT, st.none()),
+    "grace": st.one_of(NUMBERS, NASTY_TEXT), "priority": st.one_of(st.sampled_from(["normal", " Best_Effort",
+                                                                                     "besteffort", "CRITICAL"]),
+                                                                   NASTY_TEXT),
+    "retry_on_exit_codes": st.lists(COUNTS, max_size=2), "checkpoint": st.one_of(st.booleans(), TEXT),
+    "experiment": TEXT, "mounts": st.dictionaries(NASTY_TEXT, NASTY_TEXT, max_size=2),
+    "image": st.one_of(TEXT, st.just("x" * 513))})
+
+
+@FAST
+@given(data=st.one_of(PLAIN, PLAIN.map(lambda d: {**dict(list(d.items())[:2]), "command": d["command"]}), SPECS))
+@example(data={"command": ["python", "train.py"], "gpus": 1, "env": {"SEED": 3, "X": None}, "memory": "16G"})
+@example(data={"command": "python t.py", "shell": True, "timeout": "5m", "priority": "Best_Effort"})
+@example(data={"command": ["x"], "cpus": 2, "grace": 0, "retry_on_exit_codes": [3]})
+def test_the_fast_path_agrees_with_the_model_wherever_it_answers(data: dict[str, Any]) -> None:
+    """A submit validates plain specs by hand (no pydantic import); wherever that path answers,
+    its answer is exactly the pydantic model's, and it never accepts what the model refuses."""
+    from pydantic import ValidationError
+
+    from autoresearch.spec import _fast, pydantic_model
+
+    fast = _fast(data)
+    if fast is None:
+        event("declined: the model decides")
+        return
+    event("answered by hand")
+    try:
+        reference = pydantic_model().model_validate(data).model_dump()
+    except (ValidationError, AutoresearchError) as err:
+        raise AssertionError(f"the fast path accepted what the model refuses: {err}") from None
+    assert fast == reference
+    assert [type(v) for v in fast.values()] == [type(v) for v in reference.values()]

@@ -73,3 +73,16 @@ def test_loop_table_and_summary_show_markup_in_plan_text_verbatim() -> None:
         assert "[/bold]" in out and "budget [/i] spent" in out
         if interactive:
             assert "[RED]LOSS" in out and "opt=[/]" in out
+
+
+@pytest.mark.parametrize("width", [1, 20, 80, 400])
+def test_terminal_escapes_in_user_text_are_shown_escaped_at_any_width(width: int) -> None:
+    """The tables of status/list (cli/_table.py, without rich) never pass a control character
+    through: a job named with an escape sequence cannot retitle, recolor or link the terminal."""
+    from autoresearch.cli._table import Table
+
+    table = Table("ID", "NAME")
+    table.add_row(1, "\x1b]8;;http://evil\x07click\x1b]8;;\x07\x1b[2J宽字符\u0301")
+    out = table.render(width)
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b" in out.replace("\n", "").replace("│", "").replace(" ", "")

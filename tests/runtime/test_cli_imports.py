@@ -1,0 +1,69 @@
+"""The fast commands import only what they need (issue 16: status, list and submit start in
+<= 150 ms; pydantic cost a submit ~150 ms, rich a read ~40-80 ms). A counter, not a timer:
+each command runs in a fresh interpreter through the real entry point, and we look at
+sys.modules afterwards."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HEAVY = ("pydantic", "rich", "yaml", "mlflow", "mcp", "anthropic", "openai", "pynvml", "httpx", "optuna")
+PROBE = """
+import json, sys
+heavy_names = set(json.loads(sys.argv[2]))
+sys.argv = ["autoresearch", *json.loads(sys.argv[1])]
+from autoresearch.cli import main
+try:
+    code = main()
+except SystemExit as exit:
+    code = exit.code
+heavy = sorted({name.split(".")[0] for name in sys.modules} & heavy_names)
+sys.stdout.flush()
+sys.stderr.write("\\nLOADED " + json.dumps({"code": code, "heavy": heavy}) + "\\n")
+"""
+
+
+def loaded(*args: str, env: dict[str, str] | None = None) -> list[str]:
+    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(list(args)), json.dumps(HEAVY)],
+                          capture_output=True, text=True, timeout=60, env=env)
+    line = next(row for row in proc.stderr.splitlines() if row.startswith("LOADED "))
+    result = json.loads(line.removeprefix("LOADED "))
+    assert result["code"] in (0, None), f"autoresearch {' '.join(args)} exited {result['code']}: {proc.stderr}"
+    return list(result["heavy"])
+
+
+@pytest.fixture
+def job(home: Path) -> str:
+    from autoresearch.api import Api
+
+    api = Api(home)
+    view = api.submit({"command": [sys.executable, "-c", "print('loss: 0.5')"], "workdir": str(home.parent)})
+    from tests.conftest import wait_state
+
+    wait_state(api, view.id, "succeeded")
+    return str(view.id)
+
+
+@pytest.mark.parametrize("args", [
+    ("status",), ("status", "{job}"), ("status", "{job}", "--json"), ("list",), ("list", "--json"),
+    ("metrics", "{job}"), ("logs", "{job}"), ("nodes",), ("cancel", "{job}"),
+    ("submit", "--", "true"), ("submit", "--json", "--gpus", "1", "--env", "A=1", "--timeout", "5m", "--", "true"),
+    ("--help",),
+])
+def test_fast_commands_import_none_of_the_heavy_packages(job: str, args: tuple[str, ...]) -> None:
+    assert loaded(*(a.replace("{job}", job) for a in args)) == []
+
+
+def test_the_probe_sees_a_heavy_import_where_one_is_needed(home: Path) -> None:
+    """The check can fail: a job spec file needs yaml, and a shape the hand-written fast path
+    declines (gpus: 1.0) goes to the pydantic model."""
+    spec = home.parent / "job.yaml"
+    spec.write_text("command: [\"true\"]\n")
+    assert loaded("submit", "-f", str(spec)) == ["yaml"]
+    spec.write_text("command: [\"true\"]\ngpus: 1.0\n")
+    assert loaded("submit", "-f", str(spec)) == ["pydantic", "yaml"]
