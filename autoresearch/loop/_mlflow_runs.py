@@ -184,6 +184,10 @@ class RunPreparer:
                 self.hold_s = 0.0
 
     def close(self) -> None:
+        if self.enabled and self.queue:  # asked for, not yet sent: the next sync pass makes them
+            with contextlib.suppress(Exception):
+                outbox.request_runs(self.ledger, self.queue)
+            self.queue = []
         if self.worker is not None:  # a run being created now: let it finish (bounded; it is a daemon thread)
             self.worker.join(timeout=5)
         if self.maker is not None:

@@ -19,7 +19,7 @@ BAD_CALLS = [
     ("submit", {"command": ["true"], "gpus": 100_000}, "less than or equal to 1024"),
     ("submit", {"command": ["true"], "gpus": -1}, "greater than or equal to 0"),
     ("submit", {"command": ["true"], "gpus": 64}, "[capacity]"),
-    ("submit", {"command": ["true"], "nodes": 5}, "[spec_invalid] the local backend runs single-node jobs only"),
+    ("submit", {"command": ["true"], "nodes": 5, "gpus": 1}, "[capacity] a gang of 5 members with 1 GPU(s) each needs 5 GPU slots"),
     ("submit", {"command": ["true"], "priority": "urgent"}, "priority"),
     ("submit", {"command": ["true"], "timeout": "soon"}, "not a duration"),
     ("submit", {"command": ["true"], "memory": "lots"}, "not a size"),

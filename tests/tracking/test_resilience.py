@@ -36,6 +36,16 @@ def log_batch(self, run_id, metrics=(), params=(), tags=(), **kw):
         os._exit(9)  # killed after MLflow took the batch, before the ledger cursor moved
     return out
 MlflowClient.log_batch = log_batch
+from autoresearch.tracking import _metrics
+real_bulk = _metrics.bulk_log
+def bulk_log(store, run_id, points):  # the SQL store's bulk path (issue 16): killed the same ways
+    calls[0] += 1
+    if mode == "before" and calls[0] == at:
+        os._exit(9)
+    real_bulk(store, run_id, points)
+    if mode == "after" and calls[0] == at:
+        os._exit(9)
+_metrics.bulk_log = bulk_log
 from autoresearch import tracking
 tracking.sync()
 """
@@ -52,12 +62,18 @@ def _run_of(uri: str, job_id: int) -> Any:
     return runs[0]
 
 
-def test_sync_killed_mid_batch_resumes_without_duplicate_or_gap(api: Any, quiet: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("bulk", ["on", "off"])
+def test_sync_killed_mid_batch_resumes_without_duplicate_or_gap(api: Any, quiet: Path, tmp_path: Path, bulk: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed before or after a batch reached MLflow, through the bulk SQL path and through log_batch."""
+    monkeypatch.setenv("AUTORESEARCH_MIRROR_BULK", bulk)
     script = "from autoresearch import report\nfor i in range(2500):\n    report(step=i, loss=1/(i+1), acc=i/2500)\n"
     jobs = [api.submit({"command": [sys.executable, "-c", script], "workdir": str(tmp_path)}).id for _ in range(3)]
     for job in jobs:
         wait_state(api, job, "succeeded", timeout=60)
-    for mode, at in (("after", 3), ("before", 4), ("after", 2)):
+    # The bulk path writes a job's points in a few calls, log_batch in many: crash points that both reach.
+    crashes = (("after", 1), ("before", 1), ("after", 1)) if bulk == "on" else (("after", 3), ("before", 4), ("after", 2))
+    for mode, at in crashes:
         proc = subprocess.run([sys.executable, "-c", CRASHING_SYNC, mode, str(at)], capture_output=True, text=True,
                               timeout=120)
         assert proc.returncode == 9, proc.stderr[-2000:]
