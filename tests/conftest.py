@@ -6,6 +6,8 @@ Owned by the lead; add fixtures of a subsystem to tests/<subsystem>/conftest.py.
 from __future__ import annotations
 
 import os
+import signal
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +17,10 @@ import pytest
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Started in the background by a non-interactive shell, pytest inherits SIGINT ignored, and so
+    # would every loop the interrupt tests start (a Ctrl-C they could never hear): undo that.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # For every test and every process a test starts: no background MLflow syncer (an
     # mlflow import per throwaway home) unless a test turns it on (tests/tracking/).
     os.environ["AUTORESEARCH_SYNC"] = "off"
@@ -30,6 +36,22 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     settings.register_profile("suite", derandomize=not os.environ.get("PROPERTY_RANDOM"), database=None)
     settings.load_profile("suite")
+
+
+@pytest.fixture(autouse=True)
+def _sigint_as_a_terminal_leaves_it() -> Iterator[None]:
+    """Every test starts with Ctrl-C as a terminal delivers it (Python's handler, not blocked):
+    the suite's subprocesses inherit both, and a loop started with SIGINT ignored or blocked
+    (nohup's semantics, which the loop keeps) never hears the Ctrl-C the interrupt tests send.
+    A test that leaves it changed is named on stderr, and the state is put back."""
+    yield
+    changed = signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    if changed or blocked:
+        print(f"\n[conftest] a test left SIGINT {'blocked' if blocked else 'handled elsewhere'}; restored",
+              file=sys.stderr)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 @pytest.fixture
