@@ -215,8 +215,10 @@ class JobStore:
         return sorted(found)
 
     def any_unfinished(self, backend: str) -> bool:
-        """Whether ``backend`` has a queued, starting or running job (the pass daemon's idle clock)."""
-        return self.ledger.one("SELECT 1 FROM jobs WHERE state IN ('queued','starting','running') AND backend=? "
+        """Whether ``backend`` has a starting or running job (the pass daemon's idle clock). A queued
+        job alone keeps no daemon: it starts after an ending, which pokes a listener or runs the
+        pass itself, or at a submit, which runs its own pass."""
+        return self.ledger.one("SELECT 1 FROM jobs WHERE state IN ('starting','running') AND backend=? "
                                "LIMIT 1", (backend,)) is not None
 
     def attempt_with_job(self, job_id: int, n: int) -> sqlite3.Row | None:

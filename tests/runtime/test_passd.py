@@ -115,3 +115,17 @@ def test_a_busy_listener_gets_more_than_three_seconds_and_a_gone_one_does_not(ap
     watcher.close()  # gone without recording the ending
     wait_for(lambda: hooks_run(home, job), timeout=30)
     wait_for(lambda: api.status(job, refresh=False).state == "succeeded", timeout=60)
+
+
+def test_a_job_that_cannot_start_does_not_keep_the_daemon_alive(api: Any, home: Path, stop_daemon: Any) -> None:
+    """A queued job starts only after an ending (which pokes whoever listens) or at a submit (which
+    runs its own pass): with nothing starting or running the daemon has nothing to do and exits.
+    It used to count queued jobs as busy and idled forever beside a job no node could take."""
+    holder = submit(api, "sleep 1")  # starts the daemon (the submit's pass ensures one)
+    wait_for(lambda: passd.running_pid(home) is not None, timeout=30)
+    api.cordon(api.nodes()[0].name, reason="maintenance")  # the only node: the job below queues
+    job = api.submit({"command": ["true"], "gpus": 1}).id
+    assert api.status(job).state == "queued"
+    wait_for(lambda: api.status(holder).state == "succeeded", timeout=60)
+    wait_for(lambda: passd.running_pid(home) is None, timeout=60)  # idle (10 s) once nothing runs
+    assert api.status(job).state == "queued"
