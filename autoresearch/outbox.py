@@ -101,31 +101,13 @@ def kick(home: str | os.PathLike[str] | None = None) -> bool:
             return False  # a syncer holds the lock and will see the kick
         finally:
             os.close(fd)  # closing drops our probe lock
-        _spawn_detached([sys.executable, "-m", "autoresearch.tracking", "--home", str(root)], root / LOG_FILE)
+        from autoresearch.backends._supervisor import spawn_detached
+
+        # in our directory, as always: a relative MLFLOW_TRACKING_URI means the same file to the syncer
+        spawn_detached([sys.executable, "-m", "autoresearch.tracking", "--home", str(root)], root / LOG_FILE, cwd=None)
         return True
     except OSError:
         return False
-
-
-def _spawn_detached(argv: list[str], log_path: Path) -> None:
-    """Double fork so the syncer is nobody's zombie and outlives its caller."""
-    pid = os.fork()
-    if pid:
-        os.waitpid(pid, 0)
-        return
-    try:
-        os.setsid()
-        if os.fork():
-            os._exit(0)
-        devnull = os.open(os.devnull, os.O_RDWR)
-        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.dup2(devnull, 0)
-        os.dup2(devnull, 1)
-        os.dup2(log, 2)
-        os.execv(argv[0], argv)
-    except BaseException:
-        os._exit(1)
-    os._exit(0)  # pragma: no cover - execv does not return
 
 
 TRIAL_TAG = "autoresearch.trial_id"  # the loop puts it in a trial job's spec tags

@@ -79,33 +79,13 @@ def ensure(runtime: object) -> bool:
             os.close(fd)
         if others_listen(home, backend.name):
             return False  # a loop or a server runs the pass
-        _spawn([sys.executable, "-m", "autoresearch.passd", "--home", str(home), "--backend", backend.name],
-               home / "passd.log")
+        from autoresearch.backends._supervisor import spawn_detached
+
+        spawn_detached([sys.executable, "-m", "autoresearch.passd", "--home", str(home), "--backend", backend.name],
+                       home / "passd.log")
         return True
     except OSError:
         return False
-
-
-def _spawn(argv: list[str], log_path: Path) -> None:
-    """Double fork and exec, so the daemon is nobody's zombie and outlives its caller."""
-    pid = os.fork()
-    if pid:
-        os.waitpid(pid, 0)
-        return
-    try:
-        os.setsid()
-        if os.fork():
-            os._exit(0)
-        devnull = os.open(os.devnull, os.O_RDWR)
-        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.dup2(devnull, 0)
-        os.dup2(devnull, 1)
-        os.dup2(log, 2)
-        os.chdir("/")
-        os.execv(argv[0], argv)
-    except BaseException:  # noqa: BLE001 - a forked child never returns into the caller
-        os._exit(1)
-    os._exit(0)  # pragma: no cover - execv does not return
 
 
 def serve(home: str, backend: str, idle_s: float = IDLE_S) -> int:

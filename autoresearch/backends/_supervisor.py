@@ -119,8 +119,7 @@ def reap() -> None:
 
 
 def launch(request: dict[str, Any]) -> None:
-    """Start a detached supervisor for ``request`` and return at once."""
-    os.makedirs(request["run_dir"], exist_ok=True)
+    """Start a detached supervisor for ``request`` (its run dir exists) and return at once."""
     reap()
     # A Ctrl-C that lands in the fork's after-fork callbacks (logging's) is "ignored" by Python
     # and lost: hold SIGINT until the fork is done; the parent then gets it right here.
@@ -138,6 +137,32 @@ def launch(request: dict[str, Any]) -> None:
     except BaseException:  # noqa: BLE001 - a forked child must never return into the caller
         pass
     os._exit(70)
+
+
+def spawn_detached(argv: list[str], log_path: str | os.PathLike[str], cwd: str | None = "/") -> None:
+    """Start ``argv`` as nobody's child: double fork, new session, stdin and stdout on /dev/null,
+    stderr appended to ``log_path``, in ``cwd`` (None: ours), then exec. Returns once the
+    intermediate child is reaped (the program outlives its caller and is never its zombie).
+    The home's long-lived helpers start this way: the pass daemon, the MLflow syncer."""
+    pid = os.fork()
+    if pid:
+        os.waitpid(pid, 0)
+        return
+    try:
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        os.dup2(log, 2)
+        if cwd is not None:
+            os.chdir(cwd)
+        os.execv(argv[0], argv)
+    except BaseException:  # noqa: BLE001 - a forked child never returns into the caller
+        os._exit(1)
+    os._exit(0)  # pragma: no cover - execv does not return
 
 
 _DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE)

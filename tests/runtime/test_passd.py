@@ -129,3 +129,23 @@ def test_a_job_that_cannot_start_does_not_keep_the_daemon_alive(api: Any, home: 
     wait_for(lambda: api.status(holder).state == "succeeded", timeout=60)
     wait_for(lambda: passd.running_pid(home) is None, timeout=60)  # idle (10 s) once nothing runs
     assert api.status(job).state == "queued"
+
+
+def test_the_daemon_and_the_syncer_start_through_one_detaching_helper(api: Any, home: Path, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoresearch import outbox
+    from autoresearch.backends import _supervisor
+
+    probe = tmp_path / "probe.log"
+    _supervisor.spawn_detached([sys.executable, "-c", "import os, sys; sys.stderr.write("
+                                "f'{os.getppid()} {os.getsid(0)} {os.getcwd()}')"], probe)
+    text = wait_for(lambda: probe.exists() and probe.read_text(), timeout=30)
+    ppid, sid, cwd = text.split(" ", 2)
+    assert int(ppid) != os.getpid() and int(sid) != os.getsid(0) and cwd == "/"  # nobody's child, its own session
+
+    started: list[list[str]] = []
+    monkeypatch.setattr(_supervisor, "spawn_detached", lambda argv, log, cwd="/": started.append(argv))
+    monkeypatch.setenv("AUTORESEARCH_SYNC", "on")
+    monkeypatch.delenv("AUTORESEARCH_TRACKING", raising=False)
+    assert passd.ensure(api._runtime) and outbox.kick(home)
+    assert [argv[2] for argv in started] == ["autoresearch.passd", "autoresearch.tracking"]
