@@ -232,32 +232,50 @@ class JobStore:
 
     def mark_running(self, job_id: int, n: int, started: float) -> None:
         """A starting attempt (and its job) runs since ``started``."""
+        self.mark_running_many([(job_id, n, started)])
+
+    def mark_running_many(self, started: list[tuple[int, int, float]]) -> None:
+        """:meth:`mark_running` for (job id, n, started) of several attempts, in one transaction."""
         with self.ledger.tx() as c:
             now = time.time()
-            c.execute("UPDATE attempts SET state='running', started_at=? WHERE job_id=? AND n=? "
-                      "AND state='starting'", (started, job_id, n))
-            c.execute("UPDATE jobs SET state='running', started_at=COALESCE(started_at, ?), updated_at=? "
-                      "WHERE id=? AND state='starting'", (started, now, job_id))
+            for job_id, n, at in started:
+                c.execute("UPDATE attempts SET state='running', started_at=? WHERE job_id=? AND n=? "
+                          "AND state='starting'", (at, job_id, n))
+                c.execute("UPDATE jobs SET state='running', started_at=COALESCE(started_at, ?), updated_at=? "
+                          "WHERE id=? AND state='starting'", (at, now, job_id))
 
     def begin_attempt(self, job_id: int, node: str | None, gpu_ids: Iterable[str],
                       job_dir: Path, alloc: Any = None, **event: object) -> tuple[sqlite3.Row, int] | None:
         """Write a queued job's next attempt (``starting``) before it is launched; None if the job
         is no longer queued or its cancel was asked for. Its paths are :func:`attempt_paths`."""
+        return self.begin_attempts([(job_id, node, gpu_ids, job_dir, alloc, event)])[0]
+
+    def begin_attempts(self, launches: list[tuple[int, str | None, Any, Path, Any, dict[str, Any]]]
+                       ) -> list[tuple[sqlite3.Row, int] | None]:
+        """:meth:`begin_attempt` for every launch of a pass, (job id, node, GPU ids, job dir, alloc,
+        launch event data) each, in one transaction (write-ahead: all are recorded before any starts;
+        one that dies unstarted is lost and retried by the next pass); in order."""
+        out: list[tuple[sqlite3.Row, int] | None] = []
         with self.ledger.tx() as c:
-            job = c.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
-            if job is None or job["state"] != "queued" or job["cancel_requested"]:
-                return None
-            n = job["attempts"] + 1
-            run_dir, log_path, metrics_path = attempt_paths(job_dir, n)
-            c.execute(
-                "INSERT INTO attempts(job_id, n, state, node, gpu_ids, external_id, log_path, metrics_path, "
-                "created_at, alloc) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (job_id, n, "starting", node, json.dumps(list(gpu_ids)), run_dir, log_path, metrics_path, time.time(),
-                 json.dumps(alloc) if alloc else None),
-            )
-            c.execute("UPDATE jobs SET state='starting', attempts=?, updated_at=? WHERE id=?", (n, time.time(), job_id))
-            Ledger.event(c, "launch", job_id, n, node=node, gpus=list(gpu_ids), **event)
-            return job, n
+            now = time.time()
+            for job_id, node, gpu_ids, job_dir, alloc, event in launches:
+                job = c.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+                if job is None or job["state"] != "queued" or job["cancel_requested"]:
+                    out.append(None)
+                    continue
+                n = job["attempts"] + 1
+                gpus = list(gpu_ids)
+                run_dir, log_path, metrics_path = attempt_paths(job_dir, n)
+                c.execute(
+                    "INSERT INTO attempts(job_id, n, state, node, gpu_ids, external_id, log_path, metrics_path, "
+                    "created_at, alloc) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (job_id, n, "starting", node, json.dumps(gpus), run_dir, log_path, metrics_path, now,
+                     json.dumps(alloc) if alloc else None),
+                )
+                c.execute("UPDATE jobs SET state='starting', attempts=?, updated_at=? WHERE id=?", (n, now, job_id))
+                Ledger.event(c, "launch", job_id, n, node=node, gpus=gpus, **event)
+                out.append((job, n))
+        return out
 
     def set_external_id(self, job_id: int, n: int, external_id: str) -> None:
         with self.ledger.tx() as c:
@@ -282,29 +300,43 @@ class JobStore:
         """Record how attempt ``n`` ended (``status``: an AttemptStatus) and what ``next_state(job)``
         (state, retries used) makes of its job, in one transaction; the job's new state, or None
         when another pass ended this attempt first. ``failure``: its class (infra, user) and why."""
+        return self.end_attempts([(job_id, n, status, reason, detail, next_state, failure)])[0]
+
+    def end_attempts(self, endings: list[tuple[int, int, Any, str, str, Callable[[sqlite3.Row], tuple[str, int]],
+                                               tuple[str, str] | None]]) -> list[str | None]:
+        """:meth:`end_attempt` for every ending a pass found, (job id, n, status, reason, detail,
+        next_state, failure) each, in one transaction: all are recorded or none; in order."""
+        out: list[str | None] = []
         with self.ledger.tx() as c:
-            job = c.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
-            current = c.execute("SELECT state FROM attempts WHERE job_id=? AND n=?", (job_id, n)).fetchone()
-            if current is None or current["state"] == "ended":
-                return None  # another pass got here first
-            now = time.time()
-            c.execute(
-                "UPDATE attempts SET state='ended', started_at=COALESCE(started_at, ?), ended_at=?, exit_code=?, "
-                "signal=?, end_reason=?, detail=?, peak_rss_mb=?, failure_class=?, failure_why=? "
-                "WHERE job_id=? AND n=?",
-                (status.started_at, status.ended_at or now, status.exit_code, status.signal, reason, detail,
-                 status.peak_rss_mb, *(failure or (None, None)), job_id, n),
-            )
-            state, retries = next_state(job)
-            c.execute(
-                "UPDATE jobs SET state=?, retries_used=?, exit_code=?, end_reason=?, updated_at=?, "
-                "started_at=COALESCE(started_at, ?), "
-                "ended_at=CASE WHEN ? IN ('succeeded','failed','cancelled') THEN ? ELSE NULL END WHERE id=?",
-                (state, retries, status.exit_code, reason, now, status.started_at, state, status.ended_at or now, job_id),
-            )
-            Ledger.event(c, "end", job_id, n, reason=reason, exit_code=status.exit_code, job_state=state,
-                         detail=detail, **({"failure_class": failure[0]} if failure else {}))
-            return state
+            for job_id, n, status, reason, detail, next_state, failure in endings:
+                out.append(self._end(c, job_id, n, status, reason, detail, next_state, failure))
+        return out
+
+    @staticmethod
+    def _end(c: sqlite3.Connection, job_id: int, n: int, status: Any, reason: str, detail: str,
+             next_state: Callable[[sqlite3.Row], tuple[str, int]], failure: tuple[str, str] | None) -> str | None:
+        job = c.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+        current = c.execute("SELECT state FROM attempts WHERE job_id=? AND n=?", (job_id, n)).fetchone()
+        if current is None or current["state"] == "ended":
+            return None  # another pass got here first
+        now = time.time()
+        c.execute(
+            "UPDATE attempts SET state='ended', started_at=COALESCE(started_at, ?), ended_at=?, exit_code=?, "
+            "signal=?, end_reason=?, detail=?, peak_rss_mb=?, failure_class=?, failure_why=? "
+            "WHERE job_id=? AND n=?",
+            (status.started_at, status.ended_at or now, status.exit_code, status.signal, reason, detail,
+             status.peak_rss_mb, *(failure or (None, None)), job_id, n),
+        )
+        state, retries = next_state(job)
+        c.execute(
+            "UPDATE jobs SET state=?, retries_used=?, exit_code=?, end_reason=?, updated_at=?, "
+            "started_at=COALESCE(started_at, ?), "
+            "ended_at=CASE WHEN ? IN ('succeeded','failed','cancelled') THEN ? ELSE NULL END WHERE id=?",
+            (state, retries, status.exit_code, reason, now, status.started_at, state, status.ended_at or now, job_id),
+        )
+        Ledger.event(c, "end", job_id, n, reason=reason, exit_code=status.exit_code, job_state=state,
+                     detail=detail, **({"failure_class": failure[0]} if failure else {}))
+        return state
 
     def give_up_attempt(self, job_id: int, n: int, detail: str) -> None:
         """End an active attempt as ``infra`` and fail its job (unless it already ended)."""

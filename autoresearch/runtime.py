@@ -152,21 +152,29 @@ class Runtime:
             pass  # the next pass places again
 
     def reconcile(self) -> None:
+        """Poll every active attempt; record the ones that began running in one transaction and the
+        ones that ended in another (a pass after a wake finds dozens: one transaction, not dozens)."""
+        running: list[tuple[int, int, float]] = []
+        ended: list[tuple[Any, AttemptStatus]] = []
         for att in self.jobs.active_attempts(self.backend.name):
             with surviving(self.ledger, self.backend, "reconcile", att["job_id"], att["n"]):
-                self._reconcile_attempt(att)
+                status = self._poll_attempt(att)
+                if status.ended:
+                    ended.append((att, status))
+                elif status.state == "running" and att["state"] == "starting":
+                    running.append((att["job_id"], att["n"], status.started_at or time.time()))
+        if running:
+            self.jobs.mark_running_many(running)
+        self.finalize_many(ended)
 
-    def _reconcile_attempt(self, att: Any) -> None:
+    def _poll_attempt(self, att: Any) -> AttemptStatus:
         status = self.backend.poll(att["external_id"])
-        if status.ended:
-            if status.state == "lost":
-                try:
-                    self.backend.stop(att["external_id"], 0)  # end orphans nobody supervises
-                except OSError:
-                    pass  # its run dir was never made (a launch that failed early): nothing to stop
-            self.finalize(att, status)
-        elif status.state == "running" and att["state"] == "starting":
-            self.jobs.mark_running(att["job_id"], att["n"], status.started_at or time.time())
+        if status.state == "lost":
+            try:
+                self.backend.stop(att["external_id"], 0)  # end orphans nobody supervises
+            except OSError:
+                pass  # its run dir was never made (a launch that failed early): nothing to stop
+        return status
 
     @property
     def health(self) -> Any:
@@ -245,12 +253,14 @@ class Runtime:
             with surviving(self.ledger, self.backend, "preempt", pre.job_id, pre.attempt):
                 self.request_stop(pre.job_id, pre.attempt, "preempted", for_job=pre.for_job)
         blocked = False
+        cleared = []
         for placement in decisions.placements:
             with surviving(self.ledger, self.backend, "launch", placement.job_id):
                 if self.preflight(placement, rows):
                     blocked = True  # the job stays queued, its retries untouched; the node is marked
                     continue
-                self.launch(placement)
+                cleared.append(placement)
+        self.launch_many(cleared)
         if blocked and rounds > 1:
             return self.schedule(rounds - 1)  # place what preflight turned away on the other nodes
         return decisions
@@ -260,6 +270,8 @@ class Runtime:
         if not self.backend.capabilities.places:
             return False
         for node, gpu_ids in placement.alloc:
+            if not (gpu_ids and node):
+                continue  # nothing to check (Health.preflight's own rule): no config read, no health import
             why = self.health.preflight(node, gpu_ids, rows.get(node))
             if why:
                 self.jobs.warn("preflight", placement.job_id, None, f"not started on {node}: {'; '.join(why)}")
@@ -269,18 +281,33 @@ class Runtime:
     # -- actions ------------------------------------------------------------------------
 
     def launch(self, placement: S.Placement) -> None:
+        self.launch_many([placement])
+
+    def launch_many(self, placements: list[S.Placement]) -> None:
+        """Record the attempts of ``placements`` in one transaction (write-ahead), then start each."""
+        if not placements:
+            return
+        launches: list[tuple[int, str | None, Any, Path, Any, dict[str, Any]]] = []
+        ports: list[int | None] = []
+        for placement in placements:
+            node, gpu_ids = placement.alloc[0] if placement.alloc else (None, ())
+            gang = len(placement.alloc) > 1
+            # A gang's rendezvous port: free on this host now (member 0's, on local), recorded with the launch.
+            ports.append(_free_port() if gang else None)
+            launches.append((placement.job_id, node, gpu_ids, self.ledger.job_dir(placement.job_id),
+                             [[m, list(ids)] for m, ids in placement.alloc] if gang else None,
+                             {"members": placement.alloc, "master_port": ports[-1]} if gang else {}))
+        for placement, port, begun in zip(placements, ports, self.jobs.begin_attempts(launches), strict=True):
+            if begun is not None:
+                with surviving(self.ledger, self.backend, "launch", placement.job_id):
+                    self._start(placement, begun[0], begun[1], port)
+
+    def _start(self, placement: S.Placement, job: Any, n: int, port: int | None) -> None:
+        """Start attempt ``n`` of ``job`` (its row as it was queued), recorded as ``starting``."""
         job_id = placement.job_id
         job_dir = self.ledger.job_dir(job_id)
         node, gpu_ids = placement.alloc[0] if placement.alloc else (None, ())
         gang = len(placement.alloc) > 1
-        # A gang's rendezvous port: free on this host now (member 0's, on local), recorded with the launch.
-        port = _free_port() if gang else None
-        begun = self.jobs.begin_attempt(job_id, node, gpu_ids, job_dir, [[m, list(ids)] for m, ids in placement.alloc]
-                                        if gang else None, **({"members": placement.alloc, "master_port": port}
-                                                             if gang else {}))
-        if begun is None:
-            return
-        job, n = begun
         run_dir, log_path, metrics_path = attempt_paths(job_dir, n)
         try:  # from here on, whatever fails ends this attempt (retried as infra), not the pass
             spec: dict[str, Any] = json.loads(job["spec"])
@@ -358,6 +385,29 @@ class Runtime:
 
     def finalize(self, att: Any, status: AttemptStatus) -> None:
         """Record how an attempt ended and what that means for its job."""
+        self._record_endings([(att, self._ending(att, status))])
+
+    def finalize_many(self, ended: list[tuple[Any, AttemptStatus]]) -> None:
+        """:meth:`finalize` for every ending a pass found, recorded in one transaction; one ending
+        that cannot be prepared or recorded never keeps the others unrecorded (invariant 8)."""
+        endings = []
+        for att, status in ended:
+            with surviving(self.ledger, self.backend, "reconcile", att["job_id"], att["n"]):
+                endings.append((att, self._ending(att, status)))
+        if not endings:
+            return
+        try:
+            self._record_endings(endings)
+        except LedgerError:
+            raise
+        except Exception:  # noqa: BLE001 - one of them: each in its own transaction, guarded
+            for att, ending in endings:
+                with surviving(self.ledger, self.backend, "reconcile", att["job_id"], att["n"]):
+                    self._record_endings([(att, ending)])
+
+    def _ending(self, att: Any, status: AttemptStatus) -> tuple[Any, ...]:
+        """Ingest an ended attempt's last points, classify its ending: the arguments of its
+        :meth:`JobStore.end_attempts` entry."""
         job_id, n = att["job_id"], att["n"]
         self.ingest_attempt(att, final=True)
         spec = json.loads(att["spec"])
@@ -379,14 +429,18 @@ class Runtime:
                 return "queued", retries + 1
             return "failed", retries
 
-        if self.jobs.end_attempt(job_id, n, status, reason, detail, next_state,
-                                 (failure.cls, f"{failure.why}\nhint: {failure.hint}") if failure is not None
-                                 else None) is None:
-            return  # another pass got here first
-        self.backend.release(att["external_id"])
-        from autoresearch import outbox
+        return (job_id, n, status, reason, detail, next_state,
+                (failure.cls, f"{failure.why}\nhint: {failure.hint}") if failure is not None else None)
 
-        outbox.kick(self.ledger.home)  # mirror the ending to MLflow in the background (whichever process saw it)
+    def _record_endings(self, endings: list[tuple[Any, tuple[Any, ...]]]) -> None:
+        states = self.jobs.end_attempts([ending for _, ending in endings])  # type: ignore[misc]
+        recorded = [att for (att, _), state in zip(endings, states, strict=True) if state is not None]
+        for att in recorded:  # (the others: another pass got there first)
+            self.backend.release(att["external_id"])
+        if recorded:
+            from autoresearch import outbox
+
+            outbox.kick(self.ledger.home)  # mirror the endings to MLflow in the background (whichever process saw them)
 
     def watch(self) -> Watcher:
         """Open a :class:`Watcher` on this runtime's home and backend."""

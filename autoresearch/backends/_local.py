@@ -72,6 +72,16 @@ def _memory_mb() -> int:
         return 0
 
 
+def _make_dir(path: str) -> None:
+    """``os.makedirs(path, 0o700, exist_ok=True)`` in one mkdir when its parent exists (a launch's case)."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+
+
 class LocalBackend(Backend):
     name = "local"
     # multi_node: a gang runs as one process group per member on this host (single_host: the
@@ -97,8 +107,9 @@ class LocalBackend(Backend):
             from autoresearch.backends import _sandbox  # tenant jobs only
 
             argv = _sandbox.wrap(request.argv, request.workdir, request.sandbox)
-        os.makedirs(request.run_dir, mode=0o700, exist_ok=True)
-        os.makedirs(os.path.dirname(request.log_path), mode=0o700, exist_ok=True)
+        _make_dir(request.run_dir)
+        if os.path.dirname(request.log_path) != os.path.dirname(request.run_dir):  # the runtime's: beside it
+            os.makedirs(os.path.dirname(request.log_path), mode=0o700, exist_ok=True)
         try:  # O_EXCL makes the launch of one key happen at most once, whoever races
             fd = os.open(os.path.join(request.run_dir, "request.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:

@@ -35,3 +35,38 @@ def test_an_attempt_whose_launcher_died_before_its_run_dir_is_retried(api: Any, 
     assert view.attempts == 2
     ended = api._ledger.one("SELECT state, end_reason FROM attempts WHERE n=1")
     assert ended["state"] == "ended" and ended["end_reason"] == "infra"
+
+
+KILLED_MID_BATCH = textwrap.dedent("""\
+    import os, sys
+    from autoresearch import jobs
+    from autoresearch.api import Api
+    from autoresearch.backends._local import LocalBackend
+
+    real, started = LocalBackend.start, []
+
+    def start(self, request):  # the pass recorded all three attempts first; it dies after starting one
+        if started:
+            os._exit(9)
+        started.append(1)
+        return real(self, request)
+
+    LocalBackend.start = start
+    api = Api()
+    jobs.submit_many(api._runtime, [{"command": ["true"], "workdir": sys.argv[1]}] * 3)
+""")
+
+
+def test_a_launcher_killed_mid_batch_starts_each_job_once_and_retries_the_unstarted(api: Any, home: Path,
+                                                                                   tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", KILLED_MID_BATCH, str(tmp_path)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 9, done.stderr
+    assert [r["state"] for r in api._ledger.query("SELECT state FROM attempts ORDER BY job_id")] == ["starting"] * 3
+
+    api._runtime.tick()
+
+    for job in (1, 2, 3):
+        wait_state(api, job, "succeeded")
+    attempts = {r["job_id"]: r["n"] for r in api._ledger.query("SELECT job_id, MAX(n) AS n FROM attempts GROUP BY job_id")}
+    assert attempts == {1: 1, 2: 2, 3: 2}  # the started one ran once; the two never started were retried
