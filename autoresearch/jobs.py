@@ -16,6 +16,7 @@ from autoresearch.errors import CapacityError, SpecError
 from autoresearch.redact import context, job_secrets, mask
 from autoresearch.runtime import FINAL, Runtime, checkpoint_dir, checkpoint_problem
 from autoresearch.views import LogPage
+from autoresearch.watcher import wake
 
 MAX_LOG_BYTES = 16_000
 
@@ -56,7 +57,11 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "") -> list[i
             raise SpecError(f"checkpoint directory {checkpoint} cannot be created: {problem}",
                             hint="pass --checkpoint a writable directory, or --checkpoint alone for a per-job one")
     job_ids = runtime.jobs.add_jobs(jobs, project, runtime.backend.name, policy)
-    runtime.tick()
+    # Our own pass, unless another process runs one now (the pass daemon, busy with endings): then we
+    # do not queue behind it for the lock; a poke makes the listener run another pass after its
+    # current one, which places these. Nobody listens: we wait for the lock and run it ourselves.
+    if not runtime.tick(wait=False) and not wake(runtime.ledger.home, runtime.backend.name):
+        runtime.tick()
     for job_id, job in zip(job_ids, jobs, strict=True):
         warn_if_unschedulable(runtime, job_id, job.gpus, job.nodes)
     from autoresearch import passd

@@ -40,6 +40,14 @@ def others_listen(home: Path, backend: str = "local") -> bool:
     return False
 
 
+def wake(home: Path, backend: str = "local") -> bool:
+    """Poke whoever listens on the backend's FIFO (the pass daemon, a loop, a server: each runs a pass
+    on a poke), as a finishing supervisor does; False when nobody listens."""
+    from autoresearch.backends._supervisor import _poke
+
+    return _poke(str(home / fifo_name(backend)))
+
+
 class Watcher:
     """Hear attempt endings, so a long-lived process (a loop, a server) runs the pass.
 

@@ -117,7 +117,65 @@ def seed(api: object, count: int) -> None:
                           [(now, job, kind) for kind in ("submit", "launch", "end")])
 
 
-def start_latency(tmp: Path, size: int, n: int) -> tuple[list[float], list[float]]:
+# submit->running in stages: the time of each mark below (the first entry into a function, or its
+# return), in this process, per submit; the last stage ends at the command's own first instant.
+STAGES = (("checks", "spec, backend, capacity and isolation checks"), ("submit txn", "jobs row + submit event"),
+          ("pass", "pass lock, reconcile, nodes, change mark"), ("placement", "queue read + scheduler"),
+          ("launch txn", "attempt row + launch event"), ("attempt setup", "env, dirs, request.json"),
+          ("supervisor fork", "fork, parent side"), ("to exec", "supervisor: fds, signals, posix_spawn; sh, date"))
+
+
+class StageClock:
+    """Marks per submit, by wrapping the engine's functions in this process (a few µs each)."""
+
+    def __init__(self) -> None:
+        self.marks: dict[str, float] = {}
+        self.rows: list[dict[str, float]] = []
+        self._undo: list[tuple[object, str, object]] = []
+
+    def _wrap(self, owner: object, name: str, enter: str | None, leave: str | None) -> None:
+        real = getattr(owner, name)
+        marks = self.marks
+
+        def wrapped(*args: object, **kwargs: object) -> object:
+            if enter and enter not in marks:
+                marks[enter] = time.time()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                if leave and leave not in marks:
+                    marks[leave] = time.time()
+
+        self._undo.append((owner, name, real))
+        setattr(owner, name, wrapped)
+
+    def __enter__(self) -> StageClock:
+        from autoresearch import jobs as J
+        from autoresearch.backends import _supervisor
+        from autoresearch.jobstore import JobStore
+        from autoresearch.runtime import Runtime
+
+        self._wrap(JobStore, "add_jobs", "submit txn", "pass")
+        self._wrap(Runtime, "schedule", "placement", None)
+        begin = "begin_attempts" if hasattr(JobStore, "begin_attempts") else "begin_attempt"
+        self._wrap(JobStore, begin, "launch txn", "attempt setup")
+        self._wrap(_supervisor, "launch", "supervisor fork", "to exec")
+        del J
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for owner, name, real in reversed(self._undo):
+            setattr(owner, name, real)
+
+    def submitted(self, t0: float, started: float) -> None:
+        row = {**self.marks, "checks": t0, "end": started}
+        order = [name for name, _ in STAGES] + ["end"]
+        if all(k in row for k in order):
+            self.rows.append({name: (row[nxt] - row[name]) * 1000 for name, nxt in zip(order, order[1:])})
+        self.marks.clear()
+
+
+def start_latency(tmp: Path, size: int, n: int, clock: StageClock | None = None) -> tuple[list[float], list[float]]:
     from autoresearch.api import Api
 
     os.environ.pop("AUTORESEARCH_PASSD", None)
@@ -129,14 +187,19 @@ def start_latency(tmp: Path, size: int, n: int) -> tuple[list[float], list[float
         for kind in ("bare", "ours"):
             marker = tmp / f"{kind}-{size}-{i}"
             argv = ["/bin/sh", "-c", f"date +%s.%N > {marker}"]
+            if clock is not None:
+                clock.marks.clear()
             t0 = time.time()
             if kind == "bare":
                 subprocess.Popen(argv).wait()
             else:
                 api.submit({"command": argv, "workdir": str(tmp)})
-            latency = (started_at(marker) - t0) * 1000
+            began = started_at(marker)
+            latency = (began - t0) * 1000
             if i:  # the first is a warm-up (the daemon starts)
                 (bare if kind == "bare" else ours_ms).append(latency)
+                if clock is not None and kind == "ours":
+                    clock.submitted(t0, began)
             time.sleep(0.2)  # let the ending's pass settle
     _stop_daemon(home)
     return bare, ours_ms
@@ -194,11 +257,20 @@ def main() -> None:
         if "start" not in skip:
             print(f"\n## submit->running over a bare spawn, Python API ({args.n} each)\n")
             print("| jobs in ledger | bare p50 ms | ours p50 ms | +p50 ms | +p95 ms |\n|---:|---:|---:|---:|---:|")
+            clocks: dict[int, StageClock] = {}
             for size in (int(s) for s in args.sizes.split(",")):
-                bare, ours_ms = start_latency(tmp, size, args.n)
+                with StageClock() as clock:
+                    bare, ours_ms = start_latency(tmp, size, args.n, clock)
+                clocks[size] = clock
                 diff = [o - b for o, b in zip(ours_ms, bare, strict=True)]
                 print(f"| {size:,} | {pct(bare, 0.5):.1f} | {pct(ours_ms, 0.5):.1f} | {pct(diff, 0.5):+.1f} | "
                       f"{pct(diff, 0.95):+.1f} |", flush=True)
+            print("\n### where submit->running goes: p50 ms per stage (the stages' p50s need not add up)\n")
+            print("| stage | what | " + " | ".join(f"{size:,} jobs" for size in clocks) + " |")
+            print("|---|---|" + "---:|" * len(clocks))
+            for name, what in STAGES:
+                cells = [f"{pct([r[name] for r in c.rows], 0.5):.2f}" if c.rows else "-" for c in clocks.values()]
+                print(f"| {name} | {what} | " + " | ".join(cells) + " |")
         if "reads" not in skip:
             print("\n## Api.status(id) wall, p50 of 30\n")
             print("| jobs queued | ms |\n|---:|---:|")

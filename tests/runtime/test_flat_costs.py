@@ -186,3 +186,39 @@ def test_an_ending_that_cannot_be_recorded_leaves_the_others_recorded(tmp_path: 
     states = [api.status(j, refresh=False).state for j in ids]
     assert states[0] == states[2] == "succeeded" and states[1] in ("starting", "running")  # not recorded: the next pass tries again
     assert any("a bug in one ending" in w for w in api.status(ids[1], refresh=False).warnings)
+
+
+def _submit_in_thread(api: Api) -> tuple[Any, list[int]]:
+    import threading
+
+    out: list[int] = []
+    thread = threading.Thread(target=lambda: out.append(int(api.submit(SPEC).id)), daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_a_submit_does_not_queue_behind_a_listeners_pass(tmp_path: Path) -> None:
+    """While another process runs a pass (the pass daemon, busy with endings), a submit pokes the
+    listener, whose next pass places the job, instead of waiting for the lock for a pass of its own."""
+    from autoresearch.watcher import Watcher
+
+    api, _ = engine(tmp_path / "h", 0)
+    with Watcher(api._ledger.home, "fake", claim=False) as daemon, api._ledger.pass_lock() as held:
+        assert held
+        thread, out = _submit_in_thread(api)
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "the submit waited for the other pass"
+        assert api.status(out[0], refresh=False).state == "queued" and daemon.wait(0)
+    api._runtime.tick()  # the listener's pass
+    assert api.status(out[0], refresh=False).state == "starting"
+
+
+def test_with_nobody_listening_a_submit_waits_for_the_lock_and_places_its_job(tmp_path: Path) -> None:
+    api, _ = engine(tmp_path / "h", 0)
+    with api._ledger.pass_lock() as held:
+        assert held
+        thread, out = _submit_in_thread(api)
+        thread.join(timeout=0.5)
+        assert thread.is_alive()  # nobody would run a pass after the holder's: it waits
+    thread.join(timeout=30)
+    assert api.status(out[0], refresh=False).state == "starting"
