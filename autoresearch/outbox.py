@@ -20,6 +20,7 @@ created by the ledger's migrations); :mod:`autoresearch.tracking` re-exports the
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import sqlite3
@@ -42,6 +43,7 @@ RUN_MAKER = "autoresearch.tracking._prepare_runs"  # the mirror's helper process
 _OFF = ("0", "off", "false", "no")
 
 
+@functools.lru_cache(maxsize=16)  # a launch asks for it: resolving the home costs a syscall per component
 def default_uri(home: Path) -> str:
     return f"sqlite:///{Path(home).resolve() / 'mlflow.db'}"
 

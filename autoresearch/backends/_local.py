@@ -138,8 +138,7 @@ class LocalBackend(Backend):
 
     def poll(self, external_id: str) -> AttemptStatus:
         done = sup.read_json(os.path.join(external_id, sup.EXIT))
-        if done is not None:
-            self._states.pop(external_id, None)
+        if done is not None:  # (its state stays cached for release(): it nudges the supervisor)
             code, sig = done.get("exit_code"), done.get("signal")
             if isinstance(code, int) and 128 < code <= 128 + 64 and self._sandboxed(external_id):
                 sig, code = code - 128, None  # bwrap reports its child's death by signal N as exit 128+N
@@ -155,6 +154,8 @@ class LocalBackend(Backend):
             )
         state = self._states.get(external_id) or sup.read_json(os.path.join(external_id, sup.STATE))
         if state is not None:
+            if len(self._states) > 100_000:
+                self._states.clear()  # endings another process recorded (never released here) do not pile up
             self._states[external_id] = state  # written once, never changed: no need to read it again
         else:
             try:  # the file's mtime, not its content: it may be half-written right now
@@ -176,9 +177,10 @@ class LocalBackend(Backend):
         )
 
     def release(self, external_id: str) -> None:
-        # The supervisor waits for this after poking a watcher: no marker, no trust.
+        # The supervisor waits for this after poking a watcher: no marker, no trust; then the nudge.
         with contextlib.suppress(OSError):
             open(os.path.join(external_id, sup.REAPED), "w").close()
+        sup.nudge(self._states.pop(external_id, None) or sup.read_json(os.path.join(external_id, sup.STATE)))
 
     def read_log(self, external_id: str, offset: int = 0, max_bytes: int = 1 << 20) -> bytes:
         return sup.read_log_file(self._log_path(external_id), offset, max_bytes) or b""

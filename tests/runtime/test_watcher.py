@@ -53,3 +53,34 @@ def test_a_full_pipe_still_counts_as_a_wake_up(tmp_path: Path) -> None:
         assert _poke(str(tmp_path / WAKE_FIFO))  # the listener is behind, not gone
         assert watcher.wait(1.0)
         assert not watcher.wait(0.05)  # drained in one go
+
+
+def _switches(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+
+
+def test_a_supervisor_sleeps_until_the_pass_releases_it_and_then_ends(tmp_path: Path) -> None:
+    """It does not poll its ``reaped`` file 50 times a second while a busy listener's pass gets to it:
+    the release nudges it."""
+    from autoresearch.backends import _supervisor as sup
+    from autoresearch.backends._base import LaunchRequest
+    from autoresearch.backends._local import LocalBackend
+    from tests.conftest import wait_for
+
+    backend = LocalBackend()
+    run_dir = tmp_path / "attempt-1"
+    with Watcher(tmp_path, claim=False) as listener:
+        backend.start(LaunchRequest(key="1.1", argv=["true"], env=dict(os.environ), workdir=str(tmp_path),
+                                    log_path=str(tmp_path / "attempt-1.log"), run_dir=str(run_dir),
+                                    wake_fifo=str(tmp_path / WAKE_FIFO), on_exit=["touch", str(tmp_path / "hook")]))
+        assert listener.wait(30)  # it ended and poked us
+        pid = int(sup.read_json(str(run_dir / sup.STATE))["supervisor_pid"])  # type: ignore[index]
+        before = _switches(pid)
+        time.sleep(0.4)
+        assert _switches(pid) - before <= 2, "the supervisor polls instead of sleeping"
+        assert backend.poll(str(run_dir)).state == "exited"
+        backend.release(str(run_dir))
+        wait_for(lambda: not sup.is_alive(pid, None), timeout=10)
+    time.sleep(0.2)
+    assert not (tmp_path / "hook").exists()  # released: it did not run the pass itself
