@@ -102,6 +102,8 @@ class Controller:
         self.runs = RunPreparer(self.ledger)
         self.sigint = SigintFlag()  # a Ctrl-C that something swallowed still stops the loop
         self._live: LiveView | None = None  # the live display's view, kept as trials change (made on first use)
+        # Inside a wake's batch of endings, a forced update is owed, not drawn: one per wake, not per end.
+        self._batching = self._owed = False
 
     @property
     def tracking(self) -> bool:
@@ -307,7 +309,11 @@ class Controller:
         return self._live.view(self.plan.name, self._live_points(), self.elapsed())
 
     def publish(self, force: bool = False) -> None:
-        """Persist the elapsed time (every 5 s) and show the view (every ``update_every_s``, or now)."""
+        """Persist the elapsed time (every 5 s) and show the view (every ``update_every_s``, or now:
+        once per wake however many trials ended in it)."""
+        if force and self._batching:
+            self._owed = True
+            return
         now = time.monotonic()
         if now - self._last_persist > 5:
             self._last_persist = now
@@ -328,15 +334,24 @@ class Controller:
             self._woke = False
             ids = [r["job_id"] for r in s.active.values()]
             jobs = {j["id"]: j for j in JobStore(self.ledger).job_ends(ids)}
-            for trial_id, row in list(s.active.items()):
-                job = jobs.get(row["job_id"])
-                if job is None:
-                    continue
-                if job["state"] in ("succeeded", "failed", "cancelled"):
-                    outcomes.ended(self, trial_id, row, job)
-                elif job["state"] in ("starting", "running") and row["state"] == "queued":
-                    s.active[trial_id] = s.update_trial(trial_id, state="running",
-                                                        started_at=job["started_at"] or time.time())
+            started: list[tuple[int, dict[str, Any]]] = []
+            self._batching = True
+            try:
+                for trial_id, row in list(s.active.items()):
+                    job = jobs.get(row["job_id"])
+                    if job is None:
+                        continue
+                    if job["state"] in ("succeeded", "failed", "cancelled"):
+                        outcomes.ended(self, trial_id, row, job)
+                    elif job["state"] in ("starting", "running") and row["state"] == "queued":
+                        started.append((trial_id, {"state": "running", "started_at": job["started_at"] or time.time()}))
+                for row in s.update_trials(started) if started else ():  # one transaction for the wake's starts
+                    s.active[row["id"]] = row
+            finally:
+                self._batching = False
+            if self._owed:
+                self._owed = False
+                self.publish(force=True)
         now = time.monotonic()
         heard = getattr(self.watcher, "points", False)  # a report() at a rung waits: judge it now
         if self.watch_metrics and s.active and (heard or now - self._last_monitor >= self.monitor_every_s):
@@ -376,6 +391,14 @@ class Controller:
 
     # -- propose and launch ---------------------------------------------------------------
 
+    def ahead(self) -> int:
+        """Trials proposed ahead of the free slots (queue ahead), so that a trial's end is followed
+        by a launch of an already proposed one, not by a propose() call first (a model's fit, an
+        LLM's answer): ``parallel // 4`` (none below parallel 4: a sequential loop's proposer sees
+        every result before it proposes). Never beyond the trial budget (``_accept`` caps at it);
+        a stop or a spent budget leaves them ``skipped`` ("not launched: <reason>"), never failed."""
+        return self.plan.budget.parallel // 4
+
     def _fill(self) -> None:
         s = self.state
         if s.stop_reason:
@@ -383,17 +406,17 @@ class Controller:
         self.runs.pump()
         budget_left = self.plan.budget.trials - s.launched()
         slots = self.plan.budget.parallel - len(s.active)
-        ready = []
-        for row in s.pending():
-            if slots <= 0 or budget_left <= 0:
-                break
-            if row["id"] not in self.runs.held:  # held: its MLflow run is being created; it keeps its slot
-                ready.append(row)
-            slots, budget_left = slots - 1, budget_left - 1
+        pending = s.pending()
+        take = max(0, min(slots, budget_left, len(pending)))
+        # held: its MLflow run is being created; it keeps its slot
+        ready = [row for row in pending[:take] if row["id"] not in self.runs.held]
         if ready:
             self.sigint.check()
             launch_many(s, ready, self.proposer, self.runtime)  # one batch submit (jobs.submit_many)
-        if slots <= 0 or budget_left <= 0:
+        slots, budget_left, waiting = slots - take, budget_left - take, len(pending) - take
+        # Propose for the free slots and to keep ``ahead`` trials waiting, within the budget.
+        want = min(max(0, slots) + self.ahead() - waiting, budget_left - waiting)
+        if want <= 0:
             return
         if self.call is not None:
             if self.call.is_alive():
@@ -404,8 +427,8 @@ class Controller:
             assert call.result is not None
             self._accept(call.result, call_n=call.n)
             return self._fill()
-        n = min(slots, budget_left, self.plan.proposer.batch or slots)
-        if n <= 0 or s.exhausted:
+        n = min(want, self.plan.proposer.batch or want)
+        if s.exhausted:
             return
         history = s.history()
         if self.proposer.blocking:
