@@ -432,6 +432,7 @@ class Controller:
             return
         history = s.history()
         if self.proposer.blocking:
+            history = list(history)  # the thread's own copy: ours changes as trials end
             self.call = ProposeCall(lambda: timed(self.proposer, history, n), n)
             self.call.start()
             return
