@@ -9,8 +9,8 @@
 2. Controller CPU per 100 trials over a long loop (`true` trials), with the live display (the
    table rendered on every update, as `autoresearch plan.yaml` does on a terminal) and
    without (--json): CPU seconds of the controller's process (all its threads) per hundred
-   trials ended: the first, second, middle and last hundreds and last / second (flat from trial
-   100 on is the goal).
+   trials ended: the first, second, middle and last hundreds, and late / early (the median of the
+   five hundreds before the last over that of hundreds 2-6; flat from trial 100 on is the goal).
 3. Time to first trial: `autoresearch plan.yaml` (the CLI, a fresh interpreter) to the first
    trial's command running, with tracking off and on (on: the first trials must not wait for
    the mirror's mlflow import).
@@ -204,24 +204,27 @@ def controller_cpu(n: int, parallel: int, live: bool) -> dict:
 
 
 def cpu_table(n: int, parallel: int) -> None:
-    """The goal is flat from trial 100 on: the first hundred (imports, warm-up) is shown but the
-    ratio is last / second hundred."""
+    """The goal is flat from trial 100 on. The first hundred (imports, warm-up) and the last (the
+    drain: no launches, fewer endings per wake) are shown but not judged: the ratio is the median
+    of the five hundreds before the last over the median of hundreds 2-6 (medians: a loaded
+    machine's CPU seconds move with its load)."""
     print(f"\n## Controller CPU per 100 trials over {n} `echo` trials at parallel {parallel} (load "
           f"{os.getloadavg()[0]:.1f} at start)\n")
-    print("| display | wall s | 0-100 s | 100-200 s | middle 100 s | last 100 s | last / 100-200 | median 100 s | "
-          "max / median | load at end |")
+    print("| display | wall s | 0-100 s | 100-200 s | middle 100 s | last 100 s | hundreds 2-6 (median) | "
+          "5 before the last (median) | late / early | load at end |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for live in (True, False):
         r = controller_cpu(n, parallel, live)
         name = "live table" if live else "--json (none)"
-        if "error" in r or len(r.get("per100") or ()) < 3:
-            print(f"| {name} | error: {r.get('error', 'no figures')} | | | | | | | | |")
+        if "error" in r or len(r.get("per100") or ()) < 12:
+            print(f"| {name} | error: {r.get('error', 'too few hundreds (--cpu-trials >= 1200)')} | | | | | | | | |")
             continue
         per = r["per100"]
-        med, mid = pct(per, 50), len(per) // 2
+        mid = len(per) // 2
+        early, late = pct(per[1:6], 50), pct(per[-6:-1], 50)
         print(f"| {name} | {r['wall']:.1f} | {per[0]:.2f} | {per[1]:.2f} | {per[mid]:.2f} (#{mid + 1}) | "
-              f"{per[-1]:.2f} | {per[-1] / per[1]:.2f} | {med:.2f} | {max(per) / med:.2f} | "
-              f"{os.getloadavg()[0]:.1f} |", flush=True)
+              f"{per[-1]:.2f} | {early:.2f} | {late:.2f} | {late / early:.2f} | {os.getloadavg()[0]:.1f} |", flush=True)
+        print(f"<!-- {name} per 100: {' '.join(f'{x:.2f}' for x in per)} -->")
 
 
 def first_trial(tracking: str) -> float | None:
