@@ -1,7 +1,9 @@
 """The controller: propose -> launch -> evaluate -> replan, event driven, resumable.
 
 It keeps ``budget.parallel`` trials in flight and, as soon as one ends, evaluates it
-and launches the next (no generation barrier). Each step is a decision written to
+and launches the next (no generation barrier). At parallel 4 or more it keeps
+``parallel // 4`` trials proposed ahead (queue ahead, :meth:`Controller.ahead`; docs/loop.md,
+"How it runs"), so an ending launches a trial already proposed. Each step is a decision written to
 the ledger before it is acted on (see :mod:`autoresearch.loop.store`); everything the
 controller knows is rebuilt from the ledger when it starts, so running the same plan
 again after Ctrl-C or ``kill -9`` adopts running trials, redoes nothing finished and
