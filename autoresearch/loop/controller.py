@@ -401,46 +401,51 @@ class Controller:
         a stop or a spent budget leaves them ``skipped`` ("not launched: <reason>"), never failed."""
         return self.plan.budget.parallel // 4
 
+    def _want(self) -> int:
+        """Trials to propose now: for the free slots that no proposed trial will take, plus enough
+        to keep :meth:`ahead` waiting, within the trial budget (proposed ones count against it)."""
+        s = self.state
+        slots = self.plan.budget.parallel - len(s.active)
+        budget_left = self.plan.budget.trials - s.launched()
+        pending = len(s.proposed)
+        launchable = max(0, min(slots, budget_left, pending))
+        return min(max(0, slots - launchable) + self.ahead() - (pending - launchable), budget_left - pending)
+
     def _fill(self) -> None:
+        """Propose what is wanted, then launch what fits, as one batch (``jobs.submit_many``). A
+        proposer that blocks proposes on its thread; its trials launch on a later pass."""
         s = self.state
         if s.stop_reason:
             return
         self.runs.pump()
-        budget_left = self.plan.budget.trials - s.launched()
-        slots = self.plan.budget.parallel - len(s.active)
-        pending = s.pending()
-        take = max(0, min(slots, budget_left, len(pending)))
-        # held: its MLflow run is being created; it keeps its slot
-        ready = [row for row in pending[:take] if row["id"] not in self.runs.held]
-        if ready:
-            self.sigint.check()
-            launch_many(s, ready, self.proposer, self.runtime)  # one batch submit (jobs.submit_many)
-        slots, budget_left, waiting = slots - take, budget_left - take, len(pending) - take
-        # Propose for the free slots and to keep ``ahead`` trials waiting, within the budget.
-        want = min(max(0, slots) + self.ahead() - waiting, budget_left - waiting)
-        if want <= 0:
-            return
-        if self.call is not None:
-            if self.call.is_alive():
-                return
+        if self.call is not None and not self.call.is_alive():
             call, self.call = self.call, None
             if call.error is not None:
                 raise call.error
             assert call.result is not None
             self._accept(call.result, call_n=call.n)
-            return self._fill()
-        n = min(want, self.plan.proposer.batch or want)
-        if s.exhausted:
-            return
-        history = s.history()
-        if self.proposer.blocking:
-            history = list(history)  # the thread's own copy: ours changes as trials end
+        if not self.proposer.blocking:
+            for _ in range(self.plan.budget.parallel + self.ahead() + 1):  # a proposer that gives fewer: ask again
+                n = self._want()
+                if n <= 0 or s.exhausted:
+                    break
+                before = len(s.proposed)
+                n = min(n, self.plan.proposer.batch or n)
+                self._accept(timed(self.proposer, s.history(), n), call_n=n)
+                if len(s.proposed) == before:
+                    break
+        slots = self.plan.budget.parallel - len(s.active)
+        take = max(0, min(slots, self.plan.budget.trials - s.launched()))
+        # held: its MLflow run is being created; it keeps its slot
+        ready = [row for row in s.pending()[:take] if row["id"] not in self.runs.held]
+        if ready:
+            self.sigint.check()
+            launch_many(s, ready, self.proposer, self.runtime)  # one batch submit (jobs.submit_many)
+        if self.proposer.blocking and self.call is None and not s.exhausted and (n := self._want()) > 0:
+            n = min(n, self.plan.proposer.batch or n)
+            history = list(s.history())  # the thread's own copy: ours changes as trials end
             self.call = ProposeCall(lambda: timed(self.proposer, history, n), n)
             self.call.start()
-            return
-        self._accept(timed(self.proposer, history, n), call_n=n)
-        if s.pending():
-            self._fill()
 
     def _accept(self, result: ProposeResult, call_n: int) -> None:
         s = self.state

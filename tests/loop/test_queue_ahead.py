@@ -124,3 +124,28 @@ def test_one_live_update_per_wake_however_many_trials_ended(home: Path, tmp_path
         assert views[0].counts.get("succeeded") == 5
     finally:
         c.close()
+
+
+def test_more_endings_than_trials_ahead_still_launch_in_one_batch(home: Path, tmp_path: Path,
+                                                                  monkeypatch: Any) -> None:
+    from autoresearch import jobs
+
+    c, fake = _controller(home, tmp_path, trials=40, parallel=8)
+    try:
+        s = c.state
+        c._fill()
+        batches: list[int] = []
+        real = jobs.submit_many
+
+        def spy(runtime: Any, specs: list[Any], project: str = "") -> list[int]:
+            batches.append(len(specs))
+            return real(runtime, specs, project)
+
+        monkeypatch.setattr(jobs, "submit_many", spy)
+        calls = _proposals(c)
+        _end(c, fake, sorted(s.active)[:5])  # 5 slots free, 2 trials waiting
+        c._fill()
+        assert batches == [5] and calls == [5], (batches, calls)  # one propose call, one submit
+        assert len(s.active) == 8 and len(s.pending()) == 2
+    finally:
+        c.close()
