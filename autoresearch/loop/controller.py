@@ -1,7 +1,9 @@
 """The controller: propose -> launch -> evaluate -> replan, event driven, resumable.
 
 It keeps ``budget.parallel`` trials in flight and, as soon as one ends, evaluates it
-and launches the next (no generation barrier). Each step is a decision written to
+and launches the next (no generation barrier). At parallel 4 or more it keeps
+``parallel // 4`` trials proposed ahead (queue ahead, :meth:`Controller.ahead`; docs/loop.md,
+"How it runs"), so an ending launches a trial already proposed. Each step is a decision written to
 the ledger before it is acted on (see :mod:`autoresearch.loop.store`); everything the
 controller knows is rebuilt from the ledger when it starts, so running the same plan
 again after Ctrl-C or ``kill -9`` adopts running trials, redoes nothing finished and
@@ -102,6 +104,8 @@ class Controller:
         self.runs = RunPreparer(self.ledger)
         self.sigint = SigintFlag()  # a Ctrl-C that something swallowed still stops the loop
         self._live: LiveView | None = None  # the live display's view, kept as trials change (made on first use)
+        # Inside a wake's batch of endings, a forced update is owed, not drawn: one per wake, not per end.
+        self._batching = self._owed = False
 
     @property
     def tracking(self) -> bool:
@@ -307,7 +311,11 @@ class Controller:
         return self._live.view(self.plan.name, self._live_points(), self.elapsed())
 
     def publish(self, force: bool = False) -> None:
-        """Persist the elapsed time (every 5 s) and show the view (every ``update_every_s``, or now)."""
+        """Persist the elapsed time (every 5 s) and show the view (every ``update_every_s``, or now:
+        once per wake however many trials ended in it)."""
+        if force and self._batching:
+            self._owed = True
+            return
         now = time.monotonic()
         if now - self._last_persist > 5:
             self._last_persist = now
@@ -328,15 +336,24 @@ class Controller:
             self._woke = False
             ids = [r["job_id"] for r in s.active.values()]
             jobs = {j["id"]: j for j in JobStore(self.ledger).job_ends(ids)}
-            for trial_id, row in list(s.active.items()):
-                job = jobs.get(row["job_id"])
-                if job is None:
-                    continue
-                if job["state"] in ("succeeded", "failed", "cancelled"):
-                    outcomes.ended(self, trial_id, row, job)
-                elif job["state"] in ("starting", "running") and row["state"] == "queued":
-                    s.active[trial_id] = s.update_trial(trial_id, state="running",
-                                                        started_at=job["started_at"] or time.time())
+            started: list[tuple[int, dict[str, Any]]] = []
+            self._batching = True
+            try:
+                for trial_id, row in list(s.active.items()):
+                    job = jobs.get(row["job_id"])
+                    if job is None:
+                        continue
+                    if job["state"] in ("succeeded", "failed", "cancelled"):
+                        outcomes.ended(self, trial_id, row, job)
+                    elif job["state"] in ("starting", "running") and row["state"] == "queued":
+                        started.append((trial_id, {"state": "running", "started_at": job["started_at"] or time.time()}))
+                for row in s.update_trials(started) if started else ():  # one transaction for the wake's starts
+                    s.active[row["id"]] = row
+            finally:
+                self._batching = False
+            if self._owed:
+                self._owed = False
+                self.publish(force=True)
         now = time.monotonic()
         heard = getattr(self.watcher, "points", False)  # a report() at a rung waits: judge it now
         if self.watch_metrics and s.active and (heard or now - self._last_monitor >= self.monitor_every_s):
@@ -376,45 +393,59 @@ class Controller:
 
     # -- propose and launch ---------------------------------------------------------------
 
+    def ahead(self) -> int:
+        """Trials proposed ahead of the free slots (queue ahead), so that a trial's end is followed
+        by a launch of an already proposed one, not by a propose() call first (a model's fit, an
+        LLM's answer): ``parallel // 4`` (none below parallel 4: a sequential loop's proposer sees
+        every result before it proposes). Never beyond the trial budget (``_accept`` caps at it);
+        a stop or a spent budget leaves them ``skipped`` ("not launched: <reason>"), never failed."""
+        return self.plan.budget.parallel // 4
+
+    def _want(self) -> int:
+        """Trials to propose now: for the free slots that no proposed trial will take, plus enough
+        to keep :meth:`ahead` waiting, within the trial budget (proposed ones count against it)."""
+        s = self.state
+        slots = self.plan.budget.parallel - len(s.active)
+        budget_left = self.plan.budget.trials - s.launched()
+        pending = len(s.proposed)
+        launchable = max(0, min(slots, budget_left, pending))
+        return min(max(0, slots - launchable) + self.ahead() - (pending - launchable), budget_left - pending)
+
     def _fill(self) -> None:
+        """Propose what is wanted, then launch what fits, as one batch (``jobs.submit_many``). A
+        proposer that blocks proposes on its thread; its trials launch on a later pass."""
         s = self.state
         if s.stop_reason:
             return
         self.runs.pump()
-        budget_left = self.plan.budget.trials - s.launched()
-        slots = self.plan.budget.parallel - len(s.active)
-        ready = []
-        for row in s.pending():
-            if slots <= 0 or budget_left <= 0:
-                break
-            if row["id"] not in self.runs.held:  # held: its MLflow run is being created; it keeps its slot
-                ready.append(row)
-            slots, budget_left = slots - 1, budget_left - 1
-        if ready:
-            self.sigint.check()
-            launch_many(s, ready, self.proposer, self.runtime)  # one batch submit (jobs.submit_many)
-        if slots <= 0 or budget_left <= 0:
-            return
-        if self.call is not None:
-            if self.call.is_alive():
-                return
+        if self.call is not None and not self.call.is_alive():
             call, self.call = self.call, None
             if call.error is not None:
                 raise call.error
             assert call.result is not None
             self._accept(call.result, call_n=call.n)
-            return self._fill()
-        n = min(slots, budget_left, self.plan.proposer.batch or slots)
-        if n <= 0 or s.exhausted:
-            return
-        history = s.history()
-        if self.proposer.blocking:
+        if not self.proposer.blocking:
+            for _ in range(self.plan.budget.parallel + self.ahead() + 1):  # a proposer that gives fewer: ask again
+                n = self._want()
+                if n <= 0 or s.exhausted:
+                    break
+                before = len(s.proposed)
+                n = min(n, self.plan.proposer.batch or n)
+                self._accept(timed(self.proposer, s.history(), n), call_n=n)
+                if len(s.proposed) == before:
+                    break
+        slots = self.plan.budget.parallel - len(s.active)
+        take = max(0, min(slots, self.plan.budget.trials - s.launched()))
+        # held: its MLflow run is being created; it keeps its slot
+        ready = [row for row in s.pending()[:take] if row["id"] not in self.runs.held]
+        if ready:
+            self.sigint.check()
+            launch_many(s, ready, self.proposer, self.runtime)  # one batch submit (jobs.submit_many)
+        if self.proposer.blocking and self.call is None and not s.exhausted and (n := self._want()) > 0:
+            n = min(n, self.plan.proposer.batch or n)
+            history = list(s.history())  # the thread's own copy: ours changes as trials end
             self.call = ProposeCall(lambda: timed(self.proposer, history, n), n)
             self.call.start()
-            return
-        self._accept(timed(self.proposer, history, n), call_n=n)
-        if s.pending():
-            self._fill()
 
     def _accept(self, result: ProposeResult, call_n: int) -> None:
         s = self.state

@@ -67,6 +67,8 @@ def _checkpoint_of(c: LoopHost, job: Any) -> str | None:
 def promote(c: LoopHost) -> None:
     """Resume paused trials that are now promotable, while slots are free (best first)."""
     s = c.state
+    if not s.state_counts["paused"]:
+        return  # nothing paused (every loop without early_stop.pause): no walk over every trial per end
     paused = [r for r in s.rows.values() if r["state"] == "paused" and r["id"] in s.series]
     if not paused or c.stopper is None or s.stop_reason:
         return

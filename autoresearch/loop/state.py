@@ -62,6 +62,9 @@ class LoopState:
     proposed: set[int] = field(default_factory=set)  # trial ids in state "proposed" (pending)
     ended_log: list[int] = field(default_factory=list)  # trial ids in the order they ended (the live view drains it)
     groups: dict[int, list[float]] = field(default_factory=dict)  # :func:`seed_groups` of the rows, kept up to date
+    # ``records`` as a list in id order, kept as rows change (history() hands it out without a copy)
+    _history: list[TrialRecord] = field(default_factory=list)
+    _position: dict[int, int] = field(default_factory=dict)  # trial id -> its index in ``_history``
 
     def elapsed(self) -> float:
         """Seconds this loop has run: wall seconds, or simulated ones on a simulated backend."""
@@ -99,7 +102,13 @@ class LoopState:
             self.state_counts[old["state"]] -= 1
         self.rows[row["id"]] = row
         self.state_counts[row["state"]] += 1
-        self.records[row["id"]] = to_record(row)
+        record = self.records[row["id"]] = to_record(row)
+        at = self._position.get(row["id"])
+        if at is None:  # a new trial: its id is above every other (see reload)
+            self._position[row["id"]] = len(self._history)
+            self._history.append(record)
+        else:
+            self._history[at] = record
         if row["state"] == "proposed":
             self.proposed.add(row["id"])
         else:
@@ -140,12 +149,14 @@ class LoopState:
     def history(self) -> list[TrialRecord]:
         """Every trial as the proposer sees it, in id order, with its curve so far (``intermediate``,
         in the objective's own direction): model-based proposers learn from every rung reached.
-        A curve is copied again only when it grew."""
-        for trial_id, record in self.records.items():
-            series = self.series.get(trial_id)
-            if series and len(record.intermediate or ()) != len(series):
+        A curve is copied again only when it grew; only trials with a curve are visited, and the
+        list is the one kept as rows change, not a copy (flat per call in a plain sweep). Copy it
+        before handing it to another thread."""
+        for trial_id, series in self.series.items():
+            record = self.records.get(trial_id)
+            if record is not None and series and len(record.intermediate or ()) != len(series):
                 record.intermediate = [(step, value * self.sign) for step, value in series]
-        return list(self.records.values())
+        return self._history
 
     def launched(self) -> int:
         """Trials that count against the trial budget (crashed and skipped ones do not)."""

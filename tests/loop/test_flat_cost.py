@@ -2,8 +2,10 @@
 
 A loop that already has N ended trials (seeded in the ledger: 100, then 2,000) runs a few
 more real trials with the live table attached; we count, per trial that ends, the rows the
-loop reads from its own tables (trials, decisions, loops) and the ``json.loads`` calls made
-by the loop and the live table. Counters, not time: the machine may be loaded.
+loop reads from its own tables (trials, decisions, loops), the ``json.loads`` calls made
+by the loop and the live table, and the trials the controller and the proposer walk in Python
+(its mirror of the trial rows, their records and curves, the history a proposer gets).
+Counters, not time: the machine may be loaded.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from autoresearch.ledger import Ledger
 from autoresearch.loop.controller import Controller
 from autoresearch.loop.plan import parse_plan, plan_json
 from autoresearch.loop.proposers import Proposal, ProposeResult, ProposerInfo
+from autoresearch.loop.state import LoopState
 from autoresearch.loop.store import LoopStore
 
 NEW = 12  # real trials run on top of the seeded ones
@@ -49,6 +52,44 @@ def _seed(ledger: Ledger, plan: Any, n: int) -> None:
                                                                  "margin": 0.1})
 
 
+class _Walked(dict):  # type: ignore[type-arg]
+    """A dict that counts the entries walked through it (``visits``), while ``on[0]``."""
+
+    def __init__(self, data: dict[Any, Any], counts: dict[str, int], on: list[bool]) -> None:
+        super().__init__(data)
+        self.counts, self.on = counts, on
+
+    def _walk(self, it: Any) -> Any:
+        for x in it:
+            if self.on[0]:
+                self.counts["visits"] += 1
+            yield x
+
+    def __iter__(self) -> Any:
+        return self._walk(super().__iter__())
+
+    def keys(self) -> Any:
+        return self._walk(super().keys())
+
+    def values(self) -> Any:
+        return self._walk(super().values())
+
+    def items(self) -> Any:
+        return self._walk(super().items())
+
+
+class _WalkedList(list):  # type: ignore[type-arg]
+    def __init__(self, data: list[Any], counts: dict[str, int], on: list[bool]) -> None:
+        super().__init__(data)
+        self.counts, self.on = counts, on
+
+    def __iter__(self) -> Any:
+        for x in super().__iter__():
+            if self.on[0]:
+                self.counts["visits"] += 1
+            yield x
+
+
 def _per_event(api: Any, tmp_path: Path, seeded: int) -> dict[str, float]:
     """Rows of the loop's tables read and json.loads calls of the loop, per trial that ends."""
     from rich.console import Console
@@ -57,7 +98,7 @@ def _per_event(api: Any, tmp_path: Path, seeded: int) -> dict[str, float]:
 
     plan = _plan(tmp_path, seeded + NEW)
     _seed(api._ledger, plan, seeded)
-    counts = {"rows": 0, "loads": 0, "events": 0}
+    counts = {"rows": 0, "loads": 0, "visits": 0, "events": 0}
     seen = dict(counts)  # the counters at the last live update (the final view reads the whole loop once)
     counting = [False]
     query, loads = Ledger.query, json.loads
@@ -91,13 +132,25 @@ def _per_event(api: Any, tmp_path: Path, seeded: int) -> dict[str, float]:
     # Only the forced updates (one per trial end) and no timed monitor: the counts do not depend on speed.
     controller = Controller(plan, runtime=api._runtime, resume=True, on_update=update, update_every_s=1e9,
                             monitor_every_s=1e9)
+    real_open, real_history = Controller.open, LoopState.history
+
+    def walked_open(self: Controller) -> None:  # the state's trial dicts count what is walked through them
+        real_open(self)
+        for name in ("rows", "records", "series"):
+            setattr(self.state, name, _Walked(getattr(self.state, name), counts, counting))
+
+    def walked_history(self: LoopState) -> list[Any]:  # and so does the history a proposer walks
+        return _WalkedList(real_history(self), counts, counting)
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Ledger, "query", counted_query)
         patch.setattr(json, "loads", counted_loads)
+        patch.setattr(Controller, "open", walked_open)
+        patch.setattr(LoopState, "history", walked_history)
         view = controller.run()
     assert view.counts.get("succeeded", 0) == seeded + NEW, view.counts
     assert NEW - 4 <= seen["events"] <= NEW, seen
-    return {k: seen[k] / seen["events"] for k in ("rows", "loads")}
+    return {k: seen[k] / seen["events"] for k in ("rows", "loads", "visits")}
 
 
 def test_the_loops_reads_per_trial_end_do_not_grow_with_the_trials_done(home: Path, tmp_path: Path) -> None:
@@ -111,3 +164,26 @@ def test_the_loops_reads_per_trial_end_do_not_grow_with_the_trials_done(home: Pa
     assert large["rows"] <= small["rows"] * 1.25 + 5, (small, large)
     assert large["loads"] <= small["loads"] * 1.25 + 5, (small, large)
     assert large["rows"] < 100 and large["loads"] < 100, large
+    # Trials walked in Python per end: the pause check walked every row, the proposer's history every
+    # record, the random proposer every record of it (~2,000+ per event at 2,000 trials before).
+    assert large["visits"] <= small["visits"] * 1.25 + 5, (small, large)
+    assert large["visits"] < 300, large
+
+
+def test_the_random_proposers_incremental_count_proposes_what_a_fresh_one_would(tmp_path: Path) -> None:
+    from autoresearch.loop.proposers import ProposerContext, TrialRecord, make_proposer
+
+    plan = _plan(tmp_path, 100)
+
+    def records(n: int, first: int = 1) -> list[TrialRecord]:
+        return [TrialRecord(trial_id=i, params={"x": 0.5}, state="succeeded", objective=0.5,
+                            role="repeat" if i % 3 == 0 else "explore") for i in range(first, first + n)]
+
+    def fresh() -> Any:
+        return make_proposer(ProposerContext(plan, 1, plan.name, tmp_path, None))
+
+    growing, seen = fresh(), records(40)
+    for n in (0, 5, 17, 40):  # a history that grows by appending, as the loop's does
+        assert growing.propose(seen[:n], 3).proposals == fresh().propose(seen[:n], 3).proposals
+    other = records(7, first=100)  # another history (a resumed loop, a test): counted anew
+    assert growing.propose(other, 2).proposals == fresh().propose(other, 2).proposals
