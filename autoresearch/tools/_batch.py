@@ -48,6 +48,11 @@ class SubmitBatcher:
         self.batches = 0
         self.submitted = 0
 
+    @property
+    def waiting(self) -> int:
+        """Submits waiting for the batch in progress to end."""
+        return len(self._pending)
+
     async def submit(self, spec: dict[str, Any], project: str) -> Any:
         item = _Submit(spec, project)
         self._pending.append(item)
