@@ -59,14 +59,22 @@ class Api:
 
     def submit(self, spec: Any, project: str = "") -> JobView:
         """Validate, record and (if there is room) start a job (:func:`autoresearch.jobs.submit`)."""
-        job_id = jobs.submit(self._runtime, spec, project)
+        return self.submit_many([spec], project)[0]
+
+    def submit_many(self, specs: list[Any], project: str = "") -> list[JobView]:
+        """:meth:`submit` for a batch (:func:`autoresearch.jobs.submit_many`): one ledger
+        transaction and one pass for all; one bad spec refuses the whole batch."""
+        job_ids = jobs.submit_many(self._runtime, specs, project)
         from autoresearch import outbox
 
         outbox.kick(self._ledger.home)  # background MLflow mirror (no mlflow import here)
-        view = self.status(job_id, project=project, refresh=False)  # the pass above just ran
-        assert isinstance(view, JobView)
-        view.next_step = f"follow it with status/logs/metrics for job {job_id}; cancel it with cancel"
-        return view
+        views = []
+        for job_id in job_ids:
+            view = self.status(job_id, project=project, refresh=False)  # the pass above just ran
+            assert isinstance(view, JobView)
+            view.next_step = f"follow it with status/logs/metrics for job {job_id}; cancel it with cancel"
+            views.append(view)
+        return views
 
     def cancel(self, job_ids: list[int | str], project: str | None = None) -> list[JobView]:
         """Cancel queued jobs now; stop running ones (SIGTERM, grace, SIGKILL)."""

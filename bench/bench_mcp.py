@@ -1,6 +1,13 @@
 """MCP server benchmark: submit throughput over HTTP, status latency, stdio start-up.
 
     python bench/bench_mcp.py [--submits 1000] [--clients 10] [--status-calls 500] [--startup-runs 5]
+    python bench/bench_mcp.py --load [--tree before=/tmp/main-copy --tree after=.] [--profile DIR]
+
+``--load`` (issue 16's figure) starts ``autoresearch serve --http`` from each source tree
+named by ``--tree`` and drives it from ``--clients`` separate client processes, once with the
+real SDK client (``mcp.Client`` over streamable HTTP) and once with a minimal raw
+JSON-RPC-over-HTTP client (keep-alive ``http.client``, no SDK: the server's own cost). See
+bench/_mcp_load.py.
 
 Runs a real ``autoresearch serve --http`` subprocess with bearer tokens on a scratch
 AUTORESEARCH_HOME (2 fake GPU slots). A critical job holds both GPUs first, so the
@@ -160,6 +167,12 @@ def bench_startup(home: Path, runs: int) -> dict[str, float]:
 
 
 def main() -> None:
+    if "--load" in sys.argv or "--client" in sys.argv:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from _mcp_load import main as load_main
+
+        load_main([a for a in sys.argv[1:] if a != "--load"])
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--submits", type=int, default=1000)
     parser.add_argument("--clients", type=int, default=10)

@@ -9,6 +9,7 @@ and the model sees one line saying so.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ class ToolContext:
     authenticated: bool = False
     # Paths a tenant's jobs must not see (the tokens file); docs/security.md.
     tenant_hide: tuple[str, ...] = ()
+    submits: Any = None  # the jobs family's SubmitBatcher (tools/_batch.py)
     _tenants: set[str] = field(default_factory=set)
 
     def caller_project(self) -> str | None:
@@ -59,6 +61,16 @@ class ToolContext:
 
     def submit_project(self) -> str:
         return self.caller_project() or ""
+
+    def project_known(self) -> bool:
+        """True when :meth:`caller_project` needs no ledger write (no tenant to register first):
+        an async tool may then call it on the event loop."""
+        if not self.authenticated or self.read_only:
+            return True
+        from mcp.server.auth.middleware.auth_context import get_access_token
+
+        token = get_access_token()
+        return token is None or token.client_id in self._tenants
 
     def require_write(self, tool: str) -> None:
         if self.read_only:
@@ -91,20 +103,37 @@ class ToolContext:
 
 
 def tool_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Turn facade errors into ``is_error`` results with the hint; never show a traceback."""
+    """Turn facade errors into ``is_error`` results with the hint; never show a traceback.
+    Works on a coroutine function too (the wrapper is then one)."""
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def awrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+            try:
+                return await fn(*args, **kwargs)
+            except ToolError:
+                raise
+            except Exception as err:  # noqa: BLE001 - mapped below, never a traceback
+                raise _tool_error(fn.__name__, err) from None
+
+        return awrapper  # type: ignore[return-value]
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
-        except AutoresearchError as err:
-            raise ToolError(f"[{err.code}] {err.render()}") from None
         except ToolError:
             raise
-        except Exception as err:  # noqa: BLE001 - a bug must not reach the model as a traceback
-            log.exception("tool %s crashed", fn.__name__)
-            raise ToolError(f"[internal] {fn.__name__} failed unexpectedly ({type(err).__name__}); "
-                            "the server log has the details\nhint: retry once; if it fails again, "
-                            "report it with the server's stderr") from None
+        except Exception as err:  # noqa: BLE001 - mapped below, never a traceback
+            raise _tool_error(fn.__name__, err) from None
 
     return wrapper
+
+
+def _tool_error(name: str, err: Exception) -> ToolError:
+    if isinstance(err, AutoresearchError):
+        return ToolError(f"[{err.code}] {err.render()}")
+    # a bug must not reach the model as a traceback
+    log.error("tool %s crashed", name, exc_info=err)
+    return ToolError(f"[internal] {name} failed unexpectedly ({type(err).__name__}); "
+                     "the server log has the details\nhint: retry once; if it fails again, "
+                     "report it with the server's stderr")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+import anyio
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
+from autoresearch.tools._batch import SubmitBatcher
 from autoresearch.tools._context import ToolContext, tool_errors
 from autoresearch.tools.models import (
     CancelResult,
@@ -24,10 +26,12 @@ State = Literal["queued", "starting", "running", "succeeded", "failed", "cancell
 
 
 def register(server: Any, ctx: ToolContext) -> None:
+    submits = ctx.submits = SubmitBatcher(ctx.api)
+
     @server.tool(annotations=ToolAnnotations(title="Submit a job", read_only_hint=False, destructive_hint=False,
                                              idempotent_hint=False, open_world_hint=False))
     @tool_errors
-    def submit(
+    async def submit(
         command: Annotated[list[str], Field(min_length=1, description=(
             "The program and its arguments as an argv list, e.g. [\"python\", \"train.py\", \"--lr\", \"3e-4\"]. "
             "No shell: for pipes or redirects pass [\"sh\", \"-c\", \"...\"]."))],
@@ -63,6 +67,8 @@ def register(server: Any, ctx: ToolContext) -> None:
         it with cancel.
         """
         ctx.require_write("submit")
+        # The tenant's first call registers it (a ledger write): off the event loop.
+        project = ctx.submit_project() if ctx.project_known() else await anyio.to_thread.run_sync(ctx.submit_project)
         spec: dict[str, Any] = {
             "command": command, "name": name, "gpus": gpus, "nodes": nodes, "cpus": cpus, "memory": memory or 0,
             "priority": priority, "workdir": ctx.relative_path(workdir, "workdir"), "env": env or {},
@@ -75,7 +81,7 @@ def register(server: Any, ctx: ToolContext) -> None:
             for target in mounts:
                 ctx.relative_path(target, "mounts target")
             spec["mounts"] = {t: ctx.relative_path(s, f"mounts[{t!r}]") for t, s in mounts.items()}
-        view = ctx.api.submit(spec, project=ctx.submit_project())
+        view = await submits.submit(spec, project)  # with the submits that arrive meanwhile (tools/_batch.py)
         return SubmitResult(id=view.id, state=view.state, name=view.name, warnings=view.warnings,
                             next_step=f"call status(job_id={view.id}) to follow it, logs(job_id={view.id}) for "
                                       f"its output, metrics(job_id={view.id}) for reported metrics")
