@@ -188,12 +188,14 @@ class Controller:
                 s.sync = RungSync(self.ledger.home, self.plan.name, self.runtime.backend.name, self.stopper,
                                   self.plan.objective.metric)
         s.incumbent = incumbent_of(self.ledger, s.store.loop_id)
+        pause.promote(self)  # after a restart: a paused trial that is promotable goes first
 
     def _adopt(self, changed: bool) -> None:
         s = self.state
         rows = s.store.trials()
         if not rows:
             return
+        pause.restore(self, rows)  # paused trials and their curves (loop/pause.py)
         running = [r for r in rows if r["state"] in ("queued", "running")]
         pending = [r for r in rows if r["state"] == "proposed"]
         for r in running:

@@ -108,6 +108,12 @@ class LoopStore:
         return self.ledger.query("SELECT id, outputs, rationale, proposer FROM decisions WHERE loop_id=? AND kind=? "
                                  "ORDER BY id", (self.loop_id, kind))
 
+    def trial_decisions(self, kinds: tuple[str, ...]) -> list[Any]:
+        """Every decision of ``kinds`` about a trial (id, kind, trial_id, inputs), oldest first."""
+        marks = ",".join("?" * len(kinds))
+        return self.ledger.query(f"SELECT id, kind, trial_id, inputs FROM decisions WHERE loop_id=? AND kind IN "
+                                 f"({marks}) AND trial_id IS NOT NULL ORDER BY id", (self.loop_id, *kinds))
+
     def promotions(self, after_id: int = 0) -> list[Any]:
         """Every keep-or-discard decision (id, trial_id, outputs, created_at) with an id above
         ``after_id``, oldest first (a range of the ``decisions_by_loop`` index: a live view reads
