@@ -33,7 +33,7 @@ BEYOND_SCHEMA = ("Also checked by the loader (beyond JSON Schema): every {placeh
                  "key of space (or seed, trial_id, loop); in space, low <= high, high - low is finite "
                  "(not too wide to sample), a step moves a value (not too small) and makes at most 100000 "
                  "points; a prior's guess lies inside the range or among the choices; warm_start names earlier "
-                 "loops, not the loop itself (that they exist, measure the same objective and have a compatible "
+                 "loops (or is true: this plan's own finished ones), not the loop itself (that they exist, measure the same objective and have a compatible "
                  "space is checked when the loop starts).")
 
 
@@ -80,7 +80,7 @@ def input_schema(schema: dict[str, Any], stop_kinds: list[str], backends: dict[s
     for key in ("trials", "parallel"):  # 0 is refused with its own message; a bool is not a count
         defs["Budget"]["properties"][key]["minimum"] = 1
     loop_name = {"type": "string", "pattern": props["name"]["pattern"]}
-    props["warm_start"] = {"anyOf": [loop_name, {"type": "array", "items": loop_name}],
+    props["warm_start"] = {"anyOf": [{"type": "boolean"}, loop_name, {"type": "array", "items": loop_name}],
                            "description": props["warm_start"].get("description", ""), "default": []}
 
     param = defs["Param"]
