@@ -16,11 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from autoresearch.units import DURATION_PATTERN as DURATION  # the parser's own grammar (spec.parse_duration)
+
 NO_NUL = "^[^\\u0000]*$"
-NUMBER = r"[0-9]+(\.[0-9]+)?"
-# spec.parse_duration: seconds ("300", 300) or h/m/s parts ("1h30m", "5m", "90s"), positive and finite
-DURATION = (r"^\s*(" + r"[0-9]*\.?[0-9]+([eE][+-]?[0-9]+)?" + r"|(?=.*[0-9])(" + NUMBER + r"\s*[hH])?\s*("
-            + NUMBER + r"\s*[mM](?![sS]))?\s*(" + NUMBER + r"\s*[sS])?)\s*$")
 # spec.parse_memory_mb: MB (4096) or a size with a unit ("16G", "512M", "1.5GiB")
 SIZE = r"^\s*[0-9]+(\.[0-9]+)?\s*([KMGTkmgt][iI]?[bB]?|[bB])?\s*$"
 GOAL = r"^\s*([mM][iI][nN]([iI][mM][iI][sSzZ][eE])?|[mM][aA][xX]([iI][mM][iI][sSzZ][eE])?)\s*$"
