@@ -143,16 +143,17 @@ def record(store: Any, plan: Any, warm: list[TrialRecord], kept: str | None = No
         found = re.search(r"of loop '([^']+)'$", r.rationale or "")
         if found:
             counts[found.group(1)] = counts.get(found.group(1), 0) + 1
-    why = summary(counts, plan.warm_start is True)
+    why = summary(counts, plan.warm_start is True and not kept)
     if kept:
         why += f"; the loop that ran this plan before is kept as {kept!r}"
     store.decide("warm_start", inputs={"warm_start": plan.warm_start, "loops": counts, "trials": len(warm),
                                        "kept_as": kept}, rationale=why)
 
 
-def summary(counts: dict[str, int], own: bool) -> str:
+def summary(counts: dict[str, int], first: bool) -> str:
+    """``first``: ``warm_start: true`` and no earlier loop of the plan was found."""
     if not counts:
-        return ("warm start: none (no earlier finished loop of this plan yet)" if own
-                else "warm start: none (the named loops have no ended trials)")
+        return ("warm start: none (no earlier finished loop of this plan yet)" if first
+                else "warm start: none (the earlier loops have no ended trials)")
     loops = ", ".join(f"{name} ({n})" for name, n in counts.items())
     return f"warm start: {sum(counts.values())} trial(s) of {loops}, as the proposer's prior"
