@@ -59,10 +59,24 @@ def test_a_rerun_of_a_finished_plan_starts_from_its_earlier_loops(runtime: Runti
     summary = Path(write_report(runtime.ledger, "sweep", plots=False).report_dir or "") / "summary.md"
     assert "**Warm start:** 6 trial(s) of sweep-1 (6)" in summary.read_text()
     assert LoopStore.find(runtime.ledger, "sweep-1")["state"] == "finished"
+    assert "warm start: 6 trial(s) of sweep-1 (6)" in cli_summary(view)  # the command line's last lines
 
     third = Controller(plan(1), runtime=runtime).run()  # newest first: the second run, then the first
     assert names(runtime) == ["sweep-1", "sweep-2", "sweep"] and third.counts == {"succeeded": 1}
     assert json.loads(warm_decision(runtime, "sweep")["inputs"])["loops"] == {"sweep-2": 2, "sweep-1": 6}
+
+
+def cli_summary(view: Any) -> str:
+    import io
+
+    from rich.console import Console
+
+    from autoresearch.cli._live import LiveTable
+
+    table = LiveTable(None, interactive=False)
+    table.console = Console(file=io.StringIO(), width=200)
+    table.summary(view)
+    return str(table.console.file.getvalue())  # type: ignore[attr-defined]
 
 
 def test_a_rerun_without_warm_start_true_is_unchanged(runtime: Runtime, tmp_path: Path) -> None:
