@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from autoresearch.errors import SpecError
+from autoresearch.units import parse_duration as parse_duration  # one grammar for specs and plans
+from autoresearch.units import parse_grace as parse_grace
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -27,43 +29,8 @@ Priority = Literal["critical", "normal", "best-effort"]
 
 # A mount source an engine resolves, not a host path: "pvc:claim", "uc:/Volumes/c/s/v", "emptydir:".
 ENGINE_SOURCE = re.compile(r"^[a-z][a-z0-9]+:(?!//)")
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m(?!s))?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$")
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 _MEMORY_MB = {"": 1.0, "B": 1 / 2**20, "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2}
-
-
-def parse_duration(value: object, field: str = "duration") -> float | None:
-    """``90``, ``"90s"``, ``"5m"``, ``"1h30m"`` → seconds; ``None`` stays ``None``."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, bool):
-        raise SpecError(f"{field} must be a duration, not {value!r}", hint='write seconds (300) or "5m", "1h30m", "90s"')
-    if isinstance(value, (int, float)):
-        seconds = float(value) if not isinstance(value, int) or abs(value) < 10**300 else math.inf
-    else:
-        text = str(value).strip().lower()
-        try:
-            seconds = float(text)
-        except ValueError:
-            match = _DURATION.match(text)
-            if not match or not any(match.groups()):
-                raise SpecError(
-                    f"{field} {value!r} is not a duration", hint='write seconds (300) or "5m", "1h30m", "90s"'
-                ) from None
-            h, m, s = (float(g) if g else 0.0 for g in match.groups())
-            seconds = h * 3600 + m * 60 + s
-    if not math.isfinite(seconds):  # .nan would mean "no limit" by accident, .inf on purpose
-        raise SpecError(f"{field} must be a finite duration, got {value!r}", hint="leave it out for no limit")
-    if seconds <= 0:
-        raise SpecError(f"{field} must be positive, got {value!r}", hint="leave it out for no limit")
-    return seconds
-
-
-def parse_grace(value: object, field: str = "grace") -> float:
-    """Seconds between SIGTERM and SIGKILL: ``0`` means at once; empty means the 10 s default."""
-    if value in (0, "0"):
-        return 0.0
-    return parse_duration(value, field) or 10.0
 
 
 def str_values(value: object) -> object:

@@ -140,6 +140,8 @@ class LiveTable:
         c.print(f"[bold]loop {escape(view.name)} {view.state}[/]: {escape(view.stop_reason or '')}")
         counts = ", ".join(f"{k} {v}" for k, v in sorted(view.counts.items()))
         c.print(f"trials: {counts}; wall {_dur(view.elapsed_s)}; decisions {view.decisions}", highlight=False)
+        if view.warm_start:  # which earlier loops' trials warmed the proposer (warm_start:)
+            c.print(view.warm_start, highlight=False, markup=False, soft_wrap=True)
         if view.best_trial is not None:
             seeds = f" (mean of {view.best_seeds} seeds)" if view.best_seeds > 1 else ""
             c.print(f"best: trial {view.best_trial} {view.metric}={_num(view.best_value)}{seeds} "

@@ -71,7 +71,8 @@ def explain(err: ValidationError, source: str = "plan") -> PlanError:
         "budget": "e.g. budget: {trials: 40, parallel: 4}",
         "early_stop": "e.g. early_stop: {kind: asha, min_steps: 3, reduction_factor: 3}; also median, hyperband "
                       "(brackets: 1-10), curve (confidence: 0.5 to below 1)",
-        "warm_start": "e.g. warm_start: [digits-mlp] (earlier loops with the same objective and space)",
+        "warm_start": "e.g. warm_start: [digits-mlp] (earlier loops with the same objective and space), or "
+                      "warm_start: true (this plan's own earlier loops)",
     }
     hint = hints.get(str(loc[0]) if loc else "", "see `autoresearch schema plan`")
     if not loc and "warm_start" in msg:

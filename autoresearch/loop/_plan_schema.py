@@ -16,11 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from autoresearch.units import DURATION_PATTERN as DURATION  # the parser's own grammar (spec.parse_duration)
+
 NO_NUL = "^[^\\u0000]*$"
-NUMBER = r"[0-9]+(\.[0-9]+)?"
-# spec.parse_duration: seconds ("300", 300) or h/m/s parts ("1h30m", "5m", "90s"), positive and finite
-DURATION = (r"^\s*(" + r"[0-9]*\.?[0-9]+([eE][+-]?[0-9]+)?" + r"|(?=.*[0-9])(" + NUMBER + r"\s*[hH])?\s*("
-            + NUMBER + r"\s*[mM](?![sS]))?\s*(" + NUMBER + r"\s*[sS])?)\s*$")
 # spec.parse_memory_mb: MB (4096) or a size with a unit ("16G", "512M", "1.5GiB")
 SIZE = r"^\s*[0-9]+(\.[0-9]+)?\s*([KMGTkmgt][iI]?[bB]?|[bB])?\s*$"
 GOAL = r"^\s*([mM][iI][nN]([iI][mM][iI][sSzZ][eE])?|[mM][aA][xX]([iI][mM][iI][sSzZ][eE])?)\s*$"
@@ -33,7 +31,7 @@ BEYOND_SCHEMA = ("Also checked by the loader (beyond JSON Schema): every {placeh
                  "key of space (or seed, trial_id, loop); in space, low <= high, high - low is finite "
                  "(not too wide to sample), a step moves a value (not too small) and makes at most 100000 "
                  "points; a prior's guess lies inside the range or among the choices; warm_start names earlier "
-                 "loops, not the loop itself (that they exist, measure the same objective and have a compatible "
+                 "loops (or is true: this plan's own finished ones), not the loop itself (that they exist, measure the same objective and have a compatible "
                  "space is checked when the loop starts).")
 
 
@@ -80,7 +78,7 @@ def input_schema(schema: dict[str, Any], stop_kinds: list[str], backends: dict[s
     for key in ("trials", "parallel"):  # 0 is refused with its own message; a bool is not a count
         defs["Budget"]["properties"][key]["minimum"] = 1
     loop_name = {"type": "string", "pattern": props["name"]["pattern"]}
-    props["warm_start"] = {"anyOf": [loop_name, {"type": "array", "items": loop_name}],
+    props["warm_start"] = {"anyOf": [{"type": "boolean"}, loop_name, {"type": "array", "items": loop_name}],
                            "description": props["warm_start"].get("description", ""), "default": []}
 
     param = defs["Param"]

@@ -56,7 +56,7 @@ from autoresearch.loop._mlflow_runs import PREPARE_HOLD_S as PREPARE_HOLD_S
 from autoresearch.loop._mlflow_runs import RunPreparer
 from autoresearch.loop.outcomes import LOG_TAIL_LINES as LOG_TAIL_LINES
 from autoresearch.loop.plan import Plan, plan_json
-from autoresearch.loop.proposers import Proposer, ProposerContext, ProposeResult, make_proposer
+from autoresearch.loop.proposers import Proposer, ProposerContext, ProposeResult, _warm, make_proposer
 from autoresearch.loop.rungsync import RungSync
 from autoresearch.loop.state import LoopState
 from autoresearch.loop.stopping import Series, Stopper, make_stopper
@@ -146,6 +146,7 @@ class Controller:
             raise StateError(f"loop {self.plan.name!r} is already running in another process",
                              hint="watch it there, or stop that process first (Ctrl-C)") from None
         self._lock_fd = fd
+        kept = _warm.new_generation(self.plan, self.ledger, self.project, self.resume)  # warm_start: true
         existing = LoopStore.find(self.ledger, self.plan.name)
         if existing is not None:
             if self.project is not None and existing["project"] != self.project:
@@ -177,6 +178,7 @@ class Controller:
             s.store.set_loop(state="running", plan=plan_json(self.plan), digest=digest, ended_at=None)
             self._adopt(changed=existing["digest"] != digest and has_trials)
         self.ctx.loop_id = s.store.loop_id
+        _warm.record(s.store, self.plan, self.ctx.warm, kept)  # which loops warmed it (a decision, once)
         s.reload()
         if self.plan.budget.steps is not None:  # a resumed loop's compute so far: its ended trials' curves
             outcomes.read_series(self, [r for r in s.rows.values() if r["job_id"] is not None
@@ -192,12 +194,14 @@ class Controller:
                 s.sync = RungSync(self.ledger.home, self.plan.name, self.runtime.backend.name, self.stopper,
                                   self.plan.objective.metric)
         s.incumbent = incumbent_of(self.ledger, s.store.loop_id)
+        pause.promote(self)  # after a restart: a paused trial that is promotable goes first
 
     def _adopt(self, changed: bool) -> None:
         s = self.state
         rows = s.store.trials()
         if not rows:
             return
+        pause.restore(self, rows)  # paused trials and their curves (loop/pause.py)
         running = [r for r in rows if r["state"] in ("queued", "running")]
         pending = [r for r in rows if r["state"] == "proposed"]
         for r in running:

@@ -11,6 +11,11 @@ epoch is trained twice.
   worse there) is resumed first (decision ``resume``): a new job for the same trial with the
   old job's checkpoint directory. Its curve keeps the points from before the pause.
 * Trials still paused when the loop ends are ``stopped``.
+* A restarted controller (``--resume`` after Ctrl-C or ``kill -9``) rebuilds what this module
+  kept in memory from the ledger (:func:`restore`): each paused trial's curve (over all its jobs),
+  the rungs the stopper already judged, trials whose pause was decided but whose job had not
+  ended yet, and a fallback already taken. Paused trials are then promoted or stopped at the
+  loop's end exactly as without the restart.
 
 Trials get a per-job checkpoint directory (``trial.checkpoint: true``) when the plan names none.
 """
@@ -62,6 +67,60 @@ def _checkpoint_of(c: LoopHost, job: Any) -> str | None:
     if not isinstance(spec, dict):
         return None
     return checkpoint_dir(c.ledger.home, job["id"], spec)
+
+
+def restore(c: LoopHost, rows: list[Any]) -> None:
+    """After a controller restart: rebuild the pause state of the loop's trials ``rows`` (every
+    trial row) from the ledger. Called before running trials are adopted (their curves read)."""
+    from autoresearch.loop.outcomes import read_series
+
+    s = c.state
+    if not getattr(c.plan.early_stop, "pause", False):
+        return
+    earlier: dict[int, list[int]] = {}  # trial -> its jobs before the current one (each resume made one)
+    last_stop: dict[int, dict[str, Any]] = {}
+    for d in s.store.trial_decisions(("stop", "resume", "pause_fallback")):
+        inputs = _inputs(d["inputs"])
+        if d["kind"] == "pause_fallback":
+            s.pause_off = True
+        elif d["kind"] == "resume" and isinstance(inputs.get("job_id"), int):
+            earlier.setdefault(d["trial_id"], []).append(inputs["job_id"])
+        elif d["kind"] == "stop":
+            last_stop[d["trial_id"]] = inputs
+    for trial_id, jobs in earlier.items():  # a resumed trial's curve goes on from its earlier jobs' points
+        s.prefix.pop(trial_id, None)
+        for job_id in jobs:
+            read_series(c, [{"id": trial_id, "job_id": job_id}])
+            if s.series.get(trial_id):
+                s.prefix[trial_id] = list(s.series[trial_id])
+        s.series.pop(trial_id, None)  # read again whole (prefix + its current job) where it is needed
+    for row in rows:  # its pause was decided, its job had not ended: it is paused when it ends (cancelled now
+        # if the kill fell between the decision and the cancel: write-ahead, the intent is carried out)
+        stop = last_stop.get(row["id"])
+        if (row["state"] in ("queued", "running") and stop and stop.get("pause") is True
+                and stop.get("job_id") == row["job_id"]):
+            s.pause_at.add(row["id"])
+            s.stopping.add(row["id"])
+            job = JobStore(c.ledger).job(row["job_id"])
+            if job is not None and not job["cancel_requested"]:  # killed between the decision and the cancel
+                job_ops.cancel(c.runtime, [row["job_id"]], reason="stopped")
+    paused = [r for r in rows if r["state"] == "paused" and r["job_id"] is not None]
+    if not paused:
+        return
+    read_series(c, paused)
+    read_series(c, [r for r in rows if r["state"] in ("succeeded", "stopped") and r["id"] not in s.series])
+    s.history_loaded = True  # promotion compares with every trial's value at the rung
+    if c.stopper is not None:
+        for r in paused:  # the rungs it passed are judged already: once resumed it is judged further up
+            c.stopper.adopt(r["id"], s.series.get(r["id"], []))
+
+
+def _inputs(text: Any) -> dict[str, Any]:
+    try:
+        value = json.loads(text or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def promote(c: LoopHost) -> None:

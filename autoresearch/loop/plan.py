@@ -402,8 +402,11 @@ class Plan(_Model):
     code: Code | None = None
     gate: Gate | None = Field(None, description="CI regression gate against --baseline (see docs/ci.md).")
     tags: dict[str, str] = Field(default_factory=dict)
-    warm_start: list[str] = Field(default_factory=list, description="Earlier loops (names) whose trials, with the "
-                                  "same objective and a compatible space, are the proposer's prior (tpe, bohb).")
+    warm_start: list[str] | bool = Field(default_factory=list, description=(
+        "Earlier loops whose trials, with the same objective and a compatible space, are the proposer's prior "
+        "(tpe, bohb): a list of loop names, or true for this plan's own earlier loops (the newest finished ones, "
+        "up to 5; running the plan again after its loop finished starts a new loop and keeps the finished one "
+        "as NAME-N). See docs/loop.md#warm-starts."))
 
     @field_validator("name")
     @classmethod
@@ -415,7 +418,11 @@ class Plan(_Model):
     @field_validator("warm_start", mode="before")
     @classmethod
     def _warm_start(cls, value: object) -> object:
+        if isinstance(value, bool):
+            return value if value else []  # true: this plan's own earlier loops (proposers/_warm.py)
         names = [value] if isinstance(value, str) else value
+        if not isinstance(names, list):
+            raise ValueError(f"warm_start is a list of earlier loops' names or true, not {str(value)[:70]!r}")
         if isinstance(names, list):
             for name in names:
                 if not isinstance(name, str) or not NAME.match(name):
@@ -455,9 +462,10 @@ class Plan(_Model):
                              f"set gate.metric: {self.objective.metric}")
         if not self.space and self.code is None and self.proposer.kind not in ("agent", "llm"):
             raise ValueError("space is empty: give at least one parameter, or a code: section for code-edit search")
-        if self.name in self.warm_start:
+        if isinstance(self.warm_start, list) and self.name in self.warm_start:
             raise ValueError(f"warm_start names this loop itself ({self.name!r}); its own trials are already its "
-                             "history (run it again with --resume), so name earlier loops only")
+                             "history (run it again with --resume), so name earlier loops only, or write "
+                             "warm_start: true to start each new run from this plan's earlier loops")
         return self
 
     # -- helpers the controller uses --------------------------------------------------

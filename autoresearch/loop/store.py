@@ -48,6 +48,25 @@ class LoopStore:
             return LoopStore(ledger, int(cur.lastrowid or 0))
 
     @staticmethod
+    def keep_as_generation(ledger: Ledger, loop_id: int, name: str) -> str:
+        """Rename a finished loop ``name`` to ``name-N`` (the next free N): a new loop takes the name
+        (``warm_start: true``). Its trials, decisions and MLflow experiment stay as they are."""
+        with ledger.tx() as c:
+            n = 1
+            while c.execute("SELECT 1 FROM loops WHERE name=?", (f"{name}-{n}",)).fetchone() is not None:
+                n += 1
+            c.execute("UPDATE loops SET name=?, updated_at=? WHERE id=?", (f"{name}-{n}", time.time(), loop_id))
+        return f"{name}-{n}"
+
+    @staticmethod
+    def generations(ledger: Ledger, plan_name: str, project: str, limit: int) -> list[str]:
+        """The names of the newest finished loops started from plans named ``plan_name`` (their
+        experiment) in ``project``, other than the loop named ``plan_name``, newest first."""
+        return [r["name"] for r in ledger.query(
+            "SELECT name FROM loops WHERE experiment=? AND project=? AND state='finished' AND name<>? "
+            "ORDER BY id DESC LIMIT ?", (plan_name, project, plan_name, limit))]
+
+    @staticmethod
     def recent_names(ledger: Ledger, limit: int = 10) -> list[str]:
         """The names of the newest loops, newest first (to suggest one)."""
         return [r["name"] for r in ledger.query("SELECT name FROM loops ORDER BY id DESC LIMIT ?", (limit,))]
@@ -107,6 +126,12 @@ class LoopStore:
         """Every ``kind`` decision (id, outputs, rationale, proposer), oldest first."""
         return self.ledger.query("SELECT id, outputs, rationale, proposer FROM decisions WHERE loop_id=? AND kind=? "
                                  "ORDER BY id", (self.loop_id, kind))
+
+    def trial_decisions(self, kinds: tuple[str, ...]) -> list[Any]:
+        """Every decision of ``kinds`` about a trial (id, kind, trial_id, inputs), oldest first."""
+        marks = ",".join("?" * len(kinds))
+        return self.ledger.query(f"SELECT id, kind, trial_id, inputs FROM decisions WHERE loop_id=? AND kind IN "
+                                 f"({marks}) AND trial_id IS NOT NULL ORDER BY id", (self.loop_id, *kinds))
 
     def promotions(self, after_id: int = 0) -> list[Any]:
         """Every keep-or-discard decision (id, trial_id, outputs, created_at) with an id above

@@ -68,6 +68,7 @@ class LoopView:
     next_step: str = ""
     curve: list[CurveStep] = field(default_factory=list)  # the incumbent sequence (:func:`incumbent_sequence`)
     not_shown: int = 0  # trials left out of ``trials``: a live view (:mod:`._live_view`) carries only what is shown
+    warm_start: str = ""  # which earlier loops' trials warmed its proposer, and how many (loop/proposers/_warm.py)
 
 
 @dataclass(frozen=True)
@@ -232,6 +233,9 @@ def loop_view(ledger: Ledger, name: str, live: dict[int, tuple[int, float]] | No
         parallel=int(budget["parallel"]),
         stop_reason=json.loads(finish["outputs"]).get("reason", "") if finish and loop["state"] == "finished" else "",
     )
+    if plan.get("warm_start"):
+        warm = store.last_decision("warm_start")
+        view.warm_start = str(warm["rationale"]) if warm is not None else ""
     if loop["state"] == "running":
         view.next_step = "follow with `autoresearch run <plan> --resume`; stop trials with `autoresearch cancel JOB`"
     else:

@@ -14,7 +14,7 @@ from typing import Any
 from autoresearch.errors import TrackingError
 from autoresearch.redact import is_secret, job_secrets, plan_secrets, redact, redact_command, redact_obj
 from autoresearch.tracking._common import DEFAULT_EXPERIMENT, Mirror, SyncReport
-from autoresearch.tracking._finish import LOOP_FINAL
+from autoresearch.tracking._finish import FINAL, LOOP_FINAL
 from autoresearch.tracking._metrics import backfill
 
 
@@ -166,6 +166,8 @@ def sync_job(syncer: Mirror, job: Any, report: SyncReport) -> str | None:
         entity, experiment, name, parent = _job_target(syncer, job, trial)
         run_id, created = syncer.ensure_run(entity, experiment, name, parent, report,
                                              job["started_at"] or job["submitted_at"])
+        if trial is not None and job["state"] not in FINAL and syncer.store.reopen(entity):
+            syncer.client.update_run(run_id, "RUNNING")  # a resumed trial goes on in its own run
         spec = json.loads(job["spec"])
         secrets = job_secrets(spec, ambient=False) + syncer.secrets  # the job's own, from the ledger
         last = syncer.store.last_node(job["id"])

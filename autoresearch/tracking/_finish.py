@@ -30,7 +30,7 @@ def finish(syncer: Mirror, report: SyncReport) -> None:
     for row in syncer.store.job_runs_to_finish():
         try:
             _upload_logs(syncer, row, report)
-            if row["state"] in FINAL:
+            if row["state"] in FINAL and row["trial_state"] != "paused":  # a paused trial's run goes on
                 syncer.client.set_terminated(row["run_id"], FINAL[row["state"]],
                                              int((row["ended_at"] or time.time()) * 1000))
                 syncer.store.finished(row["entity"])

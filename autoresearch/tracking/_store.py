@@ -162,6 +162,16 @@ class MirrorStore:
             c.execute("UPDATE tracking_runs SET finished=1, run_id=COALESCE(run_id, ?) WHERE entity=?",
                       (run_id, entity))
 
+    def reopen(self, entity: str) -> bool:
+        """A trial's run that ended with its job goes on with the trial's next job (a paused trial
+        resumed): open again, its next job's logs still to upload. False: it was open."""
+        row = self.ledger.one("SELECT finished FROM tracking_runs WHERE entity=?", (entity,))
+        if row is None or not row["finished"]:
+            return False
+        with self.ledger.tx() as c:
+            c.execute("UPDATE tracking_runs SET finished=0, logs_done=0 WHERE entity=?", (entity,))
+        return True
+
     def logs_done(self, entity: str, n: int) -> None:
         with self.ledger.tx() as c:
             c.execute("UPDATE tracking_runs SET logs_done=? WHERE entity=?", (n, entity))
@@ -288,6 +298,7 @@ class MirrorStore:
         the last ended attempt). Walks the open runs (a partial index), not every job."""
         return self.ledger.query(
             "SELECT * FROM (SELECT r.entity, r.run_id, r.logs_done, j.id AS job_id, j.state, j.ended_at, j.spec, "
+            "t.state AS trial_state, "
             "(SELECT MAX(n) FROM attempts a WHERE a.job_id=j.id AND a.state='ended') AS ended_n "
             "FROM tracking_runs r JOIN jobs j ON j.id=(CASE WHEN r.entity LIKE 'job:%' "
             "THEN CAST(substr(r.entity, 5) AS INTEGER) ELSE (SELECT COALESCE(t.job_id, (SELECT y.id FROM jobs y "

@@ -81,3 +81,87 @@ def test_a_trial_that_never_checkpoints_warns_once_and_falls_back_to_stopping(ap
     assert sorted(t.state for t in view.trials) == ["stopped", "stopped", "stopped", "succeeded"]
     warned = api._ledger.query("SELECT job_id, data FROM events WHERE kind='pause_fallback'", ())
     assert len(warned) == 1 and "hint:" in warned[0]["data"]
+
+
+# The same trial, with a gate: trials x >= 3 wait for the file `gate` before they train, and a
+# trial x == 2 takes `term_s` seconds to leave on SIGTERM (saving, say).
+GATED = TRIAL.replace("with open(f\"epochs-{x}.log\"", textwrap.dedent("""\
+    import signal
+    term_s = float(sys.argv[5])
+    if x == 2.0 and term_s:
+        signal.signal(signal.SIGTERM, lambda *_: (time.sleep(term_s), sys.exit(0)))
+    while x >= 3.0 and not os.path.exists("gate"):
+        time.sleep(0.05)
+    with open(f"epochs-{x}.log\"""").rstrip("\n") + "", 1)
+RUNNER = textwrap.dedent("""\
+    import sys
+    from autoresearch.loop.plan import load_plan
+    from autoresearch.loop.controller import Controller
+    Controller(load_plan(sys.argv[1]), monitor_every_s=0.1).run()
+""")
+PLAN = """\
+name: pause-restart
+objective: {metric: loss}
+trial: {command: "%s trial.py {x} 8 0.05 1 %s", grace: 10}
+space: {x: {choices: [1.0, 2.0, 3.0, 4.0]}}
+proposer: grid
+budget: {trials: 4, parallel: 1}
+early_stop: {kind: asha, min_steps: 1, reduction_factor: 2, pause: true}
+"""
+
+
+def _kill_when(api: Any, work: Path, term_s: float, ready: Any) -> None:
+    """Run the loop in a controller process and ``kill -9`` it once ``ready()`` holds."""
+    import signal
+    import subprocess
+
+    from tests.conftest import wait_for
+
+    (work / "trial.py").write_text(GATED)
+    (work / "plan.yaml").write_text(PLAN % (sys.executable, term_s))
+    (work / "runner.py").write_text(RUNNER)
+    proc = subprocess.Popen([sys.executable, str(work / "runner.py"), str(work / "plan.yaml")], cwd=work)
+    try:
+        wait_for(ready, timeout=60, interval=0.02)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+
+def _resume_and_check(api: Any, work: Path) -> None:
+    from autoresearch.loop.plan import load_plan
+
+    (work / "gate").write_text("")
+    view = Controller(load_plan(work / "plan.yaml"), runtime=api._runtime, monitor_every_s=0.1).run()
+    by_x = {t.params["x"]: t for t in view.trials}
+    # as without the restart: x=2, paused at rung 1, is promoted once x=3 does worse there
+    assert [r["trial_id"] for r in decisions(api, "resume")] == [by_x[2.0].trial_id]
+    assert by_x[1.0].state == "succeeded"
+    assert {by_x[x].state for x in (2.0, 3.0, 4.0)} == {"stopped"}
+    for x in (1.0, 2.0, 3.0, 4.0):
+        epochs = [int(line) for line in (work / f"epochs-{x}.log").read_text().split()]
+        assert max(Counter(epochs).values()) == 1, (x, epochs)  # no epoch trained twice
+    assert [int(e) for e in (work / "epochs-2.0.log").read_text().split()] == [1, 2]  # resumed at its epoch 2
+    assert len(decisions(api, "replan")) == 1
+
+
+def _trial_state(api: Any, x: float) -> str | None:
+    for row in api._ledger.query("SELECT state, params FROM trials", ()):
+        if json.loads(row["params"]) == {"x": x}:
+            return str(row["state"])
+    return None
+
+
+def test_a_trial_paused_when_the_controller_is_killed_is_promoted_after_resume(api: Any, work: Path) -> None:
+    _kill_when(api, work, 0, lambda: _trial_state(api, 2.0) == "paused")
+    assert _trial_state(api, 3.0) in (None, "proposed", "queued", "running")  # gated: x=2 not promotable yet
+    _resume_and_check(api, work)
+
+
+def test_a_trial_whose_pause_was_decided_before_the_kill_is_paused_when_its_job_ends(api: Any, work: Path) -> None:
+    def pause_decided() -> bool:
+        return any(json.loads(d["inputs"]).get("pause") for d in decisions(api, "stop"))
+
+    _kill_when(api, work, 3.0, pause_decided)  # x=2 takes 3 s to leave: its job ends after the kill
+    assert _trial_state(api, 2.0) == "running"
+    _resume_and_check(api, work)
