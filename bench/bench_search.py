@@ -88,7 +88,7 @@ def summarize(results: list[dict[str, Any]], strategies: list[str], budget: int)
     for r in results:
         by.setdefault((r["workload"], r["strategy"]), []).append(r)
     workloads = sorted({r["workload"] for r in results})
-    head = (f"{'workload':16s} {'strategy':16s} {'c2t median':>10s} {'IQR':>13s} {'hit':>6s} {'x ' + REFERENCE:>17s} "
+    head = (f"{'workload':16s} {'strategy':26s} {'c2t median':>10s} {'IQR':>13s} {'hit':>6s} {'x ' + REFERENCE:>17s} "
             f"{'best@budget':>12s} {'trials':>7s} {'stopped':>8s}")
     lines += [head, "-" * len(head)]
     ratios: dict[str, list[float]] = {}
@@ -102,22 +102,41 @@ def summarize(results: list[dict[str, Any]], strategies: list[str], budget: int)
             c2t = [r["compute_to_target"] for r in rows]
             med = statistics.median(c2t)
             ratio = med / ref_median if ref and math.isfinite(ref_median) and ref_median > 0 else math.nan
+            ci = boot_ratio(c2t, ref) if ref and s != REFERENCE else "-"
             ratios.setdefault(s, []).append(ratio)
             bests = [r["best"] for r in rows if r["best"] is not None]
             best = f"{statistics.median(bests):.4g}" if bests else "-"
             hits = sum(1 for x in c2t if math.isfinite(x))
             iqr = f"{fmt(pct(c2t, 0.25))}-{fmt(pct(c2t, 0.75))}"
-            lines.append(f"{w:16s} {s:16s} {fmt(med):>10s} {iqr:>13s} {hits:>3d}/{len(c2t):<2d} "
-                         f"{ratio:>17.2f} {best:>12s} {statistics.median(r['trials'] for r in rows):>7.0f} "
+            lines.append(f"{w:16s} {s:26s} {fmt(med):>10s} {iqr:>13s} {hits:>3d}/{len(c2t):<2d} "
+                         f"{ratio:>17.2f} {ci:>13s} {best:>12s} {statistics.median(r['trials'] for r in rows):>7.0f} "
                          f"{statistics.median(r['stopped'] for r in rows):>8.0f}")
         lines.append("")
     lines.append(f"geometric mean over workloads of the median compute-to-target ratio to {REFERENCE}:")
     for s, rs in ratios.items():
         finite = [r for r in rs if math.isfinite(r) and r > 0]
         gm = math.exp(sum(math.log(r) for r in finite) / len(finite)) if finite else math.nan
-        lines.append(f"  {s:16s} {gm:.2f}" + ("" if len(finite) == len(rs) else f" ({len(rs) - len(finite)} "
+        lines.append(f"  {s:26s} {gm:.2f}" + ("" if len(finite) == len(rs) else f" ({len(rs) - len(finite)} "
                                                                                "workload(s) without a ratio)"))
     return "\n".join(lines)
+
+
+def boot_ratio(xs: list[float], refs: list[float], resamples: int = 2000) -> str:
+    """A bootstrap 95% interval of median(xs) / median(refs) (a median of "never" is infinite)."""
+    rng = random.Random(1)
+    out = []
+    for _ in range(resamples):
+        a = statistics.median(rng.choices(xs, k=len(xs)))
+        b = statistics.median(rng.choices(refs, k=len(refs)))
+        if math.isinf(a) and math.isinf(b):
+            out.append(math.nan)
+        else:
+            out.append(0.0 if math.isinf(b) else math.inf if math.isinf(a) else a / b)
+    finite = sorted(x for x in out if not math.isnan(x))
+    if len(finite) < resamples / 2:
+        return "-"
+    lo, hi = finite[int(0.025 * len(finite))], finite[min(len(finite) - 1, int(0.975 * len(finite)))]
+    return f"[{lo:.2f},{hi:.2f}]"
 
 
 def aa_check(results: list[dict[str, Any]], a: str, b: str, resamples: int = 2000) -> str:
@@ -193,6 +212,7 @@ def plot(results: list[dict[str, Any]], strategies: list[str], png: Path, top: f
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--seed-start", type=int, default=0, help="first seed (develop on 0-9, report on held-out 100+)")
     ap.add_argument("--aa-seeds", type=int, default=40, help="seeds of the A/A check (random in both tools)")
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--budget", type=int, default=50, help="compute budget per run, in full trainings (x max_step)")
@@ -208,7 +228,7 @@ def main() -> None:
     if args.workloads:
         paths = [DATA / f"{w}.json.gz" for w in args.workloads]
     t0 = time.perf_counter()
-    seeds = list(range(args.seeds))
+    seeds = list(range(args.seed_start, args.seed_start + args.seeds))
     aa = [s for s in ("random", "optuna:random") if s in args.strategies]
     if args.load:
         results = [r for f in args.load for r in json.loads(f.read_text())
@@ -217,13 +237,14 @@ def main() -> None:
     else:
         results = run_all(paths, args.strategies, seeds, args.parallel, args.budget, args.top, args.jobs)
     if len(aa) == 2 and args.aa_seeds > args.seeds and not args.load:
-        results += run_all(paths, aa, list(range(args.seeds, args.aa_seeds)), args.parallel, args.budget, args.top,
-                           args.jobs)
+        results += run_all(paths, aa, list(range(args.seed_start + args.seeds, args.seed_start + args.aa_seeds)),
+                           args.parallel, args.budget, args.top, args.jobs)
     budget = statistics.median(r["grid"][-1] for r in results) if results else 0
     print(f"search benchmark: {len(paths)} workloads, {args.seeds} seeds, parallel {args.parallel}, budget "
           f"{budget:.0f} epochs per run, target = top {args.top:.0%} of recorded configs "
           f"({time.perf_counter() - t0:.0f}s)\n")
-    main_results = [r for r in results if r["seed"] < args.seeds]
+    main_results = [r for r in results if r["seed"] in seeds] if not args.load else \
+        [r for r in results if r["seed"] < args.seed_start + args.seeds]
     print(summarize(main_results, args.strategies, args.budget))
     if len(aa) == 2:
         print()

@@ -110,6 +110,11 @@ def synth_data() -> Any:
 
 
 def friedman_numpy(params: dict[str, Any], seed: int, data: Any) -> list[tuple[float, float]]:
+    return list(friedman_epochs(params, seed, data))
+
+
+def friedman_epochs(params: dict[str, Any], seed: int, data: Any) -> Any:
+    """friedman-numpy's training, one (val MSE, cpu seconds) per epoch as it goes (bench_search_real.py)."""
     xt, xv, yt, yv = data
     rng = np.random.default_rng(seed)
     units, lr, mom, wd = int(params["units"]), params["lr"], params["momentum"], params["weight_decay"]
@@ -120,7 +125,6 @@ def friedman_numpy(params: dict[str, Any], seed: int, data: Any) -> list[tuple[f
     b2 = np.zeros(1)
     weights = [w1, b1, w2, b2]
     velocity = [np.zeros_like(w) for w in weights]
-    out = []
     for _ in range(EPOCHS):
         t0 = time.process_time()
         order = rng.permutation(len(yt))
@@ -139,8 +143,7 @@ def friedman_numpy(params: dict[str, Any], seed: int, data: Any) -> list[tuple[f
                     w += v
             pred = np.maximum(xv @ w1 + b1, 0.0) @ w2 + b2
             mse = float(np.mean((pred[:, 0] - yv) ** 2))
-        out.append((mse, time.process_time() - t0))
-    return out
+        yield mse, time.process_time() - t0
 
 
 def friedman_data() -> Any:

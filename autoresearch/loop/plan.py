@@ -228,7 +228,8 @@ class Param(_Model):
 
 
 class Proposer(_Model):
-    kind: str = Field("tpe", description="random | grid | tpe | llm | agent (or a registered third-party kind).")
+    kind: str = Field("bohb", description="bohb | tpe | random | grid | llm | agent (or a registered third-party "
+                                          "kind); bohb by default (docs/search-benchmark.md).")
     seed: int | None = Field(None, description="Seed of random/tpe sampling (reproducible plans).")
     n_startup: int | None = Field(None, ge=0, description="tpe: random trials before the model kicks in.")
     # LLM proposers (anthropic, openai or an OpenAI-compatible server such as vLLM or Ollama).
@@ -274,7 +275,8 @@ def _stop_kinds(schema: dict[str, Any]) -> None:
 
 
 class EarlyStop(_Model):
-    kind: str = Field("asha", description="A registered stopper (autoresearch.loop.stopping): asha, median, ...",
+    kind: str = Field("hyperband", description="A registered stopper (autoresearch.loop.stopping): hyperband (the "
+                                               "default), asha, median, curve, ...",
                       json_schema_extra=_stop_kinds)
     min_steps: int = Field(1, ge=1, description="Never stop a trial before this step (ASHA's grace period; curve: "
                                                 "at least 3 points).")

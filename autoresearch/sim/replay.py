@@ -18,8 +18,8 @@ Two kinds of searcher, driven the same way:
 * :class:`OptunaSearcher`: an Optuna study (sampler + pruner) through ask/tell, ``trial.report``
   and ``should_prune`` on each point.
 
-A strategy is named ``<proposer>[+<stopper>]`` for ours (``tpe+asha``, ``random``; options from
-:data:`STOPPER_DEFAULTS`) or ``optuna:<sampler>[+<pruner>]`` (``optuna:tpe+sh``,
+A strategy is named ``<proposer>[+<stopper>]`` for ours (``tpe+asha``, ``random``; stopper options from
+:data:`STOPPER_DEFAULTS`, proposer options in brackets: ``bohb[fit=all]+hyperband``) or ``optuna:<sampler>[+<pruner>]`` (``optuna:tpe+sh``,
 ``optuna:tpe+hb``, ``optuna:random``). bench/bench_search.py runs strategies x seeds x workloads.
 """
 
@@ -291,6 +291,25 @@ class OptunaSearcher:
 OPTUNA_PRUNERS = {"sh": "sh", "hb": "hb", "hyperband": "hb", "median": "median"}
 
 
+def _options_in(kind: str) -> tuple[str, dict[str, Any]]:
+    """``bohb[fit=all,gamma=0.2]`` -> ("bohb", {"fit": "all", "gamma": 0.2}): proposer options in a strategy's name."""
+    head, sep, rest = kind.partition("[")
+    if not sep:
+        return kind, {}
+    if not rest.endswith("]"):
+        raise SpecError(f"strategy {kind[:60]!r}: options are [key=value,...]", hint="e.g. bohb[fit=all]+hyperband")
+    out: dict[str, Any] = {}
+    for item in filter(None, rest[:-1].split(",")):
+        key, eq, raw = item.partition("=")
+        if not eq or not key.strip():
+            raise SpecError(f"strategy {kind[:60]!r}: {item[:40]!r} is not key=value", hint="e.g. bohb[fit=all]")
+        try:
+            out[key.strip()] = float(raw)
+        except ValueError:
+            out[key.strip()] = raw.strip()
+    return head, out
+
+
 def make_searcher(strategy: str, table: CurveTable, *, seed: int = 0, parallel: int = 4,
                   stopper_options: dict[str, Any] | None = None,
                   proposer_options: dict[str, Any] | None = None) -> Any:
@@ -302,6 +321,10 @@ def make_searcher(strategy: str, table: CurveTable, *, seed: int = 0, parallel: 
             raise SpecError(f"unknown optuna pruner {pruner!r}", hint=f"one of {', '.join(OPTUNA_PRUNERS)}")
         return OptunaSearcher(table, sampler, OPTUNA_PRUNERS[pruner] if pruner else None, seed=seed)
     kind, _, stopper = name.partition("+")
+    kind, options = _options_in(kind)
+    if options:
+        proposer_options = {**(proposer_options or {}), "options": {**(proposer_options or {}).get("options", {}),
+                                                                   **options}}
     early_stop = None
     if stopper:
         early_stop = {"kind": stopper, **STOPPER_DEFAULTS, "max_steps": table.max_step, **(stopper_options or {})}

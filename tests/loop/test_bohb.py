@@ -66,6 +66,44 @@ def test_bohb_learns_from_rungs_when_no_trial_has_finished() -> None:
     assert len({(p.params["x"], p.params["k"]) for p in result.proposals}) == 8  # a batch spreads out
 
 
+def test_bohb_fit_all_weighs_every_rung_by_how_it_ranks_like_the_highest() -> None:
+    """fit: all: a model per level with data; a lower level whose ranking disagrees with the
+    highest's gets no weight, one that agrees gets weight 1."""
+    xs = [-1.9, -1.5, -1.0, -0.6, -0.2, 0.2, 0.5, 0.8, 1.1, 1.4, 1.7, 1.95]
+    history = [stopped_at(i + 1, {"x": x, "k": "b"}, 3) for i, x in enumerate(xs)]
+    proposer = make_proposer(ProposerContext(plan("bohb", proposer={"kind": "bohb", "seed": 3, "options": {
+        "fit": "all", "random_fraction": 0}})))
+    seen, bad, _ = proposer._observations(history)  # type: ignore[attr-defined]
+    fits = proposer._fits(seen, bad)  # type: ignore[attr-defined]
+    assert [(w, lv) for w, lv, *_ in fits] == [(1.0, 1), (1.0, 3)]  # step 1 ranks exactly as step 3
+    flipped = {x.tobytes(): -v for x, v in seen[1]}  # a lower level that ranks backwards
+    seen[1] = [(x, flipped[x.tobytes()]) for x, _ in seen[1]]
+    assert [lv for _, lv, *_ in proposer._fits(seen, bad)] == [3]  # type: ignore[attr-defined]
+    result = proposer.propose(history, 8)
+    assert "model fitted at step 3" in result.rationale
+    finals = [curve(p.params["x"], p.params["k"])[-1] for p in result.proposals]
+    rand = [curve(p.params["x"], p.params["k"])[-1]
+            for p in RandomProposer(ProposerContext(plan("random"))).propose(history, 8).proposals]
+    assert statistics.median(finals) < 0.8 < 1.0 < statistics.median(rand), (finals, rand)
+    assert len({(p.params["x"], p.params["k"]) for p in result.proposals}) == 8
+
+
+def test_a_plan_that_names_no_strategy_gets_bohb_and_hyperband() -> None:
+    """The defaults the benchmark shows best (docs/search-benchmark.md): proposer bohb, stopper hyperband."""
+    data = {"name": "d", "objective": {"metric": "loss"}, "trial": {"command": "train {x}"},
+            "space": {"x": {"low": 0.0, "high": 1.0}}, "early_stop": {"min_steps": 1, "max_steps": 27}}
+    parsed = parse_plan(data)
+    assert (parsed.proposer.kind, parsed.early_stop.kind) == ("bohb", "hyperband")
+    from autoresearch.loop.stopping import Hyperband, make_stopper
+
+    assert isinstance(make_stopper(parsed.early_stop), Hyperband)
+    assert make_proposer(ProposerContext(parsed)).kind == "bohb"
+    # a plan without space: runs its command as it is (bohb used to refuse it; tpe, the old default, did not)
+    bare = parse_plan({"name": "b", "objective": {"metric": "loss"}, "trial": {"command": "train"}})
+    result = make_proposer(ProposerContext(bare)).propose([], 3)
+    assert [p.params for p in result.proposals] == [{}, {}, {}]
+
+
 def test_bohb_counts_trials_stopped_below_a_level_as_bad_there() -> None:
     good = [TrialRecord(i, {"x": x, "k": "b"}, "succeeded", curve(x)[-1],
                         intermediate=list(enumerate(curve(x), 1))) for i, x in enumerate([1.0, 1.2, 1.5, 1.6], 1)]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
+from autoresearch.errors import PlanError
 from autoresearch.loop.plan import parse_plan
 from autoresearch.loop.proposers import ProposerContext, TrialRecord, kinds, make_proposer
 
@@ -89,3 +92,19 @@ def test_tpe_journal_storage_survives_a_restart(tmp_path) -> None:  # type: igno
     assert sorted(t.user_attrs["ar_trial"] for t in told) == [1, 2, 3]
     again.propose(history, 1)  # nothing is told twice
     assert len([t for t in again.study.trials if "ar_trial" in t.user_attrs]) == 3  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("kind", "options", "key"), [
+    ("llm", {"retries": "abc"}, "retries"), ("llm", {"timeout_s": float("nan")}, "timeout_s"),
+    ("llm", {"price_in": "1e9", "price_out": 1.0}, "price_in"), ("agent", {"idle_timeout": "soon"}, "idle_timeout"),
+    ("agent", {"idle_timeout": -1}, "idle_timeout"), ("bohb", {"candidates": 1e99}, "candidates")])
+def test_bad_proposer_options_are_one_line_plan_errors(kind: str, options: dict, key: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every proposer reads its options through one checked helper (proposers/_base.py): garbage is a
+    PlanError naming the key, with a hint (llm and agent raised a bare ValueError: a traceback)."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    data = {"name": "p", "objective": {"metric": "loss"}, "trial": {"command": "run {x}"},
+            "space": {"x": {"low": -2.0, "high": 2.0}}, "proposer": {"kind": kind, "options": options}}
+    with pytest.raises(PlanError, match=f"proposer.options.{key} is") as info:
+        make_proposer(ProposerContext(parse_plan(data)))
+    assert f"options: {{{key}:" in (info.value.hint or "")

@@ -166,3 +166,14 @@ def test_small_benchmark_table() -> None:
     ref_row = next(line for line in rows if line.split()[1] == REFERENCE)
     assert ref_row.split()[5] in ("1.00", "nan")
     assert "A/A check" in aa_check(results, "random", "optuna:random")
+
+
+def test_proposer_options_in_a_strategy_name(table: CurveTable) -> None:
+    searcher = make_searcher("bohb[fit=all,gamma=0.2]+hyperband", table, seed=0)
+    assert (searcher.proposer.fit, searcher.proposer.gamma) == ("all", 0.2)
+    run = replay(table, searcher, budget=150)
+    assert run.compute == 150 and run.stopped > 0
+    with pytest.raises(SpecError, match="key=value"):
+        make_searcher("bohb[fit]+hyperband", table)
+    with pytest.raises(SpecError, match=r"\[key=value"):
+        make_searcher("bohb[fit=all+hyperband", table)

@@ -121,3 +121,45 @@ class Proposer(abc.ABC):
 
     def observe(self, trial: TrialRecord) -> None:  # noqa: B027 - optional
         """A trial ended or reported; ask/tell proposers update here."""
+
+
+def proposer_options(plan: Any, known: set[str] | None = None) -> dict[str, Any]:
+    """``proposer.options`` of a plan (its model or plain data) as a dict; with ``known``, a key
+    outside it is refused, naming the kind's keys. Every proposer reads its options through here
+    and :func:`option`, so a bad option is a one-line :class:`~autoresearch.errors.PlanError`."""
+    from autoresearch.errors import PlanError
+
+    config = plan.get("proposer") if isinstance(plan, dict) else getattr(plan, "proposer", None)
+    if config is None:
+        return {}
+    raw = config.get("options") if isinstance(config, dict) else getattr(config, "options", None)
+    options = dict(raw or {}) if isinstance(raw, dict) or raw is None else None
+    kind = config.get("kind") if isinstance(config, dict) else getattr(config, "kind", "?")
+    if options is None:
+        raise PlanError(f"proposer.options is {str(raw)[:40]!r}, not a mapping", hint="e.g. options: {key: value}")
+    unknown = sorted(set(options) - known) if known is not None else []
+    if unknown:
+        raise PlanError(f"proposer.options: unknown key {str(unknown[0])[:40]!r} for {kind}",
+                        hint=f"{kind} reads " + ", ".join(sorted(known or ())))
+    return options
+
+
+def option(options: dict[str, Any], key: str, default: float | None, low: float, high: float,
+           integer: bool = False, kind: str = "") -> Any:
+    """A numeric ``proposer.options.<key>`` checked against [low, high] (whole when ``integer``);
+    ``default`` when absent (None stays None)."""
+    import math
+
+    from autoresearch.errors import PlanError
+
+    value = options.get(key, default)
+    if value is None:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        and low <= value <= high and (not integer or float(value).is_integer())
+    if not ok:
+        what = "a whole number" if integer else "a number"
+        example = f"{default:g}" if default is not None else f"{low:g}"
+        raise PlanError(f"proposer.options.{key} is {str(value)[:40]!r}; give {what} in {low:g}..{high:g}",
+                        hint=f"e.g. proposer: {{kind: {kind or '...'}, options: {{{key}: {example}}}}}")
+    return int(value) if integer else float(value)

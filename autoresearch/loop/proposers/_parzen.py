@@ -50,6 +50,9 @@ def dims_of(space: dict[str, Any]) -> list[Dim]:
 def encode_one(dim: Dim, value: Any) -> float:
     """A value as the unit cube sees it (a choice: its index); NaN when it is not in the space."""
     if dim.choices is not None:
+        for i, c in enumerate(dim.choices):  # the common case, without serializing
+            if type(c) is type(value) and isinstance(c, (str, int, float)) and c == value:
+                return float(i)
         key = canonical({"v": value})
         return next((float(i) for i, c in enumerate(dim.choices) if canonical({"v": c}) == key), math.nan)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):

@@ -24,7 +24,6 @@ import json
 import time
 from typing import Any
 
-from autoresearch.loop.proposers import _gate
 from autoresearch.loop.proposers._base import (
     Proposal,
     Proposer,
@@ -32,6 +31,8 @@ from autoresearch.loop.proposers._base import (
     ProposeResult,
     ProposerInfo,
     TrialRecord,
+    option,
+    proposer_options,
 )
 from autoresearch.loop.store import LoopStore
 
@@ -47,8 +48,7 @@ class AgentProposer(Proposer):
 
     def __init__(self, ctx: ProposerContext) -> None:
         super().__init__(ctx)
-        options = dict(_gate.as_dict(self.plan).get("proposer", {}).get("options") or {})
-        self.idle_timeout = float(options.get("idle_timeout", IDLE_TIMEOUT_S))
+        self.idle_timeout = option(proposer_options(self.plan), "idle_timeout", IDLE_TIMEOUT_S, 0.0, 1e9, kind="agent")
         self.since = time.time()  # a stop_loop decision older than this run belongs to an earlier run
         self._code: Any = None
         if getattr(self.plan, "code", None) is not None:

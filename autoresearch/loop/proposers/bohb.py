@@ -31,22 +31,13 @@ from autoresearch.loop.proposers._base import (
     ProposeResult,
     ProposerInfo,
     TrialRecord,
+    option,
+    proposer_options,
 )
 from autoresearch.loop.proposers._space import canonical
 
 FINAL = math.inf  # the level of finished trials' final values
 PENDING = ("proposed", "queued", "running")
-
-
-def _option(options: dict[str, Any], key: str, default: float, low: float, high: float, integer: bool = False) -> Any:
-    value = options.get(key, default)
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
-        and low <= value <= high and (not integer or float(value).is_integer())
-    if not ok:
-        kind = "a whole number" if integer else "a number"
-        raise PlanError(f"proposer.options.{key} is {str(value)[:40]!r}; give {kind} in {low:g}..{high:g}",
-                        hint=f"e.g. proposer: {{kind: bohb, options: {{{key}: {default:g}}}}}")
-    return int(value) if integer else float(value)
 
 
 def rungs(plan: Any) -> list[int]:
@@ -78,22 +69,17 @@ class BOHBProposer(Proposer):
 
         from autoresearch.loop.proposers._parzen import dims_of
 
-        if not self.plan.space:
-            raise PlanError("proposer bohb needs a space: to model", hint="give space: parameters, or use llm")
-        opts = dict(self.plan.proposer.options)
         known = {"gamma", "random_fraction", "candidates", "min_points", "fit", "llm_prior", "llm_confidence"}
-        if "llm_prior" in opts:  # the llm proposer's own options too
+        if "llm_prior" in proposer_options(self.plan):  # the llm proposer's own options too
             known |= {"retries", "backoff_s", "timeout_s", "price_in", "price_out", "history_limit"}
-        unknown = sorted(set(opts) - known)
-        if unknown:
-            raise PlanError(f"proposer.options: unknown key {unknown[0]!r} for bohb",
-                            hint="bohb reads " + ", ".join(sorted(known)))
+        opts = proposer_options(self.plan, known)
         self.dims = dims_of(self.plan.space)
-        self.gamma = _option(opts, "gamma", 0.15, 0.01, 0.99)
-        self.random_fraction = _option(opts, "random_fraction", 0.33, 0.0, 1.0)
-        self.candidates = _option(opts, "candidates", 64, 1, 10_000, integer=True)
+        self.gamma = option(opts, "gamma", 0.15, 0.01, 0.99, kind="bohb")
+        self.random_fraction = option(opts, "random_fraction", 0.33, 0.0, 1.0, kind="bohb")
+        self.candidates = option(opts, "candidates", 64, 1, 10_000, integer=True, kind="bohb")
         floor = self.plan.proposer.n_startup or 0
-        self.min_points = max(floor, _option(opts, "min_points", len(self.dims) + 2, 2, 10_000, integer=True))
+        self.min_points = max(floor, option(opts, "min_points", len(self.dims) + 2, 2, 10_000, integer=True,
+                                                  kind="bohb"))
         self.sign = 1.0 if self.plan.objective.goal == "minimize" else -1.0
         self.levels = rungs(self.plan)
         # An LLM's suggestions as the prior (options.llm_prior: how many to ask for, once): the plan's
@@ -103,14 +89,15 @@ class BOHBProposer(Proposer):
         if "llm_prior" in opts:
             from autoresearch.loop.proposers.llm import LLMProposer
 
-            self.llm_k = _option(opts, "llm_prior", 4, 1, 50, integer=True)
-            self.llm_conf = _option(opts, "llm_confidence", 0.5, 0.01, 0.99)
+            self.llm_k = option(opts, "llm_prior", 4, 1, 50, integer=True, kind="bohb")
+            self.llm_conf = option(opts, "llm_confidence", 0.5, 0.01, 0.99, kind="bohb")
             self.llm = LLMProposer(ctx)  # no key, no provider: refused here, before anything launches
             self.blocking = True  # the first proposal waits for the model
         self.fit = str(opts.get("fit", "level"))
-        if self.fit not in ("level", "rank"):
-            raise PlanError(f"proposer.options.fit is {self.fit[:40]!r}; give level or rank",
-                            hint="level: the model of the highest rung with data (BOHB); rank: every trial ranked "
+        if self.fit not in ("all", "level", "rank"):
+            raise PlanError(f"proposer.options.fit is {self.fit[:40]!r}; give all, level or rank",
+                            hint="level: the model of the highest rung with data (BOHB); all: a model per rung, "
+                                 "weighted by how well each ranks like the highest; rank: every trial ranked "
                                  "by how far it got, then its value there")
 
     def info(self) -> ProposerInfo:
@@ -198,11 +185,71 @@ class BOHBProposer(Proposer):
                 out.append((x, (1, math.inf)))
         return out
 
+    def _fits(self, seen: dict[float, list[tuple[Any, float]]], bad: dict[float, list[Any]]) -> list[Any]:
+        """fit: all: (weight, level, good rows, bad rows) for every level with ``min_points``
+        observations, ascending. The highest weighs 1; a lower one as its ranking agrees with the
+        highest's on the trials that reached both (Kendall's tau, floored at 0; MFES-HB weighs its
+        per-fidelity models the same way), or as its share of the highest's steps when fewer than
+        3 trials reached both."""
+        import numpy as np
+
+        levels = [lv for lv in [*self.levels, FINAL] if len(seen[lv]) >= self.min_points]
+        if not levels:
+            return []
+        top = levels[-1]
+        top_of = {x.tobytes(): v for x, v in seen[top]}
+        end = self.top_step()
+        out = []
+        for lv in levels:
+            obs = sorted(seen[lv], key=lambda xv: xv[1])
+            n_good = max(1, math.ceil(self.gamma * len(obs)))
+            weight = 1.0
+            if lv != top:
+                pairs = [(v, top_of[x.tobytes()]) for x, v in obs if x.tobytes() in top_of]
+                if len(pairs) >= 3:
+                    signs = [np.sign(a[0] - b[0]) * np.sign(a[1] - b[1]) for i, a in enumerate(pairs)
+                             for b in pairs[i + 1:]]
+                    weight = max(0.0, float(np.mean(signs)))
+                else:
+                    weight = (lv if lv != FINAL else end) / (top if top != FINAL else end)
+            if weight > 0:
+                out.append((weight, lv, np.array([x for x, _ in obs[:n_good]]),
+                            [x for x, _ in obs[n_good:]] + bad[lv]))
+        return out
+
+    def top_step(self) -> float:
+        es = self.plan.early_stop
+        top = getattr(es, "max_steps", None) if es is not None else None
+        return float(top or (self.levels[-1] * 3 if self.levels else 1))
+
+    def _best_of_fits(self, fits: list[Any], pending: list[Any], batch: list[Any], anchors: Any, rng: Any) -> Any:
+        """The candidate (drawn from the good densities, as many from each as its weight's share)
+        with the highest weighted sum of log good/bad ratios over the levels. A trial in flight below
+        a level, and the batch's earlier proposals, count as bad there (constant liar)."""
+        import numpy as np
+
+        from autoresearch.loop.proposers._parzen import Parzen
+
+        total = sum(w for w, *_ in fits)
+        models, cands = [], []
+        for w, lv, good_x, bad_x in fits:
+            good = Parzen(self.dims, good_x, user_prior=True, anchors=anchors,
+                          anchor_confidence=getattr(self, "llm_conf", 0.5))
+            rest = bad_x + [x for x, last in pending if last < lv] + batch
+            models.append((w / total, good, Parzen(self.dims, np.array(rest).reshape(-1, len(self.dims)), False)))
+            cands.append(good.sample(rng, max(1, round(self.candidates * w / total))))
+        pool = np.concatenate(cands)
+        score = sum(w * (g.logpdf(pool) - b.logpdf(pool)) for w, g, b in models)
+        return pool[int(np.argmax(score))]
+
     def propose(self, history: list[TrialRecord], n: int) -> ProposeResult:
         import numpy as np
 
         from autoresearch.loop.proposers._parzen import Parzen, best_candidate, decode, sample_prior
 
+        if not self.dims:  # nothing to search (the plan's default proposer on a plan without space:)
+            return ProposeResult([Proposal({}, rationale="no space: to search") for _ in range(n)], self.info(),
+                                 rationale="the plan has no space: each trial runs the command as it is")
         asked = self._ask_llm(history) if self.llm is not None and self.anchors is None else None
         anchors = self.anchors if self.anchors is not None and len(self.anchors) else None
         explore = sum(1 for r in history if r.role == "explore")
@@ -215,6 +262,7 @@ class BOHBProposer(Proposer):
         model_used = 0
         good_x: Any = None
         bad_x: list[Any] = []
+        fits: list[Any] = []
         if self.fit == "rank":
             ranked = self._ranked(history)
             level = "rank" if len(ranked) >= self.min_points else None  # type: ignore[assignment]
@@ -225,6 +273,9 @@ class BOHBProposer(Proposer):
                 bad_x = [x for x, _ in ranked[n_good:]]
                 seen[level] = [(x, 0.0) for x, _ in ranked]  # type: ignore[index]
                 bad[level] = []  # type: ignore[index]
+        elif self.fit == "all":
+            fits = self._fits(seen, bad)
+            level = fits[-1][1] if fits else None
         elif level is not None:
             obs = sorted(seen[level], key=lambda xv: xv[1])
             n_good = max(1, math.ceil(self.gamma * len(obs)))
@@ -234,6 +285,7 @@ class BOHBProposer(Proposer):
         cut = math.inf if level is None or level == FINAL else level if level != "rank" else \
             (self.levels[0] if self.levels else math.inf)
         lies: list[Any] = [x for x, last in pending if last < cut]
+        batch: list[Any] = []  # this call's proposals so far
         for _ in range(n):
             unused = [a for a in (anchors if anchors is not None else []) if canonical(decode(self.dims, a)) not in taken]
             for _attempt in range(10):
@@ -244,6 +296,8 @@ class BOHBProposer(Proposer):
                     if anchors is not None:
                         row = Parzen(self.dims, np.zeros((0, len(self.dims))), True, anchors=anchors,
                                      anchor_confidence=self.llm_conf).sample(rng, 1)[0]
+                elif self.fit == "all":
+                    row, how = self._best_of_fits(fits, pending, batch, anchors, rng), "model"
                 else:
                     good = Parzen(self.dims, good_x, user_prior=True, anchors=anchors,
                                   anchor_confidence=getattr(self, "llm_conf", 0.5))
@@ -255,6 +309,7 @@ class BOHBProposer(Proposer):
                     break
             taken.add(canonical(params))
             lies.append(row)
+            batch.append(row)
             model_used += how == "model"
             where = self._where(level)
             why = f"BOHB model at {where} ({len(seen[level])} trials there)" if how == "model" and level is not None \

@@ -33,6 +33,8 @@ from autoresearch.loop.proposers._base import (
     ProposeResult,
     ProposerInfo,
     TrialRecord,
+    option,
+    proposer_options,
 )
 from autoresearch.loop.proposers._pricing import cost_usd
 from autoresearch.loop.proposers._providers import ProposerError
@@ -77,7 +79,7 @@ class LLMProposer(Proposer):
         super().__init__(ctx)
         plan = _gate.as_dict(ctx.plan)
         config = dict(_gate.as_dict(plan.get("proposer")) or {})
-        options = dict(config.get("options") or {})
+        options = proposer_options(plan)
         self.check(plan, api_key=api_key)
         self.space = _gate.normalize(plan.get("space"))
         objective = _gate.as_dict(plan.get("objective")) or {}
@@ -90,12 +92,13 @@ class LLMProposer(Proposer):
         self.api_key = _api_key(config, api_key)
         self.max_tokens = int(config.get("max_tokens") or 4096)
         self.batch = config.get("batch")
-        self.retries = int(options.get("retries", 4))
-        self.backoff_s = float(options.get("backoff_s", 1.0))
-        self.timeout_s = float(options.get("timeout_s", 120.0))
-        self.history_limit = int(options.get("history_limit", 30))
-        price_in, price_out = options.get("price_in"), options.get("price_out")
-        self.price = (float(price_in), float(price_out)) if price_in is not None and price_out is not None else None
+        self.retries = option(options, "retries", 4, 0, 100, integer=True, kind="llm")
+        self.backoff_s = option(options, "backoff_s", 1.0, 0.0, 3600.0, kind="llm")
+        self.timeout_s = option(options, "timeout_s", 120.0, 0.001, 86400.0, kind="llm")
+        self.history_limit = option(options, "history_limit", 30, 1, 100_000, integer=True, kind="llm")
+        price_in = option(options, "price_in", None, 0.0, 1e6, kind="llm")
+        price_out = option(options, "price_out", None, 0.0, 1e6, kind="llm")
+        self.price = (price_in, price_out) if price_in is not None and price_out is not None else None
         code = _gate.as_dict(plan.get("code"))
         self.workdir = Path((_gate.as_dict(plan.get("trial")) or {}).get("workdir", ".")).expanduser().resolve()
         self.code: CodeSearch | None = None
