@@ -4,7 +4,8 @@
 
 Prints tables measured in this run on this machine (not a test):
 
-1. Launch throughput: ``--jobs`` ``true`` jobs at ``--parallel`` in flight. A plain Python
+1. Launch throughput (and the CPU per trial of each process: the submitter, the pass daemon, the
+   supervisors with their commands): ``--jobs`` ``true`` jobs at ``--parallel`` in flight. A plain Python
    Popen loop (64 children at a time, reaped with os.wait) against the Python API: one
    ``Api.submit`` per job, and one ``jobs.submit_many`` for all; each job asks for
    cpus = ncpu / parallel, so the engine itself keeps ``--parallel`` running and starts the
@@ -39,10 +40,13 @@ os.environ["AUTORESEARCH_SYNC"] = "off"
 os.environ.setdefault("AUTORESEARCH_GPUS", "1")
 
 
+POPEN_CPU_MS = [0.0]  # CPU ms per job of the Popen loop (parent and children)
+
+
 def popen_loop(jobs: int, parallel: int) -> float:
     from collections import deque
 
-    t0 = time.perf_counter()
+    t0, before = time.perf_counter(), os.times()
     running: deque[subprocess.Popen[bytes]] = deque()
     for _ in range(jobs):
         if len(running) >= parallel:
@@ -50,6 +54,8 @@ def popen_loop(jobs: int, parallel: int) -> float:
         running.append(subprocess.Popen(["true"]))
     while running:
         running.popleft().wait()
+    after = os.times()
+    POPEN_CPU_MS[0] = sum(after[i] - before[i] for i in range(4)) * 1000 / jobs
     return time.perf_counter() - t0
 
 
@@ -77,15 +83,38 @@ def ours(tmp: Path, jobs: int, parallel: int, batch: bool, daemon: bool) -> floa
     home = Path(tempfile.mkdtemp(dir=tmp))
     api = Api(home)
     spec = {"command": ["true"], "workdir": str(tmp), "cpus": (os.cpu_count() or 1) / parallel}
-    t0 = time.perf_counter()
+    # The daemon as our own child (submits find it running and start none): its CPU, and that of the
+    # supervisors it forked (with their commands), come back with its exit status.
+    daemon_proc = subprocess.Popen([sys.executable, "-m", "autoresearch.passd", "--home", str(home), "--idle", "2"]) \
+        if daemon else None
+    if daemon_proc is not None:
+        from autoresearch import passd
+
+        while passd.running_pid(home) != daemon_proc.pid:  # it listens
+            time.sleep(0.01)
+    t0, cpu0 = time.perf_counter(), time.process_time()
     if batch and hasattr(J, "submit_many"):
         ids = J.submit_many(api._runtime, [spec] * jobs)  # type: ignore[attr-defined]
     else:
         ids = [int(api.submit(spec).id) for _ in range(jobs)]
     _wait_all(api, ids)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    CPU[label_of(batch, daemon)] = {"submitter": cpu * 1000 / jobs}
+    if daemon_proc is not None:
+        fields = Path(f"/proc/{daemon_proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        _, _, tree = os.wait4(daemon_proc.pid, 0)  # itself and the supervisors it reaped
+        CPU[label_of(batch, daemon)].update(daemon=own * 1000 / jobs,
+                                            tree=(tree.ru_utime + tree.ru_stime) * 1000 / jobs)
     _stop_daemon(home)
     return wall
+
+
+CPU: dict[str, dict[str, float]] = {}  # how -> CPU ms per trial: submitter, daemon, supervisors (+ their commands)
+
+
+def label_of(batch: bool, daemon: bool) -> str:
+    return ("jobs.submit_many" if batch else "Api.submit per job") + (", pass daemon" if daemon else ", no daemon")
 
 
 def _stop_daemon(home: Path) -> None:
@@ -171,7 +200,7 @@ class StageClock:
         row = {**self.marks, "checks": t0, "end": started}
         order = [name for name, _ in STAGES] + ["end"]
         if all(k in row for k in order):
-            self.rows.append({name: (row[nxt] - row[name]) * 1000 for name, nxt in zip(order, order[1:])})
+            self.rows.append({name: (row[nxt] - row[name]) * 1000 for name, nxt in zip(order, order[1:], strict=False)})
         self.marks.clear()
 
 
@@ -259,6 +288,13 @@ def main() -> None:
                     continue
                 wall = ours(tmp, args.jobs, args.parallel, batch, daemon)
                 print(f"| {label} | {wall:.2f} | {args.jobs / wall:.0f} | {base / wall:.3f} |", flush=True)
+            print("\n### where the CPU goes: ms per trial (the Popen loop: the parent's fork/exec/wait, and `true`)\n")
+            print("| how | submitter | pass daemon | supervisors + commands | total |\n|---|---:|---:|---:|---:|")
+            print(f"| Python Popen loop | - | - | - | {POPEN_CPU_MS[0]:.2f} |")
+            for how, parts in CPU.items():
+                if "daemon" in parts:
+                    print(f"| {how} | {parts['submitter']:.2f} | {parts['daemon']:.2f} | "
+                          f"{parts['tree'] - parts['daemon']:.2f} | {parts['submitter'] + parts['tree']:.2f} |")
         if "start" not in skip:
             print(f"\n## submit->running over a bare spawn, Python API ({args.n} each)\n")
             print("| jobs in ledger | bare p50 ms | ours p50 ms | +p50 ms | +p95 ms |\n|---:|---:|---:|---:|---:|")
