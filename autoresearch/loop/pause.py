@@ -27,6 +27,7 @@ import os
 from typing import Any
 
 from autoresearch import jobs as job_ops
+from autoresearch import outbox
 from autoresearch.errors import AutoresearchError
 from autoresearch.jobstore import JobStore
 from autoresearch.loop.state import LoopHost
@@ -150,6 +151,7 @@ def _resume(c: LoopHost, row: Any) -> None:
     command = c.plan.render_command(params, int(row["seed"] or 0), trial_id)
     spec = trial_spec(c.plan, s.store.loop_id, row, params, command, row["workdir"] or c.plan.trial.workdir)
     spec["checkpoint"] = checkpoint  # the paused job's: the trial goes on from its last epoch
+    spec["tags"]["autoresearch.resumed_from_job"] = str(row["job_id"])  # its MLflow run keeps both jobs' logs
     if s.sync is not None:
         spec["env"].update(s.sync.env(trial_id))
     step = s.series[trial_id][-1][0]
@@ -163,6 +165,7 @@ def _resume(c: LoopHost, row: Any) -> None:
         return
     s.prefix[trial_id] = list(s.series[trial_id])
     s.active[trial_id] = s.update_trial(trial_id, job_id=job_id, state="queued")
+    outbox.trial_run_goes_on(c.ledger, trial_id)  # once its run points at the new job: that job's logs upload
 
 
 def finish(c: LoopHost) -> None:
