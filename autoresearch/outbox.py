@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from autoresearch.ledger import Ledger
 
 __all__ = ["KICK_FILE", "LOCK_FILE", "LOG_FILE", "TRIAL_TAG", "attempt_env", "background_enabled", "default_uri",
-           "kick", "record_llm_call", "record_report", "request_runs", "trial_runs", "tracking_enabled",
+           "kick", "record_llm_call", "record_report", "request_runs", "trial_runs", "trial_run_goes_on", "tracking_enabled",
            "tracking_uri"]
 
 LOCK_FILE = "tracking.lock"
@@ -193,6 +193,13 @@ def request_runs(ledger: Ledger, trial_ids: list[int]) -> int:
         cur = c.execute("INSERT INTO tracking_outbox(kind, payload, created_at) VALUES ('trial_run',?,?)",
                         (json.dumps([int(i) for i in trial_ids]), time.time()))
         return int(cur.lastrowid or 0)
+
+
+def trial_run_goes_on(ledger: Ledger, trial_id: int) -> None:
+    """A paused trial now runs as a new job (loop/pause.py): its MLflow run goes on, and that
+    job's attempt logs (numbered from 1 again) are still to upload."""
+    with ledger.tx() as c:
+        c.execute("UPDATE tracking_runs SET logs_done=0 WHERE entity=?", (f"trial:{int(trial_id)}",))
 
 
 def trial_runs(ledger: Ledger, trial_ids: list[int]) -> dict[int, str]:

@@ -27,6 +27,7 @@ import os
 from typing import Any
 
 from autoresearch import jobs as job_ops
+from autoresearch import outbox
 from autoresearch.errors import AutoresearchError
 from autoresearch.jobstore import JobStore
 from autoresearch.loop.state import LoopHost
@@ -101,9 +102,7 @@ def restore(c: LoopHost, rows: list[Any]) -> None:
                 and stop.get("job_id") == row["job_id"]):
             s.pause_at.add(row["id"])
             s.stopping.add(row["id"])
-            job = JobStore(c.ledger).job(row["job_id"])
-            if job is not None and not job["cancel_requested"]:  # killed between the decision and the cancel
-                job_ops.cancel(c.runtime, [row["job_id"]], reason="stopped")
+            _stop_again(c, row["job_id"])
     paused = [r for r in rows if r["state"] == "paused" and r["job_id"] is not None]
     if not paused:
         return
@@ -113,6 +112,21 @@ def restore(c: LoopHost, rows: list[Any]) -> None:
     if c.stopper is not None:
         for r in paused:  # the rungs it passed are judged already: once resumed it is judged further up
             c.stopper.adopt(r["id"], s.series.get(r["id"], []))
+
+
+def _stop_again(c: LoopHost, job_id: int) -> None:
+    """The controller was killed between a pause decision and the end of its cancel (write-ahead:
+    the intent is carried out now): cancel the job, or stop its attempt that was never told."""
+    store = JobStore(c.ledger)
+    job = store.job(job_id)
+    if job is None or job["state"] not in ("queued", "starting", "running"):
+        return
+    if not job["cancel_requested"]:
+        job_ops.cancel(c.runtime, [job_id], reason="stopped")
+        return
+    last = store.latest_attempt(job_id)
+    if last is not None and last["state"] in ("starting", "running") and last["stop_reason"] is None:
+        c.runtime.request_stop(job_id, last["n"], "stopped")
 
 
 def _inputs(text: Any) -> dict[str, Any]:
@@ -152,6 +166,7 @@ def _resume(c: LoopHost, row: Any) -> None:
     command = c.plan.render_command(params, int(row["seed"] or 0), trial_id)
     spec = trial_spec(c.plan, s.store.loop_id, row, params, command, row["workdir"] or c.plan.trial.workdir)
     spec["checkpoint"] = checkpoint  # the paused job's: the trial goes on from its last epoch
+    spec["tags"]["autoresearch.resumed_from_job"] = str(row["job_id"])  # its MLflow run keeps both jobs' logs
     if s.sync is not None:
         spec["env"].update(s.sync.env(trial_id))
     step = s.series[trial_id][-1][0]
@@ -165,6 +180,7 @@ def _resume(c: LoopHost, row: Any) -> None:
         return
     s.prefix[trial_id] = list(s.series[trial_id])
     s.active[trial_id] = s.update_trial(trial_id, job_id=job_id, state="queued")
+    outbox.trial_run_goes_on(c.ledger, trial_id)  # once its run points at the new job: that job's logs upload
 
 
 def finish(c: LoopHost) -> None:

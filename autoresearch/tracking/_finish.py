@@ -82,9 +82,11 @@ def _upload_logs(syncer: Mirror, row: Any, report: SyncReport) -> None:
     spec = json.loads(row["spec"])
     secrets = job_secrets(spec)  # from the ledger, whichever process mirrors it
     upto = row["ended_n"] or 0
+    # a resumed trial's later job (loop/pause.py) logs beside its first job's, not over them
+    job = f"job-{row['job_id']}-" if (spec.get("tags") or {}).get("autoresearch.resumed_from_job") else ""
     for att in syncer.store.logs_to_upload(row["job_id"], row["logs_done"], upto):
         text = _read_capped(att["log_path"])
-        syncer.client.log_text(row["run_id"], redact(text, secrets), f"logs/attempt-{att['n']}.log")
+        syncer.client.log_text(row["run_id"], redact(text, secrets), f"logs/{job}attempt-{att['n']}.log")
         report.artifacts += 1
         syncer.store.logs_done(row["entity"], att["n"])
 

@@ -102,7 +102,7 @@ RUNNER = textwrap.dedent("""\
 PLAN = """\
 name: pause-restart
 objective: {metric: loss}
-trial: {command: "%s trial.py {x} 8 0.05 1 %s", grace: 10}
+trial: {command: "%s trial.py {x} 8 0.3 1 %s", grace: 10}  # slow epochs: a stop lands before the next
 space: {x: {choices: [1.0, 2.0, 3.0, 4.0]}}
 proposer: grid
 budget: {trials: 4, parallel: 1}

@@ -50,6 +50,8 @@ def test_a_resumed_trial_continues_its_own_mlflow_run(api: Any, quiet: Path, tmp
     status = {r.data.tags.get("autoresearch.trial_id"): r.info.status for r in runs}
     assert status[str(resumed)] == "FINISHED"  # as the trial ended, not as its first job did
     assert status[str(by_x[3.0].trial_id)] == status[str(by_x[4.0].trial_id)] == "KILLED"
+    logs = sorted(a.path for a in client(uri).list_artifacts(run_id, "logs"))
+    assert logs == ["logs/attempt-1.log", f"logs/job-{by_x[2.0].job_id}-attempt-1.log"]  # both jobs' logs
 
 
 def _runs(api: Any) -> dict[int, str]:
