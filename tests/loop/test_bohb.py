@@ -98,8 +98,9 @@ def test_a_plan_that_names_no_strategy_gets_bohb_and_hyperband() -> None:
 
     assert isinstance(make_stopper(parsed.early_stop), Hyperband)
     assert make_proposer(ProposerContext(parsed)).kind == "bohb"
-    # a plan without space: runs its command as it is (bohb used to refuse it; tpe, the old default, did not)
-    bare = parse_plan({"name": "b", "objective": {"metric": "loss"}, "trial": {"command": "train"}})
+    # a plan without space (it has a code: section): runs its command as it is (bohb refused it; tpe did not)
+    bare = parse_plan({"name": "b", "objective": {"metric": "loss"}, "trial": {"command": "train"},
+                       "code": {"files": ["train.py"]}})
     result = make_proposer(ProposerContext(bare)).propose([], 3)
     assert [p.params for p in result.proposals] == [{}, {}, {}]
 

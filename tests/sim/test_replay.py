@@ -164,7 +164,7 @@ def test_small_benchmark_table() -> None:
     rows = [line for line in text.splitlines() if line.split()[1:2] and line.split()[1] in strategies]
     assert len(rows) == 4
     ref_row = next(line for line in rows if line.split()[1] == REFERENCE)
-    assert ref_row.split()[5] in ("1.00", "nan")
+    assert ref_row.split()[5] == "1.00"
     assert "A/A check" in aa_check(results, "random", "optuna:random")
 
 
@@ -177,3 +177,22 @@ def test_proposer_options_in_a_strategy_name(table: CurveTable) -> None:
         make_searcher("bohb[fit]+hyperband", table)
     with pytest.raises(SpecError, match=r"\[key=value"):
         make_searcher("bohb[fit=all+hyperband", table)
+
+
+def test_a_reference_that_never_reaches_the_target_counts_as_the_budget_in_the_ratio() -> None:
+    """Optuna's median compute-to-target may be "never": the ratio then counts it as the budget (a
+    lower bound on its compute, so the ratio is an upper bound), with a bootstrap interval."""
+    sys.path.insert(0, str(ROOT))
+    from bench.bench_search import REFERENCE, summarize
+
+    def row(strategy: str, c2t: float) -> dict[str, Any]:
+        return {"workload": "w", "strategy": strategy, "compute_to_target": c2t, "best": 1.0, "trials": 9,
+                "stopped": 3, "grid": [500.0, 1000.0]}
+
+    results = [row(REFERENCE, math.inf if i % 3 else 400.0) for i in range(9)]
+    results += [row("ours", 100.0 + i) for i in range(9)]
+    text = summarize(results, [REFERENCE, "ours"], 1000)
+    ours = next(line.split() for line in text.splitlines() if line.split()[1:2] == ["ours"])
+    assert ours[2] == "104" and ours[4] == "9/9" and ours[5] == "0.10", ours  # 104 / 1000 (never -> budget)
+    low, high = (float(x) for x in ours[6].strip("[]").split(","))
+    assert 0.1 <= low <= 0.104 <= high <= 0.27
