@@ -37,13 +37,41 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return proc
 
 
+# The CLI's ``main`` on each argv in turn, in one fresh interpreter (one start, not one per
+# command): each command's exit code, stdout and stderr, a traceback included if one escaped.
+CLI_EACH = """
+import contextlib, io, json, sys, traceback
+from autoresearch.cli import main
+done = []
+for argv in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exit:
+            code = exit.code
+        except BaseException:
+            traceback.print_exc()
+            code = "raised"
+    done.append([argv, code, out.getvalue(), err.getvalue()])
+print(json.dumps(done))
+"""
+
+
+def cli_each(*commands: list[str]) -> None:
+    """Each command exits 0 with no traceback, as ``cli`` checks (run by ``main`` in one interpreter)."""
+    proc = subprocess.run([PY, "-c", CLI_EACH, json.dumps(commands)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, (commands, proc.stdout, proc.stderr)
+    for args, code, out, err in json.loads(proc.stdout):
+        assert code == 0 and "Traceback" not in err + out, (args, code, out, err)
+
+
 def assert_home_still_works(api: Any, hostile: int) -> dict[str, Any]:
     """Another job starts and ends; the read commands work; returns the hostile job's ``status --json``."""
     other = submit(api, ["/bin/sh", "-c", "echo loss=1"], name="bystander")
     assert wait_state(api, other, "succeeded").attempts == 1
     assert [m.name for m in api.metrics(other)] == ["loss"]
-    for args in (["status", str(hostile)], ["list"], ["nodes"], ["status"]):
-        cli(*args)
+    cli_each(["status", str(hostile)], ["list"], ["nodes"], ["status"])
     return dict(json.loads(cli("status", str(hostile), "--json").stdout))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -22,32 +23,42 @@ from tests.tracking.conftest import (
     metric_history,
 )
 
-CRASHING_SYNC = """
-import os, sys
+CRASHING_SYNCS = """
+import json, os, sys
 from mlflow.tracking import MlflowClient
-real, mode, at, calls = MlflowClient.log_batch, sys.argv[1], int(sys.argv[2]), [0]
-def log_batch(self, run_id, metrics=(), params=(), tags=(), **kw):
-    if metrics:
+from autoresearch import tracking
+from autoresearch.tracking import _metrics
+real, real_bulk = MlflowClient.log_batch, _metrics.bulk_log
+codes = []
+for mode, at in json.loads(sys.argv[1]):
+    # Each crash in a process of its own, forked before anything touched the store: as fresh as a
+    # new interpreter (no client, no store, no connection yet), without importing mlflow again.
+    pid = os.fork()
+    if pid:
+        codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+        continue
+    calls = [0]
+    def log_batch(self, run_id, metrics=(), params=(), tags=(), **kw):
+        if metrics:
+            calls[0] += 1
+            if mode == "before" and calls[0] == at:
+                os._exit(9)  # killed before MLflow saw the batch
+        out = real(self, run_id, metrics=metrics, params=params, tags=tags, **kw)
+        if metrics and mode == "after" and calls[0] == at:
+            os._exit(9)  # killed after MLflow took the batch, before the ledger cursor moved
+        return out
+    MlflowClient.log_batch = log_batch
+    def bulk_log(store, run_id, points):  # the SQL store's bulk path (issue 16): killed the same ways
         calls[0] += 1
         if mode == "before" and calls[0] == at:
-            os._exit(9)  # killed before MLflow saw the batch
-    out = real(self, run_id, metrics=metrics, params=params, tags=tags, **kw)
-    if metrics and mode == "after" and calls[0] == at:
-        os._exit(9)  # killed after MLflow took the batch, before the ledger cursor moved
-    return out
-MlflowClient.log_batch = log_batch
-from autoresearch.tracking import _metrics
-real_bulk = _metrics.bulk_log
-def bulk_log(store, run_id, points):  # the SQL store's bulk path (issue 16): killed the same ways
-    calls[0] += 1
-    if mode == "before" and calls[0] == at:
-        os._exit(9)
-    real_bulk(store, run_id, points)
-    if mode == "after" and calls[0] == at:
-        os._exit(9)
-_metrics.bulk_log = bulk_log
-from autoresearch import tracking
-tracking.sync()
+            os._exit(9)
+        real_bulk(store, run_id, points)
+        if mode == "after" and calls[0] == at:
+            os._exit(9)
+    _metrics.bulk_log = bulk_log
+    tracking.sync()
+    os._exit(0)  # the sync finished: the crash point was never reached
+print(json.dumps(codes))
 """
 
 
@@ -73,10 +84,9 @@ def test_sync_killed_mid_batch_resumes_without_duplicate_or_gap(api: Any, quiet:
         wait_state(api, job, "succeeded", timeout=60)
     # The bulk path writes a job's points in a few calls, log_batch in many: crash points that both reach.
     crashes = (("after", 1), ("before", 1), ("after", 1)) if bulk == "on" else (("after", 3), ("before", 4), ("after", 2))
-    for mode, at in crashes:
-        proc = subprocess.run([sys.executable, "-c", CRASHING_SYNC, mode, str(at)], capture_output=True, text=True,
-                              timeout=120)
-        assert proc.returncode == 9, proc.stderr[-2000:]
+    proc = subprocess.run([sys.executable, "-c", CRASHING_SYNCS, json.dumps(crashes)], capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0 and json.loads(proc.stdout) == [9, 9, 9], proc.stdout + proc.stderr[-2000:]
     tracking.sync()
     uri = tracking.tracking_uri(quiet)
     for job in jobs:
