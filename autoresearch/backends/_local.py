@@ -164,7 +164,7 @@ class LocalBackend(Backend):
                 created = 0.0
             if created and time.time() - created < START_GRACE_S:
                 return AttemptStatus("starting")
-            return AttemptStatus("lost", ended_at=time.time(), detail="supervisor never started")
+            return AttemptStatus("lost", ended_at=time.time(), detail=sup.NEVER_STARTED)
         if sup.is_alive(int(state["supervisor_pid"]), state.get("supervisor_start")):
             return AttemptStatus("running", started_at=state.get("started_at"))
         # The supervisor may have finished between our two reads.

@@ -35,6 +35,9 @@ import time
 from typing import Any, NoReturn
 
 STATE, STOP, EXIT, REAPED = "state.json", "stop.json", "exit.json", "reaped"
+# The ending of an attempt whose launcher died before its supervisor wrote state.json: retried as
+# infra, but the launcher's loss, not the node's (the health monitor does not count it against it).
+NEVER_STARTED = "supervisor never started"
 ACK_WAIT_S = 3.0  # how long a poked watcher has to record the ending (the docker waiter's bound)
 ACK_MAX_S = 30.0  # a local supervisor waits as long as somebody listens (a busy pass daemon), up to this
 LISTEN_CHECK_S = 0.5  # how often it checks that somebody still listens; nobody: it runs the pass itself

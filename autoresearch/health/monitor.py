@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from autoresearch.backends import Backend
+from autoresearch.backends._supervisor import NEVER_STARTED
 from autoresearch.errors import LedgerError
 from autoresearch.health import config as C
 from autoresearch.health import policy
@@ -173,7 +174,8 @@ class Health:
                     self.store.record(_redacted([_owned(f, att["job_id"], att["n"]) for f in seen]))
         found = self.store.attempt_findings(att["job_id"], att["n"])
         classified = policy.failure_class(end_reason, exit_code, detail, found)
-        if classified is not None and classified.cls == "infra" and node and config.enabled:
+        if (classified is not None and classified.cls == "infra" and node and config.enabled
+                and detail != NEVER_STARTED):  # a launcher killed mid-launch: nothing ran on the node
             self.store.record([Finding(node, "infra_failure", "infra", "soft", "ending", None,
                                        f"job {att['job_id']} attempt {att['n']}: {classified.why}"[:300], now,
                                        att["job_id"], att["n"])])

@@ -53,13 +53,13 @@ KILLED_MID_BATCH = textwrap.dedent("""\
 
     LocalBackend.start = start
     api = Api()
-    jobs.submit_many(api._runtime, [{"command": ["true"], "workdir": sys.argv[1]}] * 3)
+    jobs.submit_many(api._runtime, [{"command": ["true"], "workdir": sys.argv[1]}] * int(sys.argv[2]))
 """)
 
 
 def test_a_launcher_killed_mid_batch_starts_each_job_once_and_retries_the_unstarted(api: Any, home: Path,
                                                                                    tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", KILLED_MID_BATCH, str(tmp_path)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", KILLED_MID_BATCH, str(tmp_path), "3"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 9, done.stderr
     assert [r["state"] for r in api._ledger.query("SELECT state FROM attempts ORDER BY job_id")] == ["starting"] * 3
@@ -70,3 +70,18 @@ def test_a_launcher_killed_mid_batch_starts_each_job_once_and_retries_the_unstar
         wait_state(api, job, "succeeded")
     attempts = {r["job_id"]: r["n"] for r in api._ledger.query("SELECT job_id, MAX(n) AS n FROM attempts GROUP BY job_id")}
     assert attempts == {1: 1, 2: 2, 3: 2}  # the started one ran once; the two never started were retried
+
+
+def test_a_launcher_killed_mid_batch_does_not_cordon_the_node(api: Any, home: Path, tmp_path: Path) -> None:
+    """Attempts whose launcher died before their supervisor started are the launcher's loss, not the
+    machine's: four of them at once (more than health's cordon_after: 3) must not cordon the only node,
+    or every job waits forever (a controller killed mid-launch did exactly that)."""
+    done = subprocess.run([sys.executable, "-c", KILLED_MID_BATCH, str(tmp_path), "5"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 9, done.stderr
+
+    api._runtime.tick()
+
+    for job in range(1, 6):
+        wait_state(api, job, "succeeded")
+    assert [r["state"] for r in api._ledger.query("SELECT state FROM nodes")] == ["healthy"]
