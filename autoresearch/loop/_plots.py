@@ -324,6 +324,10 @@ def plot_parallel(data: ReportData) -> Any:
 
 def plot_importances(data: ReportData) -> Any:
     """Parameter importances: optuna's fANOVA over the loop's finished trials (needs scikit-learn)."""
+    usable = [t for t in data.view.trials if t.role == "explore" and t.state == "succeeded"
+              and t.objective is not None and math.isfinite(t.objective)]
+    if len(usable) < 3:
+        return None  # before importing optuna.importance and scikit-learn (~2 s) for a plot not drawn
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -60,3 +63,20 @@ def test_unknown_backend_fails_before_anything_launches(home: Path, tmp_path: Pa
                            "space": {"x": [1]}, "backend": {"kind": "slurmm"}}, base_dir=tmp_path)
         Controller(plan, home=home).run()
     assert "unknown backend 'slurmm'" in info.value.message and "local" in info.value.hint
+
+
+def test_importances_with_under_three_finished_trials_import_no_scikit_learn() -> None:
+    """The plot needs 3 finished trials; with fewer it is skipped before optuna.importance and
+    scikit-learn are imported (~2 s of a short CLI loop's report)."""
+    code = textwrap.dedent("""\
+        import sys
+        from types import SimpleNamespace as N
+        from autoresearch.loop._plots import ReportData, plot_importances
+        t = lambda v: N(role="explore", state="succeeded", objective=v, params={"x": v}, created_at=0.0)
+        view = N(trials=[t(0.1), t(0.2), N(role="explore", state="failed", objective=None, params={}, created_at=0.0)],
+                 goal="minimize", metric="loss", name="l")
+        data = ReportData(view=view, plan={"space": {"x": {"low": 0.0, "high": 1.0}}})
+        print(plot_importances(data), "optuna.importance" in sys.modules, "sklearn" in sys.modules)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["None", "False", "False"], done.stderr[-2000:]
