@@ -482,7 +482,15 @@ class Plan(_Model):
             exclude["gate"] = True
         if not self.warm_start:
             exclude["warm_start"] = True
-        return hashlib.sha256(self.model_dump_json(exclude=exclude).encode()).hexdigest()[:16]
+        # Kinds a plan did not name are digested as the defaults they had before bohb/hyperband became
+        # the defaults, so a loop made then still resumes (it goes on with today's defaults).
+        legacy: dict[str, Any] = {}
+        if "kind" not in self.proposer.model_fields_set:
+            legacy["proposer"] = self.proposer.model_copy(update={"kind": "tpe"})
+        if self.early_stop is not None and "kind" not in self.early_stop.model_fields_set:
+            legacy["early_stop"] = self.early_stop.model_copy(update={"kind": "asha"})
+        plan = self.model_copy(update=legacy) if legacy else self
+        return hashlib.sha256(plan.model_dump_json(exclude=exclude).encode()).hexdigest()[:16]
 
     def backend_choice(self) -> tuple[str | None, dict[str, Any]]:
         """The backend the plan names and its options; (None, {}) when it names none (the home's default)."""

@@ -24,7 +24,8 @@ from tests.loop.chaos import run_chaos
 @pytest.mark.timeout(400)
 def test_kill_9_of_the_controller_loses_nothing_and_leaves_nothing(tmp_path: Path) -> None:
     seed = int(os.environ.get("AUTORESEARCH_CHAOS_SEED") or random.randrange(1 << 30))
-    result = run_chaos(tmp_path, kills=5, trials=8, parallel=3, seed=seed)
+    # 1 s trials: a loop that turns trials over fast must not end before its third life
+    result = run_chaos(tmp_path, kills=5, trials=8, parallel=3, sleep=1.0, seed=seed)
 
     where = f"seed {seed} (rerun with AUTORESEARCH_CHAOS_SEED={seed}); {result}"
     assert result.kills >= 3, where  # (fewer than 5 when the loop finished before a late kill's decisions)

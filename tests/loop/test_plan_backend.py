@@ -60,6 +60,19 @@ def test_a_plans_digest_is_unchanged_by_the_new_fields() -> None:
     assert parse_plan(plan(trial={"image": "python:3.11"})).digest() != "e5e3de5e6aa3b6b0"
 
 
+def test_a_plan_naming_no_proposer_keeps_its_digest_across_the_new_defaults() -> None:
+    # bohb and hyperband became the defaults after loops were made with tpe and asha unnamed: those
+    # loops still resume, while naming a different kind is still a different plan.
+    unnamed = parse_plan(plan())
+    assert unnamed.proposer.kind == "bohb"
+    assert unnamed.digest() == "e5e3de5e6aa3b6b0"
+    assert parse_plan(plan(proposer={"kind": "random"})).digest() != unnamed.digest()
+    stopped = parse_plan(plan(early_stop={"min_steps": 3}))
+    assert stopped.early_stop is not None and stopped.early_stop.kind == "hyperband"
+    assert stopped.digest() == parse_plan(plan(early_stop={"kind": "asha", "min_steps": 3})).digest()
+    assert stopped.digest() != parse_plan(plan(early_stop={"kind": "median", "min_steps": 3})).digest()
+
+
 def test_a_trials_image_and_mounts_reach_its_job_spec() -> None:
     p = parse_plan(plan(trial={"image": "pytorch/pytorch:2.3", "mounts": {"/data": "/srv/data"}}))
     row = {"id": 3, "seed": 0, "decision_id": 1, "role": "explore"}
