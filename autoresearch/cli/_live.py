@@ -148,7 +148,7 @@ class LiveTable:
                     f"{json.dumps(view.best_params, sort_keys=True)}", highlight=False, markup=False,
                     soft_wrap=True)
         if view.noise_floor is not None:
-            c.print(f"noise floor: ±{view.noise_floor:.4g} ({view.rejected_as_noise} gain(s) within it not kept)",
-                    highlight=False)
+            c.print(f"noise floor: ±{view.noise_floor:.4g} ({view.noise_basis}; {view.rejected_as_noise} gain(s) "
+                    "within the floor of their time not kept)", highlight=False, markup=False, soft_wrap=True)
         if view.report_dir:
             c.print(f"report: {view.report_dir}/summary.md", highlight=False, markup=False)

@@ -71,8 +71,8 @@ def render(data: ReportData, summary_md: str, svgs: dict[str, str]) -> str:
                      f"{view.best_trial}</a>, {_e(view.metric)} = {_num(view.best_value)}{seeds} · params "
                      f"<code>{_e(json.dumps(view.best_params, sort_keys=True, default=str))}</code></p>")
     if view.noise_floor is not None:
-        parts.append(f"<p><b>Noise floor</b> ±{view.noise_floor:.4g} (pooled std over seeds); "
-                     f"{view.rejected_as_noise} gain(s) within it not kept.</p>")
+        parts.append(f"<p><b>Noise floor</b> ±{view.noise_floor:.4g} ({_e(view.noise_basis)}); "
+                     f"{view.rejected_as_noise} gain(s) within the floor of their time not kept.</p>")
     parts.append("<p class='muted'>Hover a point or curve for its trial; click it to jump to its row.</p>")
     for name, svg in svgs.items():
         parts.append(f"<figure id='{_e(name)}'>{_tooltips(svg, titles)}</figure>")

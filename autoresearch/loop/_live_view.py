@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from autoresearch.loop.noise import noise_floor
+from autoresearch.loop.noise import incumbent_floor
 from autoresearch.loop.state import LoopState
 from autoresearch.loop.views import (
     CurveStep,
@@ -47,7 +47,7 @@ class LiveView:
     def _start(self) -> None:
         """Once: the trials that ended before this view (a resumed loop), replayed in full."""
         s = self.s
-        self.tracker = IncumbentTracker()
+        self.tracker = IncumbentTracker(s.sign)
         for row in s.store.promotions():
             self._verdict(row)
         ended = [r for r in s.rows.values() if r["ended_at"]]
@@ -103,6 +103,7 @@ class LiveView:
         if inc_row is not None and inc_row["objective"] is not None:
             values = s.groups.get(inc_row["id"], [inc_row["objective"]])
             best_value = sum(values) / len(values)
+        floor = incumbent_floor(incumbent, s.groups, s.sign)
         eta = None
         if self.succeeded_timed:
             remaining = max(0, plan.budget.trials - s.launched())
@@ -114,7 +115,7 @@ class LiveView:
             best_trial=incumbent, best_value=best_value,
             best_params=dict(s.records[incumbent].params) if inc_row is not None and incumbent is not None else {},
             best_seeds=len(s.groups.get(incumbent, [1])) if incumbent is not None else 0,
-            noise_floor=noise_floor(list(s.groups.values())), rejected_as_noise=self.rejected,
+            noise_floor=floor.value, noise_basis=floor.basis(incumbent), rejected_as_noise=self.rejected,
             decisions=self.decisions, llm_usd=self.usd, tokens=self.tokens, elapsed_s=elapsed_s, eta_s=eta,
             budget_trials=plan.budget.trials, parallel=plan.budget.parallel, stop_reason="",
             next_step="follow with `autoresearch run <plan> --resume`; stop trials with `autoresearch cancel JOB`",

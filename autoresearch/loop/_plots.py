@@ -134,20 +134,22 @@ def _trial_points(ax: Any, data: ReportData, xs: dict[int, float]) -> list[float
 
 def _incumbent_line(ax: Any, data: ReportData, xs: dict[int, float]) -> list[float]:
     view = data.view
-    steps = [(xs[c.trial_id], c.value) for c in view.curve
+    steps = [(xs[c.trial_id], c.value, c.noise) for c in view.curve
              if c.trial_id in xs and c.value is not None and math.isfinite(c.value)]
     if not steps:
         return []
     x = [s[0] for s in steps]
     y = [float(s[1]) for s in steps]  # type: ignore[arg-type]
+    noise = [s[2] if s[2] is not None and math.isfinite(s[2]) else 0.0 for s in steps]
     label = f"best so far (the incumbent the loop kept: {view.best_value:.4g} = #{view.best_trial})" \
         if view.best_value is not None else "best so far (the loop's incumbent)"
     ax.step(x, y, where="post", color="C3", lw=2, label=label, zorder=2)
-    if view.noise_floor:
-        lo = [v - view.noise_floor for v in y]
-        hi = [v + view.noise_floor for v in y]
+    if any(noise):  # the floor each incumbent was defended with: the std of one run of it (noise.py)
+        lo = [v - n for v, n in zip(y, noise, strict=True)]
+        hi = [v + n for v, n in zip(y, noise, strict=True)]
+        now = f": ±{view.noise_floor:.3g} now" if view.noise_floor is not None else ""
         ax.fill_between(x, lo, hi, step="post", color="C3", alpha=0.12, lw=0,
-                        label=f"incumbent ± noise floor ({view.noise_floor:.3g})")
+                        label=f"incumbent ± noise floor (std of one run of the incumbent, its seeds{now})")
     return y
 
 

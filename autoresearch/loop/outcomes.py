@@ -177,23 +177,26 @@ def log_tail(runtime: Any, job_id: int) -> str:
 
 
 def judge(c: LoopHost, row: Any) -> None:
-    """Keep or discard: a finished explore trial against the incumbent, beyond the noise floor."""
+    """Keep or discard: a finished explore trial against the incumbent, beyond the noise floor
+    (the incumbent's own seed-to-seed noise: :func:`autoresearch.loop.noise.incumbent_floor`)."""
     s = c.state
-    groups = s.groups  # seed_groups of every trial, kept as they end (no walk over all trials per end)
-    noise = N.noise_floor(list(groups.values()))
     if row["role"] == "repeat":
         return  # repeats only refine the incumbent's mean and the noise floor
+    groups = s.groups  # seed_groups of every trial, kept as they end (no walk over all trials per end)
     inc_value = None
     if s.incumbent is not None:
         inc = s.rows.get(s.incumbent)
         if inc is not None and inc["objective"] is not None:
             values = groups.get(s.incumbent, [inc["objective"]])
             inc_value = c.sign * sum(values) / len(values)
-    verdict = N.judge(c.sign * row["objective"], inc_value, noise)
+    floor = N.incumbent_floor(s.incumbent if inc_value is not None else None, groups, c.sign)
+    basis = floor.basis(s.incumbent if inc_value is not None else None)
+    verdict = N.judge(c.sign * row["objective"], inc_value, floor.value, basis)
     s.store.decide("promote", trial_id=row["id"], rationale=verdict.rationale,
                    inputs={"candidate": row["objective"], "incumbent_trial": s.incumbent,
                            "incumbent_value": None if inc_value is None else inc_value * c.sign,
-                           "noise_floor": noise},
+                           "noise_floor": floor.value, "noise_basis": basis, "noise_trial": floor.config,
+                           "noise_seeds": floor.seeds},
                    outputs={"promoted": verdict.promote, "trial_id": row["id"],
                             "margin": None if verdict.margin == float("inf") else verdict.margin})
     if not verdict.promote:

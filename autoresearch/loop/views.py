@@ -13,7 +13,7 @@ from typing import Any
 
 from autoresearch.errors import NotFoundError
 from autoresearch.ledger import Ledger
-from autoresearch.loop.noise import noise_floor
+from autoresearch.loop.noise import Floor, incumbent_floor
 from autoresearch.loop.store import LoopStore
 
 
@@ -54,7 +54,8 @@ class LoopView:
     best_value: float | None  # its mean over seeds
     best_params: dict[str, Any] = field(default_factory=dict)
     best_seeds: int = 0
-    noise_floor: float | None = None
+    noise_floor: float | None = None  # what judges the next challenger: std of one run of the incumbent
+    noise_basis: str = ""  # what measured ``noise_floor``, in words (:meth:`autoresearch.loop.noise.Floor.basis`)
     rejected_as_noise: int = 0  # gains that the noise floor did not accept
     decisions: int = 0
     llm_usd: float = 0.0
@@ -85,12 +86,14 @@ class Verdict:
 @dataclass(frozen=True)
 class CurveStep:
     """One point of the incumbent sequence: after ``trial_id`` ended (at ``at``), the incumbent
-    the loop kept and its mean objective over the seeds of it that had ended by then."""
+    the loop kept, its mean objective over the seeds of it that had ended by then, and the noise
+    floor a challenger was judged with from then on (:func:`autoresearch.loop.noise.incumbent_floor`)."""
 
     trial_id: int
     at: float
     incumbent: int | None
     value: float | None
+    noise: float | None = None
 
 
 def verdicts(ledger: Ledger, loop_id: int) -> dict[int, Verdict]:
@@ -117,7 +120,7 @@ def to_verdict(row: Any) -> Verdict | None:
 
 
 def incumbent_sequence(rows: list[Any], judged: dict[int, Verdict],
-                       tracker: IncumbentTracker | None = None) -> list[CurveStep]:
+                       tracker: IncumbentTracker | None = None, sign: float = 1.0) -> list[CurveStep]:
     """THE answer to "what was best": the incumbent after each ended trial, as the loop kept it.
 
     Every view of "best" reads this (the live and final tables, the report's plots and
@@ -125,35 +128,46 @@ def incumbent_sequence(rows: list[Any], judged: dict[int, Verdict],
     loop's noise-aware decisions: a trial that merely scored lower, within the noise floor,
     never becomes "best" here. Trials are replayed in the order the loop judged them (a
     judged trial at its decision, others at their end); the incumbent's value is the mean
-    of its seeds (itself and its repeats) that had ended by then. ``tracker``: replay into
-    this one (a live view goes on from it, one ended trial at a time).
+    of its seeds (itself and its repeats) that had ended by then, with the noise floor then in
+    force. ``tracker``: replay into this one (a live view goes on from it, one ended trial at a
+    time); ``sign``: +1 to minimize, -1 to maximize.
     """
     def order(r: Any) -> tuple[float, int, int]:
         v = judged.get(r["id"])
         return (v.decided_at, v.decision_id, r["id"]) if v else (float(r["ended_at"]), 1 << 62, r["id"])
 
-    tracker = tracker or IncumbentTracker()
+    tracker = tracker or IncumbentTracker(sign)
     return [tracker.step(r, judged.get(r["id"])) for r in sorted((r for r in rows if r["ended_at"]), key=order)]
 
 
 class IncumbentTracker:
     """:func:`incumbent_sequence` one ended trial at a time (the live view's, O(1) per trial)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sign: float = 1.0) -> None:
+        self.sign = sign
         self.incumbent: int | None = None
         self.seeds: dict[int, list[float]] = {}  # config (explore trial id) -> values of its ended seeds
+        self.groups: dict[int, list[float]] = {}  # the configs of ``seeds`` with repeats (:func:`seed_groups`)
         self.last: CurveStep | None = None
 
     def step(self, r: Any, verdict: Verdict | None) -> CurveStep:
         if r["state"] == "succeeded" and r["objective"] is not None:
-            config = r["parent_trial"] if r["role"] == "repeat" and r["parent_trial"] is not None else r["id"]
-            self.seeds.setdefault(config, []).append(float(r["objective"]))
+            if r["role"] != "repeat":
+                self.seeds.setdefault(r["id"], []).append(float(r["objective"]))
+            elif r["parent_trial"] in self.seeds:  # a repeat of a config that succeeded
+                group = self.seeds[r["parent_trial"]]
+                group.append(float(r["objective"]))
+                self.groups[r["parent_trial"]] = group
         if verdict is not None and verdict.promoted:
             self.incumbent = r["id"]
         values = self.seeds.get(self.incumbent) if self.incumbent is not None else None
         self.last = CurveStep(r["id"], float(r["ended_at"]), self.incumbent,
-                              sum(values) / len(values) if values else None)
+                              sum(values) / len(values) if values else None, self.floor().value)
         return self.last
+
+    def floor(self) -> Floor:
+        """The noise floor that judges a challenger now (:func:`autoresearch.loop.noise.incumbent_floor`)."""
+        return incumbent_floor(self.incumbent if self.incumbent in self.seeds else None, self.groups, self.sign)
 
 
 def incumbent_of(ledger: Ledger, loop_id: int) -> int | None:
@@ -183,11 +197,12 @@ def loop_view(ledger: Ledger, name: str, live: dict[int, tuple[int, float]] | No
                             hint=f"loops: {', '.join(names)}" if names else "start one with: autoresearch plan.yaml")
     plan = json.loads(loop["plan"])
     goal = plan["objective"].get("goal", "minimize")
+    sign = -1.0 if goal == "maximize" else 1.0
     store = LoopStore(ledger, loop["id"])
     rows = store.trials()
     live = live or {}
     judged = verdicts(ledger, loop["id"])
-    curve = incumbent_sequence(rows, judged)
+    curve = incumbent_sequence(rows, judged, sign=sign)
     after = {c.trial_id: c for c in curve}
     out: list[TrialRow] = []
     for r in sorted(rows, key=lambda r: r["id"]):
@@ -205,6 +220,7 @@ def loop_view(ledger: Ledger, name: str, live: dict[int, tuple[int, float]] | No
         counts[r["state"]] = counts.get(r["state"], 0) + 1
     groups = seed_groups(rows)
     incumbent = curve[-1].incumbent if curve else None
+    floor = incumbent_floor(incumbent, groups, sign)
     inc_row = next((r for r in rows if r["id"] == incumbent), None)
     best_value = None
     if inc_row is not None and inc_row["objective"] is not None:
@@ -227,7 +243,7 @@ def loop_view(ledger: Ledger, name: str, live: dict[int, tuple[int, float]] | No
         trials=out, counts=counts, best_trial=incumbent, curve=curve, best_value=best_value,
         best_params=json.loads(inc_row["params"]) if inc_row is not None else {},
         best_seeds=len(groups.get(incumbent or -1, [1])) if incumbent else 0,
-        noise_floor=noise_floor(list(groups.values())), rejected_as_noise=store.rejected_as_noise(),
+        noise_floor=floor.value, noise_basis=floor.basis(incumbent), rejected_as_noise=store.rejected_as_noise(),
         decisions=agg["n"] if agg else 0, llm_usd=float(agg["usd"]) if agg else 0.0,
         tokens=int(agg["tok"]) if agg else 0, elapsed_s=elapsed, eta_s=eta, budget_trials=int(budget["trials"]),
         parallel=int(budget["parallel"]),

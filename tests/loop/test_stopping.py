@@ -8,7 +8,7 @@ import pytest
 
 from autoresearch.errors import PlanError
 from autoresearch.loop import stopping
-from autoresearch.loop.noise import judge, noise_floor
+from autoresearch.loop.noise import judge
 from autoresearch.loop.plan import EarlyStop, parse_plan
 from autoresearch.loop.stopping import ASHA, MedianRule, Series, StopVerdict
 
@@ -52,13 +52,6 @@ def test_median_rule_needs_enough_trials_then_stops_losers() -> None:
     others[2] = curve(1.0, 0.2, 6)
     verdict = rule.check(9, loser, others)
     assert verdict is not None and verdict.rule == "median" and verdict.step == 3
-
-
-def test_noise_floor_is_pooled_std_over_seed_groups() -> None:
-    assert noise_floor([[1.0]]) is None
-    assert math.isclose(noise_floor([[1.0, 3.0]]) or 0, math.sqrt(2))
-    pooled = noise_floor([[1.0, 3.0], [10.0, 10.0, 10.0]])
-    assert pooled is not None and math.isclose(pooled, math.sqrt(2 / 3))
 
 
 def test_judge_keeps_the_incumbent_within_the_noise() -> None:
