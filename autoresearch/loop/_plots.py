@@ -147,9 +147,9 @@ def _incumbent_line(ax: Any, data: ReportData, xs: dict[int, float]) -> list[flo
     if any(noise):  # the floor each incumbent was defended with: the std of one run of it (noise.py)
         lo = [v - n for v, n in zip(y, noise, strict=True)]
         hi = [v + n for v, n in zip(y, noise, strict=True)]
-        now = f": ±{view.noise_floor:.3g} now" if view.noise_floor is not None else ""
+        now = f"; now ±{view.noise_floor:.3g}" if view.noise_floor is not None else ""
         ax.fill_between(x, lo, hi, step="post", color="C3", alpha=0.12, lw=0,
-                        label=f"incumbent ± noise floor (std of one run of the incumbent, its seeds{now})")
+                        label=f"incumbent ± noise floor (std of one run of the incumbent over its seeds{now})")
     return y
 
 

@@ -170,7 +170,8 @@ def markdown(view: Any, result: GateResult | None, code: int, reason: str, loop_
             rel = f" ({result.worse_by / abs(b.value):+.2%})" if b is not None and b.value else ""
             rows.append(("worse by", f"{result.worse_by:.4g}{rel}"))
             rows.append(("allowed", f"{_fmt(result.allowed)}: the larger of max_regression {result.max_regression} "
-                                    f"(= {_fmt(result.tolerance)}) and the noise floor (±{_fmt(result.noise)})"))
+                                    f"(= {_fmt(result.tolerance)}) and the noise floor (±{_fmt(result.noise)}, the std "
+                                    "of one run of the incumbent over its seeds)"))
         rows.append(("verdict", result.verdict))
         lines += ["## Gate", "", "| | |", "|---|---|"] + [f"| {k} | {_cell(v)} |" for k, v in rows] + [""]
     if loop_md:

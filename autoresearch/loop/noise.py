@@ -47,11 +47,11 @@ class Floor:
         """What the number is, in words (the report, the live view, decisions' rationale)."""
         if self.value is None:
             return "not measured yet: no configuration has two finished seeds"
-        own = f"std of one run of #{self.config} over its {self.seeds} seeds"
         if not self.fallback:
-            return f"{own}, the incumbent"
-        return (own + ", the best configuration measured so far" +
-                (f"; incumbent #{incumbent}'s own seeds have not ended yet" if incumbent is not None else ""))
+            return f"std of one run of the incumbent #{self.config} over its {self.seeds} seeds"
+        return (f"std of one run of #{self.config} over its {self.seeds} seeds, the best configuration measured "
+                "so far" + (f" (incumbent #{incumbent}'s own seeds have not ended yet)" if incumbent is not None
+                            else ""))
 
 
 def incumbent_floor(incumbent: int | None, groups: Mapping[int, Sequence[float]], sign: float = 1.0) -> Floor:

@@ -61,8 +61,8 @@ def summary_markdown(view: LoopView, plan: dict[str, Any], files: list[str]) -> 
     lines.append("")
     if plan.get("repeats"):
         if view.noise_floor is not None:
-            lines.append(f"**Noise floor:** ±{view.noise_floor:.4g} ({view.noise_basis} of `{view.metric}`: a "
-                         "challenger must beat the incumbent's mean by more); "
+            lines.append(f"**Noise floor:** ±{view.noise_floor:.4g} of `{view.metric}` ({view.noise_basis}): a "
+                         "challenger must beat the incumbent's mean by more than this to replace it; "
                          f"{view.rejected_as_noise} apparent gain(s) within the floor of their time were not kept.")
         else:
             lines.append("**Noise floor:** not measured yet (no configuration has two finished seeds).")

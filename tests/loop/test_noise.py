@@ -20,6 +20,7 @@ from autoresearch.loop._live_view import LiveView
 from autoresearch.loop.noise import Floor, incumbent_floor, judge, seed_std
 from autoresearch.loop.plan import Plan, parse_plan, plan_json
 from autoresearch.loop.proposers import Proposal, ProposeResult, ProposerInfo
+from autoresearch.loop.report import summary_markdown
 from autoresearch.loop.state import LoopState
 from autoresearch.loop.store import LoopStore
 from autoresearch.loop.views import loop_view
@@ -44,7 +45,7 @@ def test_the_digits_scenario_is_judged_with_the_incumbents_own_noise() -> None:
     assert floor.value is not None and floor.value < 0.003  # the pooled std of both groups was 0.0782
     verdict = judge(CHALLENGER, statistics.mean(TIGHT), floor.value, floor.basis(1))
     assert verdict.promote and verdict.margin == pytest.approx(0.0257, abs=1e-4)
-    assert "std of one run of #1 over its 3 seeds, the incumbent" in verdict.rationale
+    assert "std of one run of the incumbent #1 over its 3 seeds" in verdict.rationale
     # a challenger inside the incumbent's own noise is still not kept
     close = judge(statistics.mean(TIGHT) - 0.002, statistics.mean(TIGHT), floor.value, floor.basis(1))
     assert not close.promote and close.margin > 0 and "within the noise floor" in close.rationale
@@ -108,7 +109,7 @@ def test_the_loop_keeps_the_challenger_and_every_view_shows_the_floor_that_judge
     inputs, outputs = json.loads(decision["inputs"]), json.loads(decision["outputs"])
     assert outputs["promoted"], decision["rationale"]  # today's pooled floor (0.0782) said "within noise"
     assert inputs["noise_floor"] == pytest.approx(statistics.stdev(TIGHT)) and inputs["noise_trial"] == tight
-    assert f"std of one run of #{tight} over its 3 seeds" in decision["rationale"]
+    assert f"std of one run of the incumbent #{tight} over its 3 seeds" in decision["rationale"]
 
     view = loop_view(ledger, "digits")
     assert view.best_trial == challenger and view.best_value == pytest.approx(CHALLENGER)
@@ -120,5 +121,8 @@ def test_the_loop_keeps_the_challenger_and_every_view_shows_the_floor_that_judge
     band = {c.trial_id: c.noise for c in view.curve}
     assert band[noisy] is None and band[tight] is None
     assert band[challenger] == pytest.approx(statistics.stdev(TIGHT))
+    floor_line = next(line for line in summary_markdown(view, json.loads(plan_json(plan)), []).splitlines()
+                      if line.startswith("**Noise floor:**"))
+    assert f"±{view.noise_floor:.4g}" in floor_line and view.noise_basis in floor_line and "pooled" not in floor_line
     now = live.view("digits", {}, 1.0)  # the live table says the same
     assert (now.best_trial, now.noise_floor, now.noise_basis) == (view.best_trial, view.noise_floor, view.noise_basis)
