@@ -91,7 +91,8 @@ def summary(view: Any, result: GateResult | None, code: int, reason: str, stops:
                 "params": view.best_params}
     return {"format": SUMMARY_FORMAT, "loop": view.name, "state": view.state, "stop_reason": view.stop_reason,
             "metric": view.metric, "goal": view.goal, "exit_code": code, "verdict": VERDICT.get(code, "ERROR"),
-            "reason": reason, "best": best, "noise_floor": view.noise_floor, "counts": view.counts,
+            "reason": reason, "best": best, "noise_floor": view.noise_floor,
+            "noise_basis": getattr(view, "noise_basis", ""), "counts": view.counts,
             "elapsed_s": round(view.elapsed_s, 3), "llm_usd": view.llm_usd, "decisions": view.decisions,
             "gate": result.to_dict() if result is not None else None, "trials": trials,
             "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

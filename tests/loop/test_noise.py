@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from autoresearch.ledger import Ledger
-from autoresearch.loop import outcomes
+from autoresearch.loop import ci_report, outcomes
 from autoresearch.loop._live_view import LiveView
+from autoresearch.loop.gate import Baseline, evaluate
 from autoresearch.loop.noise import Floor, incumbent_floor, judge, seed_std
-from autoresearch.loop.plan import Plan, parse_plan, plan_json
+from autoresearch.loop.plan import Gate, Plan, parse_plan, plan_json
 from autoresearch.loop.proposers import Proposal, ProposeResult, ProposerInfo
 from autoresearch.loop.report import summary_markdown
 from autoresearch.loop.state import LoopState
@@ -124,5 +125,9 @@ def test_the_loop_keeps_the_challenger_and_every_view_shows_the_floor_that_judge
     floor_line = next(line for line in summary_markdown(view, json.loads(plan_json(plan)), []).splitlines()
                       if line.startswith("**Noise floor:**"))
     assert f"±{view.noise_floor:.4g}" in floor_line and view.noise_basis in floor_line and "pooled" not in floor_line
+    gated = evaluate(view, Gate(metric="val_loss"), Baseline("b.json", "json", "val_loss", 0.052))
+    assert gated.noise == view.noise_floor and gated.verdict == "pass"  # worse by 0.0019, within the floor
+    report = ci_report.summary(view, gated, 0, "", {})
+    assert (report["noise_floor"], report["noise_basis"]) == (view.noise_floor, view.noise_basis)
     now = live.view("digits", {}, 1.0)  # the live table says the same
     assert (now.best_trial, now.noise_floor, now.noise_basis) == (view.best_trial, view.noise_floor, view.noise_basis)
