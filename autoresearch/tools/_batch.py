@@ -74,6 +74,7 @@ class SubmitBatcher:
         self._owed = 0  # jobs recorded since that pass, none placed yet
         self._timer: threading.Timer | None = None
         self._trailing = False  # the timer's pass runs
+        self._recording = False  # a batch is in _record (it arms the timer at its end if need be)
 
     @property
     def owed(self) -> int:
@@ -119,6 +120,7 @@ class SubmitBatcher:
         the pass when it is due: see the module's docstring); never raises. ``handed_on``: its
         submits arrived while the batch before was being recorded (a flood)."""
         with self._lock:
+            self._recording = True
             flood = handed_on or time.monotonic() - self._ended_at < QUIET_S  # or the one before ended just now
         groups: dict[str, list[_Submit]] = {}
         for item in batch:
@@ -141,6 +143,7 @@ class SubmitBatcher:
                 for item in items:
                     item.error = err
         with self._lock:
+            self._recording = False
             self._ended_at = time.monotonic()
             trailing = self._owed and not self._pending  # no next batch to pay it
         if trailing:
@@ -187,13 +190,13 @@ class SubmitBatcher:
             self._timer = None
             if not self._owed:
                 return
+            if self._recording or self._pending:
+                return  # a batch is on, or comes: it pays, or arms the timer again when it ends
             wait = QUIET_S - (time.monotonic() - self._ended_at)
-            if self._running or self._pending:
-                wait = max(wait, QUIET_S)  # a batch is on: it may pay; else look again once it is over
             if wait <= 0:
                 self.passes += 1
                 self._placed_at, self._owed, self._trailing = time.monotonic(), 0, True
-        if wait > 0:  # a batch is on or just ended: wait for quiet again
+        if wait > 0:  # a batch ended meanwhile: wait for quiet again
             self._trail_later(wait)
             return
         try:
