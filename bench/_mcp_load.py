@@ -263,7 +263,7 @@ def phase(kind: str, url: str, tool: str, clients: int, per_client: int, ids: li
 
 
 def run_tree(name: str, tree: Path, kind: str, args: argparse.Namespace) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as scratch:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as scratch:  # jobs may still write there
         home = Path(scratch) / "home"
         home.mkdir()
         tokens = Path(scratch) / "tokens"
