@@ -61,17 +61,18 @@ class Api:
         """Validate, record and (if there is room) start a job (:func:`autoresearch.jobs.submit`)."""
         return self.submit_many([spec], project)[0]
 
-    def submit_many(self, specs: list[Any], project: str = "") -> list[JobView]:
+    def submit_many(self, specs: list[Any], project: str = "", place: bool | Callable[[], bool] = True) -> list[JobView]:
         """:meth:`submit` for a batch (:func:`autoresearch.jobs.submit_many`): one ledger
-        transaction and one pass for all; one bad spec refuses the whole batch."""
-        job_ids = jobs.submit_many(self._runtime, specs, project)
+        transaction and one pass for all; one bad spec refuses the whole batch. ``place=False``
+        (or a function that says so once they are recorded): no pass; the caller runs :meth:`tick` soon."""
+        job_ids = jobs.submit_many(self._runtime, specs, project, place=place)
         from autoresearch import outbox
 
         outbox.kick(self._ledger.home)  # background MLflow mirror (no mlflow import here)
         views = []
+        ambient = ambient_secrets()  # once per batch, not once per job
         for job_id in job_ids:
-            view = self.status(job_id, project=project, refresh=False)  # the pass above just ran
-            assert isinstance(view, JobView)
+            view = self._view(self._job_row(job_id, project), detail=True, ambient=ambient)  # after the pass
             view.next_step = f"follow it with status/logs/metrics for job {job_id}; cancel it with cancel"
             views.append(view)
         return views

@@ -10,6 +10,7 @@ nothing here imports the facade, the loop or the MLflow mirror.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from autoresearch.errors import CapacityError, SpecError
@@ -30,10 +31,13 @@ def submit(runtime: Runtime, spec: Any, project: str = "") -> int:
     return submit_many(runtime, [spec], project)[0]
 
 
-def submit_many(runtime: Runtime, specs: list[Any], project: str = "") -> list[int]:
+def submit_many(runtime: Runtime, specs: list[Any], project: str = "",
+                place: bool | Callable[[], bool] = True) -> list[int]:
     """:func:`submit` for a batch (a loop's proposal): every spec is checked as by ``submit``
     before anything is recorded (one bad spec refuses the batch), all are recorded in one ledger
-    transaction, then one pass places what fits (not one pass per job). Their ids, in order."""
+    transaction, then one pass places what fits (not one pass per job). Their ids, in order.
+    ``place=False`` (or a function that says so once they are recorded): no pass; the caller
+    runs one soon (a server's batches: tools/_batch.py)."""
     from autoresearch.spec import JobSpec, make_spec  # pydantic stays off the read paths
 
     ledger = runtime.ledger
@@ -60,7 +64,7 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "") -> list[i
     # Our own pass, unless another process runs one now (the pass daemon, busy with endings): then we
     # do not queue behind it for the lock; a poke makes the listener run another pass after its
     # current one, which places these. Nobody listens: we wait for the lock and run it ourselves.
-    if not runtime.tick(wait=False) and not wake(runtime.ledger.home, runtime.backend.name):
+    if (place() if callable(place) else place) and not runtime.tick(wait=False) and not wake(runtime.ledger.home, runtime.backend.name):
         runtime.tick()
     for job_id, job in zip(job_ids, jobs, strict=True):
         warn_if_unschedulable(runtime, job_id, job.gpus, job.nodes)

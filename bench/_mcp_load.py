@@ -1,7 +1,7 @@
 """Issue 16's MCP figure: N submits from C client processes over HTTP, and status p50 under C clients.
 
     python bench/bench_mcp.py --load [--tree before=/tmp/main-copy] [--tree after=.] [--clients 10]
-        [--per-client 100] [--status-per-client 50] [--kinds sdk,raw] [--profile DIR]
+        [--per-client 100] [--status-per-client 50] [--kinds sdk,raw[,raw-legacy]] [--profile DIR]
 
 For each source tree (``NAME=PATH``; its ``autoresearch`` is put first on PYTHONPATH) and each
 client kind, a fresh home and a fresh ``autoresearch serve --http`` with bearer tokens (2 fake
@@ -10,8 +10,12 @@ costs, not how fast ``sleep`` starts). Every client is a separate process that c
 initializes first, then waits for "go" on stdin, so start-up is not in the wall time:
 
 - ``sdk``: the real ``mcp.Client`` over ``streamable_http_client``;
-- ``raw``: keep-alive ``http.client`` posting JSON-RPC (initialize, then tools/call), no SDK: what
-  is left is the server's own cost.
+- ``raw``: keep-alive ``http.client`` posting JSON-RPC, no SDK: what is left is the server's own
+  cost. It speaks what the SDK client negotiates with this server (protocol 2026-07-28: one POST
+  per call, no session), so both kinds load the same server path;
+- ``raw-legacy``: the same over the 2025 handshake (initialize, a session and its streams).
+
+``--status-per-client 0`` skips the status phase (e.g. to profile submits alone).
 
 Server CPU is the server process's utime+stime over the phase (/proc); client CPU is what the
 client processes spent between "go" and their last answer. ``--profile DIR`` runs each server
@@ -38,7 +42,7 @@ TOKEN = "bench-token-0123456789abcdef"
 HERE = Path(__file__).resolve().parent
 SUBMIT_ARGS = {"command": ["sleep", "1"], "gpus": 1, "priority": "best-effort"}
 PROFILED = """
-import cProfile, os, pstats, runpy, signal, sys, threading
+import cProfile, os, pstats, runpy, signal, sys, threading, time
 out = sys.argv.pop(1)
 def stop(*_):  # uvicorn shuts down on SIGTERM, puts this handler back and raises SIGTERM again
     raise SystemExit(0)
@@ -46,13 +50,13 @@ signal.signal(signal.SIGTERM, stop)
 profilers = []
 _inner = threading.Thread._bootstrap_inner  # anyio's worker threads override run()
 def inner(self):
-    p = cProfile.Profile(); profilers.append(p); p.enable()
+    p = cProfile.Profile(time.thread_time); profilers.append(p); p.enable()
     try:
         _inner(self)
     finally:
         p.disable()
 threading.Thread._bootstrap_inner = inner
-main = cProfile.Profile(); profilers.append(main); main.enable()
+main = cProfile.Profile(time.thread_time); profilers.append(main); main.enable()
 try:
     sys.argv = ["autoresearch"] + sys.argv[1:]
     runpy.run_module("autoresearch.cli", run_name="__main__")
@@ -89,28 +93,40 @@ def free_port() -> int:
 
 # -- the raw client -----------------------------------------------------------------------------
 
-class Raw:
-    """JSON-RPC over one keep-alive HTTP connection: the least a client can cost."""
+MODERN = "2026-07-28"  # what the SDK client speaks to this server: one POST per call, no session
+META = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw-bench", "version": "0"}}
 
-    def __init__(self, url: str) -> None:
+
+class Raw:
+    """JSON-RPC over one keep-alive HTTP connection: the least a client can cost. ``legacy``: the
+    2025 handshake (initialize, a session id, the session's streams on the server) instead of the
+    per-request protocol the SDK client negotiates with this server."""
+
+    def __init__(self, url: str, legacy: bool = False) -> None:
         parts = urlsplit(url)
         self.conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=60)
         self.path = parts.path
+        self.legacy = legacy
         self.headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json",
                         "Accept": "application/json, text/event-stream"}
         self.next_id = 0
+        if not legacy:
+            self.headers["mcp-protocol-version"] = MODERN
+            return
         init = self.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
                                        "clientInfo": {"name": "raw-bench", "version": "0"}})
         self.headers["mcp-protocol-version"] = init["result"]["protocolVersion"]
         self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
-    def post(self, body: dict[str, Any]) -> bytes:
+    def post(self, body: dict[str, Any], headers: dict[str, str] | None = None) -> bytes:
+        headers = {**self.headers, **(headers or {})}
         try:
-            self.conn.request("POST", self.path, json.dumps(body), self.headers)
+            self.conn.request("POST", self.path, json.dumps(body), headers)
             response = self.conn.getresponse()
         except (ConnectionError, http.client.RemoteDisconnected):  # the server closed an idle keep-alive
             self.conn.close()
-            self.conn.request("POST", self.path, json.dumps(body), self.headers)
+            self.conn.request("POST", self.path, json.dumps(body), headers)
             response = self.conn.getresponse()
         data = response.read()
         session = response.getheader("mcp-session-id")
@@ -125,8 +141,12 @@ class Raw:
 
     def rpc(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         self.next_id += 1
+        headers = None
+        if not self.legacy:
+            params = {**params, "_meta": META}
+            headers = {"mcp-method": method, **({"mcp-name": params["name"]} if "name" in params else {})}
         answer: dict[str, Any] = json.loads(self.post({"jsonrpc": "2.0", "id": self.next_id, "method": method,
-                                                       "params": params}))
+                                                       "params": params}, headers))
         return answer
 
     def call(self, tool: str, arguments: dict[str, Any]) -> tuple[bool, Any]:
@@ -144,8 +164,8 @@ def client_main(kind: str, url: str, tool: str, n: int, ids: list[int]) -> None:
         print(json.dumps({"start": start, "end": time.monotonic(), "cpu": time.process_time() - cpu,
                           "lat": lat, "errors": errors[:3], "n_errors": len(errors), "ids": got}), flush=True)
 
-    if kind == "raw":
-        raw = Raw(url)
+    if kind in ("raw", "raw-legacy"):
+        raw = Raw(url, legacy=kind == "raw-legacy")
         print("ready", flush=True)
         sys.stdin.readline()
         start, cpu = time.monotonic(), time.process_time()
@@ -243,7 +263,7 @@ def phase(kind: str, url: str, tool: str, clients: int, per_client: int, ids: li
 
 
 def run_tree(name: str, tree: Path, kind: str, args: argparse.Namespace) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as scratch:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as scratch:  # jobs may still write there
         home = Path(scratch) / "home"
         home.mkdir()
         tokens = Path(scratch) / "tokens"
@@ -257,7 +277,7 @@ def run_tree(name: str, tree: Path, kind: str, args: argparse.Namespace) -> dict
                 raise SystemExit(f"blocker refused: {blocker}")
             sub = phase(kind, url, "submit", args.clients, args.per_client, [], proc.pid)
             st = phase(kind, url, "status", args.clients, args.status_per_client, sub["ids"] or [blocker["id"]],
-                       proc.pid)
+                       proc.pid) if args.status_per_client else None
             admin.call("cancel", {"job_id": blocker["id"]})
         finally:
             proc.terminate()
@@ -280,7 +300,7 @@ def table(rows: list[dict[str, Any]]) -> str:
               "client CPU/call ms", "CPU-bound wall s", "errors", "status p50 ms", "status server CPU/call ms", "load")
     lines = [header]
     for r in rows:
-        s, t = r["submit"], r["status"]
+        s, t = r["submit"], r["status"] or {"errors": 0, "p50": float("nan"), "server_cpu": float("nan"), "load": float("nan")}
         lines.append((r["tree"], r["kind"], str(s["calls"]), f"{s['wall']:.2f}", f"{s['calls'] / s['wall']:.0f}",
                       f"{1000 * s['p50']:.1f}", f"{1000 * s['p95']:.1f}", f"{1000 * s['server_cpu']:.1f}",
                       f"{1000 * s['client_cpu']:.1f}", f"{cpu_bound(s):.2f}", str(s["errors"] + t["errors"]), f"{1000 * t['p50']:.1f}",
@@ -291,7 +311,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--client", choices=("sdk", "raw"))
+    parser.add_argument("--client", choices=("sdk", "raw", "raw-legacy"))
     parser.add_argument("--url")
     parser.add_argument("--tool", default="submit")
     parser.add_argument("--n", type=int, default=100)
@@ -314,7 +334,7 @@ def main(argv: list[str]) -> None:
         for name, tree in trees:
             rows.append(run_tree(name, tree, kind, args))
             print(f"# {name} {kind}: {rows[-1]['submit']['wall']:.2f} s, errors "
-                  f"{rows[-1]['submit']['error_sample'] + rows[-1]['status']['error_sample']}", file=sys.stderr, flush=True)
+                  f"{rows[-1]['submit']['error_sample'] + (rows[-1]['status'] or {}).get('error_sample', [])}", file=sys.stderr, flush=True)
     print(f"{args.clients} client processes x {args.per_client} submits, then x {args.status_per_client} status; "
           f"{os.cpu_count()} cores; load = 1-min load average at the start of each phase; CPU-bound wall = "
           "calls x max(server CPU, (server + client CPU) / 2): the wall on 2 idle cores if only CPU counted")

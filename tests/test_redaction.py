@@ -128,3 +128,23 @@ def test_a_warning_quoting_the_trials_output_hides_its_secrets(api: Any, tmp_pat
     view = wait_state(api, job, "succeeded")
     assert view.warnings and "not a JSON line" in view.warnings[0]
     assert secret not in json.dumps(view.warnings)
+
+
+def test_the_environment_is_scanned_again_only_when_it_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every job view adds the server's own secret-named variables; the environment is decoded
+    and scanned once per change, not once per view, and a change is always seen."""
+    from autoresearch import redact
+
+    scans: list[int] = []
+    real = redact.secret_values
+    monkeypatch.setattr(redact, "secret_values", lambda *a, **k: scans.append(1) or real(*a, **k))
+    monkeypatch.setenv("AMBIENT_TEST_TOKEN", "first-secret-value")
+    first = redact.ambient_secrets()
+    assert "first-secret-value" in first and len(scans) == 1
+    first.clear()  # a caller's copy: the next answer is whole
+    assert "first-secret-value" in redact.ambient_secrets() and len(scans) == 1  # unchanged: no scan
+    monkeypatch.setenv("AMBIENT_TEST_TOKEN", "second-secret-value")  # same names, a new value
+    again = redact.ambient_secrets()
+    assert "second-secret-value" in again and "first-secret-value" not in again and len(scans) == 2
+    monkeypatch.delenv("AMBIENT_TEST_TOKEN")
+    assert "second-secret-value" not in redact.ambient_secrets() and len(scans) == 3

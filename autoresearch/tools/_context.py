@@ -43,6 +43,7 @@ class ToolContext:
     tenant_hide: tuple[str, ...] = ()
     submits: Any = None  # the jobs family's SubmitBatcher (tools/_batch.py)
     _tenants: set[str] = field(default_factory=set)
+    _root_memo: tuple[Path, Path] | None = None  # (root, root resolved): resolved once, not per call
 
     def caller_project(self) -> str | None:
         """The project this request may see: the token's, else the server's."""
@@ -89,12 +90,20 @@ class ToolContext:
         if text.startswith("~") or pure.is_absolute() or ".." in pure.parts:
             raise SpecError(f"{argument} {value!r} must be a relative path without '..'",
                             hint=f"paths are relative to the server's root {self.root}; e.g. 'src' or '.'")
+        if not pure.parts:  # '.', the default of every submit: the root itself
+            return str(self.resolved_root())
         return self.inside_root(self.root / pure, argument, value)
+
+    def resolved_root(self) -> Path:
+        """The root with its symlinks resolved, once (the root is fixed for the server's life)."""
+        if self._root_memo is None or self._root_memo[0] is not self.root:
+            self._root_memo = (self.root, self.root.resolve())
+        return self._root_memo[1]
 
     def inside_root(self, path: str | Path, argument: str, value: object = None) -> str:
         """``path`` resolved, or a :class:`SpecError` when it (or a symlink on the way) leaves the root."""
         resolved = Path(path).resolve()
-        root = self.root.resolve()
+        root = self.resolved_root()
         if resolved != root and root not in resolved.parents:  # '..', an absolute path, or a symlink out
             shown = value if value is not None else str(path)
             raise SpecError(f"{argument} {shown!r} leads outside the server's root",
