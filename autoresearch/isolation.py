@@ -23,6 +23,7 @@ Stdlib only: the launch path imports this.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -148,6 +149,7 @@ def apply(request: Any, policy: dict[str, Any] | None, ledger: Any, project: str
     return dataclasses.replace(request, sandbox=sandbox, env={**request.env, "AUTORESEARCH_PROJECT_DIR": str(project_dir)})
 
 
+@functools.lru_cache(maxsize=1)  # one process, one interpreter and one package: resolved once, not per launch
 def _runtime_paths() -> tuple[str, ...]:
     """The interpreter and the package a job's ``report()`` imports: read-only in the sandbox even
     when they live under /tmp (a venv or a clone there), which the sandbox makes private."""
