@@ -19,6 +19,7 @@ and every action is written to the ledger before it is taken (write-ahead).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal as _signal
@@ -297,10 +298,12 @@ class Runtime:
             launches.append((placement.job_id, node, gpu_ids, self.ledger.job_dir(placement.job_id),
                              [[m, list(ids)] for m, ids in placement.alloc] if gang else None,
                              {"members": placement.alloc, "master_port": ports[-1]} if gang else {}))
-        for placement, port, begun in zip(placements, ports, self.jobs.begin_attempts(launches), strict=True):
-            if begun is not None:
-                with surviving(self.ledger, self.backend, "launch", placement.job_id):
-                    self._start(placement, begun[0], begun[1], port)
+        batch = getattr(self.backend, "batch", None)  # the local backend's: its zygote's answers read at the end
+        with batch() if batch is not None else contextlib.nullcontext():
+            for placement, port, begun in zip(placements, ports, self.jobs.begin_attempts(launches), strict=True):
+                if begun is not None:
+                    with surviving(self.ledger, self.backend, "launch", placement.job_id):
+                        self._start(placement, begun[0], begun[1], port)
 
     def _start(self, placement: S.Placement, job: Any, n: int, port: int | None) -> None:
         """Start attempt ``n`` of ``job`` (its row as it was queued), recorded as ``starting``."""

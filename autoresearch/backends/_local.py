@@ -136,6 +136,12 @@ class LocalBackend(Backend):
         )
         return request.run_dir
 
+    @staticmethod
+    def batch() -> contextlib.AbstractContextManager[None]:
+        """Launches inside hand their supervisors to the home's zygote without waiting for each answer
+        (Runtime.launch_many: a batch); the answers are read, and what it did not take forked, at the end."""
+        return sup.batch()
+
     def poll(self, external_id: str) -> AttemptStatus:
         done = sup.read_json(os.path.join(external_id, sup.EXIT))
         if done is not None:  # (its state stays cached for release(): it nudges the supervisor)

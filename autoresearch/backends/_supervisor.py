@@ -24,6 +24,7 @@ Stdlib only, and nothing here imports anything after the fork.
 from __future__ import annotations
 
 import _signal  # signal's C functions: signal.pthread_sigmask converts every mask to enums (~1 ms a launch)
+import contextlib
 import errno
 import gc
 import json
@@ -32,9 +33,13 @@ import select
 import signal
 import stat
 import time
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 STATE, STOP, EXIT, REAPED = "state.json", "stop.json", "exit.json", "reaped"
+# Made (O_EXCL) by the supervisor before anything else: a second supervisor of the same attempt (a
+# launcher that forked one itself after its zygote forked one but died before answering) exits.
+CLAIM = "supervisor.claim"
 # The ending of an attempt whose launcher died before its supervisor wrote state.json: retried as
 # infra, but the launcher's loss, not the node's (the health monitor does not count it against it).
 NEVER_STARTED = "supervisor never started"
@@ -127,8 +132,50 @@ def reap() -> None:
 
 
 def launch(request: dict[str, Any]) -> None:
-    """Start a detached supervisor for ``request`` (its run dir exists) and return at once."""
+    """Start a detached supervisor for ``request`` (its run dir exists) and return at once: forked by
+    the home's zygote (backends/_zygote.py) when one answers, else by us (and a zygote is started for
+    the next launches). Inside :func:`batch` the zygote's answers are read when the batch ends."""
     reap()
+    home = os.path.dirname(request["wake_fifo"]) if request.get("wake_fifo") else None  # (the home's FIFO)
+    if home:
+        from autoresearch.backends import _zygote
+
+        if _zygote.enabled():
+            if _zygote.send(home, request):
+                if not _batching:
+                    settle()
+                return
+            _zygote.start(home)
+    _fork(request)
+
+
+_batching = 0
+
+
+@contextlib.contextmanager
+def batch() -> Iterator[None]:
+    """Launches inside are sent to the zygote without waiting for its answers, read at the end
+    (and the requests it did not take are forked here then)."""
+    global _batching
+    _batching += 1
+    try:
+        yield
+    finally:
+        _batching -= 1
+        if not _batching:
+            settle()
+
+
+def settle() -> None:
+    """Read the zygote's answers; fork here the supervisors it did not fork (claimed by then: see
+    CLAIM, so a zygote that forked one but died before its answer never runs an attempt twice)."""
+    from autoresearch.backends import _zygote
+
+    for request in _zygote.settle():
+        _fork(request)
+
+
+def _fork(request: dict[str, Any]) -> None:
     # A Ctrl-C that lands in the fork's after-fork callbacks (logging's) is "ignored" by Python
     # and lost: hold SIGINT until the fork is done; the parent then gets it right here.
     mask = _signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT,))
@@ -231,6 +278,10 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
     # we were forked with; this process allocates almost nothing, so none is needed.
     gc.disable()
     run_dir: str = req["run_dir"]
+    try:
+        os.close(os.open(os.path.join(run_dir, CLAIM), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    except FileExistsError:
+        os._exit(0)  # another supervisor has this attempt
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
@@ -384,8 +435,8 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
-        try:
-            os.execvp(hook[0], hook)
+        try:  # in the launcher's environment (a zygote's request carries it), as if it had forked us
+            os.execvpe(hook[0], hook, req.get("environ") or os.environ)
         except OSError:
             pass
     os._exit(0)
