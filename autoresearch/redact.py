@@ -20,7 +20,6 @@ shorter one only as a whole word (not touching a letter, digit or ``_``), so a s
 from __future__ import annotations
 
 import functools
-import os
 import re
 import shlex
 from collections.abc import Iterable, Mapping
@@ -62,9 +61,19 @@ def secret_values(*envs: Mapping[str, Any], min_len: int = 1) -> list[str]:
                     if is_secret(str(k)) and v is not None and len(str(v)) >= min_len)
 
 
+_AMBIENT: tuple[object, list[str]] = (None, [])
+
+
 def ambient_secrets() -> list[str]:
-    """Secret-named variables of this process's environment (the supplement)."""
-    return secret_values(dict(os.environ), min_len=AMBIENT_MIN)
+    """Secret-named variables of this process's environment (the supplement); found again only
+    when the environment changed (every submit's view asks)."""
+    global _AMBIENT
+    from autoresearch.backends._supervisor import environ
+
+    env = environ()
+    if _AMBIENT[0] is not env:
+        _AMBIENT = (env, secret_values(env, min_len=AMBIENT_MIN))
+    return list(_AMBIENT[1])
 
 
 def _unquote(value: str) -> str:

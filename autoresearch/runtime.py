@@ -30,6 +30,7 @@ from typing import Any
 
 from autoresearch import scheduler as S
 from autoresearch.backends import AttemptStatus, Backend, LaunchRequest, NodeInfo, open_backend
+from autoresearch.backends._supervisor import environ
 from autoresearch.errors import AutoresearchError, BackendError, LedgerError, SpecError
 from autoresearch.guard import surviving
 from autoresearch.ingest import ingest_attempt
@@ -354,7 +355,7 @@ class Runtime:
         own RANK, NODE_RANK, LOCAL_RANK and GPU slots (backends._base.member_env)."""
         from autoresearch import isolation
 
-        env = isolation.base_env(policy, os.environ, _INTERNAL_ENV)
+        env = isolation.base_env(policy, environ(), _INTERNAL_ENV)
         from autoresearch import outbox  # here, not above: a status read does not need it
 
         env.update(outbox.attempt_env(self.ledger, job_id, spec))  # MLFLOW_* from the ledger's run mapping

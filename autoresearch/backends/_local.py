@@ -114,9 +114,11 @@ class LocalBackend(Backend):
             fd = os.open(os.path.join(request.run_dir, "request.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             return request.run_dir
-        with os.fdopen(fd, "w") as f:
-            json.dump({"key": request.key, "created_at": time.time(), "log_path": request.log_path,
-                       "sandbox": request.sandbox is not None}, f)
+        try:  # (json.dumps is C; json.dump to a text file is not)
+            os.write(fd, json.dumps({"key": request.key, "created_at": time.time(), "log_path": request.log_path,
+                                     "sandbox": request.sandbox is not None}).encode())
+        finally:
+            os.close(fd)
         sup.launch(
             {
                 "argv": argv,

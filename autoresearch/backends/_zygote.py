@@ -37,7 +37,6 @@ import gc
 import json
 import os
 import select
-import signal
 import socket
 import struct
 import sys
@@ -51,9 +50,20 @@ WAKE_S = 1.0  # look at the idle clock and at our socket at least this often
 ACK_S = 10.0  # how long a launcher waits for an answer before it forks the supervisor itself
 RESPAWN_S = 2.0  # a launcher starts at most one zygote per home in this long (it takes ~30 ms to listen)
 MAX_FRAME = 16 << 20
-_HEAD = struct.Struct("!I")
+_HEAD = struct.Struct("!I16s")  # the payload's length; the code's version (a zygote runs the code it started with)
 _ACK = struct.Struct("!i")
 _OFF = ("0", "off", "false", "no")
+
+
+def _version() -> bytes:
+    """This code's version: a request from a launcher with other code (an upgrade since the zygote
+    started) is refused (the launcher forks that supervisor itself), and does not keep it alive."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    stamp = [os.stat(os.path.join(here, name)) for name in ("_zygote.py", "_supervisor.py")]
+    return ";".join(f"{st.st_mtime_ns:x}.{st.st_size:x}" for st in stamp).encode()[-16:].rjust(16, b"-")
+
+
+VERSION = _version()
 
 
 def enabled() -> bool:
@@ -127,8 +137,13 @@ def _umask() -> int:
 def send(home: str, request: dict[str, Any]) -> bool:
     """Hand ``request`` to the zygote of ``home`` (its answer is read by :func:`settle`); False when
     none listens (the caller forks the supervisor itself)."""
-    frame = json.dumps({**request, "environ": dict(os.environ), "umask": _umask()}).encode()
-    frame = _HEAD.pack(len(frame)) + frame
+    from autoresearch.backends._supervisor import environ as current
+
+    env, environ = request.get("env") or {}, current()
+    frame = json.dumps({**request, "umask": _umask(),  # our environment, as a difference from the command's
+                        "environ": {k: v for k, v in environ.items() if env.get(k) != v},
+                        "environ_drop": [k for k in env if k not in environ]}).encode()
+    frame = _HEAD.pack(len(frame), VERSION) + frame
     for fresh in (False, True):  # our connection may be to a zygote that exited since: one new try
         sock = _conns.get(home) if not fresh else _connect(home)
         if sock is None:
@@ -223,6 +238,7 @@ def valid(req: object) -> bool:
         return False
     members = req.get("members")
     return (_strs(req.get("argv")) and bool(req["argv"]) and _env(req.get("env")) and _env(req.get("environ"))
+            and _strs(req.get("environ_drop"))
             and (members is None or (isinstance(members, list) and bool(members) and all(map(_env, members))))
             and _number(req.get("timeout")) and _number(req.get("grace"))
             and (req.get("on_exit") is None or (_strs(req["on_exit"]) and bool(req["on_exit"])))
@@ -231,33 +247,32 @@ def valid(req: object) -> bool:
             and os.path.isdir(str(req["run_dir"])))
 
 
-def _fork(req: dict[str, Any], sup: ModuleType) -> int:
-    pid = os.fork()
+def _fork(payload: bytes, sup: ModuleType) -> int:
+    """Fork the supervisor of one request: its pid (-1 when the fork failed). The child parses and
+    checks the request, not us: each fork makes every page we write afterwards a copy-on-write
+    fault, so the zygote touches as little as it can between forks (a refused request: the child
+    exits without running anything, and its attempt ends as never started, retried)."""
+    try:
+        pid = os.fork()
+    except OSError:
+        return -1
     if pid:
         return pid
     try:
         gc.disable()
         os.setsid()
-        signal.set_wakeup_fd(-1)  # the zygote's pipe: not ours
+        req = json.loads(payload)
+        if not valid(req):
+            os._exit(2)
         os.umask(req["umask"])
+        environ = {**req["env"], **req.pop("environ")}  # the launcher's: on_exit runs in it
+        for name in req.pop("environ_drop"):
+            environ.pop(name, None)
+        req["environ"] = environ
         sup._supervise(req)
     except BaseException:  # noqa: BLE001 - a forked child never returns into the zygote
         pass
     os._exit(70)
-
-
-def _handle(payload: bytes, sup: ModuleType) -> int:
-    """Fork a supervisor for one request; its pid, or -1 when refused."""
-    try:
-        req = json.loads(payload)
-    except (ValueError, RecursionError):
-        return -1
-    if not valid(req):
-        return -1
-    try:
-        return _fork(req, sup)
-    except OSError:
-        return -1
 
 
 def _reap() -> None:
@@ -292,7 +307,6 @@ def serve(home: str, idle_s: float = IDLE_S, sup: ModuleType | None = None) -> i
     path = os.path.join(home, SOCK)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     clients: dict[int, tuple[socket.socket, bytearray]] = {}
-    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     ino = -1
     try:
         try:
@@ -312,17 +326,15 @@ def serve(home: str, idle_s: float = IDLE_S, sup: ModuleType | None = None) -> i
         listener.setblocking(False)
         os.ftruncate(lock, 0)
         os.write(lock, f"{os.getpid()}\n".encode())
-        signal.set_wakeup_fd(wake_w)
-        signal.signal(signal.SIGCHLD, lambda s, f: None)  # wake the select: reap the supervisor that ended
+        # The supervisors that ended are reaped after each request and every WAKE_S, not on SIGCHLD:
+        # every wakeup writes pages the last fork shared (a fault each); a zombie reads as dead.
         gc.freeze()  # what we imported stays shared with every child, untouched
         last = time.monotonic()
         while True:
-            ready = select.select([listener.fileno(), wake_r, *clients], [], [], WAKE_S)[0]
+            ready = select.select([listener.fileno(), *clients], [], [], WAKE_S)[0]
             for r in ready:
                 if r == listener.fileno():
                     _accept(listener, clients)
-                elif r == wake_r:
-                    _drain(wake_r)
                 else:
                     if _serve_client(clients, r, sup):
                         last = time.monotonic()
@@ -330,7 +342,7 @@ def serve(home: str, idle_s: float = IDLE_S, sup: ModuleType | None = None) -> i
             if time.monotonic() - last >= idle_s or not _ours(path, ino):
                 break
     finally:
-        signal.set_wakeup_fd(-1)
+        _reap()
         try:
             if _ours(path, ino):
                 os.unlink(path)  # from here a launcher finds nobody and forks its supervisors itself
@@ -339,8 +351,6 @@ def serve(home: str, idle_s: float = IDLE_S, sup: ModuleType | None = None) -> i
         listener.close()
         for sock, _ in clients.values():
             sock.close()
-        os.close(wake_r)
-        os.close(wake_w)
         os.close(lock)
     return 0
 
@@ -361,19 +371,11 @@ def _accept(listener: socket.socket, clients: dict[int, tuple[socket.socket, byt
     clients[sock.fileno()] = (sock, bytearray())
 
 
-def _drain(fd: int) -> None:
-    try:
-        while os.read(fd, 512):
-            pass
-    except OSError:
-        pass
-
-
 def _serve_client(clients: dict[int, tuple[socket.socket, bytearray]], fd: int, sup: ModuleType) -> bool:
     """Read what one launcher sent and answer every whole request in it; True when it sent one."""
     sock, buf = clients[fd]
     try:
-        data = sock.recv(1 << 20)
+        data = sock.recv(1 << 16)
     except BlockingIOError:
         return False
     except OSError:
@@ -385,7 +387,7 @@ def _serve_client(clients: dict[int, tuple[socket.socket, bytearray]], fd: int, 
     buf += data
     served = False
     while len(buf) >= _HEAD.size:
-        size = _HEAD.unpack_from(buf)[0]
+        size, version = _HEAD.unpack_from(buf)
         if size > MAX_FRAME:  # not our launcher's: nothing on this connection is trusted any more
             del clients[fd]
             sock.close()
@@ -394,14 +396,16 @@ def _serve_client(clients: dict[int, tuple[socket.socket, bytearray]], fd: int, 
             break
         payload = bytes(buf[_HEAD.size:_HEAD.size + size])
         del buf[:_HEAD.size + size]
-        pid = _handle(payload, sup)
-        served = True
+        # Another version's launcher (or garbage): refused, and it does not keep us from going idle,
+        # so after an upgrade the old zygote leaves and the launchers start one with the new code.
+        pid = _fork(payload, sup) if version == VERSION else -1
+        served = served or pid > 0
         try:
             sock.sendall(_ACK.pack(pid))
         except OSError:  # the launcher left (the supervisor runs anyway), or reads no answers: end it
             del clients[fd]
             sock.close()
-            return True
+            return served
     return served
 
 
