@@ -195,19 +195,28 @@ def settle() -> list[dict[str, Any]]:
 
 
 def start(home: str) -> None:
-    """Start the zygote of ``home`` unless one runs or we started one a moment ago. Never raises."""
+    """Start the zygote of ``home`` unless one runs, we started one a moment ago, or this is the
+    home's first launch in ``IDLE_S`` (a lone CLI submit: a zygote would only go idle). Never raises."""
     now = time.monotonic()
     if now - _spawned.get(home, -RESPAWN_S) < RESPAWN_S:
         return
-    _spawned[home] = now
+    path = os.path.join(home, LOCK)
     try:
-        fd = os.open(os.path.join(home, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            recent = time.time() - os.stat(path).st_mtime < IDLE_S  # the last launch without a zygote
+        except FileNotFoundError:
+            recent = False
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.utime(fd)
         except BlockingIOError:
             return  # one runs (or is starting): it will answer the next launch
         finally:
             os.close(fd)
+        if not recent:
+            return
+        _spawned[home] = now
         from autoresearch.backends._supervisor import spawn_detached
 
         spawn_detached([sys.executable, "-S", "-E", os.path.abspath(__file__), home], os.path.join(home, LOG))
@@ -298,7 +307,11 @@ def serve(home: str, idle_s: float = IDLE_S, sup: ModuleType | None = None) -> i
         from autoresearch.backends import _supervisor
 
         sup = _supervisor
-    lock = os.open(os.path.join(home, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        lock = os.open(os.path.join(home, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as err:
+        print(f"autoresearch zygote: cannot use home {home}: {err.strerror}", file=sys.stderr)
+        return 1
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -80,13 +80,17 @@ def test_the_running_zygote_forks_the_supervisors(api: Any, home: Path, zygote: 
 
 
 def test_without_a_zygote_the_launcher_forks_and_starts_one(api: Any, home: Path, tmp_path: Path) -> None:
-    job = api.submit({"command": ["true"], "workdir": str(tmp_path)}).id
+    """The home's first launch in a while is forked here (a lone CLI submit starts no zygote that would
+    only go idle); the next one too, and it starts a zygote for the launches after it."""
+    first = api.submit({"command": ["true"], "workdir": str(tmp_path)}).id
+    assert _zygote.running_pid(home) is None
+    second = api.submit({"command": ["true"], "workdir": str(tmp_path)}).id
     try:
-        pid = wait_for(lambda: _zygote.running_pid(home), timeout=30)  # for the next launches
-        wait_for(lambda: api.status(job).state == "succeeded", timeout=60)
-        assert _zygote.stats["sent"] == 0  # this one was forked here
-        second = api.submit({"command": ["true"], "workdir": str(tmp_path)}).id
-        wait_for(lambda: api.status(second).state == "succeeded", timeout=60)
+        pid = wait_for(lambda: _zygote.running_pid(home), timeout=30)
+        assert _zygote.stats["sent"] == 0  # both forked here
+        third = api.submit({"command": ["true"], "workdir": str(tmp_path)}).id
+        for job in (first, second, third):
+            wait_for(lambda job=job: api.status(job).state == "succeeded", timeout=60)
         assert _zygote.stats["taken"] == 1
     finally:
         os.kill(pid, signal.SIGTERM)
@@ -206,3 +210,6 @@ def test_a_second_zygote_of_a_home_leaves_at_once_and_bad_arguments_are_refused(
     bad = subprocess.run([sys.executable, "-S", "-E", _zygote.__file__, "relative/home"], capture_output=True,
                          text=True, timeout=30)
     assert bad.returncode == 2 and "usage" in bad.stderr and "Traceback" not in bad.stderr
+    gone = subprocess.run([sys.executable, "-S", "-E", _zygote.__file__, str(home / "nowhere")], capture_output=True,
+                          text=True, timeout=30)
+    assert gone.returncode == 1 and "cannot use home" in gone.stderr and "Traceback" not in gone.stderr
