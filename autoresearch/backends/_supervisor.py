@@ -25,6 +25,7 @@ Stdlib only, and nothing here imports anything after the fork.
 from __future__ import annotations
 
 import _signal  # signal's C functions: signal.pthread_sigmask converts every mask to enums (~1 ms a launch)
+import _thread
 import contextlib
 import errno
 import gc
@@ -167,27 +168,28 @@ def launch(request: dict[str, Any]) -> None:
 
         if _zygote.enabled():
             if _zygote.send(home, request):
-                if not _batching:
+                if not _batching.get(_thread.get_ident()):
                     settle()
                 return
             _zygote.start(home)
     _fork(request)
 
 
-_batching = 0
+_batching: dict[int, int] = {}  # thread -> how deep in batch() it is
 
 
 @contextlib.contextmanager
 def batch() -> Iterator[None]:
-    """Launches inside are sent to the zygote without waiting for its answers, read at the end
-    (and the requests it did not take are forked here then)."""
-    global _batching
-    _batching += 1
+    """Launches inside (in this thread) are sent to the zygote without waiting for its answers, read
+    at the end (and the requests it did not take are forked here then)."""
+    me = _thread.get_ident()
+    _batching[me] = _batching.get(me, 0) + 1
     try:
         yield
     finally:
-        _batching -= 1
-        if not _batching:
+        _batching[me] -= 1
+        if not _batching[me]:
+            del _batching[me]
             settle()
 
 

@@ -32,6 +32,7 @@ launcher). Its stderr goes to ``$AUTORESEARCH_HOME/zygote.log``; its lock file h
 
 from __future__ import annotations
 
+import _thread
 import fcntl
 import gc
 import json
@@ -98,10 +99,22 @@ def running_pid(home: str | os.PathLike[str]) -> int | None:
 
 # -- the launcher's side ------------------------------------------------------------------------
 
-_conns: dict[str, socket.socket] = {}  # home -> our connection to its zygote
-_pending: list[tuple[socket.socket, dict[str, Any]]] = []  # sent, not answered yet (in order)
+# Per thread (two threads' frames must not interleave on one connection) and per process (a forked
+# child of a launcher must not speak on its parent's connections: _mine).
+_conns: dict[tuple[str, int], socket.socket] = {}  # (home, thread) -> our connection to its zygote
+_pending: dict[int, list[tuple[socket.socket, dict[str, Any]]]] = {}  # thread -> sent, not answered (in order)
+_owner = [os.getpid()]
 _spawned: dict[str, float] = {}  # home -> when we last started a zygote for it
 stats = {"sent": 0, "taken": 0, "refused": 0}  # requests sent, answered with a pid, not taken
+
+
+def _mine() -> int:
+    """This thread's id, after forgetting the connections a parent process made (we are a fork of it)."""
+    if os.getpid() != _owner[0]:
+        _conns.clear()  # (closes our copies only: the parent's connections live on)
+        _pending.clear()
+        _owner[0] = os.getpid()
+    return _thread.get_ident()
 
 
 def _connect(home: str) -> socket.socket | None:
@@ -117,14 +130,14 @@ def _connect(home: str) -> socket.socket | None:
     finally:
         if fd >= 0:
             os.close(fd)
-    _conns[home] = sock
+    _conns[home, _thread.get_ident()] = sock
     return sock
 
 
 def _drop(sock: socket.socket) -> None:
-    for home, conn in list(_conns.items()):
+    for key, conn in list(_conns.items()):
         if conn is sock:
-            del _conns[home]
+            del _conns[key]
     sock.close()
 
 
@@ -144,8 +157,9 @@ def send(home: str, request: dict[str, Any]) -> bool:
                         "environ": {k: v for k, v in environ.items() if env.get(k) != v},
                         "environ_drop": [k for k in env if k not in environ]}).encode()
     frame = _HEAD.pack(len(frame), VERSION) + frame
+    me = _mine()
     for fresh in (False, True):  # our connection may be to a zygote that exited since: one new try
-        sock = _conns.get(home) if not fresh else _connect(home)
+        sock = _conns.get((home, me)) if not fresh else _connect(home)
         if sock is None:
             if fresh:
                 return False
@@ -155,7 +169,7 @@ def send(home: str, request: dict[str, Any]) -> bool:
         except OSError:
             _drop(sock)
             continue
-        _pending.append((sock, request))
+        _pending.setdefault(me, []).append((sock, request))
         stats["sent"] += 1
         return True
     return False
@@ -176,9 +190,7 @@ def settle() -> list[dict[str, Any]]:
     connection broke first), which the caller launches itself."""
     failed: list[dict[str, Any]] = []
     broken: set[int] = set()
-    pending = list(_pending)
-    _pending.clear()
-    for sock, request in pending:
+    for sock, request in _pending.pop(_mine(), []):
         if id(sock) not in broken:
             try:
                 pid = _ACK.unpack(_recv_exact(sock, _ACK.size))[0]

@@ -130,6 +130,40 @@ def test_a_zygote_killed_mid_batch_still_runs_every_attempt_exactly_once(home: P
     _supervisor.reap()
 
 
+def test_threads_and_forks_of_a_launcher_do_not_share_its_connection(home: Path, zygote: Any,
+                                                                   no_spawn: list[str]) -> None:
+    """Two threads launching at once each read their own answers; a forked child of a launcher opens
+    its own connection (its parent's stays usable)."""
+    import threading
+
+    ran = home / "ran"
+    requests = [_request(home, str(i), f"echo {i} >> {ran}") for i in range(12)]
+
+    def launch_half(part: list[dict[str, Any]]) -> None:
+        with _supervisor.batch():
+            for req in part:
+                _supervisor.launch(req)
+
+    threads = [threading.Thread(target=launch_half, args=(requests[i::2],)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    _supervisor.launch(_request(home, "parent", f"echo 100 >> {ran}"))  # our connection: this thread's
+    child = os.fork()
+    if child == 0:
+        try:
+            _supervisor.launch(_request(home, "child", f"echo 101 >> {ran}"))
+            os._exit(0 if _zygote.stats["taken"] == 14 and _zygote.stats["refused"] == 0 else 3)
+        finally:
+            os._exit(4)
+    assert os.waitpid(child, 0)[1] == 0
+    _supervisor.launch(_request(home, "after", f"echo 102 >> {ran}"))  # the parent's connection still works
+    assert _zygote.stats["taken"] == 14 and _zygote.stats["refused"] == 0
+    wait_for(lambda: ran.exists() and len(ran.read_text().split()) == 15, timeout=30)
+    assert sorted(int(x) for x in ran.read_text().split()) == [*range(12), 100, 101, 102]
+
+
 def test_a_second_supervisor_of_one_attempt_runs_nothing(home: Path) -> None:
     """A launcher that forks a supervisor itself after its zygote forked one but died before it answered."""
     home.mkdir(parents=True)
