@@ -1,9 +1,9 @@
 """The home's pre-forked launcher ("zygote"): supervisors forked from a small image.
 
-A supervisor forked from the process that launches it (a pass daemon, a CLI, a loop controller:
-20+ MB interpreters) pays for that size twice: copy-on-write faults while it runs and the
-teardown of the copied address space when it exits (~5 ms of CPU a trial on a 2-core machine).
-The zygote is a long-lived ``python -S -E`` that imports only what backends/_supervisor.py needs
+Forking a supervisor from the process that launches it (a pass daemon, a CLI, a loop controller:
+20+ MB interpreters) costs that process a fork of its whole image on every launch (~2 ms of the
+pass daemon's CPU a trial on a 2-core VM, where the daemon's one thread bounds the throughput),
+and the supervisor copy-on-write faults in a big image. The zygote is a long-lived ``python -S -E`` that imports only what backends/_supervisor.py needs
 (never sqlite, pydantic or the runtime) and listens on ``$AUTORESEARCH_HOME/zygote.sock`` (0600;
 the home is 0700; a peer of another uid is refused). A launcher sends it the supervisor's request
 (length-prefixed JSON) and it forks the supervisor from its own small image and answers with the
