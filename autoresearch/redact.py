@@ -20,7 +20,6 @@ shorter one only as a whole word (not touching a letter, digit or ``_``), so a s
 from __future__ import annotations
 
 import functools
-import os
 import re
 import shlex
 from collections.abc import Iterable, Mapping
@@ -62,23 +61,19 @@ def secret_values(*envs: Mapping[str, Any], min_len: int = 1) -> list[str]:
                     if is_secret(str(k)) and v is not None and len(str(v)) >= min_len)
 
 
-_ambient: tuple[Any, list[str]] | None = None  # (the environment's raw items, its secrets)
+_AMBIENT: tuple[object, list[str]] = (None, [])
 
 
 def ambient_secrets() -> list[str]:
-    """Secret-named variables of this process's environment (the supplement). Scanned again only
-    when the environment changed: a server shows many job views a second, and decoding every
-    variable for each took ~0.3 ms (a third of a ``status`` call's CPU)."""
-    global _ambient
-    raw = getattr(os.environ, "_data", None)  # CPython's bytes -> bytes store behind os.environ
-    stamp = tuple(raw.items()) if isinstance(raw, dict) else None  # no decoding: cheap to build, to compare
-    cached = _ambient
-    if stamp is not None and cached is not None and cached[0] == stamp:
-        return list(cached[1])
-    found = secret_values(dict(os.environ), min_len=AMBIENT_MIN)
-    if stamp is not None:
-        _ambient = (stamp, found)
-    return list(found)
+    """Secret-named variables of this process's environment (the supplement); found again only
+    when the environment changed (every submit's view asks)."""
+    global _AMBIENT
+    from autoresearch.backends._supervisor import environ
+
+    env = environ()
+    if _AMBIENT[0] is not env:
+        _AMBIENT = (env, secret_values(env, min_len=AMBIENT_MIN))
+    return list(_AMBIENT[1])
 
 
 def _unquote(value: str) -> str:

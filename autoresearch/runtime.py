@@ -19,6 +19,7 @@ and every action is written to the ledger before it is taken (write-ahead).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal as _signal
@@ -29,6 +30,7 @@ from typing import Any
 
 from autoresearch import scheduler as S
 from autoresearch.backends import AttemptStatus, Backend, LaunchRequest, NodeInfo, open_backend
+from autoresearch.backends._supervisor import environ
 from autoresearch.errors import AutoresearchError, BackendError, LedgerError, SpecError
 from autoresearch.guard import surviving
 from autoresearch.ingest import ingest_attempt
@@ -297,10 +299,12 @@ class Runtime:
             launches.append((placement.job_id, node, gpu_ids, self.ledger.job_dir(placement.job_id),
                              [[m, list(ids)] for m, ids in placement.alloc] if gang else None,
                              {"members": placement.alloc, "master_port": ports[-1]} if gang else {}))
-        for placement, port, begun in zip(placements, ports, self.jobs.begin_attempts(launches), strict=True):
-            if begun is not None:
-                with surviving(self.ledger, self.backend, "launch", placement.job_id):
-                    self._start(placement, begun[0], begun[1], port)
+        batch = getattr(self.backend, "batch", None)  # the local backend's: its zygote's answers read at the end
+        with batch() if batch is not None else contextlib.nullcontext():
+            for placement, port, begun in zip(placements, ports, self.jobs.begin_attempts(launches), strict=True):
+                if begun is not None:
+                    with surviving(self.ledger, self.backend, "launch", placement.job_id):
+                        self._start(placement, begun[0], begun[1], port)
 
     def _start(self, placement: S.Placement, job: Any, n: int, port: int | None) -> None:
         """Start attempt ``n`` of ``job`` (its row as it was queued), recorded as ``starting``."""
@@ -351,7 +355,7 @@ class Runtime:
         own RANK, NODE_RANK, LOCAL_RANK and GPU slots (backends._base.member_env)."""
         from autoresearch import isolation
 
-        env = isolation.base_env(policy, os.environ, _INTERNAL_ENV)
+        env = isolation.base_env(policy, environ(), _INTERNAL_ENV)
         from autoresearch import outbox  # here, not above: a status read does not need it
 
         env.update(outbox.attempt_env(self.ledger, job_id, spec))  # MLFLOW_* from the ledger's run mapping

@@ -92,6 +92,7 @@ def ours(tmp: Path, jobs: int, parallel: int, batch: bool, daemon: bool) -> floa
 
         while passd.running_pid(home) != daemon_proc.pid:  # it listens
             time.sleep(0.01)
+    zygote_proc = _zygote_child(home) if daemon else None  # the same for the home's launcher, when there is one
     t0, cpu0 = time.perf_counter(), time.process_time()
     if batch and hasattr(J, "submit_many"):
         ids = J.submit_many(api._runtime, [spec] * jobs)  # type: ignore[attr-defined]
@@ -106,8 +107,32 @@ def ours(tmp: Path, jobs: int, parallel: int, batch: bool, daemon: bool) -> floa
         _, _, tree = os.wait4(daemon_proc.pid, 0)  # itself and the supervisors it reaped
         CPU[label_of(batch, daemon)].update(daemon=own * 1000 / jobs,
                                             tree=(tree.ru_utime + tree.ru_stime) * 1000 / jobs)
+    if zygote_proc is not None:
+        own = _own_cpu(zygote_proc.pid)
+        _, _, tree = os.wait4(zygote_proc.pid, 0)  # it exits when idle (2 s); with the supervisors it forked
+        CPU[label_of(batch, daemon)].update(zygote=own * 1000 / jobs,
+                                            ztree=(tree.ru_utime + tree.ru_stime) * 1000 / jobs)
     _stop_daemon(home)
     return wall
+
+
+def _own_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _zygote_child(home: Path) -> subprocess.Popen[bytes] | None:
+    """The home's launcher (backends/_zygote.py) as our child, idle after 2 s; None on a tree without one."""
+    try:
+        from autoresearch.backends import _zygote
+    except ImportError:
+        return None
+    if not _zygote.enabled():
+        return None
+    proc = subprocess.Popen([sys.executable, "-S", "-E", _zygote.__file__, str(home), "2"])
+    while _zygote.running_pid(home) != proc.pid:
+        time.sleep(0.01)
+    return proc
 
 
 CPU: dict[str, dict[str, float]] = {}  # how -> CPU ms per trial: submitter, daemon, supervisors (+ their commands)
@@ -123,6 +148,13 @@ def _stop_daemon(home: Path) -> None:
     except ImportError:
         return
     pid = passd.running_pid(home)
+    if pid:
+        os.kill(pid, 15)
+    try:
+        from autoresearch.backends import _zygote
+    except ImportError:
+        return
+    pid = _zygote.running_pid(home)
     if pid:
         os.kill(pid, 15)
 
@@ -289,12 +321,15 @@ def main() -> None:
                 wall = ours(tmp, args.jobs, args.parallel, batch, daemon)
                 print(f"| {label} | {wall:.2f} | {args.jobs / wall:.0f} | {base / wall:.3f} |", flush=True)
             print("\n### where the CPU goes: ms per trial (the Popen loop: the parent's fork/exec/wait, and `true`)\n")
-            print("| how | submitter | pass daemon | supervisors + commands | total |\n|---|---:|---:|---:|---:|")
-            print(f"| Python Popen loop | - | - | - | {POPEN_CPU_MS[0]:.2f} |")
+            print("| how | submitter | pass daemon | zygote | supervisors + commands | total |\n"
+                  "|---|---:|---:|---:|---:|---:|")
+            print(f"| Python Popen loop | - | - | - | - | {POPEN_CPU_MS[0]:.2f} |")
             for how, parts in CPU.items():
                 if "daemon" in parts:
-                    print(f"| {how} | {parts['submitter']:.2f} | {parts['daemon']:.2f} | "
-                          f"{parts['tree'] - parts['daemon']:.2f} | {parts['submitter'] + parts['tree']:.2f} |")
+                    zyg, ztree = parts.get("zygote", 0.0), parts.get("ztree", 0.0)
+                    print(f"| {how} | {parts['submitter']:.2f} | {parts['daemon']:.2f} | {zyg:.2f} | "
+                          f"{parts['tree'] - parts['daemon'] + ztree - zyg:.2f} | "
+                          f"{parts['submitter'] + parts['tree'] + ztree:.2f} |")
         if "start" not in skip:
             print(f"\n## submit->running over a bare spawn, Python API ({args.n} each)\n")
             print("| jobs in ledger | bare p50 ms | ours p50 ms | +p50 ms | +p95 ms |\n|---:|---:|---:|---:|---:|")

@@ -1,7 +1,8 @@
 """The local attempt supervisor: a detached process that owns one attempt.
 
-Forked (not spawned: a fresh interpreter costs ~70 ms here, a fork ~1 ms) from
-whatever process starts the attempt, it starts its own session so it outlives the
+Forked (not spawned: a fresh interpreter costs ~70 ms here, a fork ~1 ms) by the home's
+zygote (backends/_zygote.py: a small image, cheap to fork and to exit) or, when none answers,
+by the process that starts the attempt, it starts its own session so it outlives the
 CLI or server, runs the command in its own process group, enforces
 the timeout and the stop grace period, and records what happened in files under
 the attempt's run dir::
@@ -24,6 +25,8 @@ Stdlib only, and nothing here imports anything after the fork.
 from __future__ import annotations
 
 import _signal  # signal's C functions: signal.pthread_sigmask converts every mask to enums (~1 ms a launch)
+import _thread
+import contextlib
 import errno
 import gc
 import json
@@ -32,9 +35,13 @@ import select
 import signal
 import stat
 import time
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 STATE, STOP, EXIT, REAPED = "state.json", "stop.json", "exit.json", "reaped"
+# Made (O_EXCL) by the supervisor before anything else: a second supervisor of the same attempt (a
+# launcher that forked one itself after its zygote forked one but died before answering) exits.
+CLAIM = "supervisor.claim"
 # The ending of an attempt whose launcher died before its supervisor wrote state.json: retried as
 # infra, but the launcher's loss, not the node's (the health monitor does not count it against it).
 NEVER_STARTED = "supervisor never started"
@@ -47,11 +54,32 @@ LISTEN_CHECK_S = 0.5  # how often it checks that somebody still listens; nobody:
 ACK_SIGNAL = signal.SIGWINCH
 
 
+_environ: tuple[object, dict[str, str]] = (None, {})
+
+
+def environ() -> dict[str, str]:
+    """``dict(os.environ)``, decoded again only when it changed (a launch needs it twice and a
+    submit's view once: ~0.1 ms each). Keyed by the raw bytes: a C-level copy. Do not change it."""
+    global _environ
+    raw = getattr(os.environ, "_data", None)
+    if not isinstance(raw, dict):
+        return dict(os.environ)
+    key = tuple(raw.items())
+    if key != _environ[0]:
+        _environ = (key, dict(os.environ))
+    return _environ[1]
+
+
 def write_json(path: str, data: dict[str, Any]) -> None:
     """Atomic write: readers see the old file or the new one, never half of it."""
     tmp = f"{path}.{os.getpid()}.tmp"
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-        json.dump(data, f)
+    blob = memoryview(json.dumps(data).encode())  # (json.dumps is C; json.dump to a text file is not)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        while blob:
+            blob = blob[os.write(fd, blob):]
+    finally:
+        os.close(fd)
     os.replace(tmp, path)
 
 
@@ -88,8 +116,11 @@ def read_log_file(path: str, offset: int = 0, max_bytes: int = 1 << 20) -> bytes
 def _proc_stat(pid: int) -> tuple[int, bytes] | None:
     """(start time in clock ticks since boot, state letter) of ``pid``, from one read."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)  # no file object: a supervisor's page faults
+        try:
+            stat = os.read(fd, 4096)
+        finally:
+            os.close(fd)
         fields = stat[stat.rindex(b")") + 2:].split()
         return int(fields[19]), fields[0]
     except (OSError, ValueError, IndexError):
@@ -127,8 +158,51 @@ def reap() -> None:
 
 
 def launch(request: dict[str, Any]) -> None:
-    """Start a detached supervisor for ``request`` (its run dir exists) and return at once."""
+    """Start a detached supervisor for ``request`` (its run dir exists) and return at once: forked by
+    the home's zygote (backends/_zygote.py) when one answers, else by us (and a zygote is started for
+    the next launches). Inside :func:`batch` the zygote's answers are read when the batch ends."""
     reap()
+    home = os.path.dirname(request["wake_fifo"]) if request.get("wake_fifo") else None  # (the home's FIFO)
+    if home:
+        from autoresearch.backends import _zygote
+
+        if _zygote.enabled():
+            if _zygote.send(home, request):
+                if not _batching.get(_thread.get_ident()):
+                    settle()
+                return
+            _zygote.start(home)
+    _fork(request)
+
+
+_batching: dict[int, int] = {}  # thread -> how deep in batch() it is
+
+
+@contextlib.contextmanager
+def batch() -> Iterator[None]:
+    """Launches inside (in this thread) are sent to the zygote without waiting for its answers, read
+    at the end (and the requests it did not take are forked here then)."""
+    me = _thread.get_ident()
+    _batching[me] = _batching.get(me, 0) + 1
+    try:
+        yield
+    finally:
+        _batching[me] -= 1
+        if not _batching[me]:
+            del _batching[me]
+            settle()
+
+
+def settle() -> None:
+    """Read the zygote's answers; fork here the supervisors it did not fork (claimed by then: see
+    CLAIM, so a zygote that forked one but died before its answer never runs an attempt twice)."""
+    from autoresearch.backends import _zygote
+
+    for request in _zygote.settle():
+        _fork(request)
+
+
+def _fork(request: dict[str, Any]) -> None:
     # A Ctrl-C that lands in the fork's after-fork callbacks (logging's) is "ignored" by Python
     # and lost: hold SIGINT until the fork is done; the parent then gets it right here.
     mask = _signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT,))
@@ -231,17 +305,16 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
     # we were forked with; this process allocates almost nothing, so none is needed.
     gc.disable()
     run_dir: str = req["run_dir"]
+    try:
+        os.close(os.open(os.path.join(run_dir, CLAIM), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    except FileExistsError:
+        os._exit(0)  # another supervisor has this attempt
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     log_fd = os.open(req["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     keep = {0, 1, 2, log_fd}
-    for fd in _open_fds():
-        if fd not in keep:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    _close_all_but(keep)
 
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
@@ -252,10 +325,11 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
         flags["stop"] = True
 
     signal.set_wakeup_fd(wake_w)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, on_term)
-    signal.signal(signal.SIGCHLD, lambda s, f: None)  # wake select when the child ends
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    # _signal's C function: signal.signal converts through enums (page faults: see _close_all_but)
+    for sig in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP):
+        _signal.signal(sig, on_term)
+    _signal.signal(_signal.SIGCHLD, _wake)  # wake select when the child ends
+    _signal.signal(_signal.SIGPIPE, _signal.SIG_IGN)
 
     started = time.time()
     # A gang on one host (LaunchRequest.alloc): one process group per member, each with its own
@@ -352,7 +426,7 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
         done["failed_member"] = failed
     write_json(os.path.join(run_dir, EXIT), done)
     fifo = req.get("wake_fifo")
-    signal.signal(ACK_SIGNAL, lambda s, f: None)  # before the poke: a nudge wakes the select below
+    _signal.signal(ACK_SIGNAL, _wake)  # before the poke: a nudge wakes the select below
     if _poke(fifo):
         # A watcher that dies right after our poke would leave the ending unrecorded until
         # somebody's next call: wait for its acknowledgement, else run the pass ourselves. A
@@ -384,8 +458,8 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
-        try:
-            os.execvp(hook[0], hook)
+        try:  # in the launcher's environment (a zygote's request carries it), as if it had forked us
+            os.execvpe(hook[0], hook, req.get("environ") or os.environ)
         except OSError:
             pass
     os._exit(0)
@@ -483,8 +557,25 @@ def _signal_group(pgid: int, sig: int, or_pid: bool = False) -> None:
         pass
 
 
-def _open_fds() -> list[int]:
+def _wake(signum: int, frame: object) -> None:
+    """A handler that does nothing: the signal's byte on the wakeup fd ends the select."""
+
+
+def _close_all_but(keep: set[int]) -> None:
+    """Close every descriptor but ``keep`` (the launcher's, the zygote's: locks among them).
+
+    With close_range (Linux >= 5.9) in a few calls. A supervisor's CPU is mostly page faults
+    (copy-on-write of the image it was forked from: ~10 us each on a paravirtualized VM), so it
+    builds as few Python objects as it can; a listing of /proc/self/fd cost ~40 of them."""
+    low = 3
+    for fd in sorted(keep):
+        if fd >= low:
+            os.closerange(low, fd)
+            low = fd + 1
     try:
-        return [int(fd) for fd in os.listdir("/proc/self/fd")]
-    except OSError:
-        return list(range(3, 256))
+        top = os.sysconf("SC_OPEN_MAX")
+    except (ValueError, OSError):
+        top = -1
+    if not 0 < top <= 1 << 20:
+        top = 1 << 16
+    os.closerange(low, top)

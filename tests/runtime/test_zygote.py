@@ -1,0 +1,249 @@
+"""The home's pre-forked launcher (autoresearch/backends/_zygote.py): supervisors are forked from its
+small image when it answers, by the launcher when it does not, and every attempt runs once either way."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoresearch.backends import _supervisor, _zygote
+from tests.conftest import wait_for
+
+
+@pytest.fixture(autouse=True)
+def _zygote_on(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("AUTORESEARCH_ZYGOTE", raising=False)
+    monkeypatch.setattr(_zygote, "stats", {"sent": 0, "taken": 0, "refused": 0})
+    yield
+    for sock in list(_zygote._conns.values()):  # no connection of ours outlives the test's zygote
+        _zygote._drop(sock)
+
+
+def _start(home: Path, idle: float = 60.0) -> subprocess.Popen[bytes]:
+    """A zygote of ``home`` as our child (so the test can kill it), listening."""
+    home.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([sys.executable, "-S", "-E", _zygote.__file__, str(home), str(idle)])
+    wait_for(lambda: _zygote.running_pid(home) == proc.pid and (home / _zygote.SOCK).exists(), timeout=30)
+    return proc
+
+
+@pytest.fixture
+def zygote(home: Path) -> Iterator[subprocess.Popen[bytes]]:
+    proc = _start(home)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture
+def no_spawn(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Launchers start no detached zygote (the test says which one runs); the homes they asked for."""
+    asked: list[str] = []
+    monkeypatch.setattr(_zygote, "start", asked.append)
+    return asked
+
+
+def _request(home: Path, key: str, command: str, **extra: Any) -> dict[str, Any]:
+    run_dir = home / "runs" / key
+    run_dir.mkdir(parents=True)
+    return {"argv": ["/bin/sh", "-c", command], "sandbox": False, "env": {"PATH": os.environ["PATH"]},
+            "members": None, "workdir": str(home), "log_path": str(run_dir / "log"), "run_dir": str(run_dir),
+            "timeout": None, "grace": 1.0, "on_exit": None, "wake_fifo": str(home / "wake.fifo"), **extra}
+
+
+def _ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_the_running_zygote_forks_the_supervisors(api: Any, home: Path, zygote: Any, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    job = api.submit({"command": ["/bin/sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done"],
+                      "workdir": str(tmp_path)}).id
+    state = home / "jobs" / str(job) / "attempt-1" / "state.json"
+    wait_for(state.exists, timeout=30)
+    supervisor = json.loads(state.read_text())["supervisor_pid"]
+    assert _ppid(supervisor) == zygote.pid  # not the launcher (this process)
+    assert _zygote.stats["taken"] == 1
+    go.touch()
+    wait_for(lambda: api.status(job).state == "succeeded", timeout=60)
+
+
+def test_without_a_zygote_the_launcher_forks_and_starts_one(api: Any, home: Path, tmp_path: Path) -> None:
+    """The home's first launch in a while is forked here (a lone CLI submit starts no zygote that would
+    only go idle); the next one too, and it starts a zygote for the launches after it."""
+    first = api.submit({"command": ["true"], "workdir": str(tmp_path)}).id
+    assert _zygote.running_pid(home) is None
+    second = api.submit({"command": ["true"], "workdir": str(tmp_path)}).id
+    try:
+        pid = wait_for(lambda: _zygote.running_pid(home), timeout=30)
+        assert _zygote.stats["sent"] == 0  # both forked here
+        third = api.submit({"command": ["true"], "workdir": str(tmp_path)}).id
+        for job in (first, second, third):
+            wait_for(lambda job=job: api.status(job).state == "succeeded", timeout=60)
+        assert _zygote.stats["taken"] == 1
+    finally:
+        os.kill(pid, signal.SIGTERM)
+
+
+def test_off_switch(home: Path, monkeypatch: pytest.MonkeyPatch, no_spawn: list[str]) -> None:
+    monkeypatch.setenv("AUTORESEARCH_ZYGOTE", "off")
+    home.mkdir(parents=True)
+    req = _request(home, "a", "sleep 0.3")
+    _supervisor.launch(req)
+    state = Path(req["run_dir"]) / "state.json"
+    wait_for(state.exists, timeout=30)
+    assert _ppid(json.loads(state.read_text())["supervisor_pid"]) == os.getpid()
+    assert no_spawn == [] and _zygote.stats["sent"] == 0
+    wait_for(lambda: (Path(req["run_dir"]) / "exit.json").exists(), timeout=30)
+    _supervisor.reap()
+
+
+def test_a_zygote_killed_mid_batch_still_runs_every_attempt_exactly_once(home: Path, no_spawn: list[str]) -> None:
+    zygote = _start(home)
+    ran = home / "ran"
+    requests = [_request(home, str(i), f"echo {i} >> {ran}") for i in range(8)]
+    try:
+        with _supervisor.batch():
+            for i, req in enumerate(requests):
+                if i == 3:
+                    zygote.kill()  # with requests sent and not answered, maybe forked, maybe not
+                    zygote.wait()
+                _supervisor.launch(req)
+    finally:
+        zygote.kill()
+        zygote.wait()
+    for req in requests:
+        wait_for(lambda req=req: (Path(req["run_dir"]) / "exit.json").exists(), timeout=30)
+    assert sorted(int(line) for line in ran.read_text().split()) == list(range(8))  # each once
+    assert _zygote.stats["sent"] >= 3 and no_spawn  # the launches after the kill asked for a new one
+    _supervisor.reap()
+
+
+def test_threads_and_forks_of_a_launcher_do_not_share_its_connection(home: Path, zygote: Any,
+                                                                   no_spawn: list[str]) -> None:
+    """Two threads launching at once each read their own answers; a forked child of a launcher opens
+    its own connection (its parent's stays usable)."""
+    import threading
+
+    ran = home / "ran"
+    requests = [_request(home, str(i), f"echo {i} >> {ran}") for i in range(12)]
+
+    def launch_half(part: list[dict[str, Any]]) -> None:
+        with _supervisor.batch():
+            for req in part:
+                _supervisor.launch(req)
+
+    threads = [threading.Thread(target=launch_half, args=(requests[i::2],)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    _supervisor.launch(_request(home, "parent", f"echo 100 >> {ran}"))  # our connection: this thread's
+    child = os.fork()
+    if child == 0:
+        try:
+            _supervisor.launch(_request(home, "child", f"echo 101 >> {ran}"))
+            os._exit(0 if _zygote.stats["taken"] == 14 and _zygote.stats["refused"] == 0 else 3)
+        finally:
+            os._exit(4)
+    assert os.waitpid(child, 0)[1] == 0
+    _supervisor.launch(_request(home, "after", f"echo 102 >> {ran}"))  # the parent's connection still works
+    assert _zygote.stats["taken"] == 14 and _zygote.stats["refused"] == 0
+    wait_for(lambda: ran.exists() and len(ran.read_text().split()) == 15, timeout=30)
+    assert sorted(int(x) for x in ran.read_text().split()) == [*range(12), 100, 101, 102]
+
+
+def test_a_second_supervisor_of_one_attempt_runs_nothing(home: Path) -> None:
+    """A launcher that forks a supervisor itself after its zygote forked one but died before it answered."""
+    home.mkdir(parents=True)
+    ran = home / "ran"
+    req = _request(home, "a", f"echo x >> {ran}")
+    _supervisor._fork(req)
+    _supervisor._fork(req)
+    wait_for(lambda: (Path(req["run_dir"]) / "exit.json").exists(), timeout=30)
+    wait_for(lambda: not _supervisor._children or (_supervisor.reap() or not _supervisor._children), timeout=30)
+    assert ran.read_text() == "x\n"
+
+
+def test_the_hook_runs_in_the_launchers_environment(home: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    no_spawn: list[str]) -> None:
+    """on_exit is exec'd in the environment of the process that launched the attempt, as when it forked
+    the supervisor itself: not the zygote's (started by another process) nor the command's."""
+    zygote = _start(home)  # started without ZYG_MARK
+    monkeypatch.setenv("ZYG_MARK", "launcher")
+    out = home / "hook.out"
+    req = _request(home, "a", "true", on_exit=["/bin/sh", "-c", f"echo ${{ZYG_MARK:-none}} $PATH > {out}"])
+    try:
+        _supervisor.launch(req)
+        assert _zygote.stats["taken"] == 1
+        wait_for(lambda: out.exists() and out.read_text().strip(), timeout=30)  # nobody listens: the hook runs
+        assert out.read_text().split() == ["launcher", os.environ["PATH"]]
+    finally:
+        zygote.kill()
+        zygote.wait()
+
+
+def _frame(payload: bytes, version: bytes = _zygote.VERSION) -> bytes:
+    return _zygote._HEAD.pack(len(payload), version) + payload
+
+
+def _answer(sock: socket.socket) -> int:
+    return int(_zygote._ACK.unpack(_zygote._recv_exact(sock, _zygote._ACK.size))[0])
+
+
+def test_garbage_on_the_socket_runs_nothing_and_the_zygote_lives_on(home: Path, zygote: Any,
+                                                                    no_spawn: list[str]) -> None:
+    marker = home / "ran"
+    good = _request(home, "good", f"touch {marker}")
+    bad = {**good, "timeout": "soon", "umask": 0o22, "environ": {}, "environ_drop": []}
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(str(home / _zygote.SOCK))
+    sock.sendall(_frame(json.dumps(good).encode(), version=b"x" * 16))  # another version's: refused
+    assert _answer(sock) == -1
+    for payload in (b"\xff\x00garbage", b"[1, 2]", b"{" * 100_000, json.dumps(bad).encode(),
+                    json.dumps({**bad, "timeout": None, "run_dir": "../../etc"}).encode()):
+        sock.sendall(_frame(payload))
+        assert _answer(sock) != 0  # (a child that parsed it and left without running anything)
+    sock.sendall(struct.pack("!I", 1 << 30) + b"y" * 16)  # a frame too big: the connection ends
+    assert sock.recv(4) == b""
+    sock.close()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:  # bytes, then gone mid-frame
+        raw.connect(str(home / _zygote.SOCK))
+        raw.sendall(b"\x00\x00")
+    assert zygote.poll() is None
+    assert not marker.exists() and not list((home / "runs" / "good").glob(_supervisor.CLAIM))
+    _supervisor.launch(_request(home, "after", f"touch {marker}"))  # and it still launches
+    assert _zygote.stats["taken"] == 1
+    wait_for(marker.exists, timeout=30)
+
+
+def test_the_zygote_leaves_when_idle_and_when_its_home_is_gone(tmp_path: Path) -> None:
+    idle = _start(tmp_path / "a", idle=0.2)
+    assert idle.wait(timeout=30) == 0
+    assert not (tmp_path / "a" / _zygote.SOCK).exists()
+    gone = _start(tmp_path / "b")
+    shutil.rmtree(tmp_path / "b")
+    assert gone.wait(timeout=30) == 0
+
+
+def test_a_second_zygote_of_a_home_leaves_at_once_and_bad_arguments_are_refused(home: Path, zygote: Any) -> None:
+    second = subprocess.run([sys.executable, "-S", "-E", _zygote.__file__, str(home)], timeout=30)
+    assert second.returncode == 0 and _zygote.running_pid(home) == zygote.pid
+    bad = subprocess.run([sys.executable, "-S", "-E", _zygote.__file__, "relative/home"], capture_output=True,
+                         text=True, timeout=30)
+    assert bad.returncode == 2 and "usage" in bad.stderr and "Traceback" not in bad.stderr
+    gone = subprocess.run([sys.executable, "-S", "-E", _zygote.__file__, str(home / "nowhere")], capture_output=True,
+                          text=True, timeout=30)
+    assert gone.returncode == 1 and "cannot use home" in gone.stderr and "Traceback" not in gone.stderr
