@@ -100,6 +100,7 @@ class Controller:
         self._retry_tick = False
         self.already_finished = False
         self._external_stop: tuple[str, bool] | None = None
+        self._dropped = False  # the stop's queued-ahead trials were cancelled (drop_ahead)
         # MLflow runs created ahead of launch (tracking on): one worker at a time, batches queued.
         self.runs = RunPreparer(self.ledger)
         self.sigint = SigintFlag()  # a Ctrl-C that something swallowed still stops the loop
@@ -178,6 +179,7 @@ class Controller:
             s.store.set_loop(state="running", plan=plan_json(self.plan), digest=digest, ended_at=None)
             self._adopt(changed=existing["digest"] != digest and has_trials)
         self.ctx.loop_id = s.store.loop_id
+        self.runtime.jobs.set_group_cap(s.job_group(), self.plan.budget.parallel)  # a resumed plan's parallel too
         _warm.record(s.store, self.plan, self.ctx.warm, kept)  # which loops warmed it (a decision, once)
         s.reload()
         if self.plan.budget.steps is not None:  # a resumed loop's compute so far: its ended trials' curves
@@ -365,8 +367,25 @@ class Controller:
                 self.watcher.points = False
             self._last_monitor = now
             outcomes.monitor(self)
-        for trial_id in _limits.check_limits(s):
-            self.stop_trial(trial_id, f"stopping the loop: {s.stop_reason}", {"reason": s.stop_reason})
+        stops = _limits.check_limits(s)
+        if s.stop_reason and not self._dropped:
+            self._dropped = True
+            self.drop_ahead()
+        for trial_id in stops:
+            if trial_id in s.active:  # (not one cancelled while queued ahead)
+                self.stop_trial(trial_id, f"stopping the loop: {s.stop_reason}", {"reason": s.stop_reason})
+
+    def drop_ahead(self) -> None:
+        """The loop stops: cancel the trials queued ahead whose job has not started (a pass that
+        starts one first wins: it runs as any other), and leave them ``skipped``, as the proposed ones."""
+        s = self.state
+        waiting = {row["job_id"]: trial_id for trial_id, row in s.active.items()
+                   if row["state"] == "queued" and row["job_id"] is not None and trial_id not in s.stopping}
+        cancelled = self.runtime.jobs.cancel_queued(sorted(waiting))
+        for job_id in cancelled:
+            del s.active[waiting[job_id]]
+        s.update_trials([(waiting[job_id], {"state": "skipped", "failure": f"not launched: {s.stop_reason}",
+                                             "ended_at": time.time()}) for job_id in cancelled])
 
     def stop_trial(self, trial_id: int, rationale: str, inputs: dict[str, Any]) -> None:
         """Decide to stop a running trial (a stop decision), then cancel its job with the plan's grace."""
@@ -398,22 +417,21 @@ class Controller:
     # -- propose and launch ---------------------------------------------------------------
 
     def ahead(self) -> int:
-        """Trials proposed ahead of the free slots (queue ahead), so that a trial's end is followed
-        by a launch of an already proposed one, not by a propose() call first (a model's fit, an
-        LLM's answer): ``parallel // 4`` (none below parallel 4: a sequential loop's proposer sees
-        every result before it proposes). Never beyond the trial budget (``_accept`` caps at it);
-        a stop or a spent budget leaves them ``skipped`` ("not launched: <reason>"), never failed."""
+        """Trials submitted ahead of the free slots (queue ahead): ``parallel // 4`` (none below
+        parallel 4: a sequential loop's proposer sees every result before it proposes). They wait
+        queued in the loop's job group, whose running cap is ``parallel``
+        (:meth:`LoopState.window`), so the pass that records a trial's end starts the next one at
+        once: no round trip through the loop, no propose() call first (a model's fit, an LLM's
+        answer). Never beyond the trial budget (they count against it); a stop cancels the ones
+        still queued and leaves them ``skipped`` ("not launched: <reason>"), never failed."""
         return self.plan.budget.parallel // 4
 
     def _want(self) -> int:
-        """Trials to propose now: for the free slots that no proposed trial will take, plus enough
-        to keep :meth:`ahead` waiting, within the trial budget (proposed ones count against it)."""
+        """Trials to propose now: the room in the window (running and queued ahead) that no
+        proposed trial will take, within the trial budget (proposed ones count against it)."""
         s = self.state
-        slots = self.plan.budget.parallel - len(s.active)
-        budget_left = self.plan.budget.trials - s.launched()
         pending = len(s.proposed)
-        launchable = max(0, min(slots, budget_left, pending))
-        return min(max(0, slots - launchable) + self.ahead() - (pending - launchable), budget_left - pending)
+        return min(s.window() - len(s.active), self.plan.budget.trials - s.launched()) - pending
 
     def _fill(self) -> None:
         """Propose what is wanted, then launch what fits, as one batch (``jobs.submit_many``). A
@@ -438,13 +456,12 @@ class Controller:
                 self._accept(timed(self.proposer, s.history(), n), call_n=n)
                 if len(s.proposed) == before:
                     break
-        slots = self.plan.budget.parallel - len(s.active)
-        take = max(0, min(slots, self.plan.budget.trials - s.launched()))
+        take = max(0, min(s.window() - len(s.active), self.plan.budget.trials - s.launched()))
         # held: its MLflow run is being created; it keeps its slot
         ready = [row for row in s.pending()[:take] if row["id"] not in self.runs.held]
         if ready:
             self.sigint.check()
-            launch_many(s, ready, self.proposer, self.runtime)  # one batch submit (jobs.submit_many)
+            launch_many(s, ready, self.proposer, self.runtime)  # one batch submit (jobs.submit_many), capped
         if self.proposer.blocking and self.call is None and not s.exhausted and (n := self._want()) > 0:
             n = min(n, self.plan.proposer.batch or n)
             history = list(s.history())  # the thread's own copy: ours changes as trials end

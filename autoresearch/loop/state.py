@@ -158,6 +158,16 @@ class LoopState:
                 record.intermediate = [(step, value * self.sign) for step, value in series]
         return self._history
 
+    def job_group(self) -> str:
+        """The runtime's job group of this loop's trials: at most ``parallel`` of them run at once
+        (``jobs.submit_many``'s running cap), the ones submitted ahead wait queued in it."""
+        return f"loop:{self.store.loop_id}"
+
+    def window(self) -> int:
+        """Trials submitted at once: ``parallel`` running plus ``parallel // 4`` queued ahead (none
+        below parallel 4), so that the pass that records an ending starts the next trial at once."""
+        return self.plan.budget.parallel + self.plan.budget.parallel // 4
+
     def launched(self) -> int:
         """Trials that count against the trial budget (crashed and skipped ones do not)."""
         return sum(n for s, n in self.state_counts.items() if s not in ("proposed", "crashed", "skipped"))
