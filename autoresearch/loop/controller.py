@@ -54,6 +54,7 @@ from autoresearch.loop._launch import ProposeCall, launch_many, timed
 from autoresearch.loop._live_view import LiveView
 from autoresearch.loop._mlflow_runs import PREPARE_HOLD_S as PREPARE_HOLD_S
 from autoresearch.loop._mlflow_runs import RunPreparer
+from autoresearch.loop._passes import PassThread
 from autoresearch.loop.outcomes import LOG_TAIL_LINES as LOG_TAIL_LINES
 from autoresearch.loop.plan import Plan, plan_json
 from autoresearch.loop.proposers import Proposer, ProposerContext, ProposeResult, _warm, make_proposer
@@ -96,6 +97,7 @@ class Controller:
         self._last_update = self._last_monitor = self._last_persist = self._last_tick = 0.0
         self.safety_poll_s = 1.0  # reconcile at least this often (an attempt killed -9 pokes nobody)
         self.watcher: Any = None
+        self.passes: PassThread | None = None  # the pass thread, while run() runs (loop/_passes.py)
         self._woke = True
         self._retry_tick = False
         self.already_finished = False
@@ -157,6 +159,7 @@ class Controller:
         self.ctx = ProposerContext(self.plan, existing["id"] if existing else 0, self.plan.name, self.ledger.home,
                                    self.runtime, project=s.loop_project)
         self.proposer = make_proposer(self.ctx)  # may raise (missing key): nothing exists yet
+        s.ahead = self.ahead()
         s.started = time.monotonic()
         clock = getattr(self.runtime.backend, "clock", None)  # a simulated fleet's (autoresearch/sim/)
         if clock is not None and callable(getattr(clock, "now", None)):
@@ -232,7 +235,7 @@ class Controller:
             time.sleep(self.poll_s)
             self._woke = True
             return
-        if self.call is not None or self._retry_tick or self.runs.held:
+        if self.call is not None or (self._retry_tick and self.passes is None) or self.runs.held:
             timeout = self.poll_s
         elif self.watch_metrics and self.state.active:
             timeout = max(self.poll_s, self.monitor_every_s - (time.monotonic() - self._last_monitor))
@@ -240,11 +243,17 @@ class Controller:
             timeout = self.safety_poll_s
         if self.on_update is not None:
             timeout = min(timeout, self.update_every_s)
+        if self.passes is not None:  # the pass thread ran the pass: we hear that it did
+            self._woke = self.passes.wait(timeout)
+            return
         self._woke = (bool(self.watcher.wait(timeout)) or self._retry_tick
                       or time.monotonic() - self._last_tick >= self.safety_poll_s)
 
     def close(self) -> None:
         self.runs.close()
+        if self.passes is not None:
+            self.passes.close()  # before the watcher it selects on
+            self.passes = None
         if self.watcher is not None:
             with contextlib.suppress(Exception):
                 self.watcher.close()
@@ -271,6 +280,9 @@ class Controller:
                 self.on_update(view)
             return view
         s = self.state
+        if self.watcher is not None and s.clock is None:  # endings run their pass at once (loop/_passes.py)
+            self.passes = PassThread(self.runtime, self.watcher, self.safety_poll_s)
+            self.passes.start()
         try:
             self.sigint.install()
             while True:
@@ -336,9 +348,11 @@ class Controller:
         s = self.state
         runtime = self.runtime
         if self._woke:  # also for other jobs: while our watcher is open their supervisors poke us too
-            # With a watcher open, supervisors poke us instead of running the pass: we run it.
-            self._retry_tick = not runtime.tick(wait=False)
-            self._last_tick = time.monotonic()
+            if self.passes is not None:
+                self.passes.raise_error()  # it ran the pass (the endings are recorded, the next trials started)
+            else:  # with a watcher open, supervisors poke us instead of running the pass: we run it
+                self._retry_tick = not runtime.tick(wait=False)
+                self._last_tick = time.monotonic()
             self._woke = False
             ids = [r["job_id"] for r in s.active.values()]
             jobs = {j["id"]: j for j in JobStore(self.ledger).job_ends(ids)}
@@ -361,9 +375,10 @@ class Controller:
                 self._owed = False
                 self.publish(force=True)
         now = time.monotonic()
-        heard = getattr(self.watcher, "points", False)  # a report() at a rung waits: judge it now
+        # a report() at a rung waits: judge it now
+        heard = self.passes.take_points() if self.passes is not None else getattr(self.watcher, "points", False)
         if self.watch_metrics and s.active and (heard or now - self._last_monitor >= self.monitor_every_s):
-            if heard:
+            if heard and self.passes is None:
                 self.watcher.points = False
             self._last_monitor = now
             outcomes.monitor(self)
@@ -418,13 +433,18 @@ class Controller:
 
     def ahead(self) -> int:
         """Trials submitted ahead of the free slots (queue ahead): ``parallel // 4`` (none below
-        parallel 4: a sequential loop's proposer sees every result before it proposes). They wait
+        parallel 4: a sequential loop's proposer sees every result before it proposes), or a whole
+        ``parallel`` for a proposer whose proposals never depend on results (random, grid: there
+        are then enough waiting to cover the loop's own turnover of short trials). They wait
         queued in the loop's job group, whose running cap is ``parallel``
         (:meth:`LoopState.window`), so the pass that records a trial's end starts the next one at
         once: no round trip through the loop, no propose() call first (a model's fit, an LLM's
         answer). Never beyond the trial budget (they count against it); a stop cancels the ones
         still queued and leaves them ``skipped`` ("not launched: <reason>"), never failed."""
-        return self.plan.budget.parallel // 4
+        parallel = self.plan.budget.parallel
+        if parallel < 4:
+            return 0
+        return parallel // 4 if getattr(self.proposer, "learns", True) else parallel
 
     def _want(self) -> int:
         """Trials to propose now: the room in the window (running and queued ahead) that no

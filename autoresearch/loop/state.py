@@ -45,6 +45,7 @@ class LoopState:
     finishing: set[int] = field(default_factory=set)  # trials a loop's stop leaves to finish (reached the target)
     launch_decided: set[int] = field(default_factory=set)  # trials with a launch decision
     incumbent: int | None = None
+    ahead: int = 0  # trials queued ahead of the free slots (Controller.ahead)
     stop_reason: str = ""
     exhausted: bool = False  # the proposer returned nothing
     unseen_warned: set[int] = field(default_factory=set)  # trials warned that their objective is unseen
@@ -164,9 +165,9 @@ class LoopState:
         return f"loop:{self.store.loop_id}"
 
     def window(self) -> int:
-        """Trials submitted at once: ``parallel`` running plus ``parallel // 4`` queued ahead (none
-        below parallel 4), so that the pass that records an ending starts the next trial at once."""
-        return self.plan.budget.parallel + self.plan.budget.parallel // 4
+        """Trials submitted at once: ``parallel`` running plus :attr:`ahead` queued ahead, so that
+        the pass that records an ending starts the next trial at once."""
+        return self.plan.budget.parallel + self.ahead
 
     def launched(self) -> int:
         """Trials that count against the trial budget (crashed and skipped ones do not)."""

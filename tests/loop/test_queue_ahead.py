@@ -16,6 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from autoresearch.backends.fake import FakeBackend, Script
 from autoresearch.loop.controller import Controller
 from autoresearch.loop.plan import parse_plan
@@ -29,10 +31,15 @@ def _plan(tmp_path: Path, trials: int, parallel: int) -> Any:
 
 
 def _controller(home: Path, tmp_path: Path, trials: int, parallel: int, fake: FakeBackend | None = None,
-                resume: bool = False, **kw: Any) -> tuple[Controller, FakeBackend]:
+                resume: bool = False, learns: bool = True, **kw: Any) -> tuple[Controller, FakeBackend]:
+    """``learns``: as a model-based proposer (tpe, bohb, an LLM), which queues ``parallel // 4``
+    ahead; random search (learns nothing from results) queues a whole ``parallel``."""
     fake = fake or FakeBackend(programs={"train": Script()})  # runs until the test ends it
     c = Controller(_plan(tmp_path, trials, parallel), runtime=Runtime(home, backend=fake), resume=resume, **kw)
     c.open()
+    if learns:
+        c.proposer.learns = True
+        c.state.ahead = c.ahead()
     return c, fake
 
 
@@ -71,25 +78,28 @@ def _proposals(c: Controller) -> list[int]:
     return calls
 
 
+@pytest.mark.parametrize("learns", [True, False])
 def test_the_pass_that_records_an_ending_starts_a_trial_queued_ahead_with_no_loop_round_trip(
-        home: Path, tmp_path: Path) -> None:
-    c, fake = _controller(home, tmp_path, trials=40, parallel=8)
+        home: Path, tmp_path: Path, learns: bool) -> None:
+    c, fake = _controller(home, tmp_path, trials=40, parallel=8, learns=learns)
     try:
         s = c.state
         c._fill()
-        assert len(s.active) == 10 and not s.pending()  # 8 running + 2 ahead, all submitted at once
-        assert len(_running(c)) == 8 and len(ahead := _jobs(c, "queued")) == 2  # the cap: parallel
+        n = 2 if learns else 8
+        assert c.ahead() == n
+        assert len(s.active) == 8 + n and not s.pending()  # 8 running + the ahead ones, all submitted at once
+        assert len(_running(c)) == 8 and len(ahead := _jobs(c, "queued")) == n  # the cap: parallel
         calls = _proposals(c)
         first = sorted(s.active)[:2]
         _finish_jobs(c, fake, first)
         c.runtime.tick()  # one pass, as the pass daemon or any process runs it: no controller involved
         # Before issue 16 the ahead trials were only proposed: they waited for the controller to
         # notice the endings, then submit, then another pass. Now the same pass started them.
-        assert set(ahead) <= set(_running(c)) and len(_running(c)) == 8 and not _jobs(c, "queued")
+        assert set(ahead[:2]) <= set(_running(c)) and len(_running(c)) == 8 and _jobs(c, "queued") == ahead[2:]
         assert calls == []  # and the loop did nothing for it
         _end(c, fake, [])  # the controller wakes: it notices, then proposes and submits the next two ahead
         c._fill()
-        assert calls == [2] and len(s.active) == 10 and len(_jobs(c, "queued")) == 2 and len(_running(c)) == 8
+        assert calls == [2] and len(s.active) == 8 + n and len(_jobs(c, "queued")) == n and len(_running(c)) == 8
     finally:
         c.close()
 
@@ -209,3 +219,19 @@ def test_more_endings_than_trials_ahead_still_launch_in_one_batch(home: Path, tm
         assert len(s.active) == 10 and not s.pending() and len(_running(c)) == 8 and len(_jobs(c, "queued")) == 2
     finally:
         c.close()
+
+
+def test_stopping_an_interrupted_loops_trials_skips_the_ones_queued_ahead(home: Path, tmp_path: Path) -> None:
+    from autoresearch.loop import ops
+
+    c, fake = _controller(home, tmp_path, trials=40, parallel=8)
+    c._fill()
+    ahead, running = _jobs(c, "queued"), _running(c)
+    c.close()  # interrupted (Ctrl-C): then the user asks to stop its trials too
+    stopped = ops.stop_running(c.runtime, "ahead", "stopped by the user after Ctrl-C")
+    assert sorted(stopped) == sorted(ahead + running)
+    rows = {r["job_id"]: r for r in c.ledger.query("SELECT * FROM trials")}
+    assert all(rows[j]["state"] == "skipped" and rows[j]["failure"].startswith("not launched") for j in ahead)
+    assert all(c.runtime.jobs.job(j)["state"] == "cancelled" and not c.runtime.jobs.attempts(j) for j in ahead)
+    stops = c.ledger.query("SELECT trial_id FROM decisions WHERE kind='stop'")
+    assert sorted(rows[j]["id"] for j in running) == sorted(r["trial_id"] for r in stops)  # only those that ran

@@ -1,0 +1,65 @@
+"""Issue 16: the controller's pass thread (autoresearch/loop/_passes.py) runs the pass as soon as
+an ending pokes the wake FIFO, beside the main thread: the ending is recorded and the loop's next
+queued trial started without the main thread; a pass that fails is handed to the main thread."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from autoresearch.backends.fake import FakeBackend, Script
+from autoresearch.errors import LedgerError
+from autoresearch.jobs import submit_many
+from autoresearch.loop._passes import PassThread
+from autoresearch.runtime import Runtime
+from autoresearch.watcher import wake
+
+SPEC = {"command": ["train"], "workdir": os.getcwd()}
+
+
+def test_an_ending_runs_the_pass_on_the_thread_and_starts_the_groups_next_job(home: Path) -> None:
+    fake = FakeBackend(programs={"train": Script()})
+    runtime = Runtime(home, backend=fake)
+    watcher = runtime.watch()
+    passes = PassThread(runtime, watcher, safety_s=60)  # no safety pass in this test: only pokes
+    passes.start()
+    try:
+        first, second = submit_many(runtime, [SPEC] * 2, group="loop:1", max_running=1)
+        assert runtime.jobs.job(second)["state"] == "queued"
+        fake.finish(f"{first}.1", 0)
+        wake(home, "fake")  # what the ending's supervisor does
+        assert passes.wait(10)
+        assert runtime.jobs.job(first)["state"] == "succeeded"  # recorded by the thread's pass ...
+        assert runtime.jobs.job(second)["state"] in ("starting", "running")  # ... which started the next one
+        assert passes.passes >= 1
+    finally:
+        passes.close()
+        watcher.close()
+    assert not passes.is_alive()
+
+
+def test_a_failed_pass_is_handed_to_the_main_thread_and_close_is_prompt(home: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = Runtime(home, backend=FakeBackend())
+    watcher = runtime.watch()
+
+    def locked(wait: bool = True) -> bool:
+        raise LedgerError("the ledger stayed locked", hint="retry")
+
+    monkeypatch.setattr(runtime, "tick", locked)
+    passes = PassThread(runtime, watcher, safety_s=60)
+    passes.start()
+    try:
+        wake(home, "fake")
+        assert passes.wait(10)
+        with pytest.raises(LedgerError):
+            passes.raise_error()
+        passes.raise_error()  # handed over once
+    finally:
+        began = time.monotonic()
+        passes.close()
+        watcher.close()
+    assert not passes.is_alive() and time.monotonic() - began < 5  # no wait for a timeout
