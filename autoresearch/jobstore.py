@@ -46,10 +46,11 @@ class JobStore:
         return self.add_jobs([job], project, backend, policy)[0]
 
     def add_jobs(self, jobs: list[Any], project: str, backend: str, policy: str, group: str | None = None,
-                 max_running: int | None = None) -> list[int]:
+                 max_running: int | None = None, place_as: int | None = None) -> list[int]:
         """Record validated jobs (JobSpecs) as queued, each with its ``submit`` event, in one
         transaction; their ids, in order. ``group``: theirs, whose running cap becomes ``max_running``
-        (when given) in the same transaction (:meth:`group_room`)."""
+        (when given) in the same transaction (:meth:`group_room`). ``place_as``: the job id whose place
+        in the queue they take (``queue_order``; None: their own)."""
         now = time.time()
         ids = []
         with self.ledger.tx() as c:
@@ -58,9 +59,10 @@ class JobStore:
             for job in jobs:
                 cur = c.execute(
                     "INSERT INTO jobs(name, state, priority, spec, gpus, nodes, cpus, memory, experiment, project, "
-                    "backend, submitted_at, updated_at, isolation, job_group) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    "backend, submitted_at, updated_at, isolation, job_group, queue_order) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (job.name, "queued", job.priority, job.model_dump_json(), job.gpus, job.nodes, job.cpus,
-                     job.memory, job.experiment, project, backend, now, now, policy, group),
+                     job.memory, job.experiment, project, backend, now, now, policy, group, place_as),
                 )
                 job_id = int(cur.lastrowid or 0)
                 Ledger.event(c, "submit", job_id, priority=job.priority, gpus=job.gpus)
@@ -444,7 +446,8 @@ class JobStore:
 
     def queued(self, backend: str) -> list[sqlite3.Row]:
         return self.ledger.query("SELECT id, priority, gpus, nodes, cpus, memory, updated_at, attempts, project, "
-                                 "job_group FROM jobs WHERE state='queued' AND backend=? ORDER BY id", (backend,))
+                                 "job_group, COALESCE(queue_order, id) AS queue_order FROM jobs "
+                                 "WHERE state='queued' AND backend=? ORDER BY id", (backend,))
 
     def infra_failed_nodes(self, job_ids: list[int]) -> dict[int, list[str]]:
         """Per job, the nodes where an attempt of it failed for the machine's fault (placed last)."""

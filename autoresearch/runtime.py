@@ -232,7 +232,7 @@ class Runtime:
         avoid = self.jobs.infra_failed_nodes([r["id"] for r in queued if r["attempts"]])
         pending = [
             S.Pending(r["id"], r["priority"], r["gpus"], r["nodes"], r["cpus"], r["memory"], now - r["updated_at"],
-                      frozenset(avoid.get(r["id"], ())), r["project"], r["job_group"] or "")
+                      frozenset(avoid.get(r["id"], ())), r["project"], r["job_group"] or "", r["queue_order"])
             for r in queued
         ]
         room = self.jobs.group_room(p.group for p in pending if p.group)  # running caps (a loop's ahead trials)

@@ -62,6 +62,7 @@ class Pending:
     avoid: frozenset[str] = frozenset()  # nodes where it failed for the machine's fault: placed last
     project: str = ""
     group: str = ""  # a capped group (a research loop's trials): see ``room``
+    order: int | None = None  # its place in its priority class (None: its id; a paused trial's resume: its paused job's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +145,7 @@ def admit(pending: list[Pending], nodes: list[NodeState], running: list[tuple[in
     A job of a group at its cap (``room``, as in :func:`schedule`) waits without blocking others.
     """
     left = _Room(room)
-    order = [p for p in sorted(pending, key=lambda p: (RANK[p.priority], p.job_id)) if left.take(p)]
+    order = [p for p in sorted(pending, key=lambda p: (RANK[p.priority], *_place(p))) if left.take(p)]
     if preempts:
         return Decisions(placements=[Placement(p.job_id, ()) for p in order])
     up = [n for n in nodes if n.schedulable]
@@ -215,7 +216,7 @@ def schedule(
     fail_reserve = 1 << 30
 
     order = (usage.order(pending) if usage is not None
-             else sorted(pending, key=lambda p: (RANK.get(p.priority, 1), p.job_id)))
+             else sorted(pending, key=lambda p: (RANK.get(p.priority, 1), *_place(p))))
     for job in order:
         members = job.nodes
         if pack_gangs and members > 1:  # one host: the gang is one request N times the size, split below
@@ -257,6 +258,11 @@ def schedule(
             if not _reserve(job, state, buckets, out):
                 fail_reserve = job.gpus  # held nodes only grow in a pass: no bigger job finds one either
     return out
+
+
+def _place(job: Pending) -> tuple[int, int]:
+    """A job's place in submit order: its ``order`` (a resumed trial keeps its paused job's), then its id."""
+    return (job.job_id if job.order is None else job.order, job.job_id)
 
 
 class _Room:
@@ -327,11 +333,11 @@ class _Usage:
         """Class by class; inside one, the project with the smallest :meth:`key` next (keys move
         as the caller :meth:`add`s placements between two yields), then submit order."""
         classes: dict[int, dict[str, list[Pending]]] = {}
-        for p in sorted(pending, key=lambda p: p.job_id, reverse=True):  # each list pops from its end
+        for p in sorted(pending, key=_place, reverse=True):  # each list pops from its end
             classes.setdefault(RANK.get(p.priority, 1), {}).setdefault(p.project, []).append(p)
         for rank in sorted(classes):
             groups = classes[rank]
-            heap = [(self.key(project), jobs[-1].job_id, project) for project, jobs in groups.items()]
+            heap = [(self.key(project), _place(jobs[-1]), project) for project, jobs in groups.items()]
             heapq.heapify(heap)
             while heap:
                 key, _, project = heap[0]
@@ -339,7 +345,7 @@ class _Usage:
                 self.changed = False
                 yield jobs.pop()
                 if jobs:  # its key moves only when the caller placed the job
-                    heapq.heapreplace(heap, (self.key(project) if self.changed else key, jobs[-1].job_id, project))
+                    heapq.heapreplace(heap, (self.key(project) if self.changed else key, _place(jobs[-1]), project))
                 else:
                     heapq.heappop(heap)
 

@@ -235,3 +235,47 @@ def test_stopping_an_interrupted_loops_trials_skips_the_ones_queued_ahead(home: 
     assert all(c.runtime.jobs.job(j)["state"] == "cancelled" and not c.runtime.jobs.attempts(j) for j in ahead)
     stops = c.ledger.query("SELECT trial_id FROM decisions WHERE kind='stop'")
     assert sorted(rows[j]["id"] for j in running) == sorted(r["trial_id"] for r in stops)  # only those that ran
+
+
+def test_a_promoted_trial_resumes_in_the_loops_group_before_the_trials_queued_ahead(home: Path, tmp_path: Path,
+                                                                                     monkeypatch: Any) -> None:
+    fake = FakeBackend(programs={"train": Script()})
+    plan = parse_plan({"name": "ahead", "objective": {"metric": "loss"}, "trial": {"command": "train {x}"},
+                       "space": {"x": {"low": 0.0, "high": 1.0}}, "proposer": {"kind": "random"},
+                       "budget": {"trials": 40, "parallel": 4},
+                       "early_stop": {"kind": "asha", "min_steps": 1, "reduction_factor": 2, "pause": True}},
+                      base_dir=tmp_path)
+    c = Controller(plan, runtime=Runtime(home, backend=fake))
+    c.open()
+    try:
+        s = c.state
+        c._fill()
+        assert c.ahead() == 4 and len(_running(c)) == 4 and len(_jobs(c, "queued")) == 4
+        paused = sorted(s.active)[0]
+        job = s.rows[paused]["job_id"]
+        checkpoint = home / "jobs" / str(job) / "checkpoint"
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        (checkpoint / "epoch-1").write_text("saved")  # it checkpointed: it can be paused
+        s.pause_at.add(paused)
+        c.stop_trial(paused, "lost at its rung", {"pause": True})
+        for _ in range(50):
+            _end(c, fake, [])
+            if s.rows[paused]["state"] == "paused":
+                break
+        assert s.rows[paused]["state"] == "paused" and len(_running(c)) == 4  # an ahead one took its slot
+        c._fill()
+        s.series[paused] = [(1, 0.1)]
+        monkeypatch.setattr(c.stopper, "promotable", lambda *a: True)  # later trials did worse at its rung
+        ahead = _jobs(c, "queued")
+        _end(c, fake, [t for t in sorted(s.active) if s.rows[t]["state"] == "running"][:1])  # a slot frees: promote
+        resumed = s.rows[paused]["job_id"]
+        assert resumed != job and c.runtime.jobs.job(resumed)["state"] == "queued"  # the cap holds: it waits ...
+        assert len(_running(c)) == 4
+        row = c.ledger.one("SELECT job_group, queue_order FROM jobs WHERE id=?", (resumed,))
+        assert (row["job_group"], row["queue_order"]) == (s.job_group(), job)  # ... in its paused job's place
+        _finish_jobs(c, fake, [t for t in sorted(s.active) if s.rows[t]["state"] == "running"][:1])
+        c.runtime.tick()
+        assert resumed in _running(c) and set(ahead[1:]) <= set(_jobs(c, "queued"))  # first, not behind them
+        assert len(_running(c)) == 4
+    finally:
+        c.close()

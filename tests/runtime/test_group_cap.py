@@ -110,3 +110,25 @@ def _ending_cost(home: Path, finished_in_group: int) -> tuple[int, int]:
 def test_counting_a_groups_running_jobs_is_flat_in_its_ended_jobs(tmp_path: Path) -> None:
     small, large = _ending_cost(tmp_path / "small", 100), _ending_cost(tmp_path / "large", 2000)
     assert small == large, f"the group's count scans its jobs: {small} vs {large} (VM steps, statements)"
+
+
+def test_a_resumed_job_keeps_its_paused_jobs_place_in_the_queue() -> None:
+    node = [NodeState("n", (), cpus=64)]
+    pending = [Pending(i, "normal", group="g") for i in (5, 6, 7)] + [Pending(9, "normal", group="g", order=2)]
+    assert [p.job_id for p in schedule(pending, node, [], room={"g": 1}).placements] == [9]
+    assert [p.job_id for p in admit(pending, node, [], room={"g": 2}).placements] == [9, 5]
+    from autoresearch.scheduler import FairShare
+
+    assert [p.job_id for p in schedule(pending, node, [], fair=FairShare(), room={"g": 1}).placements] == [9]
+
+
+def test_place_as_through_the_engine_and_its_bad_values(tmp_path: Path) -> None:
+    api, fake = _engine(tmp_path / "h")
+    first = submit_many(api._runtime, [SPEC] * 3, group="g", max_running=1)
+    resumed = submit_many(api._runtime, [SPEC], group="g", max_running=1, place_as=first[0])[0]
+    fake.finish(f"{first[0]}.1", 0)
+    api._runtime.tick()
+    assert _running(api) == [resumed]  # before the two submitted ahead of it
+    for bad in (0, -3, True, "1", 2**63, 1.5):
+        with pytest.raises(SpecError):
+            submit_many(api._runtime, [SPEC], group="g", place_as=bad)
