@@ -40,13 +40,14 @@ class PassThread(threading.Thread):
                 return  # closed under us
             if self._stop_r in ready:
                 return
-            points = bool(ready) and self.watcher.wait(0) and self.watcher.points  # drains the pokes
+            if bool(ready) and self.watcher.wait(0) and self.watcher.points:  # (drains the pokes)
+                self.points = True  # a report() waits at its rung for a verdict: the main thread judges it now,
+                self.heard.set()  # not after this pass
             try:
                 self.runtime.tick(wait=True)
                 self.passes += 1
             except BaseException as err:  # noqa: BLE001 - handed to the main thread
                 self.error = err
-            self.points = self.points or points
             self.heard.set()
 
     def wait(self, timeout: float) -> bool:

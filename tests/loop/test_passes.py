@@ -63,3 +63,26 @@ def test_a_failed_pass_is_handed_to_the_main_thread_and_close_is_prompt(home: Pa
         passes.close()
         watcher.close()
     assert not passes.is_alive() and time.monotonic() - began < 5  # no wait for a timeout
+
+
+def test_a_report_waiting_at_its_rung_is_handed_over_before_the_pass(home: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from autoresearch.watcher import fifo_name
+
+    runtime = Runtime(home, backend=FakeBackend())
+    watcher = runtime.watch()
+    release = threading.Event()
+    monkeypatch.setattr(runtime, "tick", lambda wait=True: release.wait(30))  # a long pass
+    passes = PassThread(runtime, watcher, safety_s=60)
+    passes.start()
+    try:
+        with open(home / fifo_name("fake"), "wb", buffering=0) as fifo:
+            fifo.write(b"r")  # what report() at a rung writes (loop/rungsync.py)
+        assert passes.wait(10) and passes.take_points()  # while the pass still runs
+        assert passes.passes == 0
+    finally:
+        release.set()
+        passes.close()
+        watcher.close()
