@@ -31,7 +31,7 @@ def submit(runtime: Runtime, spec: Any, project: str = "") -> int:
 
 
 def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: str | None = None,
-                max_running: int | None = None, place_as: int | None = None) -> list[int]:
+                max_running: int | None = None, place_as: int | None = None, defer: bool = False) -> list[int]:
     """:func:`submit` for a batch (a loop's proposal): every spec is checked as by ``submit``
     before anything is recorded (one bad spec refuses the batch), all are recorded in one ledger
     transaction, then one pass places what fits (not one pass per job). Their ids, in order.
@@ -41,7 +41,9 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
     that records one's ending starts the next (a research loop submits trials ahead of its free
     slots this way: no round trip through the loop between an ending and the next launch).
     ``place_as``: the job whose place in the queue they take (a paused trial resumed by its loop
-    keeps its first job's place: it goes before the trials queued after that)."""
+    keeps its first job's place: it goes before the trials queued after that). ``defer``: a listener
+    on the wake FIFO places them (a loop's pass thread: one process, one pass at a time), poked
+    instead of a pass of our own; nobody listens: our own pass, as without it."""
     from autoresearch.spec import JobSpec, make_spec  # pydantic stays off the read paths
 
     if group is not None and (not isinstance(group, str) or not 0 < len(group) <= 200):
@@ -77,7 +79,9 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
     # Our own pass, unless another process runs one now (the pass daemon, busy with endings): then we
     # do not queue behind it for the lock; a poke makes the listener run another pass after its
     # current one, which places these. Nobody listens: we wait for the lock and run it ourselves.
-    if not runtime.tick(wait=False) and not wake(runtime.ledger.home, runtime.backend.name):
+    if defer and wake(runtime.ledger.home, runtime.backend.name):
+        pass
+    elif not runtime.tick(wait=False) and not wake(runtime.ledger.home, runtime.backend.name):
         runtime.tick()
     for job_id, job in zip(job_ids, jobs, strict=True):
         warn_if_unschedulable(runtime, job_id, job.gpus, job.nodes)

@@ -254,6 +254,7 @@ class Controller:
         if self.passes is not None:
             self.passes.close()  # before the watcher it selects on
             self.passes = None
+            self.state.defer = False
         if self.watcher is not None:
             with contextlib.suppress(Exception):
                 self.watcher.close()
@@ -283,6 +284,7 @@ class Controller:
         if self.watcher is not None and s.clock is None:  # endings run their pass at once (loop/_passes.py)
             self.passes = PassThread(self.runtime, self.watcher, self.safety_poll_s)
             self.passes.start()
+            s.defer = True  # our submits poke it: one pass at a time, on that thread
         try:
             self.sigint.install()
             while True:

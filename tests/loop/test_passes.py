@@ -86,3 +86,14 @@ def test_a_report_waiting_at_its_rung_is_handed_over_before_the_pass(home: Path,
         release.set()
         passes.close()
         watcher.close()
+
+
+def test_a_deferred_submit_pokes_the_listener_instead_of_running_a_pass(home: Path) -> None:
+    runtime = Runtime(home, backend=FakeBackend())
+    alone = submit_many(runtime, [SPEC], defer=True)  # nobody listens: its own pass places it
+    assert runtime.jobs.job(alone[0])["state"] in ("starting", "running")
+    with runtime.watch() as watcher:  # the controller's: its pass thread places what we submit
+        ids = submit_many(runtime, [SPEC] * 3, defer=True)
+        assert {runtime.jobs.job(j)["state"] for j in ids} == {"queued"} and watcher.wait(0)
+        runtime.tick()
+        assert {runtime.jobs.job(j)["state"] for j in ids} <= {"starting", "running"}
