@@ -41,7 +41,7 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
     that records one's ending starts the next (a research loop submits trials ahead of its free
     slots this way: no round trip through the loop between an ending and the next launch).
     ``place_as``: the job whose place in the queue they take (a paused trial resumed by its loop
-    keeps its first job's place: it goes before the trials queued after that). ``defer``: a listener
+    keeps its paused job's place: it goes before the trials queued after that). ``defer``: a listener
     on the wake FIFO places them (a loop's pass thread: one process, one pass at a time), poked
     instead of a pass of our own; nobody listens: our own pass, as without it."""
     from autoresearch.spec import JobSpec, make_spec  # pydantic stays off the read paths
@@ -79,9 +79,8 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
     # Our own pass, unless another process runs one now (the pass daemon, busy with endings): then we
     # do not queue behind it for the lock; a poke makes the listener run another pass after its
     # current one, which places these. Nobody listens: we wait for the lock and run it ourselves.
-    if defer and wake(runtime.ledger.home, runtime.backend.name):
-        pass
-    elif not runtime.tick(wait=False) and not wake(runtime.ledger.home, runtime.backend.name):
+    listener_places = defer and wake(runtime.ledger.home, runtime.backend.name)
+    if not listener_places and not runtime.tick(wait=False) and not wake(runtime.ledger.home, runtime.backend.name):
         runtime.tick()
     for job_id, job in zip(job_ids, jobs, strict=True):
         warn_if_unschedulable(runtime, job_id, job.gpus, job.nodes)
