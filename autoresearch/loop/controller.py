@@ -393,11 +393,18 @@ class Controller:
                 self.stop_trial(trial_id, f"stopping the loop: {s.stop_reason}", {"reason": s.stop_reason})
 
     def drop_ahead(self) -> None:
-        """The loop stops: cancel the trials queued ahead whose job has not started (a pass that
-        starts one first wins: it runs as any other), and leave them ``skipped``, as the proposed ones."""
+        """The loop stops: cancel the trials queued ahead of the free slots (the newest beyond
+        ``parallel``: a trial within it was launched, its job just not started yet) whose job has
+        not started (a pass that starts one first wins: it runs as any other), and leave them
+        ``skipped``, as the proposed ones."""
         s = self.state
-        waiting = {row["job_id"]: trial_id for trial_id, row in s.active.items()
-                   if row["state"] == "queued" and row["job_id"] is not None and trial_id not in s.stopping}
+        excess = len(s.active) - self.plan.budget.parallel
+        if excess <= 0:
+            return
+        queued = sorted(((row["job_id"], trial_id) for trial_id, row in s.active.items()
+                         if row["state"] == "queued" and row["job_id"] is not None and trial_id not in s.stopping),
+                        reverse=True)[:excess]
+        waiting = dict(queued)
         cancelled = self.runtime.jobs.cancel_queued(sorted(waiting))
         for job_id in cancelled:
             del s.active[waiting[job_id]]

@@ -279,3 +279,21 @@ def test_a_promoted_trial_resumes_in_the_loops_group_before_the_trials_queued_ah
         assert len(_running(c)) == 4
     finally:
         c.close()
+
+
+def test_a_soft_stop_skips_only_the_trials_beyond_parallel(home: Path, tmp_path: Path, monkeypatch: Any) -> None:
+    """A trial within ``parallel`` whose job has not started yet (no pass placed it so far) was launched:
+    a budget that lets running trials finish lets it run too; only the ones queued ahead are skipped."""
+    c, fake = _controller(home, tmp_path, trials=40, parallel=8)
+    try:
+        s = c.state
+        monkeypatch.setattr(c.runtime, "tick", lambda wait=True: True)  # no pass places anything yet
+        c._fill()
+        assert len(_jobs(c, "queued")) == 10
+        s.stop_reason = "llm_usd budget $0.02 used"  # soft: running trials finish
+        c._poll()
+        skipped = sorted(r["job_id"] for r in s.rows.values() if r["state"] == "skipped")
+        assert skipped == _jobs(c, "cancelled") and len(skipped) == 2  # the newest two: the ones ahead
+        assert len(s.active) == 8 and len(_jobs(c, "queued")) == 8
+    finally:
+        c.close()
