@@ -236,8 +236,8 @@ class Runtime:
             for r in queued
         ]
         room = self.jobs.group_room(p.group for p in pending if p.group)  # running caps (a loop's ahead trials)
-        if not pending:
-            return S.Decisions()
+        if not pending or all(room.get(p.group, 1) <= 0 for p in pending):
+            return S.Decisions()  # (every queued job waits for its group: a loop's trials queued ahead)
         running = [
             S.Running(r["job_id"], r["n"], r["priority"], _alloc(r), r["started_at"] or r["created_at"], r["cpus"],
                       r["memory"], r["stop_reason"] is not None, r["project"])
