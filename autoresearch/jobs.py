@@ -31,15 +31,34 @@ def submit(runtime: Runtime, spec: Any, project: str = "") -> int:
     return submit_many(runtime, [spec], project)[0]
 
 
-def submit_many(runtime: Runtime, specs: list[Any], project: str = "",
+def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: str | None = None,
+                max_running: int | None = None, place_as: int | None = None, defer: bool = False,
                 place: bool | Callable[[], bool] = True) -> list[int]:
     """:func:`submit` for a batch (a loop's proposal): every spec is checked as by ``submit``
     before anything is recorded (one bad spec refuses the batch), all are recorded in one ledger
     transaction, then one pass places what fits (not one pass per job). Their ids, in order.
-    ``place=False`` (or a function that says so once they are recorded): no pass; the caller
-    runs one soon (a server's batches: tools/_batch.py)."""
+
+    ``group``: the jobs' group, of which at most ``max_running`` (when given: the group's cap from
+    now on, set in the same transaction) start or run at once; the others wait queued and the pass
+    that records one's ending starts the next (a research loop submits trials ahead of its free
+    slots this way: no round trip through the loop between an ending and the next launch).
+    ``place_as``: the job whose place in the queue they take (a paused trial resumed by its loop
+    keeps its paused job's place: it goes before the trials queued after that). ``defer``: a listener
+    on the wake FIFO places them (a loop's pass thread: one process, one pass at a time), poked
+    instead of a pass of our own; nobody listens: our own pass, as without it. ``place=False`` (or a
+    function that says so once they are recorded): no pass; the caller runs one soon (a server's
+    batches: tools/_batch.py)."""
     from autoresearch.spec import JobSpec, make_spec  # pydantic stays off the read paths
 
+    if group is not None and (not isinstance(group, str) or not 0 < len(group) <= 200):
+        raise SpecError("a job group is a name of 1 to 200 characters", hint="name the group, e.g. loop:12")
+    if max_running is not None and (group is None or isinstance(max_running, bool) or not isinstance(max_running, int)
+                                    or not 1 <= max_running <= 1_000_000):
+        raise SpecError(f"max_running must be a whole number from 1 to 1000000 with a group, not {max_running!r}",
+                        hint="cap a group at the number of its jobs that may run at once")
+    if place_as is not None and (isinstance(place_as, bool) or not isinstance(place_as, int)
+                                 or not 1 <= place_as < 2**63):
+        raise SpecError(f"place_as must be a job id, not {place_as!r}", hint="name the job whose place to take")
     ledger = runtime.ledger
     containers = runtime.backend.capabilities.containers
     jobs = [spec if isinstance(spec, JobSpec) else make_spec(dict(spec), containers=containers) for spec in specs]
@@ -60,11 +79,13 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "",
         if problem:
             raise SpecError(f"checkpoint directory {checkpoint} cannot be created: {problem}",
                             hint="pass --checkpoint a writable directory, or --checkpoint alone for a per-job one")
-    job_ids = runtime.jobs.add_jobs(jobs, project, runtime.backend.name, policy)
+    job_ids = runtime.jobs.add_jobs(jobs, project, runtime.backend.name, policy, group, max_running, place_as)
     # Our own pass, unless another process runs one now (the pass daemon, busy with endings): then we
     # do not queue behind it for the lock; a poke makes the listener run another pass after its
     # current one, which places these. Nobody listens: we wait for the lock and run it ourselves.
-    if (place() if callable(place) else place) and not runtime.tick(wait=False) and not wake(runtime.ledger.home, runtime.backend.name):
+    listener_places = defer and wake(runtime.ledger.home, runtime.backend.name)
+    if ((place() if callable(place) else place) and not listener_places and not runtime.tick(wait=False)
+            and not wake(runtime.ledger.home, runtime.backend.name)):
         runtime.tick()
     for job_id, job in zip(job_ids, jobs, strict=True):
         warn_if_unschedulable(runtime, job_id, job.gpus, job.nodes)

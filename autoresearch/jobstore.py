@@ -45,23 +45,73 @@ class JobStore:
         """Record a validated job (a JobSpec) as queued, with its ``submit`` event; its id."""
         return self.add_jobs([job], project, backend, policy)[0]
 
-    def add_jobs(self, jobs: list[Any], project: str, backend: str, policy: str) -> list[int]:
+    def add_jobs(self, jobs: list[Any], project: str, backend: str, policy: str, group: str | None = None,
+                 max_running: int | None = None, place_as: int | None = None) -> list[int]:
         """Record validated jobs (JobSpecs) as queued, each with its ``submit`` event, in one
-        transaction; their ids, in order."""
+        transaction; their ids, in order. ``group``: theirs, whose running cap becomes ``max_running``
+        (when given) in the same transaction (:meth:`group_room`). ``place_as``: the job id whose place
+        in the queue they take (``queue_order``; None: their own)."""
         now = time.time()
         ids = []
         with self.ledger.tx() as c:
+            if group is not None and max_running is not None:
+                self.set_group_cap(group, max_running, c)
             for job in jobs:
                 cur = c.execute(
                     "INSERT INTO jobs(name, state, priority, spec, gpus, nodes, cpus, memory, experiment, project, "
-                    "backend, submitted_at, updated_at, isolation) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    "backend, submitted_at, updated_at, isolation, job_group, queue_order) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (job.name, "queued", job.priority, job.model_dump_json(), job.gpus, job.nodes, job.cpus,
-                     job.memory, job.experiment, project, backend, now, now, policy),
+                     job.memory, job.experiment, project, backend, now, now, policy, group, place_as),
                 )
                 job_id = int(cur.lastrowid or 0)
                 Ledger.event(c, "submit", job_id, priority=job.priority, gpus=job.gpus)
                 ids.append(job_id)
         return ids
+
+    def set_group_cap(self, group: str, max_running: int, conn: sqlite3.Connection | None = None) -> None:
+        """At most ``max_running`` jobs of ``group`` start or run at once (inside ``conn``'s transaction,
+        else one of its own)."""
+        if conn is None:
+            with self.ledger.tx() as c:
+                self.set_group_cap(group, max_running, c)
+            return
+        cur = conn.execute("INSERT INTO job_groups(name, max_running, updated_at) VALUES (?,?,?) ON CONFLICT(name) "
+                           "DO UPDATE SET max_running=excluded.max_running, updated_at=excluded.updated_at "
+                           "WHERE job_groups.max_running!=excluded.max_running", (group, max_running, time.time()))
+        if cur.rowcount:  # a new cap: the next pass places the queue again (its change mark moved)
+            Ledger.event(conn, "group_cap", group=group, max_running=max_running)
+
+    def group_room(self, groups: Iterable[str]) -> dict[str, int]:
+        """Per capped group of ``groups``: how many more of its jobs may start now (its cap less its
+        starting and running jobs, counted through ``jobs_by_group``: O(its running), not O(jobs))."""
+        names = sorted(set(groups))
+        if not names:
+            return {}
+        caps = self.ledger.query(f"SELECT name, max_running FROM job_groups WHERE name IN "
+                                 f"({','.join('?' * len(names))})", tuple(names))
+        out = {}
+        for r in caps:
+            busy = self.ledger.one("SELECT COUNT(*) AS n FROM jobs WHERE job_group=? AND state IN ('starting','running')",
+                                   (r["name"],))
+            out[r["name"]] = max(0, int(r["max_running"]) - (busy["n"] if busy else 0))
+        return out
+
+    def cancel_queued(self, job_ids: list[int]) -> list[int]:
+        """Cancel those of ``job_ids`` that are still queued (never started), each with its ``cancel``
+        event, in one transaction: a pass that starts one first wins, and it is not in the list."""
+        done: list[int] = []
+        if not job_ids:
+            return done
+        with self.ledger.tx() as c:
+            now = time.time()
+            for job_id in job_ids:
+                cur = c.execute("UPDATE jobs SET state='cancelled', cancel_requested=1, end_reason='cancelled', "
+                                "ended_at=?, updated_at=? WHERE id=? AND state='queued'", (now, now, job_id))
+                if cur.rowcount:
+                    Ledger.event(c, "cancel", job_id)
+                    done.append(job_id)
+        return done
 
     def seed_finished(self, count: int, backend: str, spec: str, chunk: int = 10_000) -> None:
         """``count`` succeeded jobs of one attempt each, with their events, written straight in
@@ -395,7 +445,8 @@ class JobStore:
         return self.ledger.one("SELECT 1 FROM jobs WHERE state='queued' AND backend=? LIMIT 1", (backend,)) is not None
 
     def queued(self, backend: str) -> list[sqlite3.Row]:
-        return self.ledger.query("SELECT id, priority, gpus, nodes, cpus, memory, updated_at, attempts, project FROM jobs "
+        return self.ledger.query("SELECT id, priority, gpus, nodes, cpus, memory, updated_at, attempts, project, "
+                                 "job_group, COALESCE(queue_order, id) AS queue_order FROM jobs "
                                  "WHERE state='queued' AND backend=? ORDER BY id", (backend,))
 
     def infra_failed_nodes(self, job_ids: list[int]) -> dict[int, list[str]]:

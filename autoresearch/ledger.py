@@ -264,6 +264,21 @@ MIGRATIONS: list[tuple[str, str]] = [
     CREATE INDEX tracking_runs_open ON tracking_runs(entity) WHERE finished=0;
     CREATE INDEX tracking_runs_blocked ON tracking_runs(entity) WHERE error IS NOT NULL;
     """),
+    # A group's running cap (issue 16, like Slurm's --array=0-99%16): a research loop submits trials
+    # ahead of its free slots under a cap of ``parallel``, and the pass that records an ending starts
+    # the next one at once. Jobs of a group are counted through the index, never a scan of all jobs.
+    # queue_order: a job's place in its priority class (NULL: its id); a paused trial's resume keeps
+    # the place of its paused job (as Slurm's requeue keeps a job's submit time).
+    ("group-1", """
+    ALTER TABLE jobs ADD COLUMN job_group TEXT;
+    ALTER TABLE jobs ADD COLUMN queue_order INTEGER;
+    CREATE INDEX jobs_by_group ON jobs(job_group, state) WHERE job_group IS NOT NULL;
+    CREATE TABLE job_groups (
+        name TEXT PRIMARY KEY,
+        max_running INTEGER NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    """),
 ]
 
 

@@ -234,11 +234,12 @@ class Runtime:
         avoid = self.jobs.infra_failed_nodes([r["id"] for r in queued if r["attempts"]])
         pending = [
             S.Pending(r["id"], r["priority"], r["gpus"], r["nodes"], r["cpus"], r["memory"], now - r["updated_at"],
-                      frozenset(avoid.get(r["id"], ())), r["project"])
+                      frozenset(avoid.get(r["id"], ())), r["project"], r["job_group"] or "", r["queue_order"])
             for r in queued
         ]
-        if not pending:
-            return S.Decisions()
+        room = self.jobs.group_room(p.group for p in pending if p.group)  # running caps (a loop's ahead trials)
+        if not pending or all(room.get(p.group, 1) <= 0 for p in pending):
+            return S.Decisions()  # (every queued job waits for its group: a loop's trials queued ahead)
         running = [
             S.Running(r["job_id"], r["n"], r["priority"], _alloc(r), r["started_at"] or r["created_at"], r["cpus"],
                       r["memory"], r["stop_reason"] is not None, r["project"])
@@ -247,10 +248,10 @@ class Runtime:
         if not self.backend.capabilities.places:
             # The engine schedules (Slurm, Ray): hand it, in priority order, what its nodes hold now.
             decisions = S.admit(pending, nodes, [(r["gpus"], r["cpus"]) for r in self.jobs.placed(self.backend.name)],
-                                preempts=self.backend.capabilities.preemption)
+                                preempts=self.backend.capabilities.preemption, room=room)
         else:
             decisions = S.schedule(pending, nodes, running, fair=_fair_share(self.ledger.home),
-                                   pack_gangs=self.backend.single_host)
+                                   pack_gangs=self.backend.single_host, room=room)
         for pre in decisions.preemptions:
             with surviving(self.ledger, self.backend, "preempt", pre.job_id, pre.attempt):
                 self.request_stop(pre.job_id, pre.attempt, "preempted", for_job=pre.for_job)

@@ -22,6 +22,9 @@ Policy (what a Slurm or Kueue user would expect):
   To keep a big job from starving behind a stream of small ones, a job that has
   waited ``reserve_after_s`` reserves the node closest to fitting it: nothing that
   comes after it in the queue is placed there.
+* Group caps: a job of a group (a research loop's trials) starts only while fewer than the
+  group's cap of its jobs run, like Slurm's array throttle (``--array=0-99%16``); one that
+  waits for its group holds nothing back (no reservation, no preemption).
 * Preemption: a critical or normal job that cannot fit may stop best-effort attempts,
   youngest first, choosing the node(s) that need the fewest victims. Victims keep
   their slots until they exit (grace period); meanwhile their slots are claimed by
@@ -58,6 +61,8 @@ class Pending:
     waited_s: float = 0.0
     avoid: frozenset[str] = frozenset()  # nodes where it failed for the machine's fault: placed last
     project: str = ""
+    group: str = ""  # a capped group (a research loop's trials): see ``room``
+    order: int | None = None  # its place in its priority class (None: its id; a paused trial's resume: its paused job's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +133,7 @@ def _cores(cpus: float) -> float:
 
 
 def admit(pending: list[Pending], nodes: list[NodeState], running: list[tuple[int, float]],
-          preempts: bool = False) -> Decisions:
+          preempts: bool = False, room: Mapping[str, int] | None = None) -> Decisions:
     """What to hand an engine that places jobs itself (Slurm, Ray): ``running`` is (gpus, cpus)
     of our attempts on it.
 
@@ -137,8 +142,10 @@ def admit(pending: list[Pending], nodes: list[NodeState], running: list[tuple[in
     attempts, and nothing past the first job that does not fit: a critical job is never
     queued in the engine behind normal ones. A job no node could hold now waits without
     blocking the others; with no schedulable node (the engine does not answer) nothing goes.
+    A job of a group at its cap (``room``, as in :func:`schedule`) waits without blocking others.
     """
-    order = sorted(pending, key=lambda p: (RANK[p.priority], p.job_id))
+    left = _Room(room)
+    order = [p for p in sorted(pending, key=lambda p: (RANK[p.priority], *_place(p))) if left.take(p)]
     if preempts:
         return Decisions(placements=[Placement(p.job_id, ()) for p in order])
     up = [n for n in nodes if n.schedulable]
@@ -165,8 +172,13 @@ def schedule(
     reserve_after_s: float = 300.0,
     fair: FairShare | None = None,
     pack_gangs: bool = False,
+    room: Mapping[str, int] | None = None,
 ) -> Decisions:
+    """``room``: per capped group, how many more of its jobs may start (a group's running cap less
+    its running jobs, like Slurm's ``--array=0-99%16``); a job of a group with none left waits,
+    without reserving or preempting anything, and the jobs behind it go on."""
     out = Decisions()
+    left = _Room(room)
     state: dict[str, _Node] = {}
     for node in nodes:
         if node.schedulable:
@@ -204,7 +216,7 @@ def schedule(
     fail_reserve = 1 << 30
 
     order = (usage.order(pending) if usage is not None
-             else sorted(pending, key=lambda p: (RANK.get(p.priority, 1), p.job_id)))
+             else sorted(pending, key=lambda p: (RANK.get(p.priority, 1), *_place(p))))
     for job in order:
         members = job.nodes
         if pack_gangs and members > 1:  # one host: the gang is one request N times the size, split below
@@ -212,6 +224,8 @@ def schedule(
                           nodes=1)
         if usage is not None and not usage.admits(job):
             continue  # its project holds its quota
+        if not left.has(job):
+            continue  # its group runs its cap
         shape = (job.nodes, job.cpus, job.memory)
         if job.gpus < fail_fit.get(shape, 1 << 30):
             chosen = _fit(job, buckets, max_gpus)
@@ -226,6 +240,7 @@ def schedule(
                 if job.nodes != members:
                     alloc = _split(alloc[0], members)
                 out.placements.append(Placement(job.job_id, tuple(alloc)))
+                left.take(job)
                 if usage is not None:
                     usage.add(job.project, job.priority, job.gpus * job.nodes, _cores(job.cpus) * job.nodes)
                 continue
@@ -234,6 +249,7 @@ def schedule(
             key = (*shape, RANK[job.priority])
             if job.gpus < fail_preempt.get(key, 1 << 30):
                 if _preempt(job, state, buckets, out):
+                    left.take(job)  # the slots it claims are its: a later pass starts it
                     if usage is not None:  # its slots are claimed: they count as its project's from now on
                         usage.add(job.project, job.priority, job.gpus * job.nodes, _cores(job.cpus) * job.nodes)
                     continue
@@ -242,6 +258,31 @@ def schedule(
             if not _reserve(job, state, buckets, out):
                 fail_reserve = job.gpus  # held nodes only grow in a pass: no bigger job finds one either
     return out
+
+
+def _place(job: Pending) -> tuple[int, int]:
+    """A job's place in submit order: its ``order`` (a resumed trial keeps its paused job's), then its id."""
+    return (job.job_id if job.order is None else job.order, job.job_id)
+
+
+class _Room:
+    """What is left of each capped group's room in one pass (groups not in it are not capped)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, room: Mapping[str, int] | None) -> None:
+        self.left = dict(room or {})
+
+    def has(self, job: Pending) -> bool:
+        return not job.group or self.left.get(job.group, 1) > 0
+
+    def take(self, job: Pending) -> bool:
+        """Count ``job`` against its group; False (nothing counted) when it has no room left."""
+        if not self.has(job):
+            return False
+        if job.group in self.left:
+            self.left[job.group] -= 1
+        return True
 
 
 def _members_on(att: Running, name: str) -> int:
@@ -292,11 +333,11 @@ class _Usage:
         """Class by class; inside one, the project with the smallest :meth:`key` next (keys move
         as the caller :meth:`add`s placements between two yields), then submit order."""
         classes: dict[int, dict[str, list[Pending]]] = {}
-        for p in sorted(pending, key=lambda p: p.job_id, reverse=True):  # each list pops from its end
+        for p in sorted(pending, key=_place, reverse=True):  # each list pops from its end
             classes.setdefault(RANK.get(p.priority, 1), {}).setdefault(p.project, []).append(p)
         for rank in sorted(classes):
             groups = classes[rank]
-            heap = [(self.key(project), jobs[-1].job_id, project) for project, jobs in groups.items()]
+            heap = [(self.key(project), _place(jobs[-1]), project) for project, jobs in groups.items()]
             heapq.heapify(heap)
             while heap:
                 key, _, project = heap[0]
@@ -304,7 +345,7 @@ class _Usage:
                 self.changed = False
                 yield jobs.pop()
                 if jobs:  # its key moves only when the caller placed the job
-                    heapq.heapreplace(heap, (self.key(project) if self.changed else key, jobs[-1].job_id, project))
+                    heapq.heapreplace(heap, (self.key(project) if self.changed else key, _place(jobs[-1]), project))
                 else:
                     heapq.heappop(heap)
 

@@ -67,10 +67,11 @@ def sweep_ours(n: int, parallel: int, sleep: float, trace: bool = False) -> dict
     return _child(code, _env(home))
 
 
-# The turnover's timeline, per trial: its command ended (the supervisor's exit.json), the controller
-# noticed (outcomes.ended), the next trial was proposed (Controller._accept) and submitted
-# (jobs.submit_many called), its attempt row was written (the pass placed it) and its command ran
-# (state.json). The k-th ending frees the slot of the (parallel + k)-th start.
+# The turnover's timeline, per trial: its command ended (the supervisor's exit.json), a pass recorded
+# the ending (its `end` event), the controller noticed (outcomes.ended), the next trial was proposed
+# (Controller._accept) and submitted (jobs.submit_many called; negative: it was queued ahead before
+# the ending), its attempt row was written (the pass placed it) and its command ran (state.json).
+# The k-th ending frees the slot of the (parallel + k)-th start.
 _TRACE = textwrap.dedent("""
     import os, statistics
     from autoresearch import jobs as job_ops
@@ -99,12 +100,17 @@ _TRACE = textwrap.dedent("""
             starts[r[0]] = (sup.read_json(os.path.join(r[1], "state.json")) or {}).get("started_at")
             ends[r[0]] = (sup.read_json(os.path.join(r[1], "exit.json")) or {}).get("ended_at")
             rows[r[0]] = r[2]
+        recorded = {r[0]: r[1] for r in c.ledger.query("SELECT job_id, MIN(ts) FROM events WHERE kind='end' "
+                                                         "GROUP BY job_id")}
         by_start = sorted((j for j in starts if starts[j]), key=starts.get)
         by_end = sorted((j for j in ends if ends[j]), key=ends.get)
-        out = {"end -> noticed": [], "end -> next submitted": [], "end -> next attempt row": [],
-               "end -> next running": [], "submitted -> attempt row": [], "attempt row -> running": []}
+        out = {"end -> recorded (its pass)": [], "end -> noticed": [], "end -> next submitted": [],
+               "end -> next attempt row": [], "end -> next running": [], "submitted -> attempt row": [],
+               "attempt row -> running": []}
         for k, je in enumerate(by_end[:max(0, len(by_start) - parallel)]):
             jn = by_start[parallel + k]
+            if je in recorded:
+                out["end -> recorded (its pass)"].append(recorded[je] - ends[je])
             if je in ev["notice"]:
                 out["end -> noticed"].append(ev["notice"][je] - ends[je])
             if jn in ev["submit"]:

@@ -81,7 +81,9 @@ def launch_many(s: LoopState, rows: list[Any], proposer: Any, runtime: Any) -> N
     if fresh:
         try:
             job_ids: list[int | None] = list(job_ops.submit_many(runtime, [spec for _, spec, _ in fresh],
-                                                                  project=s.loop_project))
+                                                                  project=s.loop_project, group=s.job_group(),
+                                                                  max_running=s.plan.budget.parallel,
+                                                                  defer=s.defer))
         except AutoresearchError:  # a refused spec refuses the batch: one by one, to fail only that trial
             job_ids = [s.store.job_of_trial(row["id"]) or _submit_one(s, row, spec, workdir, proposer, runtime)
                        for row, spec, workdir in fresh]
@@ -98,7 +100,8 @@ def _submit_one(s: LoopState, row: Any, spec: dict[str, Any], workdir: str, prop
                 runtime: Any) -> int | None:
     """Submit one trial's job; a refused one fails the trial (its failure says why) and returns None."""
     try:
-        return job_ops.submit(runtime, spec, project=s.loop_project)  # as a job submitted by hand
+        return job_ops.submit_many(runtime, [spec], project=s.loop_project, group=s.job_group(),
+                                   max_running=s.plan.budget.parallel)[0]  # as a job submitted by hand
     except AutoresearchError as err:
         s.update_trial(row["id"], state="failed", failure=f"could not submit: {err.render()}",
                        ended_at=time.time(), workdir=workdir)

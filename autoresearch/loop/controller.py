@@ -54,6 +54,7 @@ from autoresearch.loop._launch import ProposeCall, launch_many, timed
 from autoresearch.loop._live_view import LiveView
 from autoresearch.loop._mlflow_runs import PREPARE_HOLD_S as PREPARE_HOLD_S
 from autoresearch.loop._mlflow_runs import RunPreparer
+from autoresearch.loop._passes import PassThread
 from autoresearch.loop.outcomes import LOG_TAIL_LINES as LOG_TAIL_LINES
 from autoresearch.loop.plan import Plan, plan_json
 from autoresearch.loop.proposers import Proposer, ProposerContext, ProposeResult, _warm, make_proposer
@@ -96,10 +97,12 @@ class Controller:
         self._last_update = self._last_monitor = self._last_persist = self._last_tick = 0.0
         self.safety_poll_s = 1.0  # reconcile at least this often (an attempt killed -9 pokes nobody)
         self.watcher: Any = None
+        self.passes: PassThread | None = None  # the pass thread, while run() runs (loop/_passes.py)
         self._woke = True
         self._retry_tick = False
         self.already_finished = False
         self._external_stop: tuple[str, bool] | None = None
+        self._dropped = False  # the stop's queued-ahead trials were cancelled (drop_ahead)
         # MLflow runs created ahead of launch (tracking on): one worker at a time, batches queued.
         self.runs = RunPreparer(self.ledger)
         self.sigint = SigintFlag()  # a Ctrl-C that something swallowed still stops the loop
@@ -156,6 +159,7 @@ class Controller:
         self.ctx = ProposerContext(self.plan, existing["id"] if existing else 0, self.plan.name, self.ledger.home,
                                    self.runtime, project=s.loop_project)
         self.proposer = make_proposer(self.ctx)  # may raise (missing key): nothing exists yet
+        s.ahead = self.ahead()
         s.started = time.monotonic()
         clock = getattr(self.runtime.backend, "clock", None)  # a simulated fleet's (autoresearch/sim/)
         if clock is not None and callable(getattr(clock, "now", None)):
@@ -178,6 +182,7 @@ class Controller:
             s.store.set_loop(state="running", plan=plan_json(self.plan), digest=digest, ended_at=None)
             self._adopt(changed=existing["digest"] != digest and has_trials)
         self.ctx.loop_id = s.store.loop_id
+        self.runtime.jobs.set_group_cap(s.job_group(), self.plan.budget.parallel)  # a resumed plan's parallel too
         _warm.record(s.store, self.plan, self.ctx.warm, kept)  # which loops warmed it (a decision, once)
         s.reload()
         if self.plan.budget.steps is not None:  # a resumed loop's compute so far: its ended trials' curves
@@ -230,7 +235,7 @@ class Controller:
             time.sleep(self.poll_s)
             self._woke = True
             return
-        if self.call is not None or self._retry_tick or self.runs.held:
+        if self.call is not None or (self._retry_tick and self.passes is None) or self.runs.held:
             timeout = self.poll_s
         elif self.watch_metrics and self.state.active:
             timeout = max(self.poll_s, self.monitor_every_s - (time.monotonic() - self._last_monitor))
@@ -238,11 +243,18 @@ class Controller:
             timeout = self.safety_poll_s
         if self.on_update is not None:
             timeout = min(timeout, self.update_every_s)
+        if self.passes is not None:  # the pass thread ran the pass: we hear that it did
+            self._woke = self.passes.wait(timeout)
+            return
         self._woke = (bool(self.watcher.wait(timeout)) or self._retry_tick
                       or time.monotonic() - self._last_tick >= self.safety_poll_s)
 
     def close(self) -> None:
         self.runs.close()
+        if self.passes is not None:
+            self.passes.close()  # before the watcher it selects on
+            self.passes = None
+            self.state.defer = False
         if self.watcher is not None:
             with contextlib.suppress(Exception):
                 self.watcher.close()
@@ -269,6 +281,10 @@ class Controller:
                 self.on_update(view)
             return view
         s = self.state
+        if self.watcher is not None and s.clock is None:  # endings run their pass at once (loop/_passes.py)
+            self.passes = PassThread(self.runtime, self.watcher, self.safety_poll_s)
+            self.passes.start()
+            s.defer = True  # our submits poke it: one pass at a time, on that thread
         try:
             self.sigint.install()
             while True:
@@ -334,9 +350,11 @@ class Controller:
         s = self.state
         runtime = self.runtime
         if self._woke:  # also for other jobs: while our watcher is open their supervisors poke us too
-            # With a watcher open, supervisors poke us instead of running the pass: we run it.
-            self._retry_tick = not runtime.tick(wait=False)
-            self._last_tick = time.monotonic()
+            if self.passes is not None:
+                self.passes.raise_error()  # it ran the pass (the endings are recorded, the next trials started)
+            else:  # with a watcher open, supervisors poke us instead of running the pass: we run it
+                self._retry_tick = not runtime.tick(wait=False)
+                self._last_tick = time.monotonic()
             self._woke = False
             ids = [r["job_id"] for r in s.active.values()]
             jobs = {j["id"]: j for j in JobStore(self.ledger).job_ends(ids)}
@@ -359,14 +377,39 @@ class Controller:
                 self._owed = False
                 self.publish(force=True)
         now = time.monotonic()
-        heard = getattr(self.watcher, "points", False)  # a report() at a rung waits: judge it now
+        # a report() at a rung waits: judge it now
+        heard = self.passes.take_points() if self.passes is not None else getattr(self.watcher, "points", False)
         if self.watch_metrics and s.active and (heard or now - self._last_monitor >= self.monitor_every_s):
-            if heard:
+            if heard and self.passes is None:
                 self.watcher.points = False
             self._last_monitor = now
             outcomes.monitor(self)
-        for trial_id in _limits.check_limits(s):
-            self.stop_trial(trial_id, f"stopping the loop: {s.stop_reason}", {"reason": s.stop_reason})
+        stops = _limits.check_limits(s)
+        if s.stop_reason and not self._dropped:
+            self._dropped = True
+            self.drop_ahead()
+        for trial_id in stops:
+            if trial_id in s.active:  # (not one cancelled while queued ahead)
+                self.stop_trial(trial_id, f"stopping the loop: {s.stop_reason}", {"reason": s.stop_reason})
+
+    def drop_ahead(self) -> None:
+        """The loop stops: cancel the trials queued ahead of the free slots (the newest beyond
+        ``parallel``: a trial within it was launched, its job just not started yet) whose job has
+        not started (a pass that starts one first wins: it runs as any other), and leave them
+        ``skipped``, as the proposed ones."""
+        s = self.state
+        excess = len(s.active) - self.plan.budget.parallel
+        if excess <= 0:
+            return
+        queued = sorted(((row["job_id"], trial_id) for trial_id, row in s.active.items()
+                         if row["state"] == "queued" and row["job_id"] is not None and trial_id not in s.stopping),
+                        reverse=True)[:excess]
+        waiting = dict(queued)
+        cancelled = self.runtime.jobs.cancel_queued(sorted(waiting))
+        for job_id in cancelled:
+            del s.active[waiting[job_id]]
+        s.update_trials([(waiting[job_id], {"state": "skipped", "failure": f"not launched: {s.stop_reason}",
+                                             "ended_at": time.time()}) for job_id in cancelled])
 
     def stop_trial(self, trial_id: int, rationale: str, inputs: dict[str, Any]) -> None:
         """Decide to stop a running trial (a stop decision), then cancel its job with the plan's grace."""
@@ -398,22 +441,26 @@ class Controller:
     # -- propose and launch ---------------------------------------------------------------
 
     def ahead(self) -> int:
-        """Trials proposed ahead of the free slots (queue ahead), so that a trial's end is followed
-        by a launch of an already proposed one, not by a propose() call first (a model's fit, an
-        LLM's answer): ``parallel // 4`` (none below parallel 4: a sequential loop's proposer sees
-        every result before it proposes). Never beyond the trial budget (``_accept`` caps at it);
-        a stop or a spent budget leaves them ``skipped`` ("not launched: <reason>"), never failed."""
-        return self.plan.budget.parallel // 4
+        """Trials submitted ahead of the free slots (queue ahead): ``parallel // 4`` (none below
+        parallel 4: a sequential loop's proposer sees every result before it proposes), or a whole
+        ``parallel`` for a proposer whose proposals never depend on results (random, grid: there
+        are then enough waiting to cover the loop's own turnover of short trials). They wait
+        queued in the loop's job group, whose running cap is ``parallel``
+        (:meth:`LoopState.window`), so the pass that records a trial's end starts the next one at
+        once: no round trip through the loop, no propose() call first (a model's fit, an LLM's
+        answer). Never beyond the trial budget (they count against it); a stop cancels the ones
+        still queued and leaves them ``skipped`` ("not launched: <reason>"), never failed."""
+        parallel = self.plan.budget.parallel
+        if parallel < 4:
+            return 0
+        return parallel // 4 if getattr(self.proposer, "learns", True) else parallel
 
     def _want(self) -> int:
-        """Trials to propose now: for the free slots that no proposed trial will take, plus enough
-        to keep :meth:`ahead` waiting, within the trial budget (proposed ones count against it)."""
+        """Trials to propose now: the room in the window (running and queued ahead) that no
+        proposed trial will take, within the trial budget (proposed ones count against it)."""
         s = self.state
-        slots = self.plan.budget.parallel - len(s.active)
-        budget_left = self.plan.budget.trials - s.launched()
         pending = len(s.proposed)
-        launchable = max(0, min(slots, budget_left, pending))
-        return min(max(0, slots - launchable) + self.ahead() - (pending - launchable), budget_left - pending)
+        return min(s.window() - len(s.active), self.plan.budget.trials - s.launched()) - pending
 
     def _fill(self) -> None:
         """Propose what is wanted, then launch what fits, as one batch (``jobs.submit_many``). A
@@ -438,13 +485,12 @@ class Controller:
                 self._accept(timed(self.proposer, s.history(), n), call_n=n)
                 if len(s.proposed) == before:
                     break
-        slots = self.plan.budget.parallel - len(s.active)
-        take = max(0, min(slots, self.plan.budget.trials - s.launched()))
+        take = max(0, min(s.window() - len(s.active), self.plan.budget.trials - s.launched()))
         # held: its MLflow run is being created; it keeps its slot
         ready = [row for row in s.pending()[:take] if row["id"] not in self.runs.held]
         if ready:
             self.sigint.check()
-            launch_many(s, ready, self.proposer, self.runtime)  # one batch submit (jobs.submit_many)
+            launch_many(s, ready, self.proposer, self.runtime)  # one batch submit (jobs.submit_many), capped
         if self.proposer.blocking and self.call is None and not s.exhausted and (n := self._want()) > 0:
             n = min(n, self.plan.proposer.batch or n)
             history = list(s.history())  # the thread's own copy: ours changes as trials end

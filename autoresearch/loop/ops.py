@@ -319,7 +319,13 @@ def stop_running(runtime: Any, name: str, reason: str = "stopped by the user") -
         job_id = r["job_id"] if r["job_id"] is not None else store.job_of_trial(r["id"])
         if job_id is not None:
             rows.append({"id": r["id"], "job_id": job_id})
-    return _stop_trials(runtime, store, rows, reason, reason)
+    # Trials queued ahead whose job never started: cancelled and skipped (not stopped: they never ran)
+    waiting = set(runtime.jobs.cancel_queued([row["job_id"] for row in rows]))
+    if waiting:
+        store.update_trials([(row["id"], {"state": "skipped", "failure": f"not launched: {reason}",
+                                          "ended_at": time.time()}) for row in rows if row["job_id"] in waiting])
+    return [*sorted(waiting), *_stop_trials(runtime, store, [r for r in rows if r["job_id"] not in waiting], reason,
+                                            reason)]
 
 
 def _stop_trials(runtime: Any, store: LoopStore, rows: list[Any], reason: str, rationale: str) -> list[int]:

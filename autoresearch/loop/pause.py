@@ -148,7 +148,7 @@ def promote(c: LoopHost) -> None:
     others = dict(s.series)
     ready = [r for r in paused if c.stopper.promotable(r["id"], s.series[r["id"]], others)]
     for row in sorted(ready, key=lambda r: s.series[r["id"]][-1][1]):
-        if c.plan.budget.parallel - len(s.active) <= 0:
+        if s.window() - len(s.active) <= 0:  # (the loop's job group caps what runs; it goes before the ahead ones)
             return
         _resume(c, row)
 
@@ -174,7 +174,9 @@ def _resume(c: LoopHost, row: Any) -> None:
                                                        "checkpoint_dir": checkpoint},
                    rationale=f"promoted at step {step}: now within the best at its rung; resumed from its checkpoint")
     try:
-        job_id = job_ops.submit(c.runtime, spec, project=s.loop_project)
+        # In the loop's group (it counts toward the cap), in its paused job's place: before the trials queued ahead
+        job_id = job_ops.submit_many(c.runtime, [spec], project=s.loop_project, group=s.job_group(),
+                                     max_running=c.plan.budget.parallel, place_as=row["job_id"])[0]
     except AutoresearchError as err:
         s.update_trial(trial_id, state="stopped", failure=f"could not resume: {err.render()}")
         return

@@ -45,6 +45,8 @@ class LoopState:
     finishing: set[int] = field(default_factory=set)  # trials a loop's stop leaves to finish (reached the target)
     launch_decided: set[int] = field(default_factory=set)  # trials with a launch decision
     incumbent: int | None = None
+    ahead: int = 0  # trials queued ahead of the free slots (Controller.ahead)
+    defer: bool = False  # submits poke the controller's pass thread, which places them (loop/_passes.py)
     stop_reason: str = ""
     exhausted: bool = False  # the proposer returned nothing
     unseen_warned: set[int] = field(default_factory=set)  # trials warned that their objective is unseen
@@ -157,6 +159,16 @@ class LoopState:
             if record is not None and series and len(record.intermediate or ()) != len(series):
                 record.intermediate = [(step, value * self.sign) for step, value in series]
         return self._history
+
+    def job_group(self) -> str:
+        """The runtime's job group of this loop's trials: at most ``parallel`` of them run at once
+        (``jobs.submit_many``'s running cap), the ones submitted ahead wait queued in it."""
+        return f"loop:{self.store.loop_id}"
+
+    def window(self) -> int:
+        """Trials submitted at once: ``parallel`` running plus :attr:`ahead` queued ahead, so that
+        the pass that records an ending starts the next trial at once."""
+        return self.plan.budget.parallel + self.ahead
 
     def launched(self) -> int:
         """Trials that count against the trial budget (crashed and skipped ones do not)."""

@@ -98,6 +98,9 @@ class Proposer(abc.ABC):
 
     kind: str = "?"
     blocking: bool = True  # False: propose() is fast and local, so the controller calls it inline
+    # False: proposals never depend on results (random, grid), so the loop queues a whole ``parallel``
+    # of trials ahead of the free slots, not ``parallel // 4`` (Controller.ahead)
+    learns: bool = True
 
     def __init__(self, ctx: ProposerContext) -> None:
         self.ctx = ctx

@@ -12,6 +12,7 @@ from autoresearch.loop.proposers._space import canonical
 class GridProposer(Proposer):
     kind = "grid"
     blocking = False
+    learns = False
 
     def size(self) -> int:
         total = 1

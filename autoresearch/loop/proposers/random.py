@@ -11,6 +11,7 @@ from autoresearch.loop.proposers._space import sample
 class RandomProposer(Proposer):
     kind = "random"
     blocking = False
+    learns = False
 
     _counted: tuple[int, int, int] = (0, -1, 0)  # (records counted, the last one's trial id, explore among them)
 
