@@ -45,19 +45,9 @@ def lock_path(home: Path, backend: str) -> Path:
 
 def running_pid(home: Path, backend: str = "local") -> int | None:
     """The pid of the daemon of ``home`` and ``backend``, when one runs."""
-    path = lock_path(home, backend)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return None  # nobody holds it
-    except BlockingIOError:
-        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        return int(text) if text.isdigit() else None
-    finally:
-        os.close(fd)
+    from autoresearch.backends._supervisor import lock_holder
+
+    return lock_holder(lock_path(home, backend))
 
 
 def ensure(runtime: object) -> bool:

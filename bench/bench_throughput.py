@@ -143,20 +143,16 @@ def label_of(batch: bool, daemon: bool) -> str:
 
 
 def _stop_daemon(home: Path) -> None:
-    try:
-        from autoresearch import passd
-    except ImportError:
-        return
-    pid = passd.running_pid(home)
-    if pid:
-        os.kill(pid, 15)
-    try:
-        from autoresearch.backends import _zygote
-    except ImportError:
-        return
-    pid = _zygote.running_pid(home)
-    if pid:
-        os.kill(pid, 15)
+    """Stop the home's pass daemon and zygote (a tree without them: nothing to stop)."""
+    import importlib
+
+    for name in ("autoresearch.passd", "autoresearch.backends._zygote"):
+        try:
+            pid = importlib.import_module(name).running_pid(home)
+        except (ImportError, AttributeError):
+            continue
+        if pid:
+            os.kill(pid, 15)
 
 
 def seed(api: object, count: int) -> None:

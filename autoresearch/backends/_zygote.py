@@ -83,18 +83,9 @@ def _address(home: str) -> tuple[str, int]:
 
 def running_pid(home: str | os.PathLike[str]) -> int | None:
     """The pid of the zygote of ``home``, when one runs."""
-    try:
-        fd = os.open(os.path.join(home, LOCK), os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return None
-    except BlockingIOError:
-        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        return int(text) if text.isdigit() else None
-    finally:
-        os.close(fd)
+    from autoresearch.backends._supervisor import lock_holder
+
+    return lock_holder(os.path.join(home, LOCK))
 
 
 # -- the launcher's side ------------------------------------------------------------------------
