@@ -24,8 +24,9 @@ from tests.loop.chaos import run_chaos
 @pytest.mark.timeout(400)
 def test_kill_9_of_the_controller_loses_nothing_and_leaves_nothing(tmp_path: Path) -> None:
     seed = int(os.environ.get("AUTORESEARCH_CHAOS_SEED") or random.randrange(1 << 30))
-    # 1 s trials: a loop that turns trials over fast must not end before its third life
-    result = run_chaos(tmp_path, kills=5, trials=8, parallel=3, sleep=1.0, seed=seed)
+    # 12 trials of 1 s: a loop that turns trials over fast (its trials queued ahead run on while it is
+    # dead) must not end before its third life
+    result = run_chaos(tmp_path, kills=5, trials=12, parallel=3, sleep=1.0, seed=seed)
 
     where = f"seed {seed} (rerun with AUTORESEARCH_CHAOS_SEED={seed}); {result}"
     assert result.kills >= 3, where  # (fewer than 5 when the loop finished before a late kill's decisions)
@@ -34,7 +35,7 @@ def test_kill_9_of_the_controller_loses_nothing_and_leaves_nothing(tmp_path: Pat
     assert result.duplicates == [], where
     assert result.orphans == [], where
     assert result.runs_not_ended == [], where
-    assert result.launched == 8, where  # the whole trial budget, no more
+    assert result.launched == 12, where  # the whole trial budget, no more
 
 
 HELPER_PARENT = textwrap.dedent("""\
