@@ -116,7 +116,9 @@ def restore(c: LoopHost, rows: list[Any]) -> None:
 
 def _stop_again(c: LoopHost, job_id: int) -> None:
     """The controller was killed between a pause decision and the end of its cancel (write-ahead:
-    the intent is carried out now): cancel the job, or stop its attempt that was never told."""
+    the intent is carried out now): cancel the job, or stop its attempt again. A stop already
+    recorded on the attempt may never have been delivered (killed between the record and the
+    signal), so it is sent again; a second stop of an attempt that heard the first is harmless."""
     store = JobStore(c.ledger)
     job = store.job(job_id)
     if job is None or job["state"] not in ("queued", "starting", "running"):
@@ -125,7 +127,7 @@ def _stop_again(c: LoopHost, job_id: int) -> None:
         job_ops.cancel(c.runtime, [job_id], reason="stopped")
         return
     last = store.latest_attempt(job_id)
-    if last is not None and last["state"] in ("starting", "running") and last["stop_reason"] is None:
+    if last is not None and last["state"] in ("starting", "running"):
         c.runtime.request_stop(job_id, last["n"], "stopped")
 
 

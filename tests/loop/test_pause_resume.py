@@ -165,3 +165,28 @@ def test_a_trial_whose_pause_was_decided_before_the_kill_is_paused_when_its_job_
     _kill_when(api, work, 3.0, pause_decided)  # x=2 takes 3 s to leave: its job ends after the kill
     assert _trial_state(api, 2.0) == "running"
     _resume_and_check(api, work)
+
+
+# The controller dies between recording a stop on the attempt (write-ahead) and delivering it.
+DIES_AT_THE_STOP = textwrap.dedent("""\
+    import os, signal
+    from autoresearch.runtime import Runtime
+    def record_then_die(self, job_id, n, reason, **data):
+        self.jobs.mark_stop(job_id, n, reason, **data)
+        os.kill(os.getpid(), signal.SIGKILL)
+    Runtime.request_stop = record_then_die
+    """) + RUNNER
+
+
+def test_a_pause_recorded_but_never_delivered_before_the_kill_is_delivered_after_resume(api: Any, work: Path) -> None:
+    import subprocess
+
+    (work / "trial.py").write_text(GATED)
+    (work / "plan.yaml").write_text(PLAN % (sys.executable, 0))
+    (work / "runner.py").write_text(DIES_AT_THE_STOP)
+    proc = subprocess.run([sys.executable, str(work / "runner.py"), str(work / "plan.yaml")], cwd=work, timeout=120)
+    assert proc.returncode == -9
+    stopped = api._ledger.one("SELECT a.stop_reason, a.state FROM attempts a JOIN trials t ON t.job_id=a.job_id "
+                              "WHERE t.params=?", (json.dumps({"x": 2.0}),))
+    assert stopped is not None and stopped["stop_reason"] == "stopped" and stopped["state"] in ("starting", "running")
+    _resume_and_check(api, work)  # x=2 is stopped at its rung and paused (it used to train all 8 epochs)
