@@ -19,6 +19,7 @@ created by the ledger's migrations); :mod:`autoresearch.tracking` re-exports the
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import json
@@ -26,19 +27,21 @@ import os
 import sqlite3
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from autoresearch.ledger import Ledger
 
-__all__ = ["KICK_FILE", "LOCK_FILE", "LOG_FILE", "TRIAL_TAG", "attempt_env", "background_enabled", "default_uri",
+__all__ = ["CREATE_LOCK_FILE", "KICK_FILE", "LOCK_FILE", "LOG_FILE", "TRIAL_TAG", "attempt_env", "background_enabled", "creation_lock", "default_uri",
            "kick", "record_llm_call", "record_report", "request_runs", "trial_runs", "trial_run_goes_on", "tracking_enabled",
            "tracking_uri"]
 
 LOCK_FILE = "tracking.lock"
 KICK_FILE = "tracking.kick"
 LOG_FILE = "tracking.log"
+CREATE_LOCK_FILE = "tracking.create.lock"  # held while the MLflow store, a run or a trace is created
 RUN_MAKER = "autoresearch.tracking._prepare_runs"  # the mirror's helper process that answers request_runs
 _OFF = ("0", "off", "false", "no")
 
@@ -110,6 +113,34 @@ def kick(home: str | os.PathLike[str] | None = None) -> bool:
         return True
     except OSError:
         return False
+
+
+@contextlib.contextmanager
+def creation_lock(home: str | os.PathLike[str], wait_s: float | None = None) -> Iterator[bool]:
+    """The lock around what must happen once across processes (the mirror's ``_critical``): creating
+    the MLflow database, a run, a trace. Yields True once held; with ``wait_s``, False when it was
+    not free within that many seconds (the caller goes on without it). A process killed while
+    holding it releases it (flock)."""
+    fd = os.open(Path(home) / CREATE_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        if wait_s is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held = True
+        else:
+            deadline = time.monotonic() + wait_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    held = True
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        held = False
+                        break
+                    time.sleep(0.05)
+        yield held
+    finally:
+        os.close(fd)
 
 
 TRIAL_TAG = "autoresearch.trial_id"  # the loop puts it in a trial job's spec tags

@@ -32,6 +32,7 @@ from autoresearch import outbox
 
 PREPARE_HOLD_S = 30.0  # longest a trial may wait for its MLflow run before it launches without MLFLOW_RUN_ID
 WAIT_ENV = "AUTORESEARCH_RUN_WAIT_S"
+KILL_WAIT_S = 120.0  # longest the loop's end waits for a creation in progress before it kills the run maker
 
 
 def run_wait_s() -> float:
@@ -109,8 +110,12 @@ class RunMaker:
         try:
             proc.wait(wait_s)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            # Never killed in the middle of a creation (the MLflow database, a run): a database left
+            # half-made fails every client that opens it. Take the creation lock first; the helper
+            # creates nothing more while we hold it.
+            with outbox.creation_lock(self.home, wait_s=KILL_WAIT_S):
+                proc.kill()
+                proc.wait()
         if proc.stdout is not None and not asking:
             proc.stdout.close()
 

@@ -11,12 +11,12 @@ what it mirrors lives beside it, as functions of a :class:`Mirror`: ``_entities`
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+from autoresearch.outbox import creation_lock
 
 DEFAULT_EXPERIMENT = "Default"
 
@@ -44,13 +44,8 @@ def _critical(home: Path) -> Iterator[None]:
     """Serializes what must happen once across processes (a foreground `sync`, the
     background syncer, the loop's :func:`prepare_runs`): creating the database, a run,
     a trace. Held for one MLflow call or two, never across a pass."""
-    fd = os.open(home / "tracking.create.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with creation_lock(home):
         yield
-    finally:
-        os.close(fd)
-
 
 
 class Mirror(Protocol):

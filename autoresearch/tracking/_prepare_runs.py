@@ -20,6 +20,7 @@ import and its threads, and the ``MLFLOW_HTTP_*`` settings the mirror puts in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -30,9 +31,14 @@ from typing import Any
 from autoresearch import outbox
 
 
-def _leave_with(parent: int) -> None:
+def _leave_with(parent: int, home: str | None) -> None:
+    """Exit as soon as the controller is gone, but not in the middle of a creation (the database,
+    a run: a half-made database fails every client that opens it): the creation lock first."""
     while os.getppid() == parent:
         time.sleep(0.2)
+    if home is not None:
+        with contextlib.suppress(OSError), outbox.creation_lock(home):
+            os._exit(0)
     os._exit(0)
 
 
@@ -71,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     home = args[0] if args else None
     if len(args) > 1:
-        threading.Thread(target=_leave_with, args=(int(args[1]),), daemon=True).start()
+        threading.Thread(target=_leave_with, args=(int(args[1]), home), daemon=True).start()
     answers = os.fdopen(os.dup(1), "w")  # the protocol's channel; anything else printed goes to stderr
     os.dup2(2, 1)
     sys.stdout = sys.stderr

@@ -150,15 +150,21 @@ class Syncer:
         from mlflow.tracking import MlflowClient
 
         root = self.artifact_root()
-        if root is not None and not Path(self.uri[len("sqlite:///"):]).exists():
+        if root is not None:
             # Whoever creates the database creates experiment 0 with its artifact root: make it ours.
+            # Under the creation lock even when the file is there: another process of ours (the loop's
+            # run maker, a background syncer) may be creating it now, and a half-made database opened
+            # beside it fails ("table ... already exists"). mlflow is imported before the lock is taken.
             from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
             try:
-                with _critical(self.ledger.home):
-                    SqlAlchemyStore(self.uri, root)
-                    # WAL: the UI reads while the syncer writes, and a commit costs no fsync of the whole journal.
-                    use_wal(self.uri[len("sqlite:///"):])
+                with contextlib.ExitStack() as held:
+                    with contextlib.suppress(OSError):  # a home we may not write: nothing of ours creates it
+                        held.enter_context(_critical(self.ledger.home))
+                    if not Path(self.uri[len("sqlite:///"):]).exists():
+                        SqlAlchemyStore(self.uri, root)
+                        # WAL: the UI reads while the syncer writes, and a commit costs no fsync of the whole journal.
+                        use_wal(self.uri[len("sqlite:///"):])
             except Exception as err:
                 first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
                 if is_transient(err):

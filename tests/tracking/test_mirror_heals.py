@@ -104,3 +104,36 @@ def test_a_server_down_at_start_is_retried_and_reported(api: Any, quiet: Path, t
     finally:
         _stop(proc)
         server.stop()
+
+
+@pytest.mark.timeout(300)
+def test_a_foreground_sync_waits_for_a_creation_in_progress_instead_of_failing(api: Any, quiet: Path,
+                                                                               tmp_path: Path) -> None:
+    """Another process of ours (the loop's run maker) is creating ``mlflow.db`` under the creation
+    lock when ``autoresearch sync`` starts: the sync waits for it, then mirrors; it never opens the
+    half-made file (which fails: "table ... already exists", "duplicate column name")."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    from autoresearch.outbox import creation_lock
+
+    job = api.submit({"command": ["true"], "workdir": str(tmp_path)}).id
+    wait_state(api, job, "succeeded")
+    full = tmp_path / "full.db"
+    SqlAlchemyStore(f"sqlite:///{full}", (tmp_path / "art").as_uri())
+    env = {**os.environ, "AUTORESEARCH_HOME": str(quiet)}
+    with creation_lock(quiet) as held:
+        assert held
+        sql, version = _half_made(full, quiet / "mlflow.db")
+        sync = subprocess.Popen([sys.executable, "-m", "autoresearch.cli", "sync"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            with pytest.raises(subprocess.TimeoutExpired):  # it waits for the lock (past its mlflow import)
+                sync.wait(20)
+        finally:
+            if sync.poll() is not None:
+                print(sync.communicate())
+        _finish(quiet / "mlflow.db", sql, version)
+    out, err = sync.communicate(timeout=180)
+    assert sync.returncode == 0, (out, err)
+    run = api._ledger.one("SELECT run_id FROM tracking_runs WHERE entity=?", (f"job:{job}",))
+    assert run is not None and run["run_id"], (out, err)

@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
 from autoresearch import outbox, tracking
 from autoresearch.loop._mlflow_runs import RunMaker
+from tests.conftest import wait_for
 from tests.tracking.conftest import client, make_decision, make_loop, make_trial
 
 
@@ -46,3 +50,32 @@ def test_a_request_nobody_answered_is_taken_by_the_next_pass(api: Any, quiet: Pa
     row = outbox.entry(api._ledger, entry)
     assert row is not None and row["done_at"] is not None and json.loads(row["sent_ref"]) == {str(trial): runs[trial]}
     assert api._ledger.one("SELECT COUNT(*) AS n FROM tracking_outbox WHERE done_at IS NULL")["n"] == 0
+
+
+def test_the_loops_end_does_not_kill_the_run_maker_while_it_creates_the_store(api: Any, quiet: Path) -> None:
+    """The loop ends (``close``, its helper's grace over) while the run maker is creating ``mlflow.db``:
+    the kill waits for the creation, so the database is whole (killed mid-creation, it is left
+    half-made and every later client of it fails)."""
+    trial = _trial(api, "ending")
+    maker = RunMaker(quiet)
+
+    def ask() -> None:
+        with contextlib.suppress(OSError):  # its answer never comes: the helper is killed
+            maker.ask([trial])
+
+    asking = threading.Thread(target=ask, daemon=True)
+    asking.start()
+
+    def creating() -> bool:  # the helper holds the creation lock and the database file is there
+        with outbox.creation_lock(quiet, wait_s=0) as free:
+            return not free and (quiet / "mlflow.db").exists()
+
+    wait_for(creating, timeout=120, interval=0.01)
+    maker.close(wait_s=0)
+    asking.join(30)
+
+    with sqlite3.connect(quiet / "mlflow.db") as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert "alembic_version" in tables, tables
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() is not None
+    assert client(tracking.tracking_uri(quiet)).search_experiments()  # a later client opens it
