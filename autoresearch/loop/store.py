@@ -17,6 +17,7 @@ from typing import Any
 from autoresearch.ledger import Ledger
 from autoresearch.loop.proposers._base import Proposal, ProposeResult, ProposerInfo, TrialRecord
 
+MAX_NAME = 64  # a loop name's longest (autoresearch/loop/plan.py checks plans' names against it)
 ACTIVE_TRIAL = ("proposed", "queued", "running")
 ENDED_TRIAL = ("succeeded", "failed", "stopped", "crashed", "cancelled", "skipped")
 
@@ -50,13 +51,18 @@ class LoopStore:
     @staticmethod
     def keep_as_generation(ledger: Ledger, loop_id: int, name: str) -> str:
         """Rename a finished loop ``name`` to ``name-N`` (the next free N): a new loop takes the name
-        (``warm_start: true``). Its trials, decisions and MLflow experiment stay as they are."""
+        (``warm_start: true``). Its trials, decisions and MLflow experiment stay as they are. The
+        new name stays a loop name (at most ``MAX_NAME`` characters: a long name is cut before ``-N``)."""
+
+        def kept(n: int) -> str:
+            return f"{name[:MAX_NAME - len(str(n)) - 1]}-{n}"
+
         with ledger.tx() as c:
             n = 1
-            while c.execute("SELECT 1 FROM loops WHERE name=?", (f"{name}-{n}",)).fetchone() is not None:
+            while c.execute("SELECT 1 FROM loops WHERE name=?", (kept(n),)).fetchone() is not None:
                 n += 1
-            c.execute("UPDATE loops SET name=?, updated_at=? WHERE id=?", (f"{name}-{n}", time.time(), loop_id))
-        return f"{name}-{n}"
+            c.execute("UPDATE loops SET name=?, updated_at=? WHERE id=?", (kept(n), time.time(), loop_id))
+        return kept(n)
 
     @staticmethod
     def generations(ledger: Ledger, plan_name: str, project: str, limit: int) -> list[str]:

@@ -71,6 +71,8 @@ class LoopStatusResult(BaseModel):
     best_value: float | None
     best_params: dict[str, Any]
     noise_floor: float | None
+    noise_basis: str = Field(description="What measured noise_floor, in words (seeds of the incumbent, or a prior).")
+    warm_start: str = Field(description="Which earlier loops' trials warmed the proposer, and how many ('' if none).")
     llm_usd: float
     elapsed_s: float
     eta_s: float | None
@@ -183,6 +185,7 @@ def register(server: Any, ctx: ToolContext) -> None:
             name=view.name, state=view.state, controller_running=running, metric=view.metric, goal=view.goal,
             counts=view.counts, budget_trials=view.budget_trials, best_trial=view.best_trial,
             best_value=view.best_value, best_params=view.best_params, noise_floor=view.noise_floor,
+            noise_basis=view.noise_basis, warm_start=view.warm_start,
             llm_usd=round(view.llm_usd, 6), elapsed_s=round(view.elapsed_s, 1), eta_s=view.eta_s,
             stop_reason=view.stop_reason, recent=briefs, next_step=step)
 

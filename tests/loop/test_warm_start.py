@@ -60,10 +60,30 @@ def test_a_rerun_of_a_finished_plan_starts_from_its_earlier_loops(runtime: Runti
     assert "**Warm start:** 6 trial(s) of sweep-1 (6)" in summary.read_text()
     assert LoopStore.find(runtime.ledger, "sweep-1")["state"] == "finished"
     assert "warm start: 6 trial(s) of sweep-1 (6)" in cli_summary(view)  # the command line's last lines
+    status = mcp_loop_status(runtime, "sweep")  # and an agent's loop_status
+    assert status["warm_start"] == view.warm_start and status["noise_basis"] == view.noise_basis
 
     third = Controller(plan(1), runtime=runtime).run()  # newest first: the second run, then the first
     assert names(runtime) == ["sweep-1", "sweep-2", "sweep"] and third.counts == {"succeeded": 1}
     assert json.loads(warm_decision(runtime, "sweep")["inputs"])["loops"] == {"sweep-2": 2, "sweep-1": 6}
+
+
+def mcp_loop_status(runtime: Runtime, name: str) -> dict[str, Any]:
+    import anyio
+    from mcp import Client
+
+    from autoresearch.api import Api
+    from autoresearch.tools.server import build_server
+
+    server = build_server(Api(runtime.ledger.home), root=runtime.ledger.home)
+
+    async def ask() -> dict[str, Any]:
+        async with Client(server) as client:
+            result = await client.call_tool("loop_status", {"loop": name})
+            assert not result.is_error, result
+            return dict(result.structured_content or {})
+
+    return anyio.run(ask)
 
 
 def cli_summary(view: Any) -> str:
@@ -127,3 +147,17 @@ def test_a_loop_that_does_not_exist_is_a_clear_error_with_a_hint(runtime: Runtim
         Controller(loop_plan("new", tmp_path, warm_start=["missing"]), runtime=runtime).run()
     assert "no loop named 'missing'" in info.value.message
     assert "exists" in info.value.hint and "warm_start: true" in info.value.hint
+
+
+def test_a_kept_generation_of_a_64_character_name_is_still_a_loop_name(runtime: Runtime, tmp_path: Path) -> None:
+    from autoresearch.loop.plan import NAME
+    from autoresearch.loop.store import MAX_NAME
+
+    name = "n" * MAX_NAME
+    assert NAME.match(name)
+    kept = []
+    for _ in range(11):  # -1 .. -11: the cut grows with N's digits
+        loop_id = LoopStore.create(runtime.ledger, name, json.dumps({"name": name}), "digest", name).loop_id
+        kept.append(LoopStore.keep_as_generation(runtime.ledger, loop_id, name))
+    assert kept[0] == "n" * 62 + "-1" and kept[10] == "n" * 61 + "-11"
+    assert len(set(kept)) == 11 and all(len(k) <= MAX_NAME and NAME.match(k) for k in kept)
