@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,8 @@ def run_in_thread(controller: Controller) -> tuple[threading.Thread, dict[str, A
     def target() -> None:
         try:
             out["view"] = controller.run()
-        except BaseException as err:  # noqa: BLE001 - surfaced by the test
-            out["error"] = err
+        except BaseException:  # noqa: BLE001 - surfaced by the test, with where it was raised
+            out["error"] = traceback.format_exc()
 
     thread = threading.Thread(target=target, daemon=True)
     thread.start()

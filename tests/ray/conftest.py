@@ -58,7 +58,10 @@ def ray_head() -> Iterator[RayHead]:
         try:
             head.start()
         except subprocess.CalledProcessError as err:
-            pytest.fail(f"the Ray head did not start: {err.stdout.decode()} {err.stderr.decode()}")
+            log = head.dir / "head.log"
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.exists() else "(no head.log)"
+            pytest.fail(f"the Ray head did not start: {err.stdout.decode()} {err.stderr.decode()}\n"
+                        f"head.log ends:\n{tail}")
         yield head
     finally:
         head.stop(kill=True)

@@ -34,7 +34,8 @@ async def test_submit_then_follow_status_logs_metrics(server: Any, api: Any, wor
         "    report(step, loss=1.0 / (step + 1), acc=step / 10)\n"
         "print('training done')\n")
     sub = await ok(server, "submit", {"command": [PY, "train.py"], "name": "tiny", "tags": {"lr": "3e-4"}})
-    assert sub["name"] == "tiny" and sub["state"] in ("queued", "starting", "running")
+    # its state when submit answered: a busy machine may answer after this short job ended
+    assert sub["name"] == "tiny" and sub["state"] in ("queued", "starting", "running", "succeeded")
     assert f"status(job_id={sub['id']})" in sub["next_step"]
     wait_state(api, sub["id"], "succeeded")
 
