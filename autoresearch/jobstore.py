@@ -327,6 +327,12 @@ class JobStore:
                 out.append((job, n))
         return out
 
+    def last_stop_request(self, job_id: int) -> float | None:
+        """When the job's latest stop or cancel was recorded (None: never)."""
+        row = self.ledger.one("SELECT MAX(ts) AS ts FROM events WHERE job_id=? AND kind IN ('stop','cancel')",
+                              (job_id,))
+        return None if row is None or row["ts"] is None else float(row["ts"])
+
     def set_external_id(self, job_id: int, n: int, external_id: str) -> None:
         with self.ledger.tx() as c:
             c.execute("UPDATE attempts SET external_id=? WHERE job_id=? AND n=?", (external_id, job_id, n))

@@ -158,7 +158,10 @@ class Runtime:
         ones that ended in another (a pass after a wake finds dozens: one transaction, not dozens)."""
         running: list[tuple[int, int, float]] = []
         ended: list[tuple[Any, AttemptStatus]] = []
+        stopping: list[Any] = []  # told to stop (or their job cancelled): sent again if never heard
         for att in self.jobs.active_attempts(self.backend.name):
+            if att["stop_reason"] is not None or att["cancel_requested"]:
+                stopping.append(att)
             with surviving(self.ledger, self.backend, "reconcile", att["job_id"], att["n"]):
                 status = self._poll_attempt(att)
                 if status.ended:
@@ -168,6 +171,28 @@ class Runtime:
         if running:
             self.jobs.mark_running_many(running)
         self.finalize_many(ended)
+        gone = {(a["job_id"], a["n"]) for a, _ in ended}
+        for att in stopping:
+            if (att["job_id"], att["n"]) not in gone:
+                with surviving(self.ledger, self.backend, "stop", att["job_id"], att["n"]):
+                    self._stop_again_if_unheard(att)
+
+    # A stop is recorded before it is sent (write-ahead). A process killed between the two (a
+    # controller's kill -9, an interrupted `cancel`, a pass that preempts) leaves an attempt that
+    # was never told: a pass sends the stop again once the attempt outlived its grace by this much.
+    STOP_AGAIN_AFTER_S = 30.0
+
+    def _stop_again_if_unheard(self, att: Any) -> None:
+        since = self.jobs.last_stop_request(att["job_id"])
+        if since is None:
+            return
+        try:
+            grace = float(json.loads(att["spec"]).get("grace") or 0.0)
+        except (TypeError, ValueError, AttributeError):
+            grace = 0.0
+        if time.time() - since < grace + self.STOP_AGAIN_AFTER_S:
+            return
+        self.request_stop(att["job_id"], att["n"], att["stop_reason"] or "cancelled", again=True)
 
     def _poll_attempt(self, att: Any) -> AttemptStatus:
         status = self.backend.poll(att["external_id"])
