@@ -34,12 +34,12 @@ def check_limits(s: LoopState) -> list[int]:
         reason = f"gpu_hours budget {b.gpu_hours:g} used"
     if not reason and b.steps is not None and steps_used(s) >= b.steps:
         reason = f"steps budget {b.steps} used ({steps_used(s)} steps reported by all trials)"
-    if not reason and b.llm_usd is not None and s.store.llm_cost() >= b.llm_usd:
+    if not reason and b.llm_usd is not None and llm_spent(s) >= b.llm_usd:
         reason = f"llm_usd budget ${b.llm_usd:g} used"
     if not reason and s.state_counts["crashed"] >= b.trials:
         reason = "every trial crashed on infrastructure failures; check `autoresearch nodes`"
     if not reason:  # the MCP tool stop_loop (autoresearch/loop/ops.py) records this decision
-        stop = s.store.stop_loop_since(s.wall_started_at())
+        stop, s.decisions_looked = s.store.stop_loop_after(s.decisions_looked, s.wall_started_at())
         reason = f"stopped by stop_loop: {stop['rationale']}" if stop is not None else ""
     if reason and not s.stop_reason:
         s.stop_reason = reason
@@ -51,6 +51,16 @@ def check_limits(s: LoopState) -> list[int]:
         s.stop_deadline = time.monotonic() + s.plan.trial.grace + HARD_STOP_WAIT_S
     return [trial_id for trial_id in list(s.active)
             if trial_id not in s.stopping and trial_id not in s.finishing and s.active[trial_id]["job_id"] is not None]
+
+
+def llm_spent(s: LoopState) -> float:
+    """The loop's LLM spend in dollars, every decision's ``cost_usd`` (written once, with the
+    decision): the decisions made since the last look are added to the running sum."""
+    row = s.store.decision_totals_since(s.llm_looked)
+    if row is not None:
+        s.llm_usd_spent += float(row["usd"])
+        s.llm_looked = int(row["last"])
+    return s.llm_usd_spent
 
 
 def steps_used(s: LoopState) -> int:

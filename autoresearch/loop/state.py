@@ -54,6 +54,9 @@ class LoopState:
     prior_elapsed: float = 0.0  # seconds run before this controller (a resumed loop)
     hard_budgets: bool = False  # CI: every budget hit stops the running trials too (see _limits)
     max_wall: float | None = None  # CI: a wall limit on top of the plan's budget.wall (not in the plan's digest)
+    llm_usd_spent: float = 0.0  # the budget's running sum over the decisions up to llm_looked (_limits)
+    llm_looked: int = 0
+    decisions_looked: int = 0  # the newest decision id the stop_loop check has read up to (_limits)
     stop_deadline: float | None = None  # hard stop: when to stop waiting for trials that do not end
     started: float = field(default_factory=time.monotonic)
     # A simulated backend's clock (autoresearch/sim/clock.py): budgets and elapsed time are then

@@ -151,10 +151,16 @@ class LoopStore:
         return {r["trial_id"] for r in self.ledger.query(
             "SELECT trial_id FROM decisions WHERE loop_id=? AND kind='launch'", (self.loop_id,))}
 
-    def stop_loop_since(self, since: float) -> Any:
-        """A ``stop_loop`` decision (an agent's, through MCP) made at or after ``since``, if any."""
-        return self.ledger.one("SELECT rationale FROM decisions WHERE loop_id=? AND kind='stop_loop' AND "
-                               "created_at>=? LIMIT 1", (self.loop_id, since))
+    def stop_loop_after(self, after_id: int, since: float) -> tuple[Any, int]:
+        """A ``stop_loop`` decision (an agent's, through MCP) made at or after ``since`` among the
+        decisions with an id above ``after_id`` (None if none), and the newest decision id: the
+        next look starts there, so a look reads the decisions made since the last (issue 16: a
+        loop's checks per trial end do not grow with its decisions)."""
+        newest = self.ledger.one("SELECT MAX(id) AS m FROM decisions WHERE loop_id=?", (self.loop_id,))
+        last = int(newest["m"]) if newest is not None and newest["m"] is not None else after_id
+        row = self.ledger.one("SELECT rationale FROM decisions WHERE loop_id=? AND id>? AND id<=? AND "
+                              "kind='stop_loop' AND created_at>=? LIMIT 1", (self.loop_id, after_id, last, since))
+        return row, last
 
     def decision_totals(self) -> Any:
         """How many decisions, and their LLM spend (``usd``) and tokens (``tok``)."""
@@ -175,10 +181,6 @@ class LoopStore:
                               "json_extract(outputs, '$.promoted')=0 AND json_extract(outputs, '$.margin')>0",
                               (self.loop_id,))
         return row["n"] if row else 0
-
-    def llm_cost(self) -> float:
-        row = self.ledger.one("SELECT COALESCE(SUM(cost_usd), 0) AS c FROM decisions WHERE loop_id=?", (self.loop_id,))
-        return float(row["c"]) if row else 0.0
 
     # -- trials -------------------------------------------------------------------------
 

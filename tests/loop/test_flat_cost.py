@@ -28,13 +28,14 @@ from autoresearch.loop.store import LoopStore
 NEW = 12  # real trials run on top of the seeded ones
 LOOP_TABLES = ("FROM trials", "FROM decisions", "FROM loops")
 OURS = ("autoresearch.loop", "autoresearch.cli._live")
+VM_UNIT = 100  # SQLite VM instructions per unit of "vm" (a query that scans every decision of the loop: ~tens)
 
 
 def _plan(tmp_path: Path, trials: int) -> Any:
     return parse_plan({"name": "flat", "objective": {"metric": "loss"},
                        "trial": {"command": f"{sys.executable} -c \"print('loss: {{x}}')\"", "grace": 1},
                        "space": {"x": {"low": 0.0, "high": 1.0}}, "proposer": {"kind": "random"},
-                       "budget": {"trials": trials, "parallel": 4}}, base_dir=tmp_path)
+                       "budget": {"trials": trials, "parallel": 4, "llm_usd": 1e6}}, base_dir=tmp_path)  # (its check runs)
 
 
 def _seed(ledger: Ledger, plan: Any, n: int) -> None:
@@ -98,15 +99,25 @@ def _per_event(api: Any, tmp_path: Path, seeded: int) -> dict[str, float]:
 
     plan = _plan(tmp_path, seeded + NEW)
     _seed(api._ledger, plan, seeded)
-    counts = {"rows": 0, "loads": 0, "visits": 0, "events": 0}
+    counts = {"rows": 0, "vm": 0, "loads": 0, "visits": 0, "events": 0}
     seen = dict(counts)  # the counters at the last live update (the final view reads the whole loop once)
     counting = [False]
     query, loads = Ledger.query, json.loads
 
+    def vm_steps() -> int:  # SQLite's progress handler: every VM_UNIT instructions of the query
+        counts["vm"] += 1
+        return 0
+
     def counted_query(self: Ledger, sql: str, params: Any = ()) -> Any:
-        rows = query(self, sql, params)
-        if counting[0] and any(t in sql for t in LOOP_TABLES):
-            counts["rows"] += len(rows)
+        if not (counting[0] and any(t in sql for t in LOOP_TABLES)):
+            return query(self, sql, params)
+        conn = self._connect()  # the rows a query scans count, not only those it returns
+        conn.set_progress_handler(vm_steps, VM_UNIT)
+        try:
+            rows = query(self, sql, params)
+        finally:
+            conn.set_progress_handler(None, VM_UNIT)
+        counts["rows"] += len(rows)
         return rows
 
     def counted_loads(*args: Any, **kwargs: Any) -> Any:
@@ -150,7 +161,7 @@ def _per_event(api: Any, tmp_path: Path, seeded: int) -> dict[str, float]:
         view = controller.run()
     assert view.counts.get("succeeded", 0) == seeded + NEW, view.counts
     assert NEW - 4 <= seen["events"] <= NEW, seen
-    return {k: seen[k] / seen["events"] for k in ("rows", "loads", "visits")}
+    return {k: seen[k] / seen["events"] for k in ("rows", "vm", "loads", "visits")}
 
 
 def test_the_loops_reads_per_trial_end_do_not_grow_with_the_trials_done(home: Path, tmp_path: Path) -> None:
@@ -164,6 +175,9 @@ def test_the_loops_reads_per_trial_end_do_not_grow_with_the_trials_done(home: Pa
     assert large["rows"] <= small["rows"] * 1.25 + 5, (small, large)
     assert large["loads"] <= small["loads"] * 1.25 + 5, (small, large)
     assert large["rows"] < 100 and large["loads"] < 100, large
+    # Work inside SQLite too: a query that returns nothing but scans every decision of the loop (the
+    # stop_loop check, the llm_usd budget) grew with the trials done.
+    assert large["vm"] <= small["vm"] * 1.25 + 20, (small, large)
     # Trials walked in Python per end: the pause check walked every row, the proposer's history every
     # record, the random proposer every record of it (~2,000+ per event at 2,000 trials before).
     assert large["visits"] <= small["visits"] * 1.25 + 5, (small, large)
