@@ -40,6 +40,7 @@ from autoresearch.watcher import Watcher, fifo_name
 
 ACTIVE = ("starting", "running")
 FINAL = ("succeeded", "failed", "cancelled")
+PLACED_WIDTH = 96  # the placed.<fifo> record (a change mark and a time: under 60 characters), space-padded
 # Per-attempt variables never inherited from the launching process (a trial that submits
 # a job of its own must not hand it its own ids, checkpoint dir, GPUs or MLflow run).
 _INTERNAL_ENV = ("AUTORESEARCH_JOB_ID", "AUTORESEARCH_ATTEMPT", "AUTORESEARCH_METRICS_FILE", "AUTORESEARCH_METRICS_STDOUT",
@@ -134,7 +135,7 @@ class Runtime:
             text = self._placed_file().read_text()
         except OSError:
             return True
-        key, _, at = text.partition("@")
+        key, _, at = text.strip().partition("@")
         try:
             fresh = 0 <= time.time() - float(at) < self.PLACE_EVERY_S
         except ValueError:
@@ -146,10 +147,16 @@ class Runtime:
         remember when it placed the whole queue (the next submit changes the mark anyway)."""
         if not self.jobs.any_queued(self.backend.name):
             return
+        # Overwritten in place, padded to a fixed width, never truncated: on ext4 a truncate and
+        # rewrite costs ~0.4 ms (its data is flushed at close), a write in place ~5 us, and a
+        # loop's pass thread writes it at every pass while trials are queued ahead.
+        record = f"{self.jobs.change_mark(self.backend.name)}@{time.time()!r}".ljust(PLACED_WIDTH).encode()
         try:
-            fd = os.open(self._placed_file(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(f"{self.jobs.change_mark(self.backend.name)}@{time.time()!r}")
+            fd = os.open(self._placed_file(), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                os.pwrite(fd, record, 0)
+            finally:
+                os.close(fd)
         except OSError:
             pass  # the next pass places again
 
