@@ -45,6 +45,32 @@ def _busy_timeout(default: float = 15.0) -> float:
 
 BUSY_TIMEOUT_S = _busy_timeout()
 
+# One writer at a time per ledger *within this process*, queued on a mutex before BEGIN IMMEDIATE:
+# two threads of a process (a loop's controller and its pass thread) that meet on SQLite's write
+# lock otherwise wait in its busy handler, which sleeps 1, 2, 5, 10... ms between tries, where a
+# mutex hands over at once. Other processes still meet on SQLite's lock. A forked child starts with
+# none held (a child must not use a connection or transaction of its parent's anyway: SQLite's rule).
+_WRITERS: dict[str, threading.RLock] = {}
+_WRITERS_GUARD = threading.Lock()
+
+
+def _writer(path: Path) -> threading.RLock:
+    key = str(path)
+    lock = _WRITERS.get(key)
+    if lock is None:
+        with _WRITERS_GUARD:
+            lock = _WRITERS.setdefault(key, threading.RLock())
+    return lock
+
+
+def _forget_writers() -> None:
+    global _WRITERS_GUARD
+    _WRITERS.clear()
+    _WRITERS_GUARD = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_writers)
+
 # (name, SQL) pairs, applied once each in list order and remembered in the
 # ``migrations`` table. Append only; never edit one that has shipped. Components
 # (tracking, loop) add their own named entries, so their order does not matter.
@@ -346,21 +372,27 @@ class Ledger:
     def tx(self) -> Iterator[sqlite3.Connection]:
         """A write transaction (``BEGIN IMMEDIATE``): all or nothing."""
         conn = self._connect()
+        writer = _writer(self.path)
+        if not writer.acquire(timeout=BUSY_TIMEOUT_S):
+            raise self._explain(sqlite3.OperationalError("database is locked"))
         try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as err:
-            raise self._explain(err) from None
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as err:
-            with contextlib.suppress(sqlite3.Error):
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as err:
+                raise self._explain(err) from None
+            try:
+                yield conn
+            except BaseException:
                 conn.execute("ROLLBACK")
-            raise self._explain(err) from None
+                raise
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as err:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise self._explain(err) from None
+        finally:
+            writer.release()
 
     def query(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
         try:

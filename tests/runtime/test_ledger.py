@@ -91,3 +91,42 @@ def test_an_unwritable_home_is_a_ledger_error(tmp_path: Path) -> None:
     with pytest.raises(LedgerError) as err:
         Ledger(tmp_path / "file" / "home")
     assert "AUTORESEARCH_HOME" in (err.value.hint or "")
+
+
+def test_two_threads_of_a_process_queue_for_writes_on_a_mutex_not_in_sqlites_busy_sleeps(tmp_path: Path) -> None:
+    """A second thread's write waits on the process's writer mutex (handed over at once when the
+    first commits) and never reaches BEGIN IMMEDIATE while the first holds the write: in SQLite's busy
+    handler it would sleep 1, 2, 5 ... 100 ms between tries, on every trial end of a loop."""
+    import threading
+
+    ledger, other = Ledger(tmp_path), Ledger(tmp_path)  # two handles, one file: one mutex
+    ledger.query("CREATE TABLE t (x INTEGER)")
+    inside, leave = threading.Event(), threading.Event()
+    begins: list[str] = []
+
+    def traced(handle: Ledger) -> Ledger:  # (each thread has its own connection)
+        handle.connection().set_trace_callback(lambda sql: begins.append(sql) if sql.startswith("BEGIN") else None)
+        return handle
+
+    def first() -> None:
+        with traced(ledger).tx() as c:
+            c.execute("INSERT INTO t VALUES (1)")
+            inside.set()
+            leave.wait(10)
+
+    def second() -> None:
+        with traced(other).tx() as c:
+            c.execute("INSERT INTO t VALUES (2)")
+
+    a = threading.Thread(target=first)
+    a.start()
+    assert inside.wait(10)
+    b = threading.Thread(target=second)
+    b.start()
+    time.sleep(0.3)
+    assert b.is_alive() and begins == ["BEGIN IMMEDIATE"], begins  # the second waits before BEGIN
+    leave.set()
+    a.join(10)
+    b.join(10)
+    assert [r["x"] for r in ledger.query("SELECT x FROM t ORDER BY rowid")] == [1, 2]
+
