@@ -87,22 +87,26 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
     if ((place() if callable(place) else place) and not listener_places and not runtime.tick(wait=False)
             and not wake(runtime.ledger.home, runtime.backend.name)):
         runtime.tick()
-    for job_id, job in zip(job_ids, jobs, strict=True):
-        warn_if_unschedulable(runtime, job_id, job.gpus, job.nodes)
+    sizes = runtime.jobs.node_sizes(runtime.backend.name) if runtime.backend.capabilities.places else []
+    for job_id, job in zip(job_ids, jobs, strict=True):  # (the nodes read once for the batch, not once a job)
+        warn_if_unschedulable(runtime, job_id, job.gpus, job.nodes, sizes)
     from autoresearch import passd
 
     passd.ensure(runtime)  # the endings of what just started run their pass there, not in a fresh interpreter
     return job_ids
 
 
-def warn_if_unschedulable(runtime: Runtime, job_id: int, gpus: int, nodes: int) -> None:
+def warn_if_unschedulable(runtime: Runtime, job_id: int, gpus: int, nodes: int,
+                          rows: list[Any] | None = None) -> None:
     """A job that fits the cluster but has no usable node (all cordoned or down) queues, with a
-    warning on it saying so, instead of waiting in silence."""
+    warning on it saying so, instead of waiting in silence. ``rows``: the backend's node sizes,
+    if the caller read them already."""
     if not runtime.backend.capabilities.places:
         return
     if runtime.backend.single_host and nodes > 1:
         gpus, nodes = gpus * nodes, 1  # a gang's members share the host
-    rows = runtime.jobs.node_sizes(runtime.backend.name)
+    if rows is None:
+        rows = runtime.jobs.node_sizes(runtime.backend.name)
     fitting = [r for r in rows if r["gpus"] >= gpus]
     if sum(1 for r in fitting if r["state"] in USABLE) >= nodes:
         return
