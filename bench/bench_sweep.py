@@ -2,7 +2,8 @@
 
 1. Sweep wall vs ideal: N trials of `sleep S; echo loss: x` at parallel P (ideal = N*S/P), the
    autoresearch loop (random proposer, local backend, tracking off, no display: like --json)
-   beside Optuna (n_jobs=P, in-memory study, the same subprocess per trial). Defaults: the two
+   beside Optuna (n_jobs=P, in-memory study, the same subprocess per trial) and a bare thread
+   pool running the same subprocess (the machine's floor), each with the machine's CPU per trial. Defaults: the two
    sweeps of the issue, 500 x 0.2 s and 1,000 x 0.05 s at parallel 16. ``--trace``: where the
    turnover loses time, from a trial's end to the controller noticing, the next trial's submit,
    its placement and its command running (medians and means, ms).
@@ -31,6 +32,7 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 from bench_loop import _child  # bench/ is on sys.path when run as a script; a fresh interpreter, one JSON line
 from bench_runtime import pct
@@ -144,19 +146,57 @@ def sweep_optuna(n: int, parallel: int, sleep: float) -> dict:
     return _child(code)
 
 
+def sweep_bare(n: int, parallel: int, sleep: float) -> dict:
+    """The machine's floor for this command: a pool of threads, each running the same subprocess."""
+    code = textwrap.dedent(f"""
+        import json, subprocess, time
+        from concurrent.futures import ThreadPoolExecutor
+        def one(i):
+            return subprocess.run(f"sleep {sleep}; echo loss: {{i / {n}}}", shell=True, capture_output=True).stdout
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor({parallel}) as pool:
+            done = sum(1 for out in pool.map(one, range({n})) if out)
+        print(json.dumps({{"wall": time.perf_counter() - t0, "counts": {{"succeeded": done}}}}))
+    """)
+    return _child(code)
+
+
+def _busy_s() -> float:
+    """The machine's busy CPU seconds so far, every process (/proc/stat: all but idle and iowait)."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return float("nan")
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _measured(run: Any, n: int) -> dict:
+    """``run()``'s result with the machine's CPU per trial (ms) while it ran (its interpreter's start included)."""
+    before = _busy_s()
+    result = dict(run())
+    result["cpu_ms"] = (_busy_s() - before) / n * 1000
+    return result
+
+
 def sweeps(specs: list[tuple[int, float]], parallel: int, trace: bool = False) -> None:
     print(f"\n## Sweep wall vs ideal at parallel {parallel} (trial: `sleep S; echo loss: x`; load "
           f"{os.getloadavg()[0]:.1f} at start)\n")
-    print("| trials x sleep | ideal s | autoresearch s | / ideal | optuna s | / ideal | ours / optuna | done (ours) | "
-          "load |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("CPU: the whole machine's busy CPU per trial while each ran (the command's own share is in the bare "
+          "pool's: a thread pool running the same subprocess, the floor of this machine for this command).\n")
+    print("| trials x sleep | ideal s | autoresearch s | / ideal | CPU ms | optuna s | / ideal | CPU ms | "
+          "bare pool s | / ideal | CPU ms | ours / optuna | done (ours) | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     traces = []
     for n, sleep in specs:
         ideal = n * sleep / parallel
-        ours, theirs = sweep_ours(n, parallel, sleep, trace), sweep_optuna(n, parallel, sleep)
+        ours = _measured(lambda n=n, sleep=sleep: sweep_ours(n, parallel, sleep, trace), n)
+        theirs = _measured(lambda n=n, sleep=sleep: sweep_optuna(n, parallel, sleep), n)
+        bare = _measured(lambda n=n, sleep=sleep: sweep_bare(n, parallel, sleep), n)
         cells = []
-        for r in (ours, theirs):
-            cells += ["-", f"error: {r['error']}"] if "error" in r else [f"{r['wall']:.2f}", f"{r['wall'] / ideal:.3f}"]
+        for r in (ours, theirs, bare):
+            cells += ["-", f"error: {r['error']}", "-"] if "error" in r else [
+                f"{r['wall']:.2f}", f"{r['wall'] / ideal:.3f}", f"{r['cpu_ms']:.1f}"]
         rel = f"{ours['wall'] / theirs['wall']:.2f}" if "wall" in ours and "wall" in theirs else "-"
         done = ours.get("counts", {}).get("succeeded", "-")
         print(f"| {n} x {sleep:g} | {ideal:.2f} | {' | '.join(cells)} | {rel} | {done} | {os.getloadavg()[0]:.1f} |",
