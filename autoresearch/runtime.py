@@ -155,6 +155,8 @@ class Runtime:
             fd = os.open(self._placed_file(), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 os.pwrite(fd, record, 0)
+                if os.fstat(fd).st_size > len(record):  # something longer was there: cut it once
+                    os.ftruncate(fd, len(record))
             finally:
                 os.close(fd)
         except OSError:

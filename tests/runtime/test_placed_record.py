@@ -1,0 +1,30 @@
+"""The placement record (``placed.<fifo>``): a read with jobs queued and nothing changed does not
+re-place them; the record is overwritten in place (no truncate: ~0.4 ms on ext4 at every pass), so
+anything longer left there is cut once and never makes every later pass place again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from autoresearch.runtime import PLACED_WIDTH
+from tests.conftest import wait_state
+
+
+def test_the_record_is_rewritten_in_place_and_garbage_is_cut_once(api: Any, tmp_path: Path) -> None:
+    runtime = api._runtime
+    hold = [api.submit({"command": ["sleep", "60"], "workdir": str(tmp_path), "gpus": 1}).id for _ in range(2)]
+    for job in hold:
+        wait_state(api, job, "running")
+    queued = api.submit({"command": ["true"], "workdir": str(tmp_path), "gpus": 1}).id  # no GPU left: it waits
+    runtime.tick()
+    record = runtime._placed_file()
+    assert api.status(queued).state == "queued" and record.stat().st_size == PLACED_WIDTH
+    assert not runtime._placement_due()  # nothing changed since: a read does not re-place
+
+    record.write_text("9" * 300 + "@not-a-time")  # something longer (another version, a bad write)
+    assert runtime._placement_due()
+    runtime.tick()
+    assert record.stat().st_size == PLACED_WIDTH and not runtime._placement_due()
+    api.cancel(hold)
+    wait_state(api, queued, "succeeded")
