@@ -15,7 +15,8 @@ stderr (the first few only); NaN and infinities are recorded as gaps.
 Inside a loop whose stopper decides at fixed steps (ASHA rungs), a report at such a step
 also pokes the loop (``AUTORESEARCH_STOP_FIFO``) and waits, at most
 ``AUTORESEARCH_STOP_WAIT_S``, for its verdict (``AUTORESEARCH_STOP_FILE``), so a trial that
-is stopped there trains no further (see autoresearch/loop/rungsync.py).
+is stopped there trains no further: told to stop, it waits there for its SIGTERM, within
+the same bound (see autoresearch/loop/rungsync.py).
 """
 
 from __future__ import annotations
@@ -150,8 +151,19 @@ def _rung_wait(step: int, metrics: dict[str, float | None]) -> None:
         except OSError:  # not visible here (another machine, a sandbox): no wait
             return
         if words and words[0].isdigit() and int(words[0]) >= step:
-            return  # go on (or "stop": SIGTERM is on its way; the trial's own handler decides)
+            if words[1:2] == ["stop"]:
+                _await_the_stop(deadline)
+            return  # go on
         if time.monotonic() >= deadline:
             return
         time.sleep(delay)
         delay = min(delay * 2, 0.02)
+
+
+def _await_the_stop(deadline: float) -> None:
+    """Stopped at this rung: its SIGTERM is on its way (the loop cancelled the trial before it
+    answered). Wait for it here, at most until ``deadline``, rather than train another step
+    before it lands: by default SIGTERM ends the process in this sleep; a handler of the trial's
+    own runs in it (to save a checkpoint, say), and if that handler returns, so do we, at the deadline."""
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, 0.1))

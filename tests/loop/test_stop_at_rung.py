@@ -85,3 +85,51 @@ def test_report_does_not_wait_without_a_controller(tmp_path: Path, monkeypatch: 
     finally:
         os.close(reader)
     assert time.monotonic() - t0 < 10
+
+
+STOPPED_AT_THE_RUNG = textwrap.dedent("""\
+    import os, sys
+    from autoresearch import report
+    reader = os.open(sys.argv[1], os.O_RDONLY | os.O_NONBLOCK)  # a controller listens
+    report(step=3, loss=1.0)
+    print("trained on", flush=True)
+""")
+
+
+def test_a_trial_told_to_stop_at_its_rung_waits_there_for_its_sigterm(tmp_path: Path) -> None:
+    """The verdict "3 stop" is written after the cancel, but the SIGTERM reaches the trial through its
+    supervisor, later on a loaded machine: report() returned and the trial trained another step
+    meanwhile (a paused trial checkpointed past its rung). Now it waits for the signal there."""
+    import signal
+    import subprocess
+
+    fifo, verdict = tmp_path / "wake.fifo", tmp_path / "verdict"
+    os.mkfifo(fifo)
+    verdict.write_text("3 stop")
+    env = {**os.environ, "AUTORESEARCH_METRICS_FILE": str(tmp_path / "m.jsonl"), "AUTORESEARCH_STOP_STEPS": "3",
+           "AUTORESEARCH_STOP_FILE": str(verdict), "AUTORESEARCH_STOP_FIFO": str(fifo),
+           "AUTORESEARCH_STOP_WAIT_S": "30", "AUTORESEARCH_STOP_METRIC": "loss"}
+    proc = subprocess.Popen([sys.executable, "-c", STOPPED_AT_THE_RUNG, str(fifo)], env=env, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        time.sleep(2.0)  # (the old report() returned at once: "trained on" long before this)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGTERM and "trained on" not in out, (proc.returncode, out)
+
+
+def test_a_trial_told_to_go_on_goes_on_at_once(tmp_path: Path) -> None:
+    import subprocess
+
+    fifo, verdict = tmp_path / "wake.fifo", tmp_path / "verdict"
+    os.mkfifo(fifo)
+    verdict.write_text("3")
+    env = {**os.environ, "AUTORESEARCH_METRICS_FILE": str(tmp_path / "m.jsonl"), "AUTORESEARCH_STOP_STEPS": "3",
+           "AUTORESEARCH_STOP_FILE": str(verdict), "AUTORESEARCH_STOP_FIFO": str(fifo),
+           "AUTORESEARCH_STOP_WAIT_S": "30", "AUTORESEARCH_STOP_METRIC": "loss"}
+    done = subprocess.run([sys.executable, "-c", STOPPED_AT_THE_RUNG, str(fifo)], env=env, capture_output=True,
+                          text=True, timeout=25)  # well under the 30 s wait
+    assert done.returncode == 0 and "trained on" in done.stdout, done
