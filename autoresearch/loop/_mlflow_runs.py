@@ -113,7 +113,9 @@ class RunMaker:
             # Never killed in the middle of a creation (the MLflow database, a run): a database left
             # half-made fails every client that opens it. Take the creation lock first; the helper
             # creates nothing more while we hold it.
-            with outbox.creation_lock(self.home, wait_s=KILL_WAIT_S):
+            with contextlib.ExitStack() as held:
+                with contextlib.suppress(OSError):  # (a home gone or unwritable: nothing to wait for)
+                    held.enter_context(outbox.creation_lock(self.home, wait_s=KILL_WAIT_S))
                 proc.kill()
                 proc.wait()
         if proc.stdout is not None and not asking:
