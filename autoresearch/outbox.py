@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from autoresearch.ledger import Ledger
 
-__all__ = ["CREATE_LOCK_FILE", "KICK_FILE", "LOCK_FILE", "LOG_FILE", "TRIAL_TAG", "attempt_env", "background_enabled", "creation_lock", "default_uri",
-           "kick", "record_llm_call", "record_report", "request_runs", "trial_runs", "trial_run_goes_on", "tracking_enabled",
-           "tracking_uri"]
+__all__ = ["CREATE_LOCK_FILE", "KICK_FILE", "LOCK_FILE", "LOG_FILE", "TRIAL_TAG", "attempt_env", "background_enabled",
+           "creation_lock", "default_uri", "kick", "record_llm_call", "record_report", "request_runs", "trial_runs",
+           "trial_run_goes_on", "tracking_enabled", "tracking_uri"]
 
 LOCK_FILE = "tracking.lock"
 KICK_FILE = "tracking.kick"
