@@ -96,6 +96,18 @@ STOPPED_AT_THE_RUNG = textwrap.dedent("""\
 """)
 
 
+def _at_the_rung(tmp_path: Path, answer: str) -> tuple[list[str], dict[str, str]]:
+    """The trial's command and environment: step 3 is a rung, a controller listens on the FIFO and
+    its verdict file already says ``answer``."""
+    fifo, verdict = tmp_path / "wake.fifo", tmp_path / "verdict"
+    os.mkfifo(fifo)
+    verdict.write_text(answer)
+    env = {**os.environ, "AUTORESEARCH_METRICS_FILE": str(tmp_path / "m.jsonl"), "AUTORESEARCH_STOP_STEPS": "3",
+           "AUTORESEARCH_STOP_FILE": str(verdict), "AUTORESEARCH_STOP_FIFO": str(fifo),
+           "AUTORESEARCH_STOP_WAIT_S": "30", "AUTORESEARCH_STOP_METRIC": "loss"}
+    return [sys.executable, "-c", STOPPED_AT_THE_RUNG, str(fifo)], env
+
+
 def test_a_trial_told_to_stop_at_its_rung_waits_there_for_its_sigterm(tmp_path: Path) -> None:
     """The verdict "3 stop" is written after the cancel, but the SIGTERM reaches the trial through its
     supervisor, later on a loaded machine: report() returned and the trial trained another step
@@ -103,13 +115,8 @@ def test_a_trial_told_to_stop_at_its_rung_waits_there_for_its_sigterm(tmp_path: 
     import signal
     import subprocess
 
-    fifo, verdict = tmp_path / "wake.fifo", tmp_path / "verdict"
-    os.mkfifo(fifo)
-    verdict.write_text("3 stop")
-    env = {**os.environ, "AUTORESEARCH_METRICS_FILE": str(tmp_path / "m.jsonl"), "AUTORESEARCH_STOP_STEPS": "3",
-           "AUTORESEARCH_STOP_FILE": str(verdict), "AUTORESEARCH_STOP_FIFO": str(fifo),
-           "AUTORESEARCH_STOP_WAIT_S": "30", "AUTORESEARCH_STOP_METRIC": "loss"}
-    proc = subprocess.Popen([sys.executable, "-c", STOPPED_AT_THE_RUNG, str(fifo)], env=env, stdout=subprocess.PIPE,
+    argv, env = _at_the_rung(tmp_path, "3 stop")
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                             text=True)
     try:
         time.sleep(2.0)  # (the old report() returned at once: "trained on" long before this)
@@ -124,12 +131,7 @@ def test_a_trial_told_to_stop_at_its_rung_waits_there_for_its_sigterm(tmp_path: 
 def test_a_trial_told_to_go_on_goes_on_at_once(tmp_path: Path) -> None:
     import subprocess
 
-    fifo, verdict = tmp_path / "wake.fifo", tmp_path / "verdict"
-    os.mkfifo(fifo)
-    verdict.write_text("3")
-    env = {**os.environ, "AUTORESEARCH_METRICS_FILE": str(tmp_path / "m.jsonl"), "AUTORESEARCH_STOP_STEPS": "3",
-           "AUTORESEARCH_STOP_FILE": str(verdict), "AUTORESEARCH_STOP_FIFO": str(fifo),
-           "AUTORESEARCH_STOP_WAIT_S": "30", "AUTORESEARCH_STOP_METRIC": "loss"}
-    done = subprocess.run([sys.executable, "-c", STOPPED_AT_THE_RUNG, str(fifo)], env=env, capture_output=True,
+    argv, env = _at_the_rung(tmp_path, "3")
+    done = subprocess.run(argv, env=env, capture_output=True,
                           text=True, timeout=25)  # well under the 30 s wait
     assert done.returncode == 0 and "trained on" in done.stdout, done
