@@ -61,7 +61,9 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
         raise SpecError(f"place_as must be a job id, not {place_as!r}", hint="name the job whose place to take")
     ledger = runtime.ledger
     containers = runtime.backend.capabilities.containers
-    jobs = [spec if isinstance(spec, JobSpec) else make_spec(dict(spec), containers=containers) for spec in specs]
+    workdirs: dict[str, str] = {}  # (a batch's jobs share their workdir: checked once)
+    jobs = [spec if isinstance(spec, JobSpec) else make_spec(dict(spec), containers=containers, workdirs=workdirs)
+            for spec in specs]
     if not jobs:
         return []
     for job in jobs:

@@ -13,6 +13,7 @@ Stdlib only, like the ledger: it is on the status read and the pass.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 import zlib
@@ -30,7 +31,8 @@ _ATTEMPT_WITH_JOB = ("SELECT a.*, j.priority, j.spec, j.retries_used, j.cancel_r
 
 def attempt_paths(job_dir: Path, n: int) -> tuple[str, str, str]:
     """An attempt's run dir, log and metrics file."""
-    return str(job_dir / f"attempt-{n}"), str(job_dir / f"attempt-{n}.log"), str(job_dir / f"attempt-{n}.metrics.jsonl")
+    base = os.path.join(job_dir, f"attempt-{n}")  # (not pathlib: a launch's hot path, ~0.1 ms)
+    return base, f"{base}.log", f"{base}.metrics.jsonl"
 
 
 class JobStore:

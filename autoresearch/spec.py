@@ -370,11 +370,14 @@ def _explain(err: ValidationError) -> SpecError:
     return SpecError(f"invalid job spec: {loc}: {msg}", hint=hint or "see `autoresearch submit --help`")
 
 
-def make_spec(data: dict[str, Any], *, check_paths: bool = True, containers: bool = False) -> JobSpec:
+def make_spec(data: dict[str, Any], *, check_paths: bool = True, containers: bool = False,
+              workdirs: dict[str, str] | None = None) -> JobSpec:
     """Validate a spec dict into a :class:`JobSpec` or raise a one-line :class:`SpecError`.
 
     ``containers``: the backend mounts into a container (a target is a path inside it, the
-    source becomes absolute); otherwise a mount is a link made on this host."""
+    source becomes absolute); otherwise a mount is a link made on this host. ``workdirs``: the
+    workdirs already checked in this batch (as given -> resolved), filled in as it goes: a
+    loop's batch of trials shares one, checked once."""
     from_fast = _fast(data)
     if from_fast is not None:
         spec = JobSpec(**from_fast)
@@ -387,7 +390,7 @@ def make_spec(data: dict[str, Any], *, check_paths: bool = True, containers: boo
             raise _explain(err) from None
     if check_paths:
         try:
-            _check_paths(spec, containers)
+            _check_paths(spec, containers, workdirs)
         except OSError as err:  # a name too long, a loop of links, no permission
             name = str(err.filename or "a path")
             name = name if len(name) <= 80 else name[:80] + "..."
@@ -396,11 +399,17 @@ def make_spec(data: dict[str, Any], *, check_paths: bool = True, containers: boo
     return spec
 
 
-def _check_paths(spec: JobSpec, containers: bool = False) -> None:
-    workdir = Path(spec.workdir).expanduser()
-    if not workdir.is_dir():
-        raise SpecError(f"workdir {spec.workdir!r} does not exist", hint="create it, or pass an existing --workdir")
-    spec.workdir = str(workdir.resolve())
+def _check_paths(spec: JobSpec, containers: bool = False, workdirs: dict[str, str] | None = None) -> None:
+    known = workdirs.get(spec.workdir) if workdirs is not None else None
+    if known is not None:
+        spec.workdir = known
+    else:
+        given, workdir = spec.workdir, Path(spec.workdir).expanduser()
+        if not workdir.is_dir():
+            raise SpecError(f"workdir {spec.workdir!r} does not exist", hint="create it, or pass an existing --workdir")
+        spec.workdir = str(workdir.resolve())
+        if workdirs is not None:
+            workdirs[given] = spec.workdir
     for target, source in spec.mounts.items():
         if ENGINE_SOURCE.match(source):
             continue  # an engine's volume (pvc:claim, uc:/Volumes/...): the backend checks it (Backend.check)

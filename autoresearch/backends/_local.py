@@ -93,6 +93,7 @@ class LocalBackend(Backend):
     def __init__(self, node_name: str | None = None) -> None:
         self.node_name = node_name or os.environ.get("AUTORESEARCH_NODE") or socket.gethostname() or "local"
         self._states: dict[str, dict[str, Any]] = {}  # external id -> its state.json
+        self._logs: dict[str, str] = {}  # external id -> its log's path (from its request.json)
 
     def nodes(self) -> list[NodeInfo]:
         return [NodeInfo(self.node_name, local_gpu_ids(), float(os.cpu_count() or 1), _memory_mb())]
@@ -225,7 +226,14 @@ class LocalBackend(Backend):
     def _sandboxed(external_id: str) -> bool:
         return bool((sup.read_json(os.path.join(external_id, "request.json")) or {}).get("sandbox"))
 
-    @staticmethod
-    def _log_path(external_id: str) -> str:
-        request = sup.read_json(os.path.join(external_id, "request.json")) or {}
-        return str(request.get("log_path") or os.path.join(external_id, "missing.log"))
+    def _log_path(self, external_id: str) -> str:
+        known = self._logs.get(external_id)
+        if known is not None:
+            return known
+        request = sup.read_json(os.path.join(external_id, "request.json"))  # written once, never changed
+        path = str((request or {}).get("log_path") or os.path.join(external_id, "missing.log"))
+        if request is not None:
+            if len(self._logs) > 100_000:
+                self._logs.clear()
+            self._logs[external_id] = path
+        return path

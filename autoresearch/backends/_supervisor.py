@@ -1,4 +1,4 @@
-"""The local attempt supervisor: a detached process that owns one attempt.
+"""The local attempt supervisor: a detached process that owns one attempt at a time.
 
 Forked (not spawned: a fresh interpreter costs ~70 ms here, a fork ~1 ms) by the home's
 zygote (backends/_zygote.py: a small image, cheap to fork and to exit) or, when none answers,
@@ -18,6 +18,9 @@ acknowledges with a ``reaped`` file; we wait for it while the listener lives, up
 ``ACK_MAX_S``), and otherwise execs ``on_exit``
 (the runtime's reconcile pass, ~150 ms of CPU), so a finishing attempt starts the
 next queued one with nobody watching.
+
+One forked by the zygote runs the zygote's next request once its attempt is over and recorded
+(:func:`attempt` returns; see backends/_zygote.py); any other ends with its attempt.
 
 Stdlib only, and nothing here imports anything after the fork.
 """
@@ -322,22 +325,37 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
     # A collection would write to every object header and un-share the parent's pages
     # we were forked with; this process allocates almost nothing, so none is needed.
     gc.disable()
+    attempt(req)
+    os._exit(0)
+
+
+def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: str | None = None) -> None:
+    """Run the attempt of ``req`` to its end and record it. It returns once a listener recorded the
+    ending (or nobody listens and there is no hook), and this process may run another attempt (the
+    home's zygote hands a supervisor that finished the next request: backends/_zygote.py); it execs
+    the ``on_exit`` hook when nobody recorded it, and raises when it could not record the exit.
+
+    ``keep``: descriptors of ours to leave open (the zygote's control socket); ``previous``: the run dir
+    of the attempt this process ran before (a stop meant for it, sent as it ended, is not for this one).
+    Every descriptor it opens it closes, and it leaves the signal handlers it set to the caller."""
     run_dir: str = req["run_dir"]
     try:
         os.close(os.open(os.path.join(run_dir, CLAIM), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
     except FileExistsError:
-        os._exit(0)  # another supervisor has this attempt
+        return  # another supervisor has this attempt
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
+    if devnull > 2:
+        os.close(devnull)
     log_fd = os.open(req["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    keep = {0, 1, 2, log_fd}
-    _close_all_but(keep)
+    _close_all_but({0, 1, 2, log_fd, *keep})
 
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
     flags = {"stop": False}
+    began = time.time()
 
     def on_term(signum: int, frame: object) -> None:
         flags["stop"] = True
@@ -404,6 +422,8 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
         if not live:
             break
         now = time.time()
+        if flags["stop"] and not stopped and not timed_out and _stale_stop(run_dir, previous, now - began):
+            flags["stop"] = False
         if flags["stop"] and not stopped and not timed_out:
             stopped = True
             grace = float((read_json(os.path.join(run_dir, STOP)) or {}).get("grace", grace))
@@ -443,6 +463,7 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
         done["members"] = len(children)
         done["failed_member"] = failed
     write_json(os.path.join(run_dir, EXIT), done)
+    os.close(log_fd)
     fifo = req.get("wake_fifo")
     _signal.signal(ACK_SIGNAL, _wake)  # before the poke: a nudge wakes the select below
     if _poke(fifo):
@@ -454,7 +475,7 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
         check_at = begun + LISTEN_CHECK_S
         while True:
             if os.path.exists(reaped):
-                os._exit(0)
+                return _quiet(wake_r, wake_w)
             now = time.time()
             if now - begun >= ACK_MAX_S:
                 break
@@ -480,7 +501,29 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
             os.execvpe(hook[0], hook, req.get("environ") or os.environ)
         except OSError:
             pass
-    os._exit(0)
+        os._exit(0)  # (our descriptors and handlers are the hook's now: not another attempt's)
+    return _quiet(wake_r, wake_w)
+
+
+def _quiet(wake_r: int, wake_w: int) -> None:
+    """After an attempt: no wakeup fd, its pipe closed, the stop signals ignored until the next
+    (a stop of the attempt that just ended must not end the process that waits for another)."""
+    signal.set_wakeup_fd(-1)
+    for sig in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP):
+        _signal.signal(sig, _signal.SIG_IGN)
+    os.close(wake_r)
+    os.close(wake_w)
+
+
+# A stop sent to the process of an attempt that ended a moment ago (stop() read its state.json before
+# the exit.json was written) reaches it while it runs its next one: a SIGTERM in this long after the
+# next began, with no stop.json in its run dir and one in the previous one's, is that one's.
+STALE_STOP_S = 5.0
+
+
+def _stale_stop(run_dir: str, previous: str | None, age: float) -> bool:
+    return (previous is not None and age < STALE_STOP_S and not os.path.exists(os.path.join(run_dir, STOP))
+            and os.path.exists(os.path.join(previous, STOP)))
 
 
 def _start_member(req: dict[str, Any], env: dict[str, str], log_fd: int) -> tuple[int, int]:

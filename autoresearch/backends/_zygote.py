@@ -21,6 +21,12 @@ Nothing depends on it (invariant 1):
   attempt it never got ends as "supervisor never started" and is retried, not counted against
   the node (already so for a launcher killed mid-batch).
 
+A supervisor it forked takes further requests once its attempt is over and recorded (it says so on
+a control socket to us): the next request goes to such a free supervisor before a new one is forked.
+Each attempt still has a supervisor of its own, which outlives the zygote; the fork and the
+copy-on-write faults of a fresh process are paid once per supervisor, not once per attempt
+(docs/DESIGN-NOTES.md: supervisors that take another request).
+
 A request carries everything its supervisor needs: the command's environment, and the
 launcher's own environment and umask, which the supervisor's ``on_exit`` hook is exec'd with
 (the zygote's may differ: it was started by another process of the home).
@@ -53,6 +59,10 @@ RESPAWN_S = 2.0  # a launcher starts at most one zygote per home in this long (i
 MAX_FRAME = 16 << 20
 _HEAD = struct.Struct("!I16s")  # the payload's length; the code's version (a zygote runs the code it started with)
 _ACK = struct.Struct("!i")
+_LEN = struct.Struct("!I")  # a request handed to a supervisor we forked: its length
+MAX_IDLE = 64  # supervisors that finished their attempt kept waiting for a request (the rest leave)
+MAX_USES = 1000  # attempts one supervisor runs before it leaves
+SEND_S = 2.0  # how long handing a request to a waiting supervisor may block (it reads at once)
 _OFF = ("0", "off", "false", "no")
 
 
@@ -259,32 +269,154 @@ def valid(req: object) -> bool:
             and os.path.isdir(str(req["run_dir"])))
 
 
-def _fork(payload: bytes, sup: ModuleType) -> int:
+class _Pool:
+    """The supervisors we forked that can take another request: each has a control socket to us, on
+    which it says ``R`` when its attempt is over and recorded, and reads its next request."""
+
+    def __init__(self, poller: select.poll) -> None:
+        self.poller = poller
+        self.socks: dict[int, tuple[socket.socket, int]] = {}  # fd -> (our end, the supervisor's pid)
+        self.idle: list[int] = []  # fds of the supervisors waiting for a request, the last one readiest
+
+    def add(self, sock: socket.socket, pid: int) -> None:
+        self.socks[sock.fileno()] = (sock, pid)
+        self.poller.register(sock.fileno(), select.POLLIN)
+
+    def drop(self, fd: int) -> None:
+        sock, _ = self.socks.pop(fd)
+        self.poller.unregister(fd)
+        if fd in self.idle:
+            self.idle.remove(fd)
+        sock.close()  # an idle supervisor reads the end of its socket and leaves
+
+    def event(self, fd: int) -> None:
+        try:
+            data = self.socks[fd][0].recv(64)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data != b"R" or len(self.idle) >= MAX_IDLE:
+            self.drop(fd)  # it left (its end closed: exited, or exec'd the hook), said nonsense, or is spare
+        elif fd not in self.idle:
+            self.idle.append(fd)
+
+    def hand(self, payload: bytes) -> int:
+        """Give ``payload`` to a supervisor that waits for one: its pid, or 0 when none waits."""
+        while self.idle:
+            fd = self.idle.pop()
+            sock, pid = self.socks[fd]
+            try:
+                sock.sendall(_LEN.pack(len(payload)) + payload)
+            except OSError:
+                self.drop(fd)
+                continue
+            return pid
+        return 0
+
+    def close(self) -> None:
+        for fd in list(self.socks):
+            self.drop(fd)
+
+
+def _fork(payload: bytes, sup: ModuleType, pool: _Pool | None = None) -> int:
     """Fork the supervisor of one request: its pid (-1 when the fork failed). The child parses and
     checks the request, not us: each fork makes every page we write afterwards a copy-on-write
     fault, so the zygote touches as little as it can between forks (a refused request: the child
-    exits without running anything, and its attempt ends as never started, retried)."""
+    runs nothing, and its attempt ends as never started, retried). With a ``pool`` the child keeps a
+    control socket to us and takes further requests when its attempt is over (:func:`_supervise`)."""
+    ours = theirs = None
+    if pool is not None:
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError:
+            pass
     try:
         pid = os.fork()
     except OSError:
-        return -1
+        pid = -1
     if pid:
+        if theirs is not None:
+            theirs.close()
+        if ours is not None:
+            if pid > 0:
+                ours.settimeout(SEND_S)
+                pool.add(ours, pid)  # type: ignore[union-attr]
+            else:
+                ours.close()
         return pid
     try:
         gc.disable()
         os.setsid()
-        req = json.loads(payload)
-        if not valid(req):
-            os._exit(2)
-        os.umask(req["umask"])
-        environ = {**req["env"], **req.pop("environ")}  # the launcher's: on_exit runs in it
-        for name in req.pop("environ_drop"):
-            environ.pop(name, None)
-        req["environ"] = environ
-        sup._supervise(req)
+        ctl = theirs.detach() if theirs is not None else -1
+        # Not one of our descriptors stays open in it: the listener, a launcher's connection (it would
+        # see no end when we close it) and the other supervisors' control sockets (nor would they).
+        sup._close_all_but({0, 1, 2, ctl} if ctl >= 0 else {0, 1, 2})
+        _supervise(payload, ctl, sup)
     except BaseException:  # noqa: BLE001 - a forked child never returns into the zygote
         pass
     os._exit(70)
+
+
+def _request(payload: bytes) -> dict[str, Any] | None:
+    """The request a launcher sent, checked, in the launcher's umask; None when it is not one."""
+    try:
+        req = json.loads(payload)
+    except (ValueError, RecursionError):
+        return None
+    if not valid(req):
+        return None
+    os.umask(req["umask"])
+    environ = {**req["env"], **req.pop("environ")}  # the launcher's: on_exit runs in it
+    for name in req.pop("environ_drop"):
+        environ.pop(name, None)
+    req["environ"] = environ
+    return req
+
+
+def _supervise(payload: bytes, ctl: int, sup: ModuleType) -> None:
+    """A forked supervisor: run the attempt of ``payload``; then, while we have a control socket to the
+    zygote (``ctl``), tell it we are free and run the next request it hands us, up to ``MAX_USES``.
+    Each attempt still has a supervisor of its own that outlives the zygote: a supervisor takes the
+    next request only after its attempt ended and was recorded. A fork and the copy-on-write faults
+    of a fresh process were most of a supervisor's CPU (issue 16): a reused one has its pages."""
+    previous = None
+    for _ in range(MAX_USES):
+        req = _request(payload)
+        if req is not None:
+            sup.attempt(req, keep=(ctl,) if ctl >= 0 else (), previous=previous)
+            previous = req["run_dir"]
+        if ctl < 0:
+            break
+        os.chdir("/")  # not the workdir of the last attempt while we wait
+        try:
+            os.write(ctl, b"R")
+            following = _read_frame(ctl)
+        except OSError:
+            break
+        if following is None:
+            break  # the zygote left, or had no use for us
+        payload = following
+    os._exit(0)
+
+
+def _read_frame(fd: int) -> bytes | None:
+    """One length-prefixed frame from the zygote; None at the end of the stream (or garbage)."""
+    head = _read_exact(fd, _LEN.size)
+    if head is None:
+        return None
+    size = _LEN.unpack(head)[0]
+    return _read_exact(fd, size) if size <= MAX_FRAME else None
+
+
+def _read_exact(fd: int, size: int) -> bytes | None:
+    data = b""
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
 
 
 def _reap() -> None:
@@ -323,6 +455,7 @@ def serve(home: str, idle_s: float = IDLE_S, sup: ModuleType | None = None) -> i
     path = os.path.join(home, SOCK)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     clients: dict[int, tuple[socket.socket, bytearray]] = {}
+    pool: _Pool | None = None
     ino = -1
     try:
         try:
@@ -346,18 +479,28 @@ def serve(home: str, idle_s: float = IDLE_S, sup: ModuleType | None = None) -> i
         # every wakeup writes pages the last fork shared (a fault each); a zombie reads as dead.
         gc.freeze()  # what we imported stays shared with every child, untouched
         last = time.monotonic()
+        poller = select.poll()  # (not select: a supervisor running its attempt keeps a socket open here)
+        poller.register(listener.fileno(), select.POLLIN)
+        pool = _Pool(poller)
         while True:
-            ready = select.select([listener.fileno(), *clients], [], [], WAKE_S)[0]
-            for r in ready:
+            for r, _ in poller.poll(WAKE_S * 1000):
                 if r == listener.fileno():
-                    _accept(listener, clients)
-                else:
-                    if _serve_client(clients, r, sup):
+                    fd = _accept(listener, clients)
+                    if fd >= 0:
+                        poller.register(fd, select.POLLIN)
+                elif r in clients:
+                    if _serve_client(clients, r, sup, pool):
                         last = time.monotonic()
+                    if r not in clients:
+                        poller.unregister(r)  # (closed: the launcher left)
+                elif r in pool.socks:
+                    pool.event(r)
             _reap()
             if time.monotonic() - last >= idle_s or not _ours(path, ino):
                 break
     finally:
+        if pool is not None:
+            pool.close()  # the supervisors waiting for a request leave; the others when their attempt ends
         _reap()
         try:
             if _ours(path, ino):
@@ -371,11 +514,12 @@ def serve(home: str, idle_s: float = IDLE_S, sup: ModuleType | None = None) -> i
     return 0
 
 
-def _accept(listener: socket.socket, clients: dict[int, tuple[socket.socket, bytearray]]) -> None:
+def _accept(listener: socket.socket, clients: dict[int, tuple[socket.socket, bytearray]]) -> int:
+    """Take a launcher's connection: its descriptor, -1 when refused."""
     try:
         sock, _ = listener.accept()
     except OSError:
-        return
+        return -1
     try:
         creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         if struct.unpack("3i", creds)[1] != os.getuid():
@@ -383,12 +527,15 @@ def _accept(listener: socket.socket, clients: dict[int, tuple[socket.socket, byt
         sock.setblocking(False)
     except OSError:
         sock.close()
-        return
+        return -1
     clients[sock.fileno()] = (sock, bytearray())
+    return sock.fileno()
 
 
-def _serve_client(clients: dict[int, tuple[socket.socket, bytearray]], fd: int, sup: ModuleType) -> bool:
-    """Read what one launcher sent and answer every whole request in it; True when it sent one."""
+def _serve_client(clients: dict[int, tuple[socket.socket, bytearray]], fd: int, sup: ModuleType,
+                  pool: _Pool | None = None) -> bool:
+    """Read what one launcher sent and answer every whole request in it (handed to a supervisor of the
+    ``pool`` that waits for one, else forked); True when it sent one."""
     sock, buf = clients[fd]
     try:
         data = sock.recv(1 << 16)
@@ -414,7 +561,9 @@ def _serve_client(clients: dict[int, tuple[socket.socket, bytearray]], fd: int, 
         del buf[:_HEAD.size + size]
         # Another version's launcher (or garbage): refused, and it does not keep us from going idle,
         # so after an upgrade the old zygote leaves and the launchers start one with the new code.
-        pid = _fork(payload, sup) if version == VERSION else -1
+        pid = -1
+        if version == VERSION:
+            pid = (pool.hand(payload) if pool is not None else 0) or _fork(payload, sup, pool)
         served = served or pid > 0
         try:
             sock.sendall(_ACK.pack(pid))

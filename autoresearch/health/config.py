@@ -220,16 +220,16 @@ def load(home: str | os.PathLike[str], strict: bool = False) -> HealthConfig:
     otherwise (a pass, which must go on) the defaults apply and the error is printed once."""
     if (os.environ.get("AUTORESEARCH_HEALTH") or "").strip().lower() in ("0", "off", "false", "no"):
         return replace(DEFAULT, enabled=False)
-    path = Path(home) / "config.yaml"
+    name = os.path.join(home, "config.yaml")  # (not pathlib: every attempt's ingestion asks)
     try:
-        mtime = path.stat().st_mtime
+        mtime = os.stat(name).st_mtime
     except OSError:
         return DEFAULT
-    cached = _CACHE.get(str(path))
+    cached = _CACHE.get(name)
     if cached is not None and cached[0] == mtime and not strict:
         return cached[1]
     try:
-        config = _read(path)
+        config = _read(Path(name))
     except SpecError as err:
         if strict:
             raise
@@ -237,7 +237,7 @@ def load(home: str | os.PathLike[str], strict: bool = False) -> HealthConfig:
 
         print(f"warning: {err.render()}; using the default health settings", file=sys.stderr)
         config = DEFAULT
-    _CACHE[str(path)] = (mtime, config)
+    _CACHE[name] = (mtime, config)
     return config
 
 

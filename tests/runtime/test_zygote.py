@@ -11,6 +11,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -254,3 +255,127 @@ def test_a_second_zygote_of_a_home_leaves_at_once_and_bad_arguments_are_refused(
     gone = subprocess.run([sys.executable, "-S", "-E", _zygote.__file__, str(home / "nowhere")], capture_output=True,
                           text=True, timeout=30)
     assert gone.returncode == 1 and "cannot use home" in gone.stderr and "Traceback" not in gone.stderr
+
+
+# -- supervisors that take another request ---------------------------------------------------------
+
+def _supervisor_of(req: dict[str, Any]) -> int:
+    state = Path(req["run_dir"]) / "state.json"
+    wait_for(state.exists, timeout=30)
+    return int(json.loads(state.read_text())["supervisor_pid"])
+
+
+def _free(pid: int) -> None:
+    """Wait until the supervisor ``pid`` finished its attempt and told the zygote it is free (it moves
+    to / just before it says so; the zygote reads it at once)."""
+    wait_for(lambda: os.readlink(f"/proc/{pid}/cwd") == "/", timeout=30)
+    time.sleep(0.2)
+
+
+def _exit(req: dict[str, Any]) -> dict[str, Any]:
+    done = Path(req["run_dir"]) / "exit.json"
+    wait_for(done.exists, timeout=30)
+    return dict(json.loads(done.read_text()))
+
+
+def test_a_supervisor_whose_attempt_ended_runs_the_next_one_in_that_ones_own_settings(
+        home: Path, zygote: Any, no_spawn: list[str], tmp_path: Path) -> None:
+    """No fork per attempt once supervisors are free (their fork and copy-on-write faults were most of
+    their CPU): the next request goes to one whose attempt ended and was recorded, and it runs in its
+    own workdir, environment and umask, with nothing left of the last one's."""
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    first = _request(home, "a", "pwd > out; echo ${MARK:-none} >> out; touch made; exit 3",
+                     env={"PATH": os.environ["PATH"], "MARK": "first"})
+    mask = os.umask(0o077)  # the launcher's umask travels with its request
+    try:
+        _supervisor.launch(first)
+    finally:
+        os.umask(mask)
+    pid = _supervisor_of(first)
+    assert _exit(first)["exit_code"] == 3
+    _free(pid)
+    second = _request(home, "b", "pwd > out; echo ${MARK:-none} >> out; touch made", workdir=str(other))
+    mask = os.umask(0o022)
+    try:
+        _supervisor.launch(second)
+    finally:
+        os.umask(mask)
+    assert _supervisor_of(second) == pid and _ppid(pid) == zygote.pid  # the same process, the zygote's child
+    done = _exit(second)
+    assert done["exit_code"] == 0 and not done["stopped"]
+    assert (home / "out").read_text().split() == [str(home), "first"]
+    assert (other / "out").read_text().split() == [str(other), "none"]  # MARK was the first one's only
+    assert (home / "made").stat().st_mode & 0o777 == 0o600  # each request's umask
+    assert (other / "made").stat().st_mode & 0o777 == 0o644
+    assert _zygote.stats["taken"] == 2
+
+
+def test_a_stop_meant_for_the_attempt_that_just_ended_does_not_stop_the_next(home: Path, zygote: Any,
+                                                                              no_spawn: list[str]) -> None:
+    """stop() read the state.json of an attempt that ended right after: its SIGTERM reaches the process
+    while it runs the next attempt, which has no stop.json of its own. A stop of the next one stops it."""
+    first = _request(home, "a", "true")
+    _supervisor.launch(first)
+    pid = _supervisor_of(first)
+    _exit(first)
+    _free(pid)
+    go = home / "go"
+    second = _request(home, "b", f"while [ ! -e {go} ]; do sleep 0.05; done")
+    _supervisor.launch(second)
+    assert _supervisor_of(second) == pid
+    _supervisor.write_json(str(Path(first["run_dir"]) / _supervisor.STOP), {"requested_at": 0})
+    os.kill(pid, signal.SIGTERM)  # the late stop of the first
+    time.sleep(0.5)
+    assert not (Path(second["run_dir"]) / "exit.json").exists()  # still running
+    go.touch()
+    done = _exit(second)
+    assert done["exit_code"] == 0 and not done["stopped"]
+    _free(pid)
+    third = _request(home, "c", "sleep 30")  # and a stop of the attempt it runs stops it
+    _supervisor.launch(third)
+    assert _supervisor_of(third) == pid
+    from autoresearch.backends._local import LocalBackend
+
+    LocalBackend().stop(third["run_dir"], grace=1)
+    done = _exit(third)
+    assert done["stopped"] and done["signal"] == signal.SIGTERM
+
+
+def test_free_supervisors_leave_with_the_zygote(home: Path, no_spawn: list[str]) -> None:
+    zygote = _start(home)
+    try:
+        req = _request(home, "a", "true")
+        _supervisor.launch(req)
+        pid = _supervisor_of(req)
+        _exit(req)
+        _free(pid)
+    finally:
+        zygote.terminate()
+        zygote.wait()
+    wait_for(lambda: not _supervisor.is_alive(pid, None), timeout=30)
+
+
+def test_the_zygote_keeps_at_most_max_idle_free_supervisors_and_drops_those_that_leave() -> None:
+    import select
+
+    poller = select.poll()
+    pool = _zygote._Pool(poller)
+    pairs = [socket.socketpair() for _ in range(_zygote.MAX_IDLE + 2)]
+    for i, (ours, _) in enumerate(pairs):
+        pool.add(ours, 1000 + i)
+    for ours, theirs in pairs:
+        theirs.sendall(b"R")
+        pool.event(ours.fileno())
+    assert len(pool.idle) == _zygote.MAX_IDLE and len(pool.socks) == _zygote.MAX_IDLE
+    assert pairs[-1][1].recv(8) == b""  # a spare one reads the end of its socket: it leaves
+    last = pool.idle[-1]
+    gone = next(theirs for ours, theirs in pairs if ours.fileno() == last)
+    gone.close()  # the readiest one left (killed): handing to it fails, the next one gets it
+    assert pool.hand(b"{}") == 1000 + _zygote.MAX_IDLE - 2
+    taker = pairs[_zygote.MAX_IDLE - 2][1]
+    assert taker.recv(64) == _zygote._LEN.pack(2) + b"{}"
+    pool.close()
+    assert not pool.socks and not pool.idle
+    for _, theirs in pairs:
+        theirs.close()
