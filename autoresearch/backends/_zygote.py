@@ -62,6 +62,7 @@ _ACK = struct.Struct("!i")
 _LEN = struct.Struct("!I")  # a request handed to a supervisor we forked: its length
 MAX_IDLE = 64  # supervisors that finished their attempt kept waiting for a request (the rest leave)
 MAX_USES = 1000  # attempts one supervisor runs before it leaves
+LEAVE_S = 1.0  # how long a leaving zygote waits for its free supervisors to leave too
 SEND_S = 2.0  # how long handing a request to a waiting supervisor may block (it reads at once)
 _OFF = ("0", "off", "false", "no")
 
@@ -315,8 +316,21 @@ class _Pool:
         return 0
 
     def close(self) -> None:
+        """Close every control socket; the supervisors that waited for a request leave at once, and are
+        reaped here (within ``LEAVE_S``: their CPU counts as ours); the others when their attempt ends."""
+        idle = [self.socks[fd][1] for fd in self.idle]
         for fd in list(self.socks):
             self.drop(fd)
+        deadline = time.monotonic() + LEAVE_S
+        while idle and time.monotonic() < deadline:
+            for pid in list(idle):
+                try:
+                    if os.waitpid(pid, os.WNOHANG)[0]:
+                        idle.remove(pid)
+                except ChildProcessError:
+                    idle.remove(pid)
+            if idle:
+                time.sleep(0.005)
 
 
 def _fork(payload: bytes, sup: ModuleType, pool: _Pool | None = None) -> int:
