@@ -83,6 +83,11 @@ def test_docker_run_names_the_key_the_gpus_mounts_workdir_and_keeps_values_off_t
     assert "s3cret" not in " ".join(argv)  # -e NAME only: the value travels in the CLI's environment
     assert run[0]["env"]["API_TOKEN"] == "s3cret" and run[0]["env"]["LR"] == "0.1"
     assert "PATH" not in run[0]["env"] and "HOME" not in run[0]["env"]  # the host's own variables stay out
+    # The ended container's whole log (`docker logs`) replaces the streamed copy; a `docker logs` that
+    # failed (a CLI past its timeout on a loaded machine) leaves the streamed copy, tried again next read.
+    deadline = time.monotonic() + 30
+    while backend.read_log(ext) != b"hi\n" and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert backend.read_log(ext) == b"hi\n"
 
 

@@ -75,6 +75,37 @@ def test_the_cap_holds_while_one_pass_records_many_endings_and_launches_the_next
     assert states == {"succeeded"}
 
 
+def test_a_batch_for_a_full_group_runs_no_pass_and_the_next_ending_starts_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop queues its trials ahead of its free slots: while its group is full no pass could start
+    them, so the submit runs none and pokes nobody (a pass per batch was ~4 ms of a loop's pass thread);
+    the pass that records an ending starts the next. With room, the submit places them as ever."""
+    api, fake = _engine(tmp_path / "h")
+    runtime = api._runtime
+    first = submit_many(runtime, [SPEC] * 2, group="loop:1", max_running=2)
+    assert _running(api) == first
+    passes: list[bool] = []
+    pokes: list[Path] = []
+    real_tick = runtime.tick
+    monkeypatch.setattr(runtime, "tick", lambda wait=True: passes.append(wait) or real_tick(wait))
+    monkeypatch.setattr("autoresearch.jobs.wake", lambda home, backend="local": pokes.append(home) or False)
+    ahead = submit_many(runtime, [SPEC] * 3, group="loop:1", max_running=2, defer=True)
+    assert passes == [] and pokes == [] and _running(api) == first  # full: nothing could start
+    fake.finish(f"{first[0]}.1", 0)
+    runtime.tick()  # the ending's pass starts the first one queued ahead
+    assert _running(api) == [first[1], ahead[0]]
+    for job in (first[1], ahead[0]):
+        fake.finish(f"{job}.1", 0)
+    real_tick()
+    assert _running(api) == ahead[1:]
+    for job in ahead[1:]:
+        fake.finish(f"{job}.1", 0)
+    real_tick()  # the group's endings recorded: it has room and nothing queued
+    passes.clear()
+    more = submit_many(runtime, [SPEC], group="loop:1", max_running=2)
+    assert passes and _running(api) == more  # with room, a pass of its own starts it
+
+
 def test_a_new_cap_applies_from_the_next_pass(tmp_path: Path) -> None:
     api, fake = _engine(tmp_path / "h")
     ids = submit_many(api._runtime, [SPEC] * 6, group="g", max_running=2)
