@@ -395,13 +395,13 @@ def _supervise(payload: bytes, ctl: int, sup: ModuleType) -> None:
     next request only after its attempt ended and was recorded. A fork and the copy-on-write faults
     of a fresh process were most of a supervisor's CPU (issue 16): a reused one has its pages."""
     previous = None
-    for _ in range(MAX_USES):
+    for use in range(1, MAX_USES + 1):
         req = _request(payload)
         if req is not None:
             sup.attempt(req, keep=(ctl,) if ctl >= 0 else (), previous=previous)
             previous = req["run_dir"]
-        if ctl < 0:
-            break
+        if ctl < 0 or use == MAX_USES:
+            break  # (not free: a request handed to us now would never run)
         os.chdir("/")  # not the workdir of the last attempt while we wait
         try:
             os.write(ctl, b"R")

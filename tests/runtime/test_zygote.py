@@ -379,3 +379,30 @@ def test_the_zygote_keeps_at_most_max_idle_free_supervisors_and_drops_those_that
     assert not pool.socks and not pool.idle
     for _, theirs in pairs:
         theirs.close()
+
+
+def test_a_supervisor_says_it_is_free_only_while_it_would_take_the_request(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The protocol of a forked supervisor and its zygote, played here: it says ``R`` when an attempt
+    is over, runs the request it is handed, and after ``MAX_USES`` attempts leaves without saying it
+    (a request handed to it then would be lost)."""
+    home.mkdir(parents=True)
+    monkeypatch.setattr(_zygote, "MAX_USES", 2)
+    ran = home / "ran"
+    payloads = [json.dumps({**_request(home, str(i), f"echo {i} >> {ran}"), "umask": 0o077, "environ": {},
+                            "environ_drop": []}).encode() for i in range(2)]
+    ours, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ours.close()
+            _zygote._supervise(payloads[0], theirs.detach(), _supervisor)
+        finally:
+            os._exit(70)
+    theirs.close()
+    ours.settimeout(30)
+    assert ours.recv(8) == b"R"
+    ours.sendall(_zygote._LEN.pack(len(payloads[1])) + payloads[1])
+    assert ours.recv(8) == b""  # its second and last: it leaves, and says nothing
+    assert os.waitpid(pid, 0)[1] == 0
+    assert ran.read_text().split() == ["0", "1"]
