@@ -329,14 +329,14 @@ def _supervise(req: dict[str, Any]) -> NoReturn:
     os._exit(0)
 
 
-def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: str | None = None) -> None:
+def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str, ...] = ()) -> None:
     """Run the attempt of ``req`` to its end and record it. It returns once a listener recorded the
     ending (or nobody listens and there is no hook), and this process may run another attempt (the
     home's zygote hands a supervisor that finished the next request: backends/_zygote.py); it execs
     the ``on_exit`` hook when nobody recorded it, and raises when it could not record the exit.
 
-    ``keep``: descriptors of ours to leave open (the zygote's control socket); ``previous``: the run dir
-    of the attempt this process ran before (a stop meant for it, sent as it ended, is not for this one).
+    ``keep``: descriptors of ours to leave open (the zygote's control socket); ``previous``: the run dirs
+    of the attempts this process ran before (a stop meant for one, sent as it ended, is not for this one).
     Every descriptor it opens it closes, and it leaves the signal handlers it set to the caller."""
     run_dir: str = req["run_dir"]
     try:
@@ -355,7 +355,6 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: str | Non
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
     flags = {"stop": False}
-    began = time.time()
 
     def on_term(signum: int, frame: object) -> None:
         flags["stop"] = True
@@ -422,7 +421,7 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: str | Non
         if not live:
             break
         now = time.time()
-        if flags["stop"] and not stopped and not timed_out and _stale_stop(run_dir, previous, now - began):
+        if flags["stop"] and not stopped and not timed_out and _stale_stop(run_dir, previous, now):
             flags["stop"] = False
         if flags["stop"] and not stopped and not timed_out:
             stopped = True
@@ -516,14 +515,23 @@ def _quiet(wake_r: int, wake_w: int) -> None:
 
 
 # A stop sent to the process of an attempt that ended a moment ago (stop() read its state.json before
-# the exit.json was written) reaches it while it runs its next one: a SIGTERM in this long after the
-# next began, with no stop.json in its run dir and one in the previous one's, is that one's.
+# the exit.json was written) reaches it while it runs a later one. stop() writes the attempt's
+# stop.json right before it signals: a SIGTERM while this attempt has no stop.json, and one of the
+# attempts this process ran before got one in the last STALE_STOP_S, is that one's. Any other
+# SIGTERM (a person's kill, a shutdown) stops the attempt, as it stops a supervisor of one attempt.
 STALE_STOP_S = 5.0
 
 
-def _stale_stop(run_dir: str, previous: str | None, age: float) -> bool:
-    return (previous is not None and age < STALE_STOP_S and not os.path.exists(os.path.join(run_dir, STOP))
-            and os.path.exists(os.path.join(previous, STOP)))
+def _stale_stop(run_dir: str, previous: tuple[str, ...], now: float) -> bool:
+    if not previous or os.path.exists(os.path.join(run_dir, STOP)):
+        return False
+    for before in previous:
+        try:
+            if now - os.stat(os.path.join(before, STOP)).st_mtime < STALE_STOP_S:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _start_member(req: dict[str, Any], env: dict[str, str], log_fd: int) -> tuple[int, int]:

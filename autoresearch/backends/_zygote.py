@@ -62,6 +62,7 @@ _ACK = struct.Struct("!i")
 _LEN = struct.Struct("!I")  # a request handed to a supervisor we forked: its length
 MAX_IDLE = 64  # supervisors that finished their attempt kept waiting for a request (the rest leave)
 MAX_USES = 1000  # attempts one supervisor runs before it leaves
+RECENT = 8  # a supervisor's last attempts whose late stop it recognizes (_supervisor._stale_stop)
 LEAVE_S = 1.0  # how long a leaving zygote waits for its free supervisors to leave too
 SEND_S = 2.0  # how long handing a request to a waiting supervisor may block (it reads at once)
 _OFF = ("0", "off", "false", "no")
@@ -394,12 +395,12 @@ def _supervise(payload: bytes, ctl: int, sup: ModuleType) -> None:
     Each attempt still has a supervisor of its own that outlives the zygote: a supervisor takes the
     next request only after its attempt ended and was recorded. A fork and the copy-on-write faults
     of a fresh process were most of a supervisor's CPU (issue 16): a reused one has its pages."""
-    previous = None
+    previous: tuple[str, ...] = ()  # the run dirs of our last attempts (a late stop of one is not for the next)
     for use in range(1, MAX_USES + 1):
         req = _request(payload)
         if req is not None:
             sup.attempt(req, keep=(ctl,) if ctl >= 0 else (), previous=previous)
-            previous = req["run_dir"]
+            previous = (req["run_dir"], *previous[:RECENT - 1])
         if ctl < 0 or use == MAX_USES:
             break  # (not free: a request handed to us now would never run)
         os.chdir("/")  # not the workdir of the last attempt while we wait

@@ -311,34 +311,45 @@ def test_a_supervisor_whose_attempt_ended_runs_the_next_one_in_that_ones_own_set
     assert _zygote.stats["taken"] == 2
 
 
-def test_a_stop_meant_for_the_attempt_that_just_ended_does_not_stop_the_next(home: Path, zygote: Any,
-                                                                              no_spawn: list[str]) -> None:
+def _next(home: Path, pid: int, key: str, command: str) -> dict[str, Any]:
+    """Launch ``command`` once the supervisor ``pid`` is free: it runs it."""
+    _free(pid)
+    req = _request(home, key, command)
+    _supervisor.launch(req)
+    assert _supervisor_of(req) == pid
+    return req
+
+
+def test_a_stop_meant_for_an_attempt_that_just_ended_does_not_stop_a_later_one(home: Path, zygote: Any,
+                                                                                no_spawn: list[str]) -> None:
     """stop() read the state.json of an attempt that ended right after: its SIGTERM reaches the process
-    while it runs the next attempt, which has no stop.json of its own. A stop of the next one stops it."""
+    while it runs a later attempt (here two later), which has no stop.json of its own. A stop of the
+    attempt it runs stops it, and so does a SIGTERM that no stop() sent (a person's kill)."""
     first = _request(home, "a", "true")
     _supervisor.launch(first)
     pid = _supervisor_of(first)
     _exit(first)
-    _free(pid)
+    _exit(_next(home, pid, "b", "true"))
     go = home / "go"
-    second = _request(home, "b", f"while [ ! -e {go} ]; do sleep 0.05; done")
-    _supervisor.launch(second)
-    assert _supervisor_of(second) == pid
-    _supervisor.write_json(str(Path(first["run_dir"]) / _supervisor.STOP), {"requested_at": 0})
+    third = _next(home, pid, "c", f"while [ ! -e {go} ]; do sleep 0.05; done")
+    _supervisor.write_json(str(Path(first["run_dir"]) / _supervisor.STOP), {"requested_at": time.time()})
     os.kill(pid, signal.SIGTERM)  # the late stop of the first
     time.sleep(0.5)
-    assert not (Path(second["run_dir"]) / "exit.json").exists()  # still running
+    assert not (Path(third["run_dir"]) / "exit.json").exists()  # still running
     go.touch()
-    done = _exit(second)
+    done = _exit(third)
     assert done["exit_code"] == 0 and not done["stopped"]
-    _free(pid)
-    third = _request(home, "c", "sleep 30")  # and a stop of the attempt it runs stops it
-    _supervisor.launch(third)
-    assert _supervisor_of(third) == pid
+    stopped = _next(home, pid, "d", "sleep 30")
     from autoresearch.backends._local import LocalBackend
 
-    LocalBackend().stop(third["run_dir"], grace=1)
-    done = _exit(third)
+    LocalBackend().stop(stopped["run_dir"], grace=1)
+    done = _exit(stopped)
+    assert done["stopped"] and done["signal"] == signal.SIGTERM
+    os.utime(Path(first["run_dir"]) / _supervisor.STOP, (0, 0))  # long ago: no stop is on its way
+    os.utime(Path(stopped["run_dir"]) / _supervisor.STOP, (0, 0))
+    killed = _next(home, pid, "e", "sleep 30")
+    os.kill(pid, signal.SIGTERM)  # nobody's stop(): it stops the attempt, as with a supervisor of one
+    done = _exit(killed)
     assert done["stopped"] and done["signal"] == signal.SIGTERM
 
 
