@@ -91,8 +91,9 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
     # per batch. (An ending recorded before this read left room here: then we place as ever.)
     full = group is not None and max_running is not None and runtime.jobs.group_room([group]).get(group, 1) <= 0
     listener_places = full or (defer and wake(runtime.ledger.home, runtime.backend.name))
-    if ((place() if callable(place) else place) and not listener_places and not runtime.tick(wait=False)
-            and not wake(runtime.ledger.home, runtime.backend.name)):
+    checked = runtime.backend.capabilities.places  # check_capacity refreshed the nodes just now
+    if ((place() if callable(place) else place) and not listener_places
+            and not runtime.tick(wait=False, nodes=not checked) and not wake(runtime.ledger.home, runtime.backend.name)):
         runtime.tick()
     sizes = runtime.jobs.node_sizes(runtime.backend.name) if runtime.backend.capabilities.places else []
     for job_id, job in zip(job_ids, jobs, strict=True):  # (the nodes read once for the batch, not once a job)

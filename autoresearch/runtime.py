@@ -105,14 +105,16 @@ class Runtime:
 
     # -- the pass -----------------------------------------------------------------------
 
-    def tick(self, wait: bool = True) -> bool:
-        """Reconcile, refresh nodes, schedule. False if skipped (another pass is running)."""
+    def tick(self, wait: bool = True, nodes: bool = True) -> bool:
+        """Reconcile, refresh nodes, schedule. False if skipped (another pass is running). ``nodes=False``:
+        the caller refreshed the nodes a moment ago (a submit's capacity check): not again."""
         with self.ledger.pass_lock(wait=wait) as locked:
             if not locked:
                 return False
             self.reconcile()
             try:
-                self.refresh_nodes()
+                if nodes:
+                    self.refresh_nodes()
             except BackendError:
                 return True  # the engine does not answer (slurmctld down): nothing can start; queued jobs wait
             self.monitor()

@@ -287,7 +287,7 @@ def test_a_soft_stop_skips_only_the_trials_beyond_parallel(home: Path, tmp_path:
     c, fake = _controller(home, tmp_path, trials=40, parallel=8)
     try:
         s = c.state
-        monkeypatch.setattr(c.runtime, "tick", lambda wait=True: True)  # no pass places anything yet
+        monkeypatch.setattr(c.runtime, "tick", lambda wait=True, **kw: True)  # no pass places anything yet
         c._fill()
         assert len(_jobs(c, "queued")) == 10
         s.stop_reason = "llm_usd budget $0.02 used"  # soft: running trials finish

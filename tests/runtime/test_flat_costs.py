@@ -120,7 +120,7 @@ def test_a_batch_is_one_transaction_and_one_pass(tmp_path: Path, count: int,
     api, _ = engine(tmp_path / "h", 0)
     passes = []
     real_tick = api._runtime.tick
-    monkeypatch.setattr(api._runtime, "tick", lambda wait=True: passes.append(1) or real_tick(wait))
+    monkeypatch.setattr(api._runtime, "tick", lambda wait=True, **kw: passes.append(1) or real_tick(wait, **kw))
     with counted(api) as c:
         ids = submit_many(api._runtime, [SPEC] * count)
     assert len(ids) == count and ids == sorted(ids)

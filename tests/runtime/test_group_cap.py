@@ -87,7 +87,7 @@ def test_a_batch_for_a_full_group_runs_no_pass_and_the_next_ending_starts_it(
     passes: list[bool] = []
     pokes: list[Path] = []
     real_tick = runtime.tick
-    monkeypatch.setattr(runtime, "tick", lambda wait=True: passes.append(wait) or real_tick(wait))
+    monkeypatch.setattr(runtime, "tick", lambda wait=True, **kw: passes.append(wait) or real_tick(wait, **kw))
     monkeypatch.setattr("autoresearch.jobs.wake", lambda home, backend="local": pokes.append(home) or False)
     ahead = submit_many(runtime, [SPEC] * 3, group="loop:1", max_running=2, defer=True)
     assert passes == [] and pokes == [] and _running(api) == first  # full: nothing could start
