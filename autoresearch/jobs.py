@@ -90,9 +90,9 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
     # ending, then places) starts them. So no pass of ours and no poke: ~4 ms of a loop's pass thread
     # per batch. (An ending recorded before this read left room here: then we place as ever.)
     full = group is not None and max_running is not None and runtime.jobs.group_room([group]).get(group, 1) <= 0
-    listener_places = full or (defer and wake(runtime.ledger.home, runtime.backend.name))
+    placed_elsewhere = full or (defer and wake(runtime.ledger.home, runtime.backend.name))
     checked = runtime.backend.capabilities.places  # check_capacity refreshed the nodes just now
-    if ((place() if callable(place) else place) and not listener_places
+    if ((place() if callable(place) else place) and not placed_elsewhere
             and not runtime.tick(wait=False, nodes=not checked) and not wake(runtime.ledger.home, runtime.backend.name)):
         runtime.tick()
     sizes = runtime.jobs.node_sizes(runtime.backend.name) if runtime.backend.capabilities.places else []

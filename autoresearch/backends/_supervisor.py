@@ -337,7 +337,7 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
 
     ``keep``: descriptors of ours to leave open (the zygote's control socket); ``previous``: the run dirs
     of the attempts this process ran before (a stop meant for one, sent as it ended, is not for this one).
-    Every descriptor it opens it closes, and it leaves the signal handlers it set to the caller."""
+    Every descriptor it opens it closes; when it returns the stop signals are ignored until the next."""
     run_dir: str = req["run_dir"]
     try:
         os.close(os.open(os.path.join(run_dir, CLAIM), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
