@@ -145,7 +145,7 @@ def cold_sqlite(points: int, trials: int, repeat: int) -> int:
         for r in range(repeat):
             for mode in ("bulk", "log_batch"):
                 home = Path(tmp) / f"{mode}-{r}"
-                shutil.copytree(source, home, ignore=shutil.ignore_patterns("*.fifo"))  # a FIFO is not a file
+                shutil.copytree(source, home, ignore=shutil.ignore_patterns("*.fifo", "*.sock"))  # FIFOs and sockets are not files
                 os.environ["AUTORESEARCH_MIRROR_BULK"] = "on" if mode == "bulk" else "off"
                 opened, synced, sent = batched(home, f"sqlite:///{home / 'mlflow.db'}")
                 assert sent == points, sent
