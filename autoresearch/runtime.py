@@ -26,9 +26,8 @@ import signal as _signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autoresearch import scheduler as S
 from autoresearch.backends import AttemptStatus, Backend, LaunchRequest, NodeInfo, open_backend
 from autoresearch.backends._supervisor import environ
 from autoresearch.errors import AutoresearchError, BackendError, LedgerError, SpecError
@@ -37,6 +36,9 @@ from autoresearch.ingest import ingest_attempt
 from autoresearch.jobstore import JobStore, attempt_paths
 from autoresearch.ledger import Ledger
 from autoresearch.watcher import Watcher, fifo_name
+
+if TYPE_CHECKING:  # at run time the scheduler is imported in schedule(), once something is queued: an idle read never loads it
+    from autoresearch import scheduler as S
 
 ACTIVE = ("starting", "running")
 FINAL = ("succeeded", "failed", "cancelled")
@@ -256,10 +258,14 @@ class Runtime:
             return  # nothing changed: no write on the read path
         self.jobs.save_nodes(self.backend.name, seen, now, states)
 
-    def schedule(self, rounds: int = 3) -> S.Decisions:
+    def schedule(self, rounds: int = 3) -> S.Decisions | None:
+        """Place what is queued and start it; None when nothing is queued (most passes: an attempt
+        ended, a read), which then imports no scheduler."""
         now = time.time()
         if not self.jobs.any_queued(self.backend.name):
-            return S.Decisions()  # most passes (an attempt ended) have nothing to place
+            return None
+        from autoresearch import scheduler as S
+
         rows = {r["name"]: r for r in self.jobs.nodes(self.backend.name)}
         nodes = [
             S.NodeState(r["name"], tuple(json.loads(r["gpu_ids"])), r["cpus"], r["memory"],

@@ -7,7 +7,6 @@ the in-memory fake backend do: tests/runtime/test_local_backend.py, test_fake_ba
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Callable
 from importlib import import_module
@@ -73,6 +72,8 @@ def _factory(name: str) -> Callable[..., Backend]:
     if target is None:
         target = _entry_points().get(name)
     if target is None:
+        import difflib  # only for an error's hint (every command imports this module)
+
         names = backend_names()
         near = difflib.get_close_matches(name, names, n=1)
         hint = f"did you mean {near[0]!r}? " if near else ""
@@ -106,6 +107,8 @@ def check_options(name: str, options: dict[str, object]) -> None:
         return
     for key in options:
         if key not in valid:
+            import difflib
+
             near = difflib.get_close_matches(str(key), valid, n=1)
             what = f"did you mean {near[0]!r}? " if near else ""
             raise SpecError(f"backend.options: unknown key {key!r} for backend {name!r}",

@@ -17,7 +17,6 @@ A broken file is one :class:`SpecError` naming the file (and the line, for YAML 
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from dataclasses import dataclass, field
@@ -218,6 +217,8 @@ def _fits(value: Any, t: Any) -> bool:
 
 
 def _near(word: str, choices: Any, what: str) -> str:
+    import difflib  # only for an error's hint (every command imports this module)
+
     choices = list(choices)
     near = difflib.get_close_matches(word, choices, n=1)
     return (f"did you mean {near[0]!r}? " if near else "") + f"{what}: {', '.join(choices) or '(none)'}"

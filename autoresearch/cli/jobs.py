@@ -87,8 +87,8 @@ def add_parser(sub: Any) -> None:
     uc = sub.add_parser("uncordon", help="schedule onto a node again")
     uc.add_argument("node", help="the node's name (see autoresearch nodes)")
 
-    for name in ("submit", "status", "list", "logs", "metrics", "cancel", "nodes", "cordon", "uncordon"):
-        sub.choices[name].set_defaults(handler=run)
+    for command in (s, st, ls, lg, mt, cn, nd, co, uc):
+        command.set_defaults(handler=run)
 
 
 def _kv(items: list[str] | None, flag: str) -> dict[str, str]:

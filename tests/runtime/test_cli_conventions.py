@@ -28,6 +28,19 @@ def all_parsers() -> list[tuple[str, argparse.ArgumentParser]]:
     return [("autoresearch", parser), *((f"autoresearch {n}", p) for n, p in commands(parser).items())]
 
 
+def test_a_command_builds_its_own_parser_alone_and_it_is_the_whole_lines_one() -> None:
+    """main() builds only the parser of the command it runs (the 27 cost ~10 ms of every start):
+    each must be the one the whole command line has, with the same flags, help and handler."""
+    whole = commands(build_parser())
+    for name, full in whole.items():
+        one = commands(build_parser(name))
+        assert list(one) == [name]
+        assert one[name].format_help() == full.format_help(), name
+        assert one[name].get_default("handler") is full.get_default("handler") is not None, name
+    assert sorted(commands(build_parser("no-such-command"))) == sorted(whole)  # argparse's error lists them all
+    assert sorted(commands(build_parser(""))) == sorted(whole)
+
+
 def test_version_prints_the_package_version(home: Path) -> None:
     proc = cli("--version")
     assert proc.stdout.strip() == f"autoresearch {__version__}"

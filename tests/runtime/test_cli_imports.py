@@ -22,14 +22,15 @@ try:
     code = main()
 except SystemExit as exit:
     code = exit.code
-heavy = sorted({name.split(".")[0] for name in sys.modules} & heavy_names)
+heavy = sorted(({name.split(".")[0] for name in sys.modules} | set(sys.modules)) & heavy_names)  # packages or modules
 sys.stdout.flush()
 sys.stderr.write("\\nLOADED " + json.dumps({"code": code, "heavy": heavy}) + "\\n")
 """
 
 
-def loaded(*args: str, env: dict[str, str] | None = None) -> list[str]:
-    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(list(args)), json.dumps(HEAVY)],
+def loaded(*args: str, env: dict[str, str] | None = None, watch: tuple[str, ...] = HEAVY) -> list[str]:
+    """Which of ``watch`` (module names) ``autoresearch ARGS`` has imported when it ends."""
+    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(list(args)), json.dumps(watch)],
                           capture_output=True, text=True, timeout=60, env=env)
     line = next(row for row in proc.stderr.splitlines() if row.startswith("LOADED "))
     result = json.loads(line.removeprefix("LOADED "))
@@ -67,3 +68,13 @@ def test_the_probe_sees_a_heavy_import_where_one_is_needed(home: Path) -> None:
     assert loaded("submit", "-f", str(spec)) == ["yaml"]
     spec.write_text("command: [\"true\"]\ngpus: 1.0\n")
     assert loaded("submit", "-f", str(spec)) == ["pydantic", "yaml"]
+
+
+def test_a_read_with_nothing_queued_imports_no_scheduler_and_no_error_only_module(job: str) -> None:
+    """A pass that has nothing to place does not import the scheduler (~11 ms of a read's start);
+    difflib (did-you-mean hints) and hashlib (an unsafe project name) wait for an error or such
+    a name. A submit places its job, so it does import the scheduler: the check can fail."""
+    watch = ("autoresearch.scheduler", "difflib", "hashlib")
+    for args in (("status",), ("status", job), ("list",), ("list", "--json"), ("logs", job), ("metrics", job)):
+        assert loaded(*args, watch=watch) == [], args
+    assert loaded("submit", "--", "true", watch=watch) == ["autoresearch.scheduler"]
