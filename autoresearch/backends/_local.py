@@ -120,6 +120,9 @@ class LocalBackend(Backend):
                                      "sandbox": request.sandbox is not None}).encode())
         finally:
             os.close(fd)
+        if len(self._logs) > 100_000:
+            self._logs.clear()
+        self._logs[request.run_dir] = request.log_path  # the ingest of its ending reads no request.json
         sup.launch(
             {
                 "argv": argv,

@@ -47,29 +47,35 @@ class Config:
     fair: Any = None  # scheduler.FairShare from the scheduler: section; None: fair share off
 
 
-_cache: dict[Path, tuple[tuple[int, int], Config]] = {}
+_cache: dict[str, tuple[tuple[int, int], Config]] = {}  # config.yaml's path -> (its stamp, what it says)
 
 
 def config_path(home: str | os.PathLike[str] | None = None) -> Path:
-    base = Path(home).expanduser() if home else Path(os.environ.get("AUTORESEARCH_HOME") or Path.home() / ".autoresearch")
-    return base.expanduser().absolute() / CONFIG
+    return Path(_config_file(home))
+
+
+def _config_file(home: str | os.PathLike[str] | None) -> str:
+    """config_path as a string: os.path, not pathlib (every submit and pass reads the file's stamp)."""
+    base = os.fspath(home) if home else os.environ.get("AUTORESEARCH_HOME") or os.path.join("~", ".autoresearch")
+    return os.path.join(os.path.abspath(os.path.expanduser(base)), CONFIG)
 
 
 def load(home: str | os.PathLike[str] | None = None) -> Config:
     """The profiles of ``home`` (none when it has no config.yaml); SpecError on a broken file."""
-    path = config_path(home)
+    file = _config_file(home)
     try:
-        st = path.stat()
+        st = os.stat(file)
     except FileNotFoundError:
-        return Config(path)
+        return Config(Path(file))
     except OSError as err:
-        raise _bad(path, f"cannot be read: {err.strerror}", "make it readable, or remove it") from None
+        raise _bad(Path(file), f"cannot be read: {err.strerror}", "make it readable, or remove it") from None
     stamp = (st.st_mtime_ns, st.st_size)
-    cached = _cache.get(path)
+    cached = _cache.get(file)
     if cached and cached[0] == stamp:
         return cached[1]
+    path = Path(file)
     config = _parse(path, _read(path, st.st_size))
-    _cache[path] = (stamp, config)
+    _cache[file] = (stamp, config)
     return config
 
 
