@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import time
 from functools import lru_cache
 from typing import Any
@@ -91,7 +90,7 @@ class LocalBackend(Backend):
     single_host = True
 
     def __init__(self, node_name: str | None = None) -> None:
-        self.node_name = node_name or os.environ.get("AUTORESEARCH_NODE") or socket.gethostname() or "local"
+        self.node_name = node_name or os.environ.get("AUTORESEARCH_NODE") or os.uname().nodename or "local"  # gethostname(), without importing socket (~3 ms of a read)
         self._states: dict[str, dict[str, Any]] = {}  # external id -> its state.json
         self._logs: dict[str, str] = {}  # external id -> its log's path (from its request.json)
 
