@@ -11,8 +11,7 @@ editable install's finder slows every interpreter's start, not this command's). 
 packages it pulls in), the child's CPU ms (user+system: steadier than wall on a loaded
 machine) and the heavy packages it loads (pydantic, rich, yaml, mlflow, mcp). Goal (issue 16):
 status, list and submit <= 150 ms on a quiet machine. Prints tables; nothing is asserted
-(tests/runtime/test_cli_imports.py
-asserts what each command does not import).
+(tests/runtime/test_cli_imports.py asserts what each command does not import).
 """
 
 from __future__ import annotations
