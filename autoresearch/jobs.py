@@ -32,7 +32,7 @@ def submit(runtime: Runtime, spec: Any, project: str = "") -> int:
 
 
 def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: str | None = None,
-                max_running: int | None = None, place_as: int | None = None, defer: bool = False,
+                max_running: int | None = None, place_as: int | None = None,
                 place: bool | Callable[[], bool] = True) -> list[int]:
     """:func:`submit` for a batch (a loop's proposal): every spec is checked as by ``submit``
     before anything is recorded (one bad spec refuses the batch), all are recorded in one ledger
@@ -43,9 +43,7 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
     that records one's ending starts the next (a research loop submits trials ahead of its free
     slots this way: no round trip through the loop between an ending and the next launch).
     ``place_as``: the job whose place in the queue they take (a paused trial resumed by its loop
-    keeps its paused job's place: it goes before the trials queued after that). ``defer``: a listener
-    on the wake FIFO places them (a loop's pass thread: one process, one pass at a time), poked
-    instead of a pass of our own; nobody listens: our own pass, as without it. ``place=False`` (or a
+    keeps its paused job's place: it goes before the trials queued after that). ``place=False`` (or a
     function that says so once they are recorded): no pass; the caller runs one soon (a server's
     batches: tools/_batch.py)."""
     from autoresearch.spec import JobSpec, make_spec  # pydantic stays off the read paths
@@ -87,10 +85,10 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
     # current one, which places these. Nobody listens: we wait for the lock and run it ourselves.
     # A capped group with no room (a loop's trials queued ahead of its free slots): no pass could start
     # one of them now, and only an ending of one of its jobs makes room, whose pass (it records the
-    # ending, then places) starts them. So no pass of ours and no poke: ~4 ms of a loop's pass thread
+    # ending, then places) starts them. So no pass of ours and no poke: ~4 ms of a loop's controller
     # per batch. (An ending recorded before this read left room here: then we place as ever.)
-    full = group is not None and max_running is not None and runtime.jobs.group_room([group]).get(group, 1) <= 0
-    placed_elsewhere = full or (defer and wake(runtime.ledger.home, runtime.backend.name))
+    placed_elsewhere = group is not None and max_running is not None and \
+        runtime.jobs.group_room([group]).get(group, 1) <= 0
     checked = runtime.backend.capabilities.places  # check_capacity refreshed the nodes just now
     if ((place() if callable(place) else place) and not placed_elsewhere
             and not runtime.tick(wait=False, nodes=not checked) and not wake(runtime.ledger.home, runtime.backend.name)):

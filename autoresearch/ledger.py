@@ -46,7 +46,7 @@ def _busy_timeout(default: float = 15.0) -> float:
 BUSY_TIMEOUT_S = _busy_timeout()
 
 # One writer at a time per ledger *within this process*, queued on a mutex before BEGIN IMMEDIATE:
-# two threads of a process (a loop's controller and its pass thread) that meet on SQLite's write
+# two threads of a process (a server's tool calls, a loop and its MLflow preparer) that meet on SQLite's write
 # lock otherwise wait in its busy handler, which sleeps 1, 2, 5, 10... ms between tries, where a
 # mutex hands over at once. Other processes still meet on SQLite's lock. A forked child starts with
 # none held (a child must not use a connection or transaction of its parent's anyway: SQLite's rule).

@@ -153,7 +153,7 @@ class Runtime:
             return
         # Overwritten in place, padded to a fixed width, never truncated: on ext4 a truncate and
         # rewrite costs ~0.4 ms (its data is flushed at close), a write in place ~5 us, and a
-        # loop's pass thread writes it at every pass while trials are queued ahead.
+        # loop's controller writes it at every pass while trials are queued ahead.
         record = f"{self.jobs.change_mark(self.backend.name)}@{time.time()!r}".ljust(PLACED_WIDTH).encode()
         try:
             fd = os.open(self._placed_file(), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)

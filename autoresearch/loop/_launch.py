@@ -82,8 +82,7 @@ def launch_many(s: LoopState, rows: list[Any], proposer: Any, runtime: Any) -> N
         try:
             job_ids: list[int | None] = list(job_ops.submit_many(runtime, [spec for _, spec, _ in fresh],
                                                                   project=s.loop_project, group=s.job_group(),
-                                                                  max_running=s.plan.budget.parallel,
-                                                                  defer=s.defer))
+                                                                  max_running=s.plan.budget.parallel))
         except AutoresearchError:  # a refused spec refuses the batch: one by one, to fail only that trial
             job_ids = [s.store.job_of_trial(row["id"]) or _submit_one(s, row, spec, workdir, proposer, runtime)
                        for row, spec, workdir in fresh]

@@ -54,7 +54,6 @@ from autoresearch.loop._launch import ProposeCall, launch_many, timed
 from autoresearch.loop._live_view import LiveView
 from autoresearch.loop._mlflow_runs import PREPARE_HOLD_S as PREPARE_HOLD_S
 from autoresearch.loop._mlflow_runs import RunPreparer
-from autoresearch.loop._passes import PassThread
 from autoresearch.loop.outcomes import LOG_TAIL_LINES as LOG_TAIL_LINES
 from autoresearch.loop.plan import Plan, plan_json
 from autoresearch.loop.proposers import Proposer, ProposerContext, ProposeResult, _warm, make_proposer
@@ -97,7 +96,6 @@ class Controller:
         self._last_update = self._last_monitor = self._last_persist = self._last_tick = 0.0
         self.safety_poll_s = 1.0  # reconcile at least this often (an attempt killed -9 pokes nobody)
         self.watcher: Any = None
-        self.passes: PassThread | None = None  # the pass thread, while run() runs (loop/_passes.py)
         self._woke = True
         self._retry_tick = False
         self.already_finished = False
@@ -235,7 +233,7 @@ class Controller:
             time.sleep(self.poll_s)
             self._woke = True
             return
-        if self.call is not None or (self._retry_tick and self.passes is None) or self.runs.held:
+        if self.call is not None or self._retry_tick or self.runs.held:
             timeout = self.poll_s
         elif self.watch_metrics and self.state.active:
             timeout = max(self.poll_s, self.monitor_every_s - (time.monotonic() - self._last_monitor))
@@ -243,18 +241,11 @@ class Controller:
             timeout = self.safety_poll_s
         if self.on_update is not None:
             timeout = min(timeout, self.update_every_s)
-        if self.passes is not None:  # the pass thread ran the pass: we hear that it did
-            self._woke = self.passes.wait(timeout)
-            return
         self._woke = (bool(self.watcher.wait(timeout)) or self._retry_tick
                       or time.monotonic() - self._last_tick >= self.safety_poll_s)
 
     def close(self) -> None:
         self.runs.close()
-        if self.passes is not None:
-            self.passes.close()  # before the watcher it selects on
-            self.passes = None
-            self.state.defer = False
         if self.watcher is not None:
             with contextlib.suppress(Exception):
                 self.watcher.close()
@@ -281,10 +272,6 @@ class Controller:
                 self.on_update(view)
             return view
         s = self.state
-        if self.watcher is not None and s.clock is None:  # endings run their pass at once (loop/_passes.py)
-            self.passes = PassThread(self.runtime, self.watcher, self.safety_poll_s)
-            self.passes.start()
-            s.defer = True  # our submits poke it: one pass at a time, on that thread
         try:
             self.sigint.install()
             while True:
@@ -350,11 +337,10 @@ class Controller:
         s = self.state
         runtime = self.runtime
         if self._woke:  # also for other jobs: while our watcher is open their supervisors poke us too
-            if self.passes is not None:
-                self.passes.raise_error()  # it ran the pass (the endings are recorded, the next trials started)
-            else:  # with a watcher open, supervisors poke us instead of running the pass: we run it
-                self._retry_tick = not runtime.tick(wait=False)
-                self._last_tick = time.monotonic()
+            # With our watcher open, supervisors poke us instead of running the pass: we run it (one
+            # thread: a pass thread beside this one cost more CPU a trial than it saved; DESIGN-NOTES).
+            self._retry_tick = not runtime.tick(wait=False)
+            self._last_tick = time.monotonic()
             self._woke = False
             ids = [r["job_id"] for r in s.active.values()]
             jobs = {j["id"]: j for j in JobStore(self.ledger).job_ends(ids)}
@@ -378,9 +364,9 @@ class Controller:
                 self.publish(force=True)
         now = time.monotonic()
         # a report() at a rung waits: judge it now
-        heard = self.passes.take_points() if self.passes is not None else getattr(self.watcher, "points", False)
+        heard = getattr(self.watcher, "points", False)
         if self.watch_metrics and s.active and (heard or now - self._last_monitor >= self.monitor_every_s):
-            if heard and self.passes is None:
+            if heard:
                 self.watcher.points = False
             self._last_monitor = now
             outcomes.monitor(self)

@@ -46,7 +46,6 @@ class LoopState:
     launch_decided: set[int] = field(default_factory=set)  # trials with a launch decision
     incumbent: int | None = None
     ahead: int = 0  # trials queued ahead of the free slots (Controller.ahead)
-    defer: bool = False  # submits poke the controller's pass thread, which places them (loop/_passes.py)
     stop_reason: str = ""
     exhausted: bool = False  # the proposer returned nothing
     unseen_warned: set[int] = field(default_factory=set)  # trials warned that their objective is unseen

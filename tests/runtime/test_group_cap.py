@@ -78,7 +78,7 @@ def test_the_cap_holds_while_one_pass_records_many_endings_and_launches_the_next
 def test_a_batch_for_a_full_group_runs_no_pass_and_the_next_ending_starts_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A loop queues its trials ahead of its free slots: while its group is full no pass could start
-    them, so the submit runs none and pokes nobody (a pass per batch was ~4 ms of a loop's pass thread);
+    them, so the submit runs none and pokes nobody (a pass per batch was ~4 ms of a loop's controller);
     the pass that records an ending starts the next. With room, the submit places them as ever."""
     api, fake = _engine(tmp_path / "h")
     runtime = api._runtime
@@ -89,7 +89,7 @@ def test_a_batch_for_a_full_group_runs_no_pass_and_the_next_ending_starts_it(
     real_tick = runtime.tick
     monkeypatch.setattr(runtime, "tick", lambda wait=True, **kw: passes.append(wait) or real_tick(wait, **kw))
     monkeypatch.setattr("autoresearch.jobs.wake", lambda home, backend="local": pokes.append(home) or False)
-    ahead = submit_many(runtime, [SPEC] * 3, group="loop:1", max_running=2, defer=True)
+    ahead = submit_many(runtime, [SPEC] * 3, group="loop:1", max_running=2)
     assert passes == [] and pokes == [] and _running(api) == first  # full: nothing could start
     fake.finish(f"{first[0]}.1", 0)
     runtime.tick()  # the ending's pass starts the first one queued ahead
