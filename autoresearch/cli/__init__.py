@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if _first_word(argv).endswith((".yaml", ".yml")):
         argv = ["run", *argv]  # `autoresearch plan.yaml` runs the loop
-    parser = build_parser(_first_word(argv))
+    parser = build_parser(_command_alone(argv))
     args = parser.parse_args(argv)
     if not args.cmd:
         parser.print_help()
@@ -110,6 +110,14 @@ def _first_word(argv: list[str]) -> str:
         elif not word.startswith("-"):
             return word
     return ""
+
+
+def _command_alone(argv: list[str]) -> str:
+    """The command whose parser alone parses ``argv``; "" (all of them) when the command line's own
+    help is asked for before it (``autoresearch --help status`` lists every command)."""
+    word = _first_word(argv)
+    before = argv[:argv.index(word)] if word else argv
+    return "" if {"-h", "--help"} & set(before) else word
 
 
 def _closed_pipe() -> int:

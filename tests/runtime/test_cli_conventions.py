@@ -41,6 +41,15 @@ def test_a_command_builds_its_own_parser_alone_and_it_is_the_whole_lines_one() -
     assert sorted(commands(build_parser(""))) == sorted(whole)
 
 
+@pytest.mark.parametrize("args", [("--help", "status"), ("-h", "list"), ("--home", "h", "--help", "submit")])
+def test_the_command_lines_help_lists_every_command_wherever_the_command_is(args: tuple[str, ...]) -> None:
+    proc = cli(*args, check=False)
+    assert proc.returncode == 0
+    listed = proc.stdout.split("positional arguments:")[1].split("options:")[0]
+    for name in commands(build_parser()):
+        assert re.search(rf"^\s+{name}\s", listed, re.M), (name, listed)
+
+
 def test_version_prints_the_package_version(home: Path) -> None:
     proc = cli("--version")
     assert proc.stdout.strip() == f"autoresearch {__version__}"
