@@ -55,9 +55,12 @@ def config_path(home: str | os.PathLike[str] | None = None) -> Path:
 
 
 def _config_file(home: str | os.PathLike[str] | None) -> str:
-    """config_path as a string: os.path, not pathlib (every submit and pass reads the file's stamp)."""
-    base = os.fspath(home) if home else os.environ.get("AUTORESEARCH_HOME") or os.path.join("~", ".autoresearch")
-    return os.path.join(os.path.abspath(os.path.expanduser(base)), CONFIG)
+    """config_path as a string: os.path, not pathlib (every submit and pass reads the file's stamp).
+    Made absolute as the ledger's home is (Path.absolute: no ``..`` folded away, which could name
+    another directory than the kernel does when a link is on the way)."""
+    base = os.path.expanduser(os.fspath(home) if home else os.environ.get("AUTORESEARCH_HOME")
+                              or os.path.join("~", ".autoresearch"))
+    return os.path.join(os.getcwd(), base, CONFIG)  # (an absolute base drops getcwd())
 
 
 def load(home: str | os.PathLike[str] | None = None) -> Config:
