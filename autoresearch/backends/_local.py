@@ -90,7 +90,8 @@ class LocalBackend(Backend):
     single_host = True
 
     def __init__(self, node_name: str | None = None) -> None:
-        self.node_name = node_name or os.environ.get("AUTORESEARCH_NODE") or os.uname().nodename or "local"  # gethostname(), without importing socket (~3 ms of a read)
+        # (os.uname().nodename is what socket.gethostname() returns; importing socket costs a read ~3 ms)
+        self.node_name = node_name or os.environ.get("AUTORESEARCH_NODE") or os.uname().nodename or "local"
         self._states: dict[str, dict[str, Any]] = {}  # external id -> its state.json
         self._logs: dict[str, str] = {}  # external id -> its log's path (from its request.json)
 
@@ -119,9 +120,7 @@ class LocalBackend(Backend):
                                      "sandbox": request.sandbox is not None}).encode())
         finally:
             os.close(fd)
-        if len(self._logs) > 100_000:
-            self._logs.clear()
-        self._logs[request.run_dir] = request.log_path  # the ingest of its ending reads no request.json
+        _remember(self._logs, request.run_dir, request.log_path)  # its ending's ingest reads no request.json
         sup.launch(
             {
                 "argv": argv,
@@ -165,9 +164,7 @@ class LocalBackend(Backend):
             )
         state = self._states.get(external_id) or sup.read_json(os.path.join(external_id, sup.STATE))
         if state is not None:
-            if len(self._states) > 100_000:
-                self._states.clear()  # endings another process recorded (never released here) do not pile up
-            self._states[external_id] = state  # written once, never changed: no need to read it again
+            _remember(self._states, external_id, state)  # written once, never changed: no need to read it again
         else:
             try:  # the file's mtime, not its content: it may be half-written right now
                 created = os.path.getmtime(os.path.join(external_id, "request.json"))
@@ -235,7 +232,13 @@ class LocalBackend(Backend):
         request = sup.read_json(os.path.join(external_id, "request.json"))  # written once, never changed
         path = str((request or {}).get("log_path") or os.path.join(external_id, "missing.log"))
         if request is not None:
-            if len(self._logs) > 100_000:
-                self._logs.clear()
-            self._logs[external_id] = path
+            _remember(self._logs, external_id, path)
         return path
+
+
+def _remember(cache: dict[str, Any], key: str, value: Any) -> None:
+    """``cache[key] = value``, in a cache of what attempts wrote once: bounded, so the entries of
+    endings another process recorded (never released here) do not pile up."""
+    if len(cache) > 100_000:
+        cache.clear()
+    cache[key] = value
