@@ -38,6 +38,8 @@ from autoresearch.ledger import Ledger
 from autoresearch.watcher import Watcher, fifo_name
 
 if TYPE_CHECKING:  # at run time the scheduler is imported in schedule(), once something is queued: an idle read never loads it
+    from collections.abc import Collection
+
     from autoresearch import scheduler as S
 
 ACTIVE = ("starting", "running")
@@ -107,13 +109,15 @@ class Runtime:
 
     # -- the pass -----------------------------------------------------------------------
 
-    def tick(self, wait: bool = True, nodes: bool = True) -> bool:
+    def tick(self, wait: bool = True, nodes: bool = True, only: Collection[tuple[int, int]] | None = None) -> bool:
         """Reconcile, refresh nodes, schedule. False if skipped (another pass is running). ``nodes=False``:
-        the caller refreshed the nodes a moment ago (a submit's capacity check): not again."""
+        the caller refreshed the nodes a moment ago (a submit's capacity check): not again. ``only``:
+        the attempts (job id, n) heard ending (their supervisors' pokes): the reconcile polls them and
+        the starting ones, not every running attempt (a loop's controller, between whole passes)."""
         with self.ledger.pass_lock(wait=wait) as locked:
             if not locked:
                 return False
-            self.reconcile()
+            self.reconcile(only)
             try:
                 if nodes:
                     self.refresh_nodes()
@@ -166,13 +170,16 @@ class Runtime:
         except OSError:
             pass  # the next pass places again
 
-    def reconcile(self) -> None:
+    def reconcile(self, only: Collection[tuple[int, int]] | None = None) -> None:
         """Poll every active attempt; record the ones that began running in one transaction and the
-        ones that ended in another (a pass after a wake finds dozens: one transaction, not dozens)."""
+        ones that ended in another (a pass after a wake finds dozens: one transaction, not dozens).
+        ``only``: poll these attempts and the starting ones alone (:meth:`tick`)."""
         running: list[tuple[int, int, float]] = []
         ended: list[tuple[Any, AttemptStatus]] = []
         stopping: list[Any] = []  # told to stop (or their job cancelled): sent again if never heard
         for att in self.jobs.active_attempts(self.backend.name):
+            if only is not None and att["state"] != "starting" and (att["job_id"], att["n"]) not in only:
+                continue
             if att["stop_reason"] is not None or att["cancel_requested"]:
                 stopping.append(att)
             with surviving(self.ledger, self.backend, "reconcile", att["job_id"], att["n"]):

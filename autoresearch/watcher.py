@@ -48,6 +48,14 @@ def wake(home: Path, backend: str = "local") -> bool:
     return _poke(str(home / fifo_name(backend)))
 
 
+def _key(piece: bytes) -> tuple[int, int] | None:
+    """(job id, n) of a supervisor's poke ``eJOB.N`` (backends/_supervisor.py: _poke); None for anything else."""
+    job, dot, n = piece[1:].partition(b".")
+    if piece[:1] != b"e" or not dot or not (job.isdigit() and n.isdigit()) or len(job) > 18 or len(n) > 9:
+        return None
+    return int(job), int(n)
+
+
 class Watcher:
     """Hear attempt endings, so a long-lived process (a loop, a server) runs the pass.
 
@@ -81,6 +89,15 @@ class Watcher:
         # O_RDWR: we are also a writer, so the FIFO never reports EOF and select() blocks.
         self.fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
         self.points = False  # the last wait heard a reported point that waits for a verdict
+        # What the pokes since the last take() said: the attempts that ended (a local supervisor names
+        # its own), and whether any poke named none (a stop request, a report(), another backend's
+        # waiter, a poke lost to a full pipe): then only a whole pass sees everything.
+        self._ended: set[tuple[int, int]] = set()
+        self._unnamed = False
+        try:
+            self._pipe_size = fcntl.fcntl(self.fd, fcntl.F_GETPIPE_SZ)
+        except (OSError, AttributeError):
+            self._pipe_size = 65536  # Linux's default
 
     def wait(self, timeout: float) -> bool:
         """True when at least one attempt ended since the last call (pokes are coalesced)."""
@@ -88,12 +105,32 @@ class Watcher:
         ready, _, _ = select.select([self.fd], [], [], timeout)
         if not ready:
             return False
+        chunks = []
         try:
             while chunk := os.read(self.fd, 4096):
-                self.points = self.points or b"r" in chunk  # a trial's report() at a rung (loop/rungsync.py)
+                chunks.append(chunk)
         except BlockingIOError:
             pass
+        data = b"".join(chunks)
+        self.points = b"r" in data  # a trial's report() at a rung (loop/rungsync.py)
+        # Writes of less than PIPE_BUF are whole, and we read until the pipe is empty: whole pokes. A
+        # poke that found the pipe full was dropped, and then one read of ours ran to half of it or more.
+        if len(data) >= self._pipe_size // 4:
+            self._unnamed = True
+        for piece in data.split(b"\n"):
+            key = _key(piece)
+            if key is not None:
+                self._ended.add(key)
+            elif piece:
+                self._unnamed = True
         return True
+
+    def take(self) -> set[tuple[int, int]] | None:
+        """The attempts (job id, n) whose endings were heard since the last take, or None when a
+        poke named none (a pass must then look at every attempt); and forget them."""
+        ended, unnamed = self._ended, self._unnamed
+        self._ended, self._unnamed = set(), False
+        return None if unnamed else ended
 
     def close(self) -> None:
         if self.fd >= 0:

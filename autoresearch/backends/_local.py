@@ -124,6 +124,7 @@ class LocalBackend(Backend):
         sup.launch(
             {
                 "argv": argv,
+                "key": request.key,  # its poke names it (watcher.Watcher.take)
                 "sandbox": request.sandbox is not None,
                 "env": request.env,
                 # one process group per gang member, all on this host: the master is here

@@ -465,7 +465,7 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
     os.close(log_fd)
     fifo = req.get("wake_fifo")
     _signal.signal(ACK_SIGNAL, _wake)  # before the poke: a nudge wakes the select below
-    if _poke(fifo):
+    if _poke(fifo, req.get("key")):
         # A watcher that dies right after our poke would leave the ending unrecorded until
         # somebody's next call: wait for its acknowledgement, else run the pass ourselves. A
         # listener that is still there may be busy (a pass launching dozens): it gets longer.
@@ -554,8 +554,10 @@ def _how(status: int) -> str:
     return f"exit {code}" if code >= 0 else f"signal {-code}"
 
 
-def _poke(fifo: str | None) -> bool:
-    """Wake a listening watcher; False when nobody listens (ENXIO) or there is no FIFO."""
+def _poke(fifo: str | None, key: object = None) -> bool:
+    """Wake a listening watcher; False when nobody listens (ENXIO) or there is no FIFO. ``key``: the
+    attempt that ended ("JOB.N"), said as ``\\neJOB.N\\n`` (one write of less than PIPE_BUF: whole or
+    not at all), so the listener may look at that attempt alone (watcher.Watcher.take); no key: ``x``."""
     if not fifo:
         return False
     try:
@@ -563,7 +565,7 @@ def _poke(fifo: str | None) -> bool:
     except OSError:
         return False
     try:
-        os.write(fd, b"x")
+        os.write(fd, b"\ne%s\n" % key.encode() if isinstance(key, str) and len(key) < 64 else b"x")
         return True
     except BlockingIOError:
         return True  # the pipe is full of pokes already: the watcher will wake

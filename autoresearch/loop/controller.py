@@ -93,7 +93,7 @@ class Controller:
                               or plan.objective.target is not None or plan.budget.steps is not None)
         self.call: ProposeCall | None = None
         self._lock_fd: int | None = None
-        self._last_update = self._last_monitor = self._last_persist = self._last_tick = 0.0
+        self._last_update = self._last_monitor = self._last_persist = self._last_tick = self._last_full = 0.0
         self.safety_poll_s = 1.0  # reconcile at least this often (an attempt killed -9 pokes nobody)
         self.watcher: Any = None
         self._woke = True
@@ -339,8 +339,17 @@ class Controller:
         if self._woke:  # also for other jobs: while our watcher is open their supervisors poke us too
             # With our watcher open, supervisors poke us instead of running the pass: we run it (one
             # thread: a pass thread beside this one cost more CPU a trial than it saved; DESIGN-NOTES).
-            self._retry_tick = not runtime.tick(wait=False)
+            # Their pokes name their attempts: the pass polls those (and the starting ones), not all
+            # of our running trials; a whole pass at least every safety_poll_s, and after any poke
+            # that named none (a stop request, a report(), one lost to a full pipe) or a skipped pass.
+            now = time.monotonic()
+            only = self.watcher.take() if self.watcher is not None else None
+            if not only or self._retry_tick or now - self._last_full >= self.safety_poll_s:
+                only = None
+            self._retry_tick = not runtime.tick(wait=False, only=only)
             self._last_tick = time.monotonic()
+            if only is None and not self._retry_tick:
+                self._last_full = now
             self._woke = False
             ids = [r["job_id"] for r in s.active.values()]
             jobs = {j["id"]: j for j in JobStore(self.ledger).job_ends(ids)}

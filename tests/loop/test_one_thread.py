@@ -36,3 +36,28 @@ def test_a_loop_runs_its_passes_on_its_own_thread(home: Path, tmp_path: Path,
     assert view.counts == {"succeeded": 8}
     assert threads and set(threads) == {threading.current_thread().name}  # (a pass thread's would differ)
     assert {t.name for t in threading.enumerate()} <= before  # none left behind
+
+
+def test_a_loop_polls_the_trials_its_pokes_name_and_all_of_them_each_second(
+        home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between whole passes (at least one a second), a wake's pass polls the attempts whose
+    supervisors said they ended, and the starting ones: not every running trial."""
+    passes: list[Any] = []
+    real_tick = Runtime.tick
+
+    def tick(self: Runtime, *args: Any, **kwargs: Any) -> bool:
+        passes.append(kwargs.get("only"))
+        return bool(real_tick(self, *args, **kwargs))
+
+    monkeypatch.setattr(Runtime, "tick", tick)
+    plan = parse_plan({"name": "named", "objective": {"metric": "loss"},
+                       "trial": {"command": "sleep 0.3; echo loss: {x}", "shell": True},
+                       "space": {"x": {"low": 0.0, "high": 1.0}}, "proposer": {"kind": "random"},
+                       "budget": {"trials": 12, "parallel": 4}}, base_dir=tmp_path)
+    view = Controller(plan, home=home).run()
+    assert view.counts == {"succeeded": 12}
+    named = [only for only in passes if only is not None]
+    assert named, passes  # the endings' pokes named their attempts
+    assert all(len(only) >= 1 for only in named)
+    assert passes[0] is None  # the first is whole, and whole ones keep coming
+    assert sum(only is None for only in passes) >= 2

@@ -55,6 +55,49 @@ def test_a_full_pipe_still_counts_as_a_wake_up(tmp_path: Path) -> None:
         assert not watcher.wait(0.05)  # drained in one go
 
 
+def test_a_poke_names_its_attempt_and_anything_else_asks_for_a_whole_pass(tmp_path: Path) -> None:
+    """A supervisor's poke says which attempt ended, so a listener may poll that one alone; a poke
+    that names none (a stop request, a report() at a rung, a stranger's bytes) asks for a whole pass."""
+    fifo = str(tmp_path / WAKE_FIFO)
+    with Watcher(tmp_path) as watcher:
+        assert watcher.take() == set()  # nothing heard
+        assert _poke(fifo, "12.1") and _poke(fifo, "7.3") and _poke(fifo, "12.1")
+        assert watcher.wait(1.0)
+        assert watcher.take() == {(12, 1), (7, 3)}
+        assert watcher.take() == set()  # taken once
+        for said in (None, "../x", "1.2\nx", "9" * 80):  # no key, or one that is not a key: "x"
+            assert _poke(fifo, said)
+            assert watcher.wait(1.0)
+            assert watcher.take() is None, said
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        for garbage in (b"\ne1.2.3\n", b"\ne-1.2\n", b"\ne\xd9\xa3.1\n", b"\nE1.2\n", b"r", b"\ne1.\n"):
+            os.write(fd, b"\ne5.1\n" + garbage)
+            assert watcher.wait(1.0)
+            assert watcher.take() is None, garbage  # (the good key is kept no better than the rest)
+        os.close(fd)
+
+
+def test_a_poke_lost_to_a_full_pipe_asks_for_a_whole_pass(tmp_path: Path) -> None:
+    """When the pipe is full a poke is dropped and its key with it: the drain that follows is large,
+    and that alone asks for a whole pass, though every byte read was a key."""
+    fifo = str(tmp_path / WAKE_FIFO)
+    with Watcher(tmp_path) as watcher:
+        n = 0
+        while True:
+            n += 1
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                try:
+                    os.write(fd, b"\ne%d.1\n" % n)
+                finally:
+                    os.close(fd)
+            except BlockingIOError:
+                break
+        assert _poke(fifo, f"{n}.1")  # the listener is behind: it will wake
+        assert watcher.wait(1.0)
+        assert watcher.take() is None
+
+
 def _switches(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
