@@ -35,97 +35,156 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from typing import Any, Final, Self
 
 RANK = {"critical": 0, "normal": 1, "best-effort": 2}
 
-
-@dataclass(frozen=True, slots=True)
-class NodeState:
-    name: str
-    gpu_ids: tuple[str, ...]
-    cpus: float = 0.0
-    memory: int = 0
-    schedulable: bool = True
-    degraded: bool = False  # throttling (autoresearch/health/): placed last
+# The records are plain slotted classes, not dataclasses: a frozen dataclass costs ~1.5 ms to define
+# (its methods are compiled from source) and a submit imports this module; NamedTuples define fast
+# but read their fields at half the speed of slots, in the loops below (docs/DESIGN-NOTES.md,
+# "What a command costs to start"). Their fields are Final: mypy refuses an assignment.
 
 
-@dataclass(frozen=True, slots=True)
-class Pending:
-    job_id: int
-    priority: str
-    gpus: int = 0
-    nodes: int = 1
-    cpus: float = 0.0
-    memory: int = 0
-    waited_s: float = 0.0
-    avoid: frozenset[str] = frozenset()  # nodes where it failed for the machine's fault: placed last
-    project: str = ""
-    group: str = ""  # a capped group (a research loop's trials): see ``room``
-    order: int | None = None  # its place in its priority class (None: its id; a paused trial's resume: its paused job's)
+class _Record:
+    """Equality, hash, repr and ``_replace`` from ``__slots__`` (the fields, in order)."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._values() == other._values()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{n}={getattr(self, n)!r}' for n in self.__slots__)})"
+
+    def _replace(self, **changes: Any) -> Self:
+        return type(self)(**{name: changes.get(name, getattr(self, name)) for name in self.__slots__})
 
 
-@dataclass(frozen=True, slots=True)
-class Running:
-    job_id: int
-    attempt: int
-    priority: str
-    alloc: tuple[tuple[str, tuple[str, ...]], ...]  # (node, gpu ids) per node
-    started_at: float = 0.0
-    cpus: float = 0.0
-    memory: int = 0
-    stopping: bool = False
-    project: str = ""
+class NodeState(_Record):
+    __slots__ = ("name", "gpu_ids", "cpus", "memory", "schedulable", "degraded")
+
+    def __init__(self, name: str, gpu_ids: tuple[str, ...], cpus: float = 0.0, memory: int = 0,
+                 schedulable: bool = True, degraded: bool = False) -> None:
+        self.name: Final = name
+        self.gpu_ids: Final = gpu_ids
+        self.cpus: Final = cpus
+        self.memory: Final = memory
+        self.schedulable: Final = schedulable
+        self.degraded: Final = degraded  # throttling (autoresearch/health/): placed last
 
 
-@dataclass(frozen=True, slots=True)
-class Share:
+class Pending(_Record):
+    __slots__ = ("job_id", "priority", "gpus", "nodes", "cpus", "memory", "waited_s", "avoid", "project", "group",
+                 "order")
+
+    def __init__(self, job_id: int, priority: str, gpus: int = 0, nodes: int = 1, cpus: float = 0.0,
+                 memory: int = 0, waited_s: float = 0.0, avoid: frozenset[str] = frozenset(), project: str = "",
+                 group: str = "", order: int | None = None) -> None:
+        self.job_id: Final = job_id
+        self.priority: Final = priority
+        self.gpus: Final = gpus
+        self.nodes: Final = nodes
+        self.cpus: Final = cpus
+        self.memory: Final = memory
+        self.waited_s: Final = waited_s
+        self.avoid: Final = avoid  # nodes where it failed for the machine's fault: placed last
+        self.project: Final = project
+        self.group: Final = group  # a capped group (a research loop's trials): see ``room``
+        # its place in its priority class (None: its id; a paused trial's resume: its paused job's)
+        self.order: Final = order
+
+
+class Running(_Record):
+    __slots__ = ("job_id", "attempt", "priority", "alloc", "started_at", "cpus", "memory", "stopping", "project")
+
+    def __init__(self, job_id: int, attempt: int, priority: str, alloc: tuple[tuple[str, tuple[str, ...]], ...],
+                 started_at: float = 0.0, cpus: float = 0.0, memory: int = 0, stopping: bool = False,
+                 project: str = "") -> None:
+        self.job_id: Final = job_id
+        self.attempt: Final = attempt
+        self.priority: Final = priority
+        self.alloc: Final = alloc  # (node, gpu ids) per node
+        self.started_at: Final = started_at
+        self.cpus: Final = cpus
+        self.memory: Final = memory
+        self.stopping: Final = stopping
+        self.project: Final = project
+
+
+class Share(_Record):
     """A project's weight (its share of the fleet, relative to others) and optional GPU quota."""
 
-    weight: float = 1.0
-    quota: int | None = None  # GPUs its normal and critical attempts may hold at once; None: no cap
+    __slots__ = ("weight", "quota")
+
+    def __init__(self, weight: float = 1.0, quota: int | None = None) -> None:
+        self.weight: Final = weight
+        self.quota: Final = quota  # GPUs its normal and critical attempts may hold at once; None: no cap
 
 
-@dataclass(frozen=True, slots=True)
-class FairShare:
-    projects: Mapping[str, Share] = field(default_factory=dict)
-    default_weight: float = 1.0
+class FairShare(_Record):
+    __slots__ = ("projects", "default_weight")
+
+    def __init__(self, projects: Mapping[str, Share] | None = None, default_weight: float = 1.0) -> None:
+        self.projects: Final[Mapping[str, Share]] = {} if projects is None else projects
+        self.default_weight: Final = default_weight
 
     def share(self, project: str) -> Share:
         return self.projects.get(project) or Share(self.default_weight)
 
 
-@dataclass(frozen=True, slots=True)
-class Placement:
-    job_id: int
-    alloc: tuple[tuple[str, tuple[str, ...]], ...]
+class Placement(_Record):
+    __slots__ = ("job_id", "alloc")
+
+    def __init__(self, job_id: int, alloc: tuple[tuple[str, tuple[str, ...]], ...]) -> None:
+        self.job_id: Final = job_id
+        self.alloc: Final = alloc
 
 
-@dataclass(frozen=True, slots=True)
-class Preemption:
-    job_id: int
-    attempt: int
-    for_job: int
+class Preemption(_Record):
+    __slots__ = ("job_id", "attempt", "for_job")
+
+    def __init__(self, job_id: int, attempt: int, for_job: int) -> None:
+        self.job_id: Final = job_id
+        self.attempt: Final = attempt
+        self.for_job: Final = for_job
 
 
-@dataclass(slots=True)
 class Decisions:
-    placements: list[Placement] = field(default_factory=list)
-    preemptions: list[Preemption] = field(default_factory=list)
-    reserved: dict[str, int] = field(default_factory=dict)  # node -> job it is held for
+    __slots__ = ("placements", "preemptions", "reserved")
+
+    def __init__(self, placements: list[Placement] | None = None, preemptions: list[Preemption] | None = None,
+                 reserved: dict[str, int] | None = None) -> None:
+        self.placements: list[Placement] = [] if placements is None else placements
+        self.preemptions: list[Preemption] = [] if preemptions is None else preemptions
+        self.reserved: dict[str, int] = {} if reserved is None else reserved  # node -> job it is held for
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Decisions) and (self.placements, self.preemptions, self.reserved) == (
+            other.placements, other.preemptions, other.reserved)
+
+    __hash__ = None  # type: ignore[assignment]  # (mutable)
+
+    def __repr__(self) -> str:
+        return (f"Decisions(placements={self.placements!r}, preemptions={self.preemptions!r}, "
+                f"reserved={self.reserved!r})")
 
 
-@dataclass(slots=True)
 class _Node:
-    name: str
-    total: int
-    free: list[str]
-    cpus: float
-    memory: int
-    degraded: bool = False
-    victims: list[Running] = field(default_factory=list)  # best-effort, youngest first
-    stopping: list[Running] = field(default_factory=list)  # already being stopped, unclaimed
-    reserved_for: int | None = None
+    __slots__ = ("name", "total", "free", "cpus", "memory", "degraded", "victims", "stopping", "reserved_for")
+
+    def __init__(self, name: str, total: int, free: list[str], cpus: float, memory: int,
+                 degraded: bool = False) -> None:
+        self.name, self.total, self.free, self.cpus, self.memory = name, total, free, cpus, memory
+        self.degraded = degraded
+        self.victims: list[Running] = []  # best-effort, youngest first
+        self.stopping: list[Running] = []  # already being stopped, unclaimed
+        self.reserved_for: int | None = None
 
 
 def _cores(cpus: float) -> float:
@@ -220,7 +279,7 @@ def schedule(
     for job in order:
         members = job.nodes
         if pack_gangs and members > 1:  # one host: the gang is one request N times the size, split below
-            job = replace(job, gpus=job.gpus * members, cpus=job.cpus * members, memory=job.memory * members,
+            job = job._replace(gpus=job.gpus * members, cpus=job.cpus * members, memory=job.memory * members,
                           nodes=1)
         if usage is not None and not usage.admits(job):
             continue  # its project holds its quota

@@ -38,18 +38,21 @@ launcher). Its stderr goes to ``$AUTORESEARCH_HOME/zygote.log``; its lock file h
 
 from __future__ import annotations
 
+import _socket  # the C module: socket.py's enums cost a launching process ~4 ms to import
 import _thread
 import fcntl
 import gc
 import json
 import os
 import select
-import socket
 import struct
 import sys
 import time
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import socket
 
 SOCK, LOCK, LOG = "zygote.sock", "zygote.lock", "zygote.log"
 IDLE_S = 10.0  # exit after this long without a request
@@ -104,8 +107,8 @@ def running_pid(home: str | os.PathLike[str]) -> int | None:
 
 # Per thread (two threads' frames must not interleave on one connection) and per process (a forked
 # child of a launcher must not speak on its parent's connections: _mine).
-_conns: dict[tuple[str, int], socket.socket] = {}  # (home, thread) -> our connection to its zygote
-_pending: dict[int, list[tuple[socket.socket, dict[str, Any]]]] = {}  # thread -> sent, not answered (in order)
+_conns: dict[tuple[str, int], _socket.socket] = {}  # (home, thread) -> our connection to its zygote
+_pending: dict[int, list[tuple[_socket.socket, dict[str, Any]]]] = {}  # thread -> sent, not answered (in order)
 _owner = [os.getpid()]
 _spawned: dict[str, float] = {}  # home -> when we last started a zygote for it
 stats = {"sent": 0, "taken": 0, "refused": 0}  # requests sent, answered with a pid, not taken
@@ -120,8 +123,8 @@ def _mine() -> int:
     return _thread.get_ident()
 
 
-def _connect(home: str) -> socket.socket | None:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def _connect(home: str) -> _socket.socket | None:
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     fd = -1
     try:
         address, fd = _address(home)
@@ -137,7 +140,7 @@ def _connect(home: str) -> socket.socket | None:
     return sock
 
 
-def _drop(sock: socket.socket) -> None:
+def _drop(sock: _socket.socket) -> None:
     for key, conn in list(_conns.items()):
         if conn is sock:
             del _conns[key]
@@ -178,7 +181,7 @@ def send(home: str, request: dict[str, Any]) -> bool:
     return False
 
 
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
+def _recv_exact(sock: _socket.socket, size: int) -> bytes:
     data = b""
     while len(data) < size:
         chunk = sock.recv(size - len(data))
@@ -277,10 +280,10 @@ class _Pool:
 
     def __init__(self, poller: select.poll) -> None:
         self.poller = poller
-        self.socks: dict[int, tuple[socket.socket, int]] = {}  # fd -> (our end, the supervisor's pid)
+        self.socks: dict[int, tuple[_socket.socket, int]] = {}  # fd -> (our end, the supervisor's pid)
         self.idle: list[int] = []  # fds of the supervisors waiting for a request, the last one readiest
 
-    def add(self, sock: socket.socket, pid: int) -> None:
+    def add(self, sock: _socket.socket, pid: int) -> None:
         self.socks[sock.fileno()] = (sock, pid)
         self.poller.register(sock.fileno(), select.POLLIN)
 
@@ -343,7 +346,7 @@ def _fork(payload: bytes, sup: ModuleType, pool: _Pool | None = None) -> int:
     ours = theirs = None
     if pool is not None:
         try:
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
         except OSError:
             pass
     try:
@@ -468,8 +471,10 @@ def serve(home: str, idle_s: float = IDLE_S, sup: ModuleType | None = None) -> i
         os.close(lock)
         return 0
     path = os.path.join(home, SOCK)
+    import socket  # the zygote's own (a listener's accept() is socket.py's)
+
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    clients: dict[int, tuple[socket.socket, bytearray]] = {}
+    clients: dict[int, tuple[_socket.socket, bytearray]] = {}
     pool: _Pool | None = None
     ino = -1
     try:
@@ -529,14 +534,14 @@ def serve(home: str, idle_s: float = IDLE_S, sup: ModuleType | None = None) -> i
     return 0
 
 
-def _accept(listener: socket.socket, clients: dict[int, tuple[socket.socket, bytearray]]) -> int:
+def _accept(listener: socket.socket, clients: dict[int, tuple[_socket.socket, bytearray]]) -> int:
     """Take a launcher's connection: its descriptor, -1 when refused."""
     try:
         sock, _ = listener.accept()
     except OSError:
         return -1
     try:
-        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i"))
         if struct.unpack("3i", creds)[1] != os.getuid():
             raise PermissionError("a peer of another user")
         sock.setblocking(False)
@@ -547,7 +552,7 @@ def _accept(listener: socket.socket, clients: dict[int, tuple[socket.socket, byt
     return sock.fileno()
 
 
-def _serve_client(clients: dict[int, tuple[socket.socket, bytearray]], fd: int, sup: ModuleType,
+def _serve_client(clients: dict[int, tuple[_socket.socket, bytearray]], fd: int, sup: ModuleType,
                   pool: _Pool | None = None) -> bool:
     """Read what one launcher sent and answer every whole request in it (handed to a supervisor of the
     ``pool`` that waits for one, else forked); True when it sent one."""
