@@ -11,6 +11,7 @@ import select
 from pathlib import Path
 
 WAKE_FIFO = "wake.fifo"
+NAMED_MAX = 4096  # attempts named in pokes kept until take(); beyond, a whole pass is owed instead
 
 
 def fifo_name(backend: str) -> str:
@@ -123,6 +124,9 @@ class Watcher:
                 self._ended.add(key)
             elif piece:
                 self._unnamed = True
+        if len(self._ended) > NAMED_MAX:  # a listener that never takes them (a server, the pass daemon)
+            self._ended.clear()
+            self._unnamed = True
         return True
 
     def take(self) -> set[tuple[int, int]] | None:

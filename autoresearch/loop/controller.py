@@ -343,7 +343,8 @@ class Controller:
             # of our running trials; a whole pass at least every safety_poll_s, and after any poke
             # that named none (a stop request, a report(), one lost to a full pipe) or a skipped pass.
             now = time.monotonic()
-            only = self.watcher.take() if self.watcher is not None else None
+            take = getattr(self.watcher, "take", None)  # (a runtime's own watcher may name nothing)
+            only = take() if take is not None else None
             if not only or self._retry_tick or now - self._last_full >= self.safety_poll_s:
                 only = None
             self._retry_tick = not runtime.tick(wait=False, only=only)

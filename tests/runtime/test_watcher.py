@@ -7,6 +7,8 @@ import stat
 import time
 from pathlib import Path
 
+import pytest
+
 from autoresearch.backends._supervisor import _poke
 from autoresearch.watcher import WAKE_FIFO, Watcher
 
@@ -75,6 +77,22 @@ def test_a_poke_names_its_attempt_and_anything_else_asks_for_a_whole_pass(tmp_pa
             assert watcher.wait(1.0)
             assert watcher.take() is None, garbage  # (the good key is kept no better than the rest)
         os.close(fd)
+
+
+def test_a_listener_that_never_takes_the_names_keeps_a_bounded_set(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server or the pass daemon runs whole passes and never calls take(): the names it hears do
+    not pile up for its lifetime; past the bound a whole pass is owed instead."""
+    import autoresearch.watcher as W
+
+    monkeypatch.setattr(W, "NAMED_MAX", 8)
+    fifo = str(tmp_path / WAKE_FIFO)
+    with Watcher(tmp_path) as watcher:
+        for job in range(1, 30):
+            assert _poke(fifo, f"{job}.1")
+            assert watcher.wait(1.0)
+            assert len(watcher._ended) <= 8
+        assert watcher.take() is None
 
 
 def test_a_poke_lost_to_a_full_pipe_asks_for_a_whole_pass(tmp_path: Path) -> None:
