@@ -280,7 +280,7 @@ def schedule(
         members = job.nodes
         if pack_gangs and members > 1:  # one host: the gang is one request N times the size, split below
             job = job._replace(gpus=job.gpus * members, cpus=job.cpus * members, memory=job.memory * members,
-                          nodes=1)
+                               nodes=1)
         if usage is not None and not usage.admits(job):
             continue  # its project holds its quota
         if not left.has(job):
