@@ -63,6 +63,9 @@ class _Record:
         return f"{type(self).__name__}({', '.join(f'{n}={getattr(self, n)!r}' for n in self.__slots__)})"
 
     def _replace(self, **changes: Any) -> Self:
+        unknown = changes.keys() - set(self.__slots__)
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no field {', '.join(sorted(unknown))}")
         return type(self)(**{name: changes.get(name, getattr(self, name)) for name in self.__slots__})
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import random
 
-from autoresearch.scheduler import NodeState, Pending, Running, schedule
+import pytest
+
+from autoresearch.scheduler import Decisions, NodeState, Pending, Placement, Running, schedule
 
 
 def node(name: str = "n1", gpus: int = 2, **kw: object) -> NodeState:
@@ -142,3 +144,18 @@ def test_degraded_nodes_and_nodes_a_job_failed_on_come_last() -> None:
     assert avoid.placements[0].alloc[0][0] == "n3"
     only = schedule([Pending(1, "normal", gpus=2, avoid=frozenset({"n2"}))], [node("n2", 2)], [])
     assert only.placements[0].alloc[0][0] == "n2"
+
+
+def test_the_records_compare_hash_and_replace_like_the_frozen_dataclasses_they_were() -> None:
+    """Plain slotted classes since issue 16 (a submit imports this module): equal by value and type,
+    hashable, no attribute beyond their fields, and _replace refuses a field they do not have."""
+    a, same = Pending(1, "normal", gpus=2, avoid=frozenset({"n1"})), Pending(1, "normal", 2, avoid=frozenset({"n1"}))
+    assert a == same and hash(a) == hash(same)
+    assert a != Pending(1, "normal", gpus=3, avoid=frozenset({"n1"})) and a != Placement(1, ())
+    assert a._replace(gpus=4).gpus == 4 and a.gpus == 2
+    with pytest.raises(TypeError, match="no field gpu"):
+        a._replace(gpu=4)
+    with pytest.raises(AttributeError):
+        a.extra = 1  # type: ignore[attr-defined]
+    assert repr(Placement(3, (("n1", ("0",)),))) == "Placement(job_id=3, alloc=(('n1', ('0',)),))"
+    assert Decisions() == Decisions() and Decisions().placements is not Decisions().placements
