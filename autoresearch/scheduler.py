@@ -158,24 +158,15 @@ class Preemption(_Record):
         self.for_job: Final = for_job
 
 
-class Decisions:
+class Decisions(_Record):
     __slots__ = ("placements", "preemptions", "reserved")
+    __hash__ = None  # type: ignore[assignment]  # (mutable: the pass appends to it)
 
     def __init__(self, placements: list[Placement] | None = None, preemptions: list[Preemption] | None = None,
                  reserved: dict[str, int] | None = None) -> None:
         self.placements: list[Placement] = [] if placements is None else placements
         self.preemptions: list[Preemption] = [] if preemptions is None else preemptions
         self.reserved: dict[str, int] = {} if reserved is None else reserved  # node -> job it is held for
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Decisions) and (self.placements, self.preemptions, self.reserved) == (
-            other.placements, other.preemptions, other.reserved)
-
-    __hash__ = None  # type: ignore[assignment]  # (mutable)
-
-    def __repr__(self) -> str:
-        return (f"Decisions(placements={self.placements!r}, preemptions={self.preemptions!r}, "
-                f"reserved={self.reserved!r})")
 
 
 class _Node:
