@@ -63,6 +63,25 @@ def _writer(path: Path) -> threading.RLock:
     return lock
 
 
+def _wal(conn: sqlite3.Connection) -> None:
+    """Put ``conn``'s database in WAL mode (a no-op once it is). Switching a fresh ledger takes the
+    write lock from inside a read, which SQLite refuses at once, with no busy wait (it could
+    deadlock), while another connection writes it: several processes opening a new home at once
+    (six ``autoresearch submit`` of an agent) saw "database is locked". Tried again until
+    ``BUSY_TIMEOUT_S``, as a busy write waits."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    pause = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if not ("locked" in str(err) or "busy" in str(err)) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(2 * pause, 0.05)
+
+
 def _forget_writers() -> None:
     global _WRITERS_GUARD
     _WRITERS.clear()
@@ -344,11 +363,15 @@ class Ledger:
             return conn
         try:
             conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        except sqlite3.DatabaseError as err:
+            raise self._explain(err) from None
+        try:
             conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA journal_mode=WAL")
+            _wal(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.DatabaseError as err:
+            conn.close()
             raise self._explain(err) from None
         self._local.conn = conn
         self._local.pid = os.getpid()

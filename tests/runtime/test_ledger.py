@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -37,6 +40,29 @@ def test_a_home_and_its_ledger_are_private(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "home")
     assert ledger.home.stat().st_mode & 0o777 == 0o700
     assert ledger.path.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_new_ledger_opens_while_another_connection_writes_it(tmp_path: Path) -> None:
+    """Several processes opening a new home at once (an agent's six ``submit``s): the first write of
+    one held off another's switch to WAL, which SQLite refuses at once; it failed with "stayed locked
+    for 15 s" within a millisecond (tests/runtime/test_cli.py's two CLIs, once in a full run)."""
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    os.close(os.open(home / "ledger.db", os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0o600))  # as Ledger makes it
+    other = sqlite3.connect(home / "ledger.db", isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    done = threading.Timer(0.3, other.execute, ("COMMIT",))
+    done.start()
+    try:
+        began = time.monotonic()
+        ledger = Ledger(home)
+        waited = time.monotonic() - began
+    finally:
+        done.join()
+        other.close()
+    assert waited >= 0.25  # it waited for the other writer, as a busy write does
+    assert ledger.one("PRAGMA journal_mode")[0] == "wal"  # type: ignore[index]
+    assert ledger.one("PRAGMA user_version")[0] == len(MIGRATIONS)  # type: ignore[index]
 
 
 def test_a_failing_transaction_leaves_nothing_behind(tmp_path: Path) -> None:
