@@ -112,7 +112,8 @@ def check(backend: Any) -> None:
 
 
 def apply(request: Any, policy: dict[str, Any] | None, ledger: Any, project: str, spec: dict[str, Any]) -> Any:
-    """The launch request with its sandbox (tenant jobs), and the job's metrics file made private.
+    """The launch request with its sandbox (tenant jobs), its metrics file made first (private, and
+    there to bind); other jobs' is made by their first ``report()``, private too.
 
     Inside a tenant's sandbox everything is read-only but what is the job's or its
     project's own: its metrics file and checkpoint dir, ``$AUTORESEARCH_PROJECT_DIR``
@@ -120,11 +121,11 @@ def apply(request: Any, policy: dict[str, Any] | None, ledger: Any, project: str
     trial worktree of one of the project's loops. The server's root is shared by every
     project, so a tenant may run code from it but not change it.
     """
+    if policy is None:
+        return request  # (report() makes the metrics file 0600 itself: one file less to create per launch)
     metrics = request.env.get("AUTORESEARCH_METRICS_FILE")
     if metrics:
-        os.close(os.open(metrics, os.O_WRONLY | os.O_CREAT, 0o600))  # before the job opens it (and to bind it)
-    if policy is None:
-        return request
+        os.close(os.open(metrics, os.O_WRONLY | os.O_CREAT, 0o600))  # before the sandbox binds it
     from autoresearch.backends import Sandbox
 
     home = Path(os.path.realpath(ledger.home))

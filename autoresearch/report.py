@@ -61,6 +61,10 @@ def _step(step: object) -> int | None:
     return int(number) if 0 <= number <= MAX_STEP else None
 
 
+def _private(path: str, flags: int) -> int:
+    return os.open(path, flags, 0o600)
+
+
 def report(step: int | None = None, **metrics: float) -> None:
     """Record metrics for ``step`` (a counter per metric name when omitted)."""
     global _file, _path
@@ -91,7 +95,8 @@ def report(step: int | None = None, **metrics: float) -> None:
     path = os.environ.get("AUTORESEARCH_METRICS_FILE")
     if path and (_file is None or _path != path):
         try:
-            _file = open(path, "a", buffering=1)  # line-buffered: every report is visible at once
+            # line-buffered: every report is visible at once; private (0600) like every file of the home
+            _file = open(path, "a", buffering=1, opener=_private)
             _path = path
         except OSError as err:
             _warn(f"cannot open {path} ({err.strerror}); printing metrics instead")
