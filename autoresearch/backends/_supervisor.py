@@ -271,6 +271,18 @@ def spawn_detached(argv: list[str], log_path: str | os.PathLike[str], cwd: str |
 
 _DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE)
 
+# The scheduling policy a command (and the on_exit hook) gets; None: ours, inherited. The zygote runs
+# itself and the supervisors it forks as SCHED_BATCH and sets this to the policy it was started with
+# (backends/_zygote.py: _yield_on_wake), so a job never runs under a policy its launcher did not have.
+COMMAND_POLICY: int | None = None
+
+
+def _command_policy() -> None:
+    """In a child about to exec what is not ours: the scheduling policy of :data:`COMMAND_POLICY`."""
+    if COMMAND_POLICY is not None:
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(0, COMMAND_POLICY, os.sched_param(0))
+
 
 def _which(name: str, path: str) -> str | None:
     """The program execvpe would run, searched in the *attempt's* PATH (as execvpe does)."""
@@ -296,13 +308,16 @@ def _spawn(argv: list[str], env: dict[str, str], workdir: str, log_fd: int) -> i
         os.chdir(workdir)
         program = _which(argv[0], env.get("PATH", os.defpath))
         if program is not None:
+            policy: dict[str, Any] = {} if COMMAND_POLICY is None else {"scheduler": (COMMAND_POLICY, os.sched_param(0))}
             return os.posix_spawn(program, argv, env, setpgroup=0, setsigdef=_DEFAULT_SIGNALS,
-                                  file_actions=[(os.POSIX_SPAWN_DUP2, log_fd, 1), (os.POSIX_SPAWN_DUP2, log_fd, 2)])
+                                  file_actions=[(os.POSIX_SPAWN_DUP2, log_fd, 1), (os.POSIX_SPAWN_DUP2, log_fd, 2)],
+                                  **policy)
     except OSError:
         pass
     pid = os.fork()
     if pid == 0:
         try:
+            _command_policy()
             os.setpgid(0, 0)
             os.dup2(log_fd, 1)
             os.dup2(log_fd, 2)
@@ -496,6 +511,7 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
+        _command_policy()  # (a pass that may fork supervisors itself: they must not inherit ours)
         try:  # in the launcher's environment (a zygote's request carries it), as if it had forked us
             os.execvpe(hook[0], hook, req.get("environ") or os.environ)
         except OSError:

@@ -80,6 +80,24 @@ def test_the_running_zygote_forks_the_supervisors(api: Any, home: Path, zygote: 
     wait_for(lambda: api.status(job).state == "succeeded", timeout=60)
 
 
+def test_the_zygote_and_its_supervisors_yield_on_wake_and_commands_keep_the_launchers_policy(
+        api: Any, home: Path, zygote: Any, tmp_path: Path) -> None:
+    """SCHED_BATCH: a request or a child's end wakes them without preempting the loop controller
+    that sent it; the command itself runs as SCHED_OTHER, as it would if its launcher forked it."""
+    seen, go = tmp_path / "policy", tmp_path / "go"
+    code = (f"import os, time; open({str(seen)!r}, 'w').write(str(os.sched_getscheduler(0)))\n"
+            f"while not os.path.exists({str(go)!r}): time.sleep(0.05)")
+    job = api.submit({"command": [sys.executable, "-c", code], "workdir": str(tmp_path)}).id
+    state = home / "jobs" / str(job) / "attempt-1" / "state.json"
+    wait_for(lambda: state.exists() and seen.exists() and seen.read_text(), timeout=30)
+    supervisor = json.loads(state.read_text())["supervisor_pid"]
+    assert _ppid(supervisor) == zygote.pid
+    assert os.sched_getscheduler(zygote.pid) == os.sched_getscheduler(supervisor) == os.SCHED_BATCH
+    assert int(seen.read_text()) == os.SCHED_OTHER == os.sched_getscheduler(0)
+    go.touch()
+    wait_for(lambda: api.status(job).state == "succeeded", timeout=60)
+
+
 def test_without_a_zygote_the_launcher_forks_and_starts_one(api: Any, home: Path, tmp_path: Path) -> None:
     """The home's first launch in a while is forked here (a lone CLI submit starts no zygote that would
     only go idle); the next one too, and it starts a zygote for the launches after it."""
