@@ -29,14 +29,15 @@ from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from autoresearch._regex import lazy
 from autoresearch.report import MAX_STEP
 
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)"
-_PAIR = re.compile(rf"([A-Za-z_][\w./-]{{0,80}})\s*(?::|=)\s*({_NUMBER})(?![\w.:/-])", re.IGNORECASE)
-_LINE = re.compile(rf"^\s*(?:[A-Za-z_][\w./-]{{0,80}}\s*(?::|=)\s*(?:{_NUMBER})[\s,|;]*)+$", re.IGNORECASE)
+_PAIR = lazy(rf"([A-Za-z_][\w./-]{{0,80}})\s*(?::|=)\s*({_NUMBER})(?![\w.:/-])", re.IGNORECASE)
+_LINE = lazy(rf"^\s*(?:[A-Za-z_][\w./-]{{0,80}}\s*(?::|=)\s*(?:{_NUMBER})[\s,|;]*)+$", re.IGNORECASE)
 STEP_KEYS = ("step", "epoch", "iter", "iteration")
 # A leading "epoch 3", "Step 3/100:", "iter 7 |" before the pairs: the step of the line.
-_LEAD = re.compile(r"^\s*(step|epoch|iter|iteration)\s+(\d{1,19})(?:\s*/\s*\d+)?\s*[:,|;-]?\s*(.*)$", re.IGNORECASE)
+_LEAD = lazy(r"^\s*(step|epoch|iter|iteration)\s+(\d{1,19})(?:\s*/\s*\d+)?\s*[:,|;-]?\s*(.*)$", re.IGNORECASE)
 # Numbers a structured logger puts on every JSON line; they are not metrics.
 _JSON_NOT_METRICS = frozenset({"ts", "time", "timestamp", "created", "msecs", "relativeCreated", "pid", "process",
                                "thread", "lineno"})
@@ -243,14 +244,14 @@ def _log_pairs(line: str) -> list[tuple[str, float | None]] | None:
     text = line.strip()
     if text.startswith("{") and text.endswith("}"):
         return _json_pairs(text)
-    lead = _LEAD.match(line)
-    if lead is not None and lead.group(3) and _LINE.match(lead.group(3)):
-        rest = [(name, _number(value)) for name, value in _PAIR.findall(lead.group(3))]
+    lead = _LEAD().match(line)
+    if lead is not None and lead.group(3) and _LINE().match(lead.group(3)):
+        rest = [(name, _number(value)) for name, value in _PAIR().findall(lead.group(3))]
         if not any(name.lower() in STEP_KEYS for name, _ in rest):
             return [(lead.group(1), float(lead.group(2))), *rest]
-    if not _LINE.match(line):
+    if not _LINE().match(line):
         return None
-    return [(name, _number(value)) for name, value in _PAIR.findall(line)]
+    return [(name, _number(value)) for name, value in _PAIR().findall(line)]
 
 
 def _json_pairs(text: str) -> list[tuple[str, float | None]] | None:

@@ -25,18 +25,20 @@ import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from autoresearch._regex import lazy
+
 MARK = "[REDACTED]"
 LONG = 8  # values this long are redacted anywhere; shorter ones only as whole words
 AMBIENT_MIN = 4  # the process's own environment is a supplement: skip its tiny values
 _SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "SECRETS", "PASSWORD", "PASSWORDS", "PASSWD", "PASSPHRASE",
                  "CREDENTIAL", "CREDENTIALS")
 _NAMING_WORDS = ("ENV", "VAR", "NAME", "FILE", "PATH", "DIR")  # api_key_env names a variable; it is no secret
-_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+_WORD = lazy(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _VALUE = r"""("[^"]*"|'[^']*'|[^\s"';|&]+)"""
-_FLAG_EQ = re.compile(r"(?<![\w-])(--?[A-Za-z][\w.-]*)=" + _VALUE)
-_FLAG_SP = re.compile(r"(?<![\w-])(--?[A-Za-z][\w.-]*)(\s+)" + r"""("[^"]*"|'[^']*'|[^\s"';|&-][^\s"';|&]*)""")
-_ASSIGN = re.compile(r"(?<![\w.$-])([A-Za-z_]\w*)=" + _VALUE)
-_ARG_FLAG = re.compile(r"^--?([A-Za-z][\w.-]*)(?:=(.*))?$", re.S)
+_FLAG_EQ = lazy(r"(?<![\w-])(--?[A-Za-z][\w.-]*)=" + _VALUE)
+_FLAG_SP = lazy(r"(?<![\w-])(--?[A-Za-z][\w.-]*)(\s+)" + r"""("[^"]*"|'[^']*'|[^\s"';|&-][^\s"';|&]*)""")
+_ASSIGN = lazy(r"(?<![\w.$-])([A-Za-z_]\w*)=" + _VALUE)
+_ARG_FLAG = lazy(r"^--?([A-Za-z][\w.-]*)(?:=(.*))?$", re.S)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -45,7 +47,7 @@ def is_secret(name: str) -> bool:
     TOKEN, SECRET, PASSWORD, PASSWD, PASSPHRASE or CREDENTIAL(S): ``OPENAI_API_KEY``,
     ``hfToken``, ``--api-key``, ``APIKEY``; not ``TOKENIZERS_PARALLELISM``, ``max_tokens``,
     ``KEYBOARD`` nor ``api_key_env`` (that names a variable)."""
-    words = [w.upper() for w in _WORD.findall(name)]
+    words = [w.upper() for w in _WORD().findall(name)]
     if not words or words[-1] in _NAMING_WORDS:
         return False
     return any(w.endswith(_SECRET_WORDS) for w in words)
@@ -81,15 +83,15 @@ def _unquote(value: str) -> str:
 
 
 def _shell_values(text: str) -> list[str]:
-    out = [_unquote(m.group(3)) for m in _FLAG_SP.finditer(text) if is_secret(m.group(1))]
-    out += [_unquote(m.group(2)) for m in (*_FLAG_EQ.finditer(text), *_ASSIGN.finditer(text)) if is_secret(m.group(1))]
+    out = [_unquote(m.group(3)) for m in _FLAG_SP().finditer(text) if is_secret(m.group(1))]
+    out += [_unquote(m.group(2)) for m in (*_FLAG_EQ().finditer(text), *_ASSIGN().finditer(text)) if is_secret(m.group(1))]
     return out
 
 
 def _argv_secret_positions(argv: list[str]) -> Iterable[tuple[int, str]]:
     """(index, value) of each argv value that a secret-looking flag carries: ``--token X`` or ``--token=X``."""
     for i, arg in enumerate(argv):
-        flag = _ARG_FLAG.match(arg)
+        flag = _ARG_FLAG().match(arg)
         if flag and is_secret(flag.group(1)):
             if flag.group(2) is not None:
                 yield i, flag.group(2)
@@ -205,9 +207,9 @@ def _redact_shell(text: str, secrets: list[str]) -> str:
             return m.group(0)[: m.start(group) - m.start(0)] + MARK + m.group(0)[m.end(group) - m.start(0):]
         return fn
 
-    text = _FLAG_EQ.sub(sub(2), text)
-    text = _FLAG_SP.sub(sub(3), text)
-    text = _ASSIGN.sub(sub(2), text)
+    text = _FLAG_EQ().sub(sub(2), text)
+    text = _FLAG_SP().sub(sub(3), text)
+    text = _ASSIGN().sub(sub(2), text)
     return redact(text, secrets)
 
 

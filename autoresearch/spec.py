@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from autoresearch._regex import lazy
 from autoresearch.errors import SpecError
 from autoresearch.units import parse_duration as parse_duration  # one grammar for specs and plans
 from autoresearch.units import parse_grace as parse_grace
@@ -28,8 +29,8 @@ MAX_MEMORY_MB = 2**40  # an exabyte
 Priority = Literal["critical", "normal", "best-effort"]
 
 # A mount source an engine resolves, not a host path: "pvc:claim", "uc:/Volumes/c/s/v", "emptydir:".
-ENGINE_SOURCE = re.compile(r"^[a-z][a-z0-9]+:(?!//)")
-_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+ENGINE_SOURCE = lazy(r"^[a-z][a-z0-9]+:(?!//)")
+_MEMORY = lazy(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 _MEMORY_MB = {"": 1.0, "B": 1 / 2**20, "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2}
 
 
@@ -49,7 +50,7 @@ def parse_memory_mb(value: object, field: str = "memory") -> int:
     if isinstance(value, (int, float)):
         mb = float(value) if not isinstance(value, int) or abs(value) < 10**300 else math.inf
     else:
-        match = _MEMORY.match(str(value))
+        match = _MEMORY().match(str(value))
         if not match:
             raise SpecError(f"{field} {value!r} is not a size", hint='write MB (4096) or "16G", "512M"')
         unit = (match.group(2) or "").upper()[:1]
@@ -411,7 +412,7 @@ def _check_paths(spec: JobSpec, containers: bool = False, workdirs: dict[str, st
         if workdirs is not None:
             workdirs[given] = spec.workdir
     for target, source in spec.mounts.items():
-        if ENGINE_SOURCE.match(source):
+        if ENGINE_SOURCE().match(source):
             continue  # an engine's volume (pvc:claim, uc:/Volumes/...): the backend checks it (Backend.check)
         src = Path(source).expanduser()
         if not src.exists():

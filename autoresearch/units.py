@@ -8,8 +8,8 @@ Seconds (``300``, ``"300"``, ``"2.5e3"``) or hours/minutes/seconds parts (``"1h3
 from __future__ import annotations
 
 import math
-import re
 
+from autoresearch._regex import lazy
 from autoresearch.errors import SpecError
 
 NUMBER = r"[0-9]+(?:\.[0-9]+)?"
@@ -28,8 +28,8 @@ def _parts(capture: bool) -> str:
 
 # The JSON Schema ``pattern`` (ECMA-262 and Python alike): what parse_duration reads from text.
 DURATION_PATTERN = r"^\s*(?:" + SECONDS + r"|(?=.*[0-9])" + _parts(capture=False) + r")\s*$"
-_PARTS = re.compile(r"^\s*" + _parts(capture=True) + r"\s*$")
-_SECONDS = re.compile(r"^\s*" + SECONDS + r"\s*$")
+_PARTS = lazy(r"^\s*" + _parts(capture=True) + r"\s*$")
+_SECONDS = lazy(r"^\s*" + SECONDS + r"\s*$")
 
 
 def parse_duration(value: object, field: str = "duration") -> float | None:
@@ -42,8 +42,8 @@ def parse_duration(value: object, field: str = "duration") -> float | None:
         seconds = float(value) if not isinstance(value, int) or abs(value) < 10**300 else math.inf
     else:
         text = str(value).strip()
-        match = _PARTS.match(text)
-        if _SECONDS.match(text):
+        match = _PARTS().match(text)
+        if _SECONDS().match(text):
             seconds = float(text)
         elif match and any(match.groups()):
             h, m, s = (float(match[g]) if match[g] else 0.0 for g in ("h", "m", "s"))

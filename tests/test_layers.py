@@ -33,7 +33,7 @@ ENGINE = ("autoresearch/runtime.py", "autoresearch/scheduler.py", "autoresearch/
           "autoresearch/health/",
           # below the engine: it imports them, so they obey the same rule
           "autoresearch/outbox.py", "autoresearch/errors.py", "autoresearch/paths.py", "autoresearch/redact.py",
-          "autoresearch/units.py",
+          "autoresearch/units.py", "autoresearch/_regex.py",
           "autoresearch/report.py")
 FACES = ("autoresearch/cli/", "autoresearch/tools/")
 ABOVE_ENGINE = ("autoresearch.tracking", "autoresearch.loop", "autoresearch.api", "autoresearch.cli",

@@ -21,9 +21,10 @@ Contract every implementation keeps (checked by ``autoresearch.testing.backends.
 from __future__ import annotations
 
 import abc
-import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from autoresearch._regex import lazy
 
 AttemptState = Literal["starting", "running", "exited", "lost"]
 
@@ -156,7 +157,7 @@ class Backend(abc.ABC):
                             "(one that gives its place up to higher-priority work)",
                             hint=_instead("use priority: normal", "a backend that preempts", "preemption"))
         mounts = getattr(spec, "mounts", None)
-        engine = [str(s) for s in (mounts.values() if isinstance(mounts, dict) else ()) if _ENGINE_SOURCE.match(str(s))]
+        engine = [str(s) for s in (mounts.values() if isinstance(mounts, dict) else ()) if _ENGINE_SOURCE().match(str(s))]
         if engine and not caps.containers:
             raise SpecError(f"the {name} backend mounts host paths only (the job mounts {engine[0][:80]!r})",
                             hint=_instead("mount a host path", "a backend that runs containers", "containers"))
@@ -232,7 +233,7 @@ def member_env(env: dict[str, str], rank: int, node: str, gpu_ids: tuple[str, ..
     return out
 
 
-_ENGINE_SOURCE = re.compile(r"^[a-z][a-z0-9]+:(?!//)")  # spec.ENGINE_SOURCE (spec imports pydantic: not here)
+_ENGINE_SOURCE = lazy(r"^[a-z][a-z0-9]+:(?!//)")  # spec.ENGINE_SOURCE (spec imports pydantic: not here)
 
 
 def _instead(fix: str, what: str, flag: str) -> str:

@@ -18,15 +18,15 @@ A broken file is one :class:`SpecError` naming the file (and the line, for YAML 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autoresearch._regex import lazy
 from autoresearch.errors import SpecError
 
 CONFIG = "config.yaml"
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # a profile's name ends up in file names and the ledger
+NAME = lazy(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # a profile's name ends up in file names and the ledger
 MAX_CONFIG_BYTES = 1 << 20
 # scheduler: fair share and quotas (autoresearch/shares.py); health: thresholds, parsed by health/config.py
 _TOP_KEYS = ("backends", "default", "scheduler", "health")
@@ -120,7 +120,7 @@ def _parse(path: Path, data: Any) -> Config:
     kinds = _builtin_kinds()
     profiles: dict[str, Profile] = {}
     for name, body in raw.items():
-        if not isinstance(name, str) or not NAME.match(name):
+        if not isinstance(name, str) or not NAME().match(name):
             raise _bad(path, f"backend profile name {str(name)[:60]!r} is not a name",
                        "use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
         if not isinstance(body, dict):

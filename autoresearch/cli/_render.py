@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from autoresearch.cli._table import Table, clean, styled
+from autoresearch.cli._table import Table, clean, styled, terminal_columns
 from autoresearch.views import JobView, to_dict, with_iso
 
 STATE_STYLE = {"queued": "yellow", "starting": "cyan", "running": "cyan", "succeeded": "green", "failed": "red",
@@ -53,9 +53,7 @@ def console_width() -> int | None:
 
 
 def _width() -> int:
-    import shutil
-
-    return console_width() or shutil.get_terminal_size().columns
+    return console_width() or terminal_columns()
 
 
 def _print(text: str = "", style: str = "") -> None:

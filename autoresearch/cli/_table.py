@@ -18,14 +18,29 @@ from typing import TextIO
 
 COLORS = {"red": "31", "green": "32", "yellow": "33", "magenta": "35", "cyan": "36", "white": "37", "bold": "1",
           "italic": "3"}
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL = r"[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # compiled at its first use (re's cache), not at import
 MIN_WIDTH = 3  # a column never folds narrower than this
+
+
+def terminal_columns() -> int:
+    """``shutil.get_terminal_size().columns`` without importing shutil (~3 ms of a command's start:
+    it imports bz2 and lzma): $COLUMNS, else the width of the terminal on stdout, else 80."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
 
 
 def clean(text: object, newlines: bool = False) -> str:
     """User text safe for a terminal: control characters shown as ``\\x1b`` (tabs as a space;
     newlines kept only where asked)."""
-    out = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text).replace("\t", " "))
+    out = re.sub(_CONTROL, lambda m: f"\\x{ord(m.group()):02x}", str(text).replace("\t", " "))
     return out if newlines else out.replace("\n", " ")
 
 
@@ -52,6 +67,9 @@ def width_of(text: str) -> int:
 def _fold(text: str, width: int) -> list[str]:
     """The lines of a cell ``width`` columns wide: wrapped at spaces, long words cut."""
     if text.isascii():
+        if not any(c in text for c in "\t\r\v\f") and all(len(part) <= width and part == part.strip()
+                                                            for part in text.split("\n")):
+            return text.split("\n")  # (what textwrap.wrap makes of it: importing textwrap costs ~2 ms)
         import textwrap
 
         return [line for part in text.split("\n") for line in (textwrap.wrap(part, width) or [""])]

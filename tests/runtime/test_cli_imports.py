@@ -6,6 +6,7 @@ sys.modules afterwards."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 HEAVY = ("pydantic", "rich", "yaml", "mlflow", "mcp", "anthropic", "openai", "pynvml", "httpx", "optuna")
 PROBE = """
 import json, sys
+before = set(sys.modules)  # what the interpreter loaded at its start (site, a .pth file) costs the command nothing
 heavy_names = set(json.loads(sys.argv[2]))
 sys.argv = ["autoresearch", *json.loads(sys.argv[1])]
 from autoresearch.cli import main
@@ -22,7 +24,8 @@ try:
     code = main()
 except SystemExit as exit:
     code = exit.code
-heavy = sorted(({name.split(".")[0] for name in sys.modules} | set(sys.modules)) & heavy_names)  # packages or modules
+added = set(sys.modules) - before
+heavy = sorted(({name.split(".")[0] for name in added} | added) & heavy_names)  # packages or modules
 sys.stdout.flush()
 sys.stderr.write("\\nLOADED " + json.dumps({"code": code, "heavy": heavy}) + "\\n")
 """
@@ -79,3 +82,43 @@ def test_a_read_with_nothing_queued_imports_no_scheduler_and_no_error_only_modul
     for args in (("status",), ("status", job), ("list",), ("list", "--json"), ("logs", job), ("metrics", job)):
         assert loaded(*args, watch=watch) == [], args
     assert loaded("submit", "--", "true", watch=watch) == ["autoresearch.backends._zygote", "autoresearch.scheduler"]
+
+
+def test_the_fast_commands_build_no_terminal_helper_they_do_not_use(job: str) -> None:
+    """argparse's help formatter imports shutil (and with it bz2 and lzma, ~3 ms) for the terminal's
+    width at every add_argument, and a table imported textwrap (~2 ms) for cells that fit: neither
+    is imported by a command that prints no help and folds no cell. The check can fail: a cell too
+    wide for its column is folded, and help is wrapped, by textwrap. (Where the interpreter's site
+    imports shutil itself, as a .pth file may, the command is not charged for it.)"""
+    watch = ("shutil", "textwrap")
+    wide = dict(os.environ, COLUMNS="300")  # (every cell fits)
+    for args in (("status",), ("status", job), ("list",), ("submit", "--", "true")):
+        assert loaded(*args, env=wide, watch=watch) == [], args
+    assert loaded("list", env=dict(os.environ, COLUMNS="40"), watch=watch) == ["textwrap"]
+    assert loaded("--help", env=wide, watch=watch) == ["textwrap"]  # help text is wrapped; shutil still not needed
+
+
+COMPILES = """
+import json, re, sys
+compiled = []
+real = re.compile
+def spy(pattern, flags=0):
+    compiled.append(sys._getframe(1).f_globals.get("__name__", "?"))
+    return real(pattern, flags)
+re.compile = spy
+import autoresearch.api, autoresearch.cli, autoresearch.jobs, autoresearch.spec, autoresearch.isolation
+from autoresearch.cli import _render
+from autoresearch.backends import profiles
+sys.stdout.write(json.dumps(sorted({name for name in compiled if name.startswith("autoresearch")})))
+"""
+
+
+def test_no_regular_expression_of_ours_is_compiled_at_import() -> None:
+    """What a command imports compiles none of our patterns (0.15-0.7 ms each; autoresearch/_regex.py):
+    they are compiled at their first use. The spy sees one when it is: a duration parsed."""
+    out = subprocess.run([sys.executable, "-c", COMPILES], capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(out.stdout) == []
+    used = COMPILES.replace("sys.stdout.write", "from autoresearch.units import parse_duration\n"
+                            "parse_duration('5m')\nsys.stdout.write")
+    out = subprocess.run([sys.executable, "-c", used], capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(out.stdout) == ["autoresearch._regex"]
