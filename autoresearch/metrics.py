@@ -53,6 +53,8 @@ _SKIP = "!skip"  # counters key: the next bytes are the rest of an over-long lin
 
 @dataclass(frozen=True, slots=True)
 class Point:
+    """One metric point of an attempt."""
+
     name: str
     step: int
     value: float | None

@@ -14,6 +14,8 @@ from typing import Any
 
 @dataclass
 class AttemptView:
+    """One attempt of a job: where it ran and how it ended."""
+
     n: int
     state: str
     node: str | None
@@ -30,6 +32,8 @@ class AttemptView:
 
 @dataclass
 class JobView:
+    """A job as the faces show it: its state, its attempts, and why it failed."""
+
     id: int
     name: str
     state: str
@@ -58,12 +62,16 @@ class JobView:
 
 @dataclass
 class JobPage:
+    """A page of jobs, newest first, and the cursor of the next page."""
+
     jobs: list[JobView]
     next_cursor: int | None  # pass as cursor= for older jobs; None when this is the last page
 
 
 @dataclass
 class LogPage:
+    """A page of an attempt's log, secrets masked, and where the next page starts."""
+
     job_id: int
     attempt: int
     text: str
@@ -76,6 +84,8 @@ class LogPage:
 
 @dataclass
 class MetricView:
+    """One metric of a job: its last and best values, last step and number of points (a series on request)."""
+
     name: str
     last: float | None
     best: float | None
@@ -87,6 +97,8 @@ class MetricView:
 
 @dataclass
 class NodeView:
+    """A node of the cluster: its GPUs, its state and what runs on it."""
+
     name: str
     backend: str
     state: str
@@ -102,6 +114,8 @@ class NodeView:
 
 @dataclass
 class ClusterView:
+    """The cluster: its nodes and what the queue holds."""
+
     nodes: list[NodeView]
     gpus_total: int
     gpus_free: int
@@ -127,6 +141,8 @@ class ProjectUsageView:
 
 @dataclass
 class GpuHealthView:
+    """One GPU of a node's last health reading."""
+
     index: int
     name: str
     temperature_c: float | None

@@ -47,6 +47,8 @@ class Capabilities:
 
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
+    """A node as its engine reports it."""
+
     name: str
     gpu_ids: tuple[str, ...] = ()
     cpus: float = 0.0
@@ -70,6 +72,8 @@ class Sandbox:
 
 @dataclass(frozen=True, slots=True)
 class LaunchRequest:
+    """Everything a backend needs to start one attempt."""
+
     key: str  # unique per attempt, e.g. "12.1"
     argv: list[str]
     env: dict[str, str]  # complete environment of the attempt
@@ -97,6 +101,8 @@ class LaunchRequest:
 
 @dataclass(frozen=True, slots=True)
 class AttemptStatus:
+    """An attempt's state as its backend reports it (poll)."""
+
     state: AttemptState
     exit_code: int | None = None
     signal: int | None = None

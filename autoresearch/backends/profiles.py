@@ -34,6 +34,8 @@ _TOP_KEYS = ("backends", "default", "scheduler", "health")
 
 @dataclass(frozen=True)
 class Profile:
+    """A named backend of config.yaml."""
+
     name: str
     kind: str
     options: dict[str, Any] = field(default_factory=dict)
@@ -41,6 +43,8 @@ class Profile:
 
 @dataclass(frozen=True)
 class Config:
+    """What a home's config.yaml says (nothing when it has none)."""
+
     path: Path
     profiles: dict[str, Profile] = field(default_factory=dict)
     default: str | None = None
