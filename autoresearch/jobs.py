@@ -91,8 +91,9 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
         runtime.jobs.group_room([group]).get(group, 1) <= 0
     checked = runtime.backend.capabilities.places  # check_capacity refreshed the nodes just now
     if ((place() if callable(place) else place) and not placed_elsewhere
-            and not runtime.tick(wait=False, nodes=not checked) and not wake(runtime.ledger.home, runtime.backend.name)):
-        runtime.tick()
+            and not runtime.tick(wait=False, nodes=not checked, due=True)
+            and not wake(runtime.ledger.home, runtime.backend.name)):
+        runtime.tick(due=True)
     sizes = runtime.jobs.node_sizes(runtime.backend.name) if runtime.backend.capabilities.places else []
     for job_id, job in zip(job_ids, jobs, strict=True):  # (the nodes read once for the batch, not once a job)
         warn_if_unschedulable(runtime, job_id, job.gpus, job.nodes, sizes)

@@ -17,8 +17,7 @@ import os
 import sqlite3
 import time
 import zlib
-from collections.abc import Callable, Iterable
-from pathlib import Path
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from autoresearch.errors import NotFoundError
@@ -29,7 +28,7 @@ _ATTEMPT_WITH_JOB = ("SELECT a.*, j.priority, j.spec, j.retries_used, j.cancel_r
                      "JOIN jobs j ON j.id = a.job_id ")
 
 
-def attempt_paths(job_dir: Path, n: int) -> tuple[str, str, str]:
+def attempt_paths(job_dir: str | os.PathLike[str], n: int) -> tuple[str, str, str]:
     """An attempt's run dir, log and metrics file."""
     base = os.path.join(job_dir, f"attempt-{n}")  # (not pathlib: a launch's hot path, ~0.1 ms)
     return base, f"{base}.log", f"{base}.metrics.jsonl"
@@ -297,12 +296,12 @@ class JobStore:
                           "WHERE id=? AND state='starting'", (at, now, job_id))
 
     def begin_attempt(self, job_id: int, node: str | None, gpu_ids: Iterable[str],
-                      job_dir: Path, alloc: Any = None, **event: object) -> tuple[sqlite3.Row, int] | None:
+                      job_dir: str | os.PathLike[str], alloc: Any = None, **event: object) -> tuple[sqlite3.Row, int] | None:
         """Write a queued job's next attempt (``starting``) before it is launched; None if the job
         is no longer queued or its cancel was asked for. Its paths are :func:`attempt_paths`."""
         return self.begin_attempts([(job_id, node, gpu_ids, job_dir, alloc, event)])[0]
 
-    def begin_attempts(self, launches: list[tuple[int, str | None, Any, Path, Any, dict[str, Any]]]
+    def begin_attempts(self, launches: Sequence[tuple[int, str | None, Any, str | os.PathLike[str], Any, dict[str, Any]]]
                        ) -> list[tuple[sqlite3.Row, int] | None]:
         """:meth:`begin_attempt` for every launch of a pass, (job id, node, GPU ids, job dir, alloc,
         launch event data) each, in one transaction (write-ahead: all are recorded before any starts;

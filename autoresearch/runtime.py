@@ -109,11 +109,14 @@ class Runtime:
 
     # -- the pass -----------------------------------------------------------------------
 
-    def tick(self, wait: bool = True, nodes: bool = True, only: Collection[tuple[int, int]] | None = None) -> bool:
+    def tick(self, wait: bool = True, nodes: bool = True, only: Collection[tuple[int, int]] | None = None,
+             due: bool = False) -> bool:
         """Reconcile, refresh nodes, schedule. False if skipped (another pass is running). ``nodes=False``:
         the caller refreshed the nodes a moment ago (a submit's capacity check): not again. ``only``:
         the attempts (job id, n) heard ending (their supervisors' pokes): the reconcile polls them and
-        the starting ones, not every running attempt (a loop's controller, between whole passes)."""
+        the starting ones, not every running attempt (a loop's controller, between whole passes).
+        ``due``: the caller just changed what placement depends on (a submit): place, without asking
+        whether anything changed since the last placement (its mark: a file and two reads)."""
         with self.ledger.pass_lock(wait=wait) as locked:
             if not locked:
                 return False
@@ -124,7 +127,7 @@ class Runtime:
             except BackendError:
                 return True  # the engine does not answer (slurmctld down): nothing can start; queued jobs wait
             self.monitor()
-            if self.jobs.any_queued(self.backend.name) and self._placement_due():
+            if due or (self.jobs.any_queued(self.backend.name) and self._placement_due()):
                 self.schedule()
                 self._placement_done()
             return True
@@ -339,14 +342,14 @@ class Runtime:
         """Record the attempts of ``placements`` in one transaction (write-ahead), then start each."""
         if not placements:
             return
-        launches: list[tuple[int, str | None, Any, Path, Any, dict[str, Any]]] = []
+        launches: list[tuple[int, str | None, Any, str, Any, dict[str, Any]]] = []
         ports: list[int | None] = []
         for placement in placements:
             node, gpu_ids = placement.alloc[0] if placement.alloc else (None, ())
             gang = len(placement.alloc) > 1
             # A gang's rendezvous port: free on this host now (member 0's, on local), recorded with the launch.
             ports.append(_free_port() if gang else None)
-            launches.append((placement.job_id, node, gpu_ids, self.ledger.job_dir(placement.job_id),
+            launches.append((placement.job_id, node, gpu_ids, self.ledger.job_path(placement.job_id),
                              [[m, list(ids)] for m, ids in placement.alloc] if gang else None,
                              {"members": placement.alloc, "master_port": ports[-1]} if gang else {}))
         batch = getattr(self.backend, "batch", None)  # the local backend's: its zygote's answers read at the end
@@ -359,7 +362,7 @@ class Runtime:
     def _start(self, placement: S.Placement, job: Any, n: int, port: int | None) -> None:
         """Start attempt ``n`` of ``job`` (its row as it was queued), recorded as ``starting``."""
         job_id = placement.job_id
-        job_dir = self.ledger.job_dir(job_id)
+        job_dir = self.ledger.job_path(job_id)
         node, gpu_ids = placement.alloc[0] if placement.alloc else (None, ())
         gang = len(placement.alloc) > 1
         run_dir, log_path, metrics_path = attempt_paths(job_dir, n)
@@ -370,7 +373,12 @@ class Runtime:
             policy = isolation.load(job["isolation"])  # recorded at submit: never the launching process's say
             _prepare_checkpoint(self.ledger.home, job_id, spec)
             env = self._attempt_env(job_id, n, spec, node, gpu_ids, metrics_path, policy, len(placement.alloc), port)
-            job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:  # (os, not pathlib: the job's first attempt makes it, the next ones find it)
+                os.mkdir(job_dir, 0o700)
+            except FileExistsError:
+                pass
+            except FileNotFoundError:
+                os.makedirs(job_dir, 0o700, exist_ok=True)
             request = LaunchRequest(
                 key=f"{job_id}.{n}", argv=_argv(spec), env=env, workdir=spec["workdir"], log_path=log_path,
                 run_dir=run_dir, node=node, gpu_ids=tuple(gpu_ids), nodes=int(spec.get("nodes", 1)),
@@ -378,7 +386,7 @@ class Runtime:
                 timeout=spec.get("timeout"), grace=float(spec.get("grace", 10.0)),
                 on_exit=[sys.executable, "-m", "autoresearch.runtime", "--home", str(self.ledger.home),
                          "--backend", self.backend.name],
-                wake_fifo=str(self.ledger.home / fifo_name(self.backend.name)),
+                wake_fifo=os.path.join(self.ledger.home, fifo_name(self.backend.name)),
                 image=str(spec.get("image") or ""), mounts=dict(spec.get("mounts") or {}),
                 gpus=int(spec.get("gpus") or 0), cpus=float(spec.get("cpus") or 0), memory=int(spec.get("memory") or 0),
                 priority=str(spec.get("priority") or "normal"),

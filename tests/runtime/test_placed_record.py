@@ -28,3 +28,22 @@ def test_the_record_is_rewritten_in_place_and_garbage_is_cut_once(api: Any, tmp_
     assert record.stat().st_size == PLACED_WIDTH and not runtime._placement_due()
     api.cancel(hold)
     wait_state(api, queued, "succeeded")
+
+
+def test_a_submit_places_without_reading_the_record(api: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    """A submit changes what placement depends on, so its own pass places at once: no read of the
+    record and the change mark (a file and two queries of ~3 ms of submit->running). A pass of
+    anything else still reads it."""
+    runtime = api._runtime
+    asked: list[bool] = []
+    real = type(runtime)._placement_due
+    monkeypatch.setattr(type(runtime), "_placement_due", lambda self: asked.append(True) or real(self))
+    job = api.submit({"command": ["true"], "workdir": str(tmp_path), "gpus": 1}).id
+    assert asked == [] and api.status(job).state in ("starting", "running", "succeeded")
+    hold = [api.submit({"command": ["sleep", "60"], "workdir": str(tmp_path), "gpus": 1}).id for _ in range(2)]
+    queued = api.submit({"command": ["true"], "workdir": str(tmp_path), "gpus": 1}).id  # no GPU left: it waits
+    assert asked == []
+    runtime.tick()  # a pass of nothing new: it asks, and finds the queue placed
+    assert asked and api.status(queued).state == "queued"
+    api.cancel(hold)
+    wait_state(api, queued, "succeeded")
