@@ -83,15 +83,22 @@ def _unquote(value: str) -> str:
 
 
 def _shell_values(text: str) -> list[str]:
-    out = [_unquote(m.group(3)) for m in _FLAG_SP().finditer(text) if is_secret(m.group(1))]
-    out += [_unquote(m.group(2)) for m in (*_FLAG_EQ().finditer(text), *_ASSIGN().finditer(text)) if is_secret(m.group(1))]
+    # Each pattern needs its literal characters (a flag its "-", an assignment its "="): a text
+    # without them compiles none of them (a status read of `python train.py`).
+    out: list[str] = []
+    if "-" in text:
+        out += [_unquote(m.group(3)) for m in _FLAG_SP().finditer(text) if is_secret(m.group(1))]
+        if "=" in text:
+            out += [_unquote(m.group(2)) for m in _FLAG_EQ().finditer(text) if is_secret(m.group(1))]
+    if "=" in text:
+        out += [_unquote(m.group(2)) for m in _ASSIGN().finditer(text) if is_secret(m.group(1))]
     return out
 
 
 def _argv_secret_positions(argv: list[str]) -> Iterable[tuple[int, str]]:
     """(index, value) of each argv value that a secret-looking flag carries: ``--token X`` or ``--token=X``."""
     for i, arg in enumerate(argv):
-        flag = _ARG_FLAG().match(arg)
+        flag = _ARG_FLAG().match(arg) if arg.startswith("-") else None
         if flag and is_secret(flag.group(1)):
             if flag.group(2) is not None:
                 yield i, flag.group(2)
@@ -207,9 +214,12 @@ def _redact_shell(text: str, secrets: list[str]) -> str:
             return m.group(0)[: m.start(group) - m.start(0)] + MARK + m.group(0)[m.end(group) - m.start(0):]
         return fn
 
-    text = _FLAG_EQ().sub(sub(2), text)
-    text = _FLAG_SP().sub(sub(3), text)
-    text = _ASSIGN().sub(sub(2), text)
+    if "-" in text and "=" in text:  # (see _shell_values)
+        text = _FLAG_EQ().sub(sub(2), text)
+    if "-" in text:
+        text = _FLAG_SP().sub(sub(3), text)
+    if "=" in text:
+        text = _ASSIGN().sub(sub(2), text)
     return redact(text, secrets)
 
 

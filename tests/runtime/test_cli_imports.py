@@ -122,3 +122,18 @@ def test_no_regular_expression_of_ours_is_compiled_at_import() -> None:
                             "parse_duration('5m')\nsys.stdout.write")
     out = subprocess.run([sys.executable, "-c", used], capture_output=True, text=True, timeout=60, check=True)
     assert json.loads(out.stdout) == ["autoresearch._regex"]
+
+
+def test_masking_a_command_without_flags_or_assignments_compiles_no_pattern() -> None:
+    """The secrets of a job's command are looked for with patterns of flags (``--token X``) and
+    assignments (``TOKEN=X``), each of which needs its literal ``-`` or ``=``: a command with neither
+    (most of what a status read shows) compiles none of them. One with a flag does."""
+    masked = "from autoresearch.redact import command_secrets, redact_command\n" \
+             "assert command_secrets({!r}) == {!r}\nsys.stdout.write"
+    plain = COMPILES.replace("sys.stdout.write", masked.format(["python", "train.py", "data"], []))
+    out = subprocess.run([sys.executable, "-c", plain], capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(out.stdout) == []
+    flagged = COMPILES.replace("sys.stdout.write", masked.format(["python", "train.py", "--api-key", "s3cr3t"],
+                                                                  ["s3cr3t"]))
+    out = subprocess.run([sys.executable, "-c", flagged], capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(out.stdout) == ["autoresearch._regex"]
