@@ -490,7 +490,7 @@ class Ledger:
         )
 
     def job_dir(self, job_id: int) -> Path:
-        return self.home / "jobs" / str(job_id)
+        return Path(self.job_path(job_id))
 
     def job_path(self, job_id: int) -> str:
         """:meth:`job_dir` as a string: a launch's hot path (two pathlib joins cost ~20 us)."""

@@ -373,12 +373,7 @@ class Runtime:
             policy = isolation.load(job["isolation"])  # recorded at submit: never the launching process's say
             _prepare_checkpoint(self.ledger.home, job_id, spec)
             env = self._attempt_env(job_id, n, spec, node, gpu_ids, metrics_path, policy, len(placement.alloc), port)
-            try:  # (os, not pathlib: the job's first attempt makes it, the next ones find it)
-                os.mkdir(job_dir, 0o700)
-            except FileExistsError:
-                pass
-            except FileNotFoundError:
-                os.makedirs(job_dir, 0o700, exist_ok=True)
+            os.makedirs(job_dir, 0o700, exist_ok=True)
             request = LaunchRequest(
                 key=f"{job_id}.{n}", argv=_argv(spec), env=env, workdir=spec["workdir"], log_path=log_path,
                 run_dir=run_dir, node=node, gpu_ids=tuple(gpu_ids), nodes=int(spec.get("nodes", 1)),
