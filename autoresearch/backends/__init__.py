@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from importlib import import_module
+from types import FunctionType
+from typing import Literal
 
 from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo, Sandbox
 from autoresearch.errors import SpecError
@@ -85,9 +87,12 @@ def _factory(name: str) -> Callable[..., Backend]:
 
 def backend_options(name: str) -> list[str] | None:
     """The options (constructor keywords) backend ``name`` takes; None when it judges its own."""
-    import inspect
-
     factory = _factory(name)
+    plain = _plain_keywords(factory)
+    if plain is not False:
+        return plain
+    import inspect  # (~15 ms of a command's start: the code says it for the plain classes we ship)
+
     try:
         params = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):  # a builtin or C factory: let it judge its own options
@@ -95,6 +100,38 @@ def backend_options(name: str) -> list[str] | None:
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return None
     return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+_VAR_KEYWORDS = 0x08  # inspect.CO_VARKEYWORDS: the code takes **kwargs
+
+
+def _plain_keywords(factory: object) -> list[str] | None | Literal[False]:
+    """What :func:`backend_options` answers from ``inspect.signature``, read off the code of a plain
+    factory: a class of no metaclass ``__call__`` nor ``__new__`` of its own whose ``__init__`` is a
+    plain function, or a plain function. False for any other (a wrapped or partial one, a declared
+    ``__signature__``, a builtin): :mod:`inspect` knows those (tests/runtime/test_backend_options.py)."""
+    def plain(fn: object) -> bool:
+        return type(fn) is FunctionType and not any(
+            hasattr(fn, attr) for attr in ("__wrapped__", "__signature__", "_partialmethod"))
+
+    if isinstance(factory, type):
+        init: object = factory.__init__  # type: ignore[misc]  # (the class's own, which is what we read)
+        if (type(factory).__call__ is not type.__call__ or factory.__new__ is not object.__new__
+                or hasattr(factory, "__wrapped__") or getattr(factory, "__signature__", None) is not None
+                or not plain(init)):
+            return False
+        skip = 1  # self
+    elif plain(factory):
+        init, skip = factory, 0
+    else:
+        return False
+    code = init.__code__  # type: ignore[attr-defined]
+    if code.co_argcount < skip:
+        return False  # (def __init__(*args): inspect's business)
+    if code.co_flags & _VAR_KEYWORDS:
+        return None
+    names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    return list(names[max(skip, code.co_posonlyargcount):])
 
 
 def check_options(name: str, options: dict[str, object]) -> None:

@@ -98,6 +98,20 @@ def test_the_fast_commands_build_no_terminal_helper_they_do_not_use(job: str) ->
     assert loaded("--help", env=wide, watch=watch) == ["textwrap"]  # help text is wrapped; shutil still not needed
 
 
+def test_the_fast_commands_never_import_inspect(job: str) -> None:
+    """inspect (with ast, dis and tokenize: ~15 ms of a start) was imported by dataclasses for docstrings
+    our dataclasses have, and to read a backend's options off its constructor: neither any more
+    (cli/_deferred.py, backends.backend_options). ast and dis are imported by inspect alone here, so
+    their absence says the deferred inspect was never used. It can fail: ``--version`` does not
+    touch it either, but a plan read by the loop does (pydantic), and so would a dataclass with
+    no docstring."""
+    watch = ("ast", "dis", "tokenize")
+    for args in (("status",), ("status", job), ("status", job, "--json"), ("list",), ("list", "--json"),
+                 ("submit", "--", "true"), ("--help",)):
+        assert loaded(*args, watch=watch) == [], args
+    assert sorted(loaded("schema", "plan", watch=watch)) == ["ast", "dis", "tokenize"]
+
+
 COMPILES = """
 import json, re, sys
 compiled = []
