@@ -1,7 +1,5 @@
 """``python -m autoresearch.cli ...``: the same as the ``autoresearch`` console script."""
 
-import sys
+from autoresearch.cli import entry
 
-from autoresearch.cli import main
-
-sys.exit(main())
+entry()
