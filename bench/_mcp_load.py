@@ -42,7 +42,7 @@ TOKEN = "bench-token-0123456789abcdef"
 HERE = Path(__file__).resolve().parent
 SUBMIT_ARGS = {"command": ["sleep", "1"], "gpus": 1, "priority": "best-effort"}
 PROFILED = """
-import cProfile, os, pstats, runpy, signal, sys, threading, time
+import cProfile, os, pstats, signal, sys, threading, time
 out = sys.argv.pop(1)
 def stop(*_):  # uvicorn shuts down on SIGTERM, puts this handler back and raises SIGTERM again
     raise SystemExit(0)
@@ -58,8 +58,8 @@ def inner(self):
 threading.Thread._bootstrap_inner = inner
 main = cProfile.Profile(time.thread_time); profilers.append(main); main.enable()
 try:
-    sys.argv = ["autoresearch"] + sys.argv[1:]
-    runpy.run_module("autoresearch.cli", run_name="__main__")
+    from autoresearch.cli import main as cli_main  # (not the process entry: it ends without returning here)
+    cli_main(sys.argv[1:])
 except SystemExit:
     pass
 finally:
