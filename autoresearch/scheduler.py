@@ -313,6 +313,26 @@ def schedule(
     return out
 
 
+def nothing_starts(nodes: list[NodeState], running: list[Running], gpuless_queued: bool,
+                   preemptor_queued: bool) -> bool:
+    """Whether :func:`schedule` places and preempts nothing, whatever the queue holds, knowing of it
+    only whether a queued job asks for no GPU (``gpuless_queued``) and whether one is critical or
+    normal (``preemptor_queued``): every GPU slot of every schedulable node is held by an attempt,
+    no queued job does without a slot, and none could preempt (no best-effort attempt to stop, and
+    no stopping one whose slots it could claim). A submit to a full cluster then skips reading and
+    placing the whole queue, O(queue) on every submit otherwise. False whenever in doubt: any
+    attempt counts, whatever its node (tests/properties/test_scheduler_full.py)."""
+    if gpuless_queued:
+        return False
+    used: dict[str, set[str]] = {}
+    for att in running:
+        if preemptor_queued and (att.stopping or att.priority == "best-effort"):
+            return False
+        for name, ids in att.alloc:
+            used.setdefault(name, set()).update(ids)
+    return all(not node.schedulable or all(g in used.get(node.name, ()) for g in node.gpu_ids) for node in nodes)
+
+
 def _place(job: Pending) -> tuple[int, int]:
     """A job's place in submit order: its ``order`` (a resumed trial keeps its paused job's), then its id."""
     return (job.job_id if job.order is None else job.order, job.job_id)

@@ -17,8 +17,11 @@ class Loud:
         sys.stderr.write("torn down\\n")
 keep = Loud()  # freed by the interpreter's teardown, which prints
 atexit.register(lambda: sys.stdout.write("\\nexit handler ran\\n"))
-if sys.argv[1] == "thread":
-    threading.Thread(target=time.sleep, args=(0.3,)).start()  # not a daemon: the interpreter waits for it
+def until_main_ends():
+    while threading.main_thread().is_alive():
+        time.sleep(0.01)
+if sys.argv[1] == "thread":  # alive when the command returns (not a daemon: the interpreter waits for it)
+    threading.Thread(target=until_main_ends).start()
 sys.argv = ["autoresearch", *sys.argv[2:]]
 from autoresearch.cli import entry
 entry()
