@@ -282,15 +282,13 @@ class Runtime:
                         r["state"] in ("healthy", "degraded"), r["state"] == "degraded")
             for r in rows.values()
         ]
-        placed = self.jobs.placed(self.backend.name)
-        running = [
-            S.Running(r["job_id"], r["n"], r["priority"], _alloc(r), r["started_at"] or r["created_at"], r["cpus"],
-                      r["memory"], r["stop_reason"] is not None, r["project"])
-            for r in placed
-        ]
-        if self.backend.capabilities.places and S.nothing_starts(nodes, running,
-                                                                 *self.jobs.queued_kinds(self.backend.name)):
-            return S.Decisions()  # a full cluster that no queued job can start on or preempt: not O(queue)
+        placed: list[Any] | None = None
+        if self.backend.capabilities.places:
+            gpuless, preemptor = self.jobs.queued_kinds(self.backend.name)
+            if not gpuless:  # (a GPU-less job might start anywhere: no need to look at the cluster)
+                placed = self.jobs.placed(self.backend.name)
+                if S.nothing_starts(nodes, _running(placed), gpuless, preemptor):
+                    return S.Decisions()  # a full cluster that no queued job can start on or preempt: not O(queue)
         queued = self.jobs.queued(self.backend.name)
         avoid = self.jobs.infra_failed_nodes([r["id"] for r in queued if r["attempts"]])
         pending = [
@@ -301,12 +299,14 @@ class Runtime:
         room = self.jobs.group_room(p.group for p in pending if p.group)  # running caps (a loop's ahead trials)
         if not pending or all(room.get(p.group, 1) <= 0 for p in pending):
             return S.Decisions()  # (every queued job waits for its group: a loop's trials queued ahead)
+        if placed is None:
+            placed = self.jobs.placed(self.backend.name)
         if not self.backend.capabilities.places:
             # The engine schedules (Slurm, Ray): hand it, in priority order, what its nodes hold now.
             decisions = S.admit(pending, nodes, [(r["gpus"], r["cpus"]) for r in placed],
                                 preempts=self.backend.capabilities.preemption, room=room)
         else:
-            decisions = S.schedule(pending, nodes, running, fair=_fair_share(self.ledger.home),
+            decisions = S.schedule(pending, nodes, _running(placed), fair=_fair_share(self.ledger.home),
                                    pack_gangs=self.backend.single_host, room=room)
         for pre in decisions.preemptions:
             with surviving(self.ledger, self.backend, "preempt", pre.job_id, pre.attempt):
@@ -518,6 +518,14 @@ class Runtime:
     def ingest_attempt(self, att: Any, final: bool = False) -> None:
         """Move new metric points of one attempt into the ledger; never raises but for the ledger."""
         ingest_attempt(self.ledger, self.backend, att, final)
+
+
+def _running(placed: list[Any]) -> list[S.Running]:
+    """The scheduler's view of the active attempts (``JobStore.placed`` rows)."""
+    from autoresearch import scheduler as S
+
+    return [S.Running(r["job_id"], r["n"], r["priority"], _alloc(r), r["started_at"] or r["created_at"], r["cpus"],
+                      r["memory"], r["stop_reason"] is not None, r["project"]) for r in placed]
 
 
 def _alloc(row: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
