@@ -41,6 +41,7 @@ from datetime import datetime
 from typing import Any
 
 from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo
+from autoresearch.backends._supervisor import temp_path
 from autoresearch.errors import BackendError, SpecError
 
 IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}$")  # a reference: never an option ("--privileged")
@@ -279,7 +280,7 @@ class DockerBackend(Backend):
         done = self._cli("logs", name, check=False)
         if done.returncode != 0:
             return  # removed already: the streamed copy is all there is
-        tmp = f"{path}.{os.getpid()}.tmp"
+        tmp = temp_path(path)
         with open(tmp, "wb") as f:
             f.write(done.stdout + done.stderr)
         os.replace(tmp, path)
@@ -359,7 +360,7 @@ def _write_json(path: str, value: Any, exclusive: bool = False) -> None:
         with os.fdopen(fd, "w") as f:
             json.dump(value, f)
         return
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = temp_path(path)
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(value, f)
     os.replace(tmp, path)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch.backends._base import AttemptState, AttemptStatus
-from autoresearch.backends._supervisor import read_json, write_json
+from autoresearch.backends._supervisor import read_json, temp_path, write_json
 
 
 def _int(data: dict[str, Any], key: str, low: int, high: int) -> int | None:
@@ -58,7 +58,7 @@ def write_file(path: str, data: dict[str, Any], exclusive: bool = False) -> None
 
 
 def write_text(path: str, text: str) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = temp_path(path)
     with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         f.write(text)
     os.replace(tmp, path)

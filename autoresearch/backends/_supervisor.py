@@ -74,9 +74,16 @@ def environ() -> dict[str, str]:
     return _environ[1]
 
 
+def temp_path(path: str) -> str:
+    """Where an atomic write of ``path`` puts its bytes first: this thread's own file, so two threads of
+    one process writing the same file (a loop's controller and a ``stop_loop`` call both stopping a
+    trial) never move each other's away."""
+    return f"{path}.{os.getpid()}.{_thread.get_ident()}.tmp"
+
+
 def write_json(path: str, data: dict[str, Any]) -> None:
     """Atomic write: readers see the old file or the new one, never half of it."""
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = temp_path(path)
     blob = memoryview(json.dumps(data).encode())  # (json.dumps is C; json.dump to a text file is not)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
