@@ -278,7 +278,6 @@ def run_tree(name: str, tree: Path, kind: str, args: argparse.Namespace) -> dict
             sub = phase(kind, url, "submit", args.clients, args.per_client, [], proc.pid)
             st = phase(kind, url, "status", args.clients, args.status_per_client, sub["ids"] or [blocker["id"]],
                        proc.pid) if args.status_per_client else None
-            admin.call("cancel", {"job_id": blocker["id"]})
         finally:
             proc.terminate()
             try:
@@ -286,7 +285,32 @@ def run_tree(name: str, tree: Path, kind: str, args: argparse.Namespace) -> dict
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            cancel_all(tree.resolve(), home)
         return {"tree": name, "kind": kind, "submit": sub, "status": st}
+
+
+CANCEL_ALL = """
+import sys
+from autoresearch.api import Api
+api = Api(sys.argv[1])
+ids = []
+for state in ("queued", "starting", "running"):  # the queue first: nothing of it starts when the blocker goes
+    cursor = None
+    while True:
+        page = api.list_jobs(state=state, limit=1000, cursor=cursor, refresh=False)
+        ids += [job.id for job in page.jobs]
+        cursor = page.next_cursor
+        if not cursor:
+            break
+api.cancel(ids)
+"""
+
+
+def cancel_all(tree: Path, home: Path) -> None:
+    """Cancel what the run left queued and running: its 1,000 queued `sleep 1` jobs would otherwise
+    start once the blocker ends and keep the machine busy for minutes after the table is printed."""
+    subprocess.run([sys.executable, "-c", CANCEL_ALL, str(home)], env={**os.environ, "PYTHONPATH": str(tree)},
+                   timeout=300, check=False)
 
 
 def cpu_bound(s: dict[str, Any]) -> float:
