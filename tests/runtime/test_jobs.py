@@ -68,18 +68,32 @@ def test_cancel_running_and_queued(api: Any) -> None:
 
 
 def test_gpu_slots_are_exclusive_and_exported(api: Any, tmp_path: Path) -> None:
+    """Two slots, four jobs in two pairs: each pair runs at once (each job holds its slot until its
+    gate opens) and gets both slots, one each. (Counting slots over all four, without holding the
+    second pair, failed when a job of it ended before the other started: the same free slot twice.)"""
     out = tmp_path / "gpus"
     out.mkdir()
-    go = tmp_path / "go"  # the first two hold their slots until the check below is done (no race with their end)
-    jobs = [submit(api, ["/bin/sh", "-c", f'echo "$CUDA_VISIBLE_DEVICES" > {out}/$AUTORESEARCH_JOB_ID; '
-                                          f'while [ ! -e {go} ]; do sleep 0.05; done'],
-                   gpus=1) for _ in range(4)]
+
+    def holding(gate: Path) -> list[str]:
+        return ["/bin/sh", "-c", f'echo "$CUDA_VISIBLE_DEVICES" > {out}/$AUTORESEARCH_JOB_ID; '
+                                 f'while [ ! -e {gate} ]; do sleep 0.05; done']
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    jobs = [submit(api, holding(first), gpus=1) for _ in range(2)] + \
+           [submit(api, holding(second), gpus=1) for _ in range(2)]
     assert sum(api.status(j).state != "queued" for j in jobs) == 2  # two slots, two running
-    go.touch()
+
+    def slots(pair: list[int]) -> list[str]:
+        wait_for(lambda: all((out / str(j)).exists() and (out / str(j)).read_text().strip() for j in pair), 20)
+        return sorted((out / str(j)).read_text().strip() for j in pair)
+
+    assert slots(jobs[:2]) == ["0", "1"]
+    assert all(api.status(j).state == "queued" for j in jobs[2:])
+    first.touch()
+    assert slots(jobs[2:]) == ["0", "1"]  # both running at once: one slot each
+    second.touch()
     for j in jobs:
         wait_state(api, j, "succeeded")
-    seen = [(out / str(j)).read_text().strip() for j in jobs]
-    assert sorted(seen) == ["0", "0", "1", "1"]
 
 
 def test_preemption_requeues_and_resumes_from_checkpoint(api: Any) -> None:
