@@ -456,14 +456,17 @@ class JobStore:
                                  "job_group, COALESCE(queue_order, id) AS queue_order FROM jobs "
                                  "WHERE state='queued' AND backend=? ORDER BY id", (backend,))
 
-    def queued_kinds(self, backend: str) -> tuple[bool, bool]:
-        """Whether a queued job of ``backend`` asks for no GPU, and whether one is critical or normal
-        (what :func:`autoresearch.scheduler.nothing_starts` needs of the queue): seeks in the index
-        ``jobs_by_queue_shape``, whatever the queue's depth (a job's priority is one of the three)."""
-        head = "SELECT 1 FROM jobs WHERE state='queued' AND backend=? AND priority IN "
-        gpuless = self.ledger.one(head + "('critical','normal','best-effort') AND gpus=0 LIMIT 1", (backend,))
-        preemptor = self.ledger.one(head + "('critical','normal') LIMIT 1", (backend,))
-        return gpuless is not None, preemptor is not None
+    # What scheduler.nothing_starts needs of the queue, each a seek in the index jobs_by_queue_shape
+    # whatever the queue's depth (a job's priority is one of the three).
+    def any_gpuless_queued(self, backend: str) -> bool:
+        """Whether a queued job of ``backend`` asks for no GPU."""
+        return self.ledger.one("SELECT 1 FROM jobs WHERE state='queued' AND backend=? AND priority IN "
+                               "('critical','normal','best-effort') AND gpus=0 LIMIT 1", (backend,)) is not None
+
+    def any_preemptor_queued(self, backend: str) -> bool:
+        """Whether a queued job of ``backend`` is critical or normal (could preempt a best-effort one)."""
+        return self.ledger.one("SELECT 1 FROM jobs WHERE state='queued' AND backend=? AND priority IN "
+                               "('critical','normal') LIMIT 1", (backend,)) is not None
 
     def infra_failed_nodes(self, job_ids: list[int]) -> dict[int, list[str]]:
         """Per job, the nodes where an attempt of it failed for the machine's fault (placed last)."""

@@ -326,7 +326,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     """),
     # Whether any queued job could start on a full cluster (a GPU-less one) or preempt (a critical
     # or normal one) is a seek, not a scan of the queue: a submit behind a deep queue costs the same
-    # as behind an empty one (JobStore.queued_kinds, scheduler.nothing_starts).
+    # as behind an empty one (JobStore.any_gpuless_queued and any_preemptor_queued, scheduler.nothing_starts).
     ("queue-1", """
     CREATE INDEX jobs_by_queue_shape ON jobs(state, backend, priority, gpus);
     """),

@@ -283,12 +283,13 @@ class Runtime:
             for r in rows.values()
         ]
         placed: list[Any] | None = None
-        if self.backend.capabilities.places:
-            gpuless, preemptor = self.jobs.queued_kinds(self.backend.name)
-            if not gpuless:  # (a GPU-less job might start anywhere: no need to look at the cluster)
-                placed = self.jobs.placed(self.backend.name)
-                if S.nothing_starts(nodes, _running(placed), gpuless, preemptor):
-                    return S.Decisions()  # a full cluster that no queued job can start on or preempt: not O(queue)
+        running: list[S.Running] | None = None
+        # (a GPU-less job might start anywhere: then no need to look at the cluster)
+        if self.backend.capabilities.places and not self.jobs.any_gpuless_queued(self.backend.name):
+            placed = self.jobs.placed(self.backend.name)
+            running = _running(placed)
+            if S.nothing_starts(nodes, running, False, self.jobs.any_preemptor_queued(self.backend.name)):
+                return S.Decisions()  # a full cluster that no queued job can start on or preempt: not O(queue)
         queued = self.jobs.queued(self.backend.name)
         avoid = self.jobs.infra_failed_nodes([r["id"] for r in queued if r["attempts"]])
         pending = [
@@ -306,7 +307,8 @@ class Runtime:
             decisions = S.admit(pending, nodes, [(r["gpus"], r["cpus"]) for r in placed],
                                 preempts=self.backend.capabilities.preemption, room=room)
         else:
-            decisions = S.schedule(pending, nodes, _running(placed), fair=_fair_share(self.ledger.home),
+            decisions = S.schedule(pending, nodes, _running(placed) if running is None else running,
+                                   fair=_fair_share(self.ledger.home),
                                    pack_gangs=self.backend.single_host, room=room)
         for pre in decisions.preemptions:
             with surviving(self.ledger, self.backend, "preempt", pre.job_id, pre.attempt):
