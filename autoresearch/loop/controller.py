@@ -61,7 +61,7 @@ from autoresearch.loop.rungsync import RungSync
 from autoresearch.loop.state import LoopState
 from autoresearch.loop.stopping import Series, Stopper, make_stopper
 from autoresearch.loop.store import LoopStore
-from autoresearch.loop.views import LoopView, incumbent_of, loop_view
+from autoresearch.loop.views import LoopView, incumbent_of, loop_view, reread_loop
 
 SIM_WAIT_S = 600.0  # simulated seconds a wait may skip when no event comes first
 
@@ -429,7 +429,7 @@ class Controller:
                                 "best_value": view.best_value, "noise_floor": view.noise_floor},
                        rationale=f"loop finished: {s.stop_reason}")
         s.store.set_loop(state="finished", elapsed_s=self.elapsed(), ended_at=time.time())
-        view = self.view()
+        view = reread_loop(self.ledger, view, elapsed_s=self.elapsed())  # its trials are as they were
         if self.on_update is not None:
             self.on_update(view)
         return view

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autoresearch.errors import NotFoundError
@@ -226,29 +226,47 @@ def loop_view(ledger: Ledger, name: str, live: dict[int, tuple[int, float]] | No
     if inc_row is not None and inc_row["objective"] is not None:
         values = groups.get(incumbent or -1, [inc_row["objective"]])
         best_value = sum(values) / len(values)
-    agg = store.decision_totals()
-    finish = store.last_decision("finish")
-    elapsed = elapsed_s if elapsed_s is not None else float(loop["elapsed_s"] or 0.0)
-    durations = [t.ended_at - t.started_at for t in out if t.ended_at and t.started_at and t.state == "succeeded"]
-    budget = plan["budget"]
-    launched = sum(1 for r in rows if r["job_id"] is not None and r["state"] not in ("crashed", "skipped"))
-    remaining = max(0, int(budget["trials"]) - launched)
-    running = sum(1 for r in rows if r["state"] in ("queued", "running"))
-    eta = None
-    if durations and loop["state"] == "running":
-        mean = sum(durations) / len(durations)
-        eta = mean * (remaining / max(1, int(budget["parallel"])) + (1 if running else 0))
     view = LoopView(
         name=loop["name"], loop_id=loop["id"], state=loop["state"], metric=plan["objective"]["metric"], goal=goal,
         trials=out, counts=counts, best_trial=incumbent, curve=curve, best_value=best_value,
         best_params=json.loads(inc_row["params"]) if inc_row is not None else {},
         best_seeds=len(groups.get(incumbent or -1, [1])) if incumbent else 0,
         noise_floor=floor.value, noise_basis=floor.basis(incumbent), rejected_as_noise=store.rejected_as_noise(),
-        decisions=agg["n"] if agg else 0, llm_usd=float(agg["usd"]) if agg else 0.0,
-        tokens=int(agg["tok"]) if agg else 0, elapsed_s=elapsed, eta_s=eta, budget_trials=int(budget["trials"]),
-        parallel=int(budget["parallel"]),
-        stop_reason=json.loads(finish["outputs"]).get("reason", "") if finish and loop["state"] == "finished" else "",
+        budget_trials=int(plan["budget"]["trials"]), parallel=int(plan["budget"]["parallel"]),
     )
+    return _loop_part(view, store, loop, plan, elapsed_s)
+
+
+def reread_loop(ledger: Ledger, view: LoopView, elapsed_s: float | None = None) -> LoopView:
+    """``view`` with what its loop's row and decisions say now, its trials as they were: the loop's
+    end (its ``finish`` decision, its state) changes nothing else, and its trials need not be read
+    and replayed again. (``view`` itself is left as it was.)"""
+    store = LoopStore(ledger, view.loop_id)
+    loop = store.loop()
+    if loop is None:
+        raise NotFoundError(f"no loop with id {view.loop_id}", hint="it was deleted while it ran")
+    return _loop_part(replace(view), store, loop, json.loads(loop["plan"]), elapsed_s)
+
+
+def _loop_part(view: LoopView, store: LoopStore, loop: Any, plan: dict[str, Any], elapsed_s: float | None) -> LoopView:
+    """Fill in what the loop's row and its decisions say (state, spend, time, end) on a view of its trials."""
+    agg = store.decision_totals()
+    finish = store.last_decision("finish")
+    view.state = loop["state"]
+    view.decisions = agg["n"] if agg else 0
+    view.llm_usd = float(agg["usd"]) if agg else 0.0
+    view.tokens = int(agg["tok"]) if agg else 0
+    view.elapsed_s = elapsed_s if elapsed_s is not None else float(loop["elapsed_s"] or 0.0)
+    view.stop_reason = (json.loads(finish["outputs"]).get("reason", "")
+                        if finish and loop["state"] == "finished" else "")
+    durations = [t.ended_at - t.started_at for t in view.trials if t.ended_at and t.started_at and t.state == "succeeded"]
+    launched = sum(1 for t in view.trials if t.job_id is not None and t.state not in ("crashed", "skipped"))
+    remaining = max(0, view.budget_trials - launched)
+    running = sum(1 for t in view.trials if t.state in ("queued", "running"))
+    view.eta_s = None
+    if durations and loop["state"] == "running":
+        mean = sum(durations) / len(durations)
+        view.eta_s = mean * (remaining / max(1, view.parallel) + (1 if running else 0))
     if plan.get("warm_start"):
         warm = store.last_decision("warm_start")
         view.warm_start = str(warm["rationale"]) if warm is not None else ""
