@@ -17,7 +17,7 @@
    the mirror's mlflow import).
 
     python bench/bench_sweep.py                         # everything (many minutes)
-    python bench/bench_sweep.py --only sweep --sweeps 500x0.2,1000x0.05 [--trace]
+    python bench/bench_sweep.py --only sweep --sweeps 500x0.2,1000x0.05 [--trace] [--rounds 3]
     python bench/bench_sweep.py --only cpu --cpu-trials 5000
     python bench/bench_sweep.py --only first
 """
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -179,7 +180,9 @@ def _measured(run: Any, n: int) -> dict:
     return result
 
 
-def sweeps(specs: list[tuple[int, float]], parallel: int, trace: bool = False) -> None:
+def sweeps(specs: list[tuple[int, float]], parallel: int, trace: bool = False, rounds: int = 1) -> None:
+    """One row per sweep and round (the three runs of a round side by side); with several rounds, a
+    row of medians per sweep after its rounds (the host's speed moves single runs by +-10%)."""
     print(f"\n## Sweep wall vs ideal at parallel {parallel} (trial: `sleep S; echo loss: x`; load "
           f"{os.getloadavg()[0]:.1f} at start)\n")
     print("CPU: the whole machine's busy CPU per trial while each ran (the command's own share is in the bare "
@@ -190,19 +193,29 @@ def sweeps(specs: list[tuple[int, float]], parallel: int, trace: bool = False) -
     traces = []
     for n, sleep in specs:
         ideal = n * sleep / parallel
-        ours = _measured(lambda n=n, sleep=sleep: sweep_ours(n, parallel, sleep, trace), n)
-        theirs = _measured(lambda n=n, sleep=sleep: sweep_optuna(n, parallel, sleep), n)
-        bare = _measured(lambda n=n, sleep=sleep: sweep_bare(n, parallel, sleep), n)
-        cells = []
-        for r in (ours, theirs, bare):
-            cells += ["-", f"error: {r['error']}", "-"] if "error" in r else [
-                f"{r['wall']:.2f}", f"{r['wall'] / ideal:.3f}", f"{r['cpu_ms']:.1f}"]
-        rel = f"{ours['wall'] / theirs['wall']:.2f}" if "wall" in ours and "wall" in theirs else "-"
-        done = ours.get("counts", {}).get("succeeded", "-")
-        print(f"| {n} x {sleep:g} | {ideal:.2f} | {' | '.join(cells)} | {rel} | {done} | {os.getloadavg()[0]:.1f} |",
-              flush=True)
-        if ours.get("gaps"):
-            traces.append((f"{n} x {sleep:g}", ours["gaps"]))
+        kept: list[list[float]] = []  # per round: the three walls and CPUs, when all three ran
+        for _ in range(rounds):
+            ours = _measured(lambda n=n, sleep=sleep: sweep_ours(n, parallel, sleep, trace), n)
+            theirs = _measured(lambda n=n, sleep=sleep: sweep_optuna(n, parallel, sleep), n)
+            bare = _measured(lambda n=n, sleep=sleep: sweep_bare(n, parallel, sleep), n)
+            cells = []
+            for r in (ours, theirs, bare):
+                cells += ["-", f"error: {r['error']}", "-"] if "error" in r else [
+                    f"{r['wall']:.2f}", f"{r['wall'] / ideal:.3f}", f"{r['cpu_ms']:.1f}"]
+            rel = f"{ours['wall'] / theirs['wall']:.2f}" if "wall" in ours and "wall" in theirs else "-"
+            done = ours.get("counts", {}).get("succeeded", "-")
+            print(f"| {n} x {sleep:g} | {ideal:.2f} | {' | '.join(cells)} | {rel} | {done} | "
+                  f"{os.getloadavg()[0]:.1f} |", flush=True)
+            if all("wall" in r for r in (ours, theirs, bare)):
+                kept.append([x for r in (ours, theirs, bare) for x in (r["wall"], r["cpu_ms"])])
+            if ours.get("gaps"):
+                traces.append((f"{n} x {sleep:g}", ours["gaps"]))
+        if rounds > 1 and kept:
+            med = [statistics.median(column) for column in zip(*kept, strict=True)]
+            cells = [c for wall, cpu in zip(med[::2], med[1::2], strict=True)
+                     for c in (f"{wall:.2f}", f"{wall / ideal:.3f}", f"{cpu:.1f}")]
+            print(f"| **median of {len(kept)}** | {ideal:.2f} | {' | '.join(cells)} | "
+                  f"{statistics.median(r[0] / r[2] for r in kept):.2f} | | |", flush=True)
     for name, g in traces:
         print(f"\n### Turnover of {name}: from a trial's end to the next trial running (ms; wakes "
               f"{g.pop('wakes')}, propose calls {g.pop('proposals')}, submit batches {g.pop('submits')})\n")
@@ -313,13 +326,15 @@ def main() -> int:
     p.add_argument("--parallel", type=int, default=16)
     p.add_argument("--cpu-trials", type=int, default=5000)
     p.add_argument("--first-runs", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=1, help="sweep: rounds of the three runs side by side, "
+                                                             "then their medians (default 1)")
     p.add_argument("--trace", action="store_true", help="sweep: also the turnover's gaps (ending, noticed, "
                                                          "submitted, placed, running)")
     args = p.parse_args()
     parts = args.only or ["sweep", "cpu", "first"]
     if "sweep" in parts:
         specs = [(int(n), float(s)) for n, s in (item.split("x") for item in args.sweeps.split(","))]
-        sweeps(specs, args.parallel, args.trace)
+        sweeps(specs, args.parallel, args.trace, max(1, args.rounds))
     if "cpu" in parts:
         cpu_table(args.cpu_trials, args.parallel)
     if "first" in parts:
