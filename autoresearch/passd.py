@@ -30,6 +30,7 @@ from pathlib import Path
 from autoresearch.watcher import Watcher, fifo_name, others_listen
 
 IDLE_S = 10.0  # exit after this long with nothing queued or running on our backend
+SPAWN_GRACE_S = 2.0  # a daemon started this recently may still be importing: no second one meanwhile
 WAKE_S = 1.0  # re-check the idle clock and other listeners at least this often
 _OFF = ("0", "off", "false", "no")
 _SUPERVISED = ("LocalBackend", "DockerBackend")  # backends whose supervisors poke the wake FIFO
@@ -52,8 +53,10 @@ def running_pid(home: Path, backend: str = "local") -> int | None:
 
 def ensure(runtime: object) -> bool:
     """Start the daemon of ``runtime``'s home and backend unless one runs, or another process
-    listens on the wake FIFO, or the backend's attempts poke no FIFO. Never raises; True when it
-    started one. Cheap when one runs: an open and a non-blocking flock."""
+    listens on the wake FIFO, or the backend's attempts poke no FIFO, or one was started less than
+    ``SPAWN_GRACE_S`` ago (it takes the lock only once its imports are done: many endings at once,
+    each with nobody listening, would each start one, and all but one would exit). Never raises;
+    True when it started one. Cheap when one runs: an open and a non-blocking flock."""
     backend = getattr(runtime, "backend", None)
     ledger = getattr(runtime, "ledger", None)
     if not enabled() or backend is None or ledger is None or type(backend).__name__ not in _SUPERVISED:
@@ -69,6 +72,14 @@ def ensure(runtime: object) -> bool:
             os.close(fd)
         if others_listen(home, backend.name):
             return False  # a loop or a server runs the pass
+        started = home / f"passd.{fifo_name(backend.name)}.started"
+        try:
+            if 0 <= time.time() - os.stat(started).st_mtime < SPAWN_GRACE_S:
+                return False  # one is starting
+        except FileNotFoundError:
+            pass
+        os.close(os.open(started, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        os.utime(started)
         from autoresearch.backends._supervisor import spawn_detached
 
         spawn_detached([sys.executable, "-m", "autoresearch.passd", "--home", str(home), "--backend", backend.name],

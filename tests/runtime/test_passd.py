@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,40 @@ def test_a_killed_daemon_leaves_endings_to_the_supervisors(api: Any, home: Path,
     go.touch()
     wait_for(lambda: api.status(job, refresh=False).state == "succeeded", timeout=60)  # no read ran a pass
     assert hooks_run(home, job)  # its supervisor found nobody listening and ran the pass itself
+
+
+def test_an_ending_nobody_heard_starts_a_daemon_for_the_endings_still_to_come(api: Any, home: Path,
+                                                                               stop_daemon: Any) -> None:
+    go1, go2 = home.parent / "go1", home.parent / "go2"
+    first, second = (int(view.id) for view in api.submit_many(  # one submit: one daemon started
+        [{"command": ["/bin/sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done"], "workdir": os.getcwd()}
+         for go in (go1, go2)]))
+    pid = wait_for(lambda: passd.running_pid(home), timeout=30)
+    os.kill(pid, signal.SIGKILL)  # a daemon killed (out of memory, by hand) while both run
+    wait_for(lambda: passd.running_pid(home) is None, timeout=30)
+    (home / "passd.wake.fifo.started").unlink()  # (as if it had run for a while: see the next test)
+    go1.touch()
+    wait_for(lambda: api.status(first, refresh=False).state == "succeeded", timeout=60)
+    assert hooks_run(home, first)  # nobody listened: its supervisor ran the pass itself ...
+    assert wait_for(lambda: passd.running_pid(home), timeout=30)  # ... and, the second still running, a daemon
+    go2.touch()
+    wait_for(lambda: api.status(second, refresh=False).state == "succeeded", timeout=60)
+    assert not hooks_run(home, second)  # its ending was heard
+
+
+def test_a_daemon_still_starting_is_not_started_again(api: Any, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Endings that nobody heard, all at once, each ask for a daemon; it takes its lock only once its
+    imports are done, so without a grace every one of them would start one (all but one exiting)."""
+    from autoresearch.backends import _supervisor
+
+    started: list[list[str]] = []
+    monkeypatch.setattr(_supervisor, "spawn_detached", lambda argv, log, cwd="/": started.append(argv))
+    assert passd.ensure(api._runtime)
+    assert not passd.ensure(api._runtime) and not passd.ensure(api._runtime)
+    assert len(started) == 1
+    stamp = home / "passd.wake.fifo.started"
+    os.utime(stamp, (0, time.time() - passd.SPAWN_GRACE_S - 1))  # it never came up: a later one may try again
+    assert passd.ensure(api._runtime) and len(started) == 2
 
 
 def test_the_daemon_makes_way_for_a_listening_loop_or_server(api: Any, home: Path) -> None:
