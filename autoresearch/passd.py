@@ -74,12 +74,15 @@ def ensure(runtime: object) -> bool:
             return False  # a loop or a server runs the pass
         started = home / f"passd.{fifo_name(backend.name)}.started"
         try:
-            if 0 <= time.time() - os.stat(started).st_mtime < SPAWN_GRACE_S:
+            if 0 <= time.time() - os.lstat(started).st_mtime < SPAWN_GRACE_S:
                 return False  # one is starting
         except FileNotFoundError:
             pass
-        os.close(os.open(started, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
-        os.utime(started)
+        stamp = os.open(started, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)  # (a link: OSError)
+        try:
+            os.utime(stamp)
+        finally:
+            os.close(stamp)
         from autoresearch.backends._supervisor import spawn_detached
 
         spawn_detached([sys.executable, "-m", "autoresearch.passd", "--home", str(home), "--backend", backend.name],
