@@ -29,6 +29,7 @@ from autoresearch.jobs import MAX_LOG_BYTES
 from autoresearch.redact import MARK, ambient_secrets, is_secret, job_secrets, redact, redact_command
 from autoresearch.runtime import ACTIVE, FINAL, Runtime
 from autoresearch.views import (
+    ArrayView,
     AttemptView,
     ClusterView,
     GpuHealthView,
@@ -77,11 +78,53 @@ class Api:
             views.append(view)
         return views
 
+    def submit_array(self, spec: Any, array: str, project: str = "") -> ArrayView:
+        """A job array (Slurm's ``sbatch --array``): one job of ``spec`` per index of ``array``
+        (``0-99``, ``1,3,5-7``, ``0-98:2``; ``%N``: at most N at once), each with
+        ``$AUTORESEARCH_ARRAY_INDEX``; recorded in one transaction (:func:`autoresearch.jobs.submit_array`)."""
+        from autoresearch.spec import compact_indices
+
+        ids, indices, cap = jobs.submit_array(self._runtime, spec, array, project)
+        from autoresearch import outbox
+
+        outbox.kick(self._ledger.home)
+        states: dict[str, int] = {}
+        for row in self._jobs.range_ends(ids[0], ids[-1], project):
+            states[row["state"]] = states.get(row["state"], 0) + 1
+        first = self._view(self._job_row(ids[0], project), detail=True)
+        return ArrayView(array=first.tags.get("array", ""), first_id=ids[0], last_id=ids[-1], count=len(ids),
+                         indices=compact_indices(indices), max_running=cap, states=states, warnings=first.warnings,
+                         next_step=f"follow them with list (jobs {ids[0]}-{ids[-1]}) or status ID; cancel them "
+                                   f"all with cancel {ids[0]}-{ids[-1]}")
+
     def cancel(self, job_ids: list[int | str], project: str | None = None) -> list[JobView]:
-        """Cancel queued jobs now; stop running ones (SIGTERM, grace, SIGKILL)."""
-        ids = [self._job_row(j, project)["id"] for j in job_ids]  # all must exist before anything changes
+        """Cancel queued jobs now; stop running ones (SIGTERM, grace, SIGKILL). An id may be a range
+        ``A-B`` (a job array's: ``submit --array`` prints it)."""
+        ids: list[int] = []
+        for j in job_ids:  # all must exist before anything changes
+            span = self._id_range(j, project)
+            ids.extend(span if span is not None else [self._job_row(j, project)["id"]])
         jobs.cancel(self._runtime, ids)
-        return [self._view(self._job_row(j, project), detail=True) for j in ids]  # with the attempts it stopped
+        detail = len(ids) <= 100  # with the attempts it stopped; a whole array's: their states only
+        return [self._view(self._job_row(j, project), detail=detail) for j in ids]
+
+    def _id_range(self, text: int | str, project: str | None) -> list[int] | None:
+        """The ids of ``A-B`` when every one is a job (of ``project``), None when ``text`` is no range."""
+        first, dash, last = str(text).strip().partition("-")
+        if not dash or not all(p.isascii() and p.isdigit() and len(p) < 19 for p in (first, last)):
+            return None
+        low, high = int(first), int(last)
+        from autoresearch.spec import MAX_ARRAY
+
+        if low > high or high - low >= MAX_ARRAY:
+            raise SpecError(f"{text!r} is not a range of job ids: write FIRST-LAST, first up to last, "
+                            f"at most {MAX_ARRAY} jobs", hint="e.g. 12-1011 (as submit --array printed it)")
+        found = [row["id"] for row in self._jobs.range_ends(low, high, project)]
+        if len(found) != high - low + 1:
+            have = set(found)
+            missing = next(i for i in range(low, high + 1) if i not in have)
+            raise NotFoundError(f"no job {missing} (in {low}-{high})", hint=LIST_HINT)
+        return found
 
     def cordon(self, node: str, reason: str = "", undo: bool = False) -> NodeView:
         """Take a node out of scheduling (running attempts continue), or put it back. Cordoning the

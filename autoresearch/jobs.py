@@ -103,6 +103,32 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
     return job_ids
 
 
+ARRAY_INDEX, ARRAY_COUNT = "AUTORESEARCH_ARRAY_INDEX", "AUTORESEARCH_ARRAY_COUNT"
+
+
+def submit_array(runtime: Runtime, spec: Any, array: str, project: str = "") -> tuple[list[int], list[int], int | None]:
+    """A job array (Slurm's ``sbatch --array``): one job of ``spec`` per index of ``array``
+    (:func:`autoresearch.spec.parse_array`), each with ``$AUTORESEARCH_ARRAY_INDEX`` (its index) and
+    ``$AUTORESEARCH_ARRAY_COUNT``, named ``NAME[INDEX]`` and tagged ``array`` (the array's id) and
+    ``array_index``. All are checked once and recorded by one :func:`submit_many` (one transaction,
+    one pass; their ids run consecutively in index order); with ``%N``, they share a job group capped
+    at N, so at most N start or run at once and each ending starts the next. Returns (their ids, the
+    indices, the cap)."""
+    import secrets
+
+    from autoresearch.spec import JobSpec, make_spec, parse_array
+
+    indices, cap = parse_array(array)
+    base = spec if isinstance(spec, JobSpec) else make_spec(dict(spec), containers=runtime.backend.capabilities.containers)
+    fields = base.model_dump()
+    array_id = secrets.token_hex(6)
+    specs = [JobSpec(**{**fields, "name": f"{base.name}[{i}]",
+                        "env": {**base.env, ARRAY_INDEX: str(i), ARRAY_COUNT: str(len(indices))},
+                        "tags": {**base.tags, "array": array_id, "array_index": str(i)}}) for i in indices]
+    ids = submit_many(runtime, specs, project, group=f"array:{array_id}" if cap is not None else None, max_running=cap)
+    return ids, indices, cap
+
+
 def warn_if_unschedulable(runtime: Runtime, job_id: int, gpus: int, nodes: int,
                           rows: list[Any] | None = None) -> None:
     """A job that fits the cluster but has no usable node (all cordoned or down) queues, with a

@@ -497,6 +497,14 @@ class JobStore:
             f"SELECT id, state, end_reason, exit_code, started_at, ended_at FROM jobs WHERE id IN ({marks})",
             tuple(job_ids))
 
+    def range_ends(self, first: int, last: int, project: str | None = None) -> list[sqlite3.Row]:
+        """:meth:`job_ends` of the jobs with ids ``first`` to ``last`` (a job array's), of ``project``
+        when given, in id order (one read through the primary key)."""
+        sql = "SELECT id, state, end_reason, exit_code, started_at, ended_at FROM jobs WHERE id BETWEEN ? AND ?"
+        if project is not None:
+            return self.ledger.query(sql + " AND project=? ORDER BY id", (first, last, project))
+        return self.ledger.query(sql + " ORDER BY id", (first, last))
+
     # -- metric points --------------------------------------------------------------------
 
     def metric_series(self, name: str, job_ids: Iterable[int]) -> list[sqlite3.Row]:

@@ -429,3 +429,81 @@ def _check_paths(spec: JobSpec, containers: bool = False, workdirs: dict[str, st
         if (path.exists() or path.is_symlink()) and path.resolve() != src.resolve():
             raise SpecError(f"mount target {str(path)!r} exists and is not a link to {str(src.resolve())!r}",
                             hint="mount onto a path that does not exist yet (a link is made there), or remove it")
+
+
+# -- job arrays (``autoresearch submit --array``: Slurm's ``sbatch --array``) ---------------------
+
+MAX_ARRAY = 100_000  # jobs one array may hold (Slurm's MaxArraySize is 1001 by default)
+MAX_ARRAY_INDEX = 10_000_000  # the largest index one may name
+ARRAY_HINT = ("write it as Slurm's --array: 0-99, 1,3,5-7, 0-98:2 (every 2nd), and %N to run at most N "
+              "at once, e.g. 0-99%8")
+
+
+def parse_array(text: object) -> tuple[list[int], int | None]:
+    """The indices of ``--array`` (sorted, each once) and its ``%N`` throttle (None: no cap).
+
+    The grammar is Slurm's: items ``A``, ``A-B`` or ``A-B:S`` (every S-th from A to B) joined by
+    commas, then ``%N``: at most N of the array's jobs start or run at once."""
+    if not isinstance(text, str) or not text.strip():
+        raise SpecError(f"--array needs indices, got {str(text)[:40]!r}", hint=ARRAY_HINT)
+    spec = text.strip()
+    shown = spec if len(spec) <= 60 else spec[:60] + "..."
+    if len(spec) > 10_000:
+        raise SpecError(f"--array {shown!r} is longer than 10000 characters", hint=ARRAY_HINT)
+    body, pct, cap = spec.partition("%")
+    throttle = None
+    if pct:
+        cap = cap.strip()
+        if not _digits(cap) or not 1 <= int(cap) <= MAX_COUNT:
+            raise SpecError(f"--array {shown!r}: after % comes how many may run at once (a whole number "
+                            f"from 1), not {cap[:20]!r}", hint=ARRAY_HINT)
+        throttle = int(cap)
+    ranges: list[range] = []
+    count = 0
+    for item in body.split(","):
+        span, colon, step = item.strip().partition(":")
+        low, dash, high = span.partition("-")
+        if not _digits(low) or (dash and not _digits(high)) or (colon and (not dash or not _digits(step))):
+            raise SpecError(f"--array {shown!r}: {item.strip()[:30]!r} is not an index, a range A-B or A-B:STEP",
+                            hint=ARRAY_HINT)
+        first, last, every = int(low), int(high) if dash else int(low), int(step) if colon else 1
+        if last > MAX_ARRAY_INDEX:
+            raise SpecError(f"--array {shown!r}: index {last} is above {MAX_ARRAY_INDEX}", hint=ARRAY_HINT)
+        if first > last or every < 1:
+            raise SpecError(f"--array {shown!r}: {item.strip()!r} is empty (a range runs up, by a step of 1 or more)",
+                            hint=ARRAY_HINT)
+        ranges.append(range(first, last + 1, every))
+        count += len(ranges[-1])
+        if count > MAX_ARRAY:
+            raise SpecError(f"--array {shown!r} names more than {MAX_ARRAY} jobs",
+                            hint="split it into several arrays, or run a research loop (autoresearch plan.yaml)")
+    return sorted({i for r in ranges for i in r}), throttle
+
+
+def _digits(text: str) -> bool:
+    """Plain ASCII digits, and few enough of them for an index ('²'.isdigit() is true; int('²') raises)."""
+    return text.isascii() and text.isdigit() and len(text) <= 12
+
+
+def compact_indices(indices: list[int]) -> str:
+    """``[0, 1, 2, 5, 7, 9]`` -> ``0-2,5-9:2``: sorted indices as ``--array`` writes them (runs of
+    consecutive ones as ``A-B``, three or more evenly spaced as ``A-B:S``)."""
+    parts: list[str] = []
+    i, n = 0, len(indices)
+    while i < n:
+        j = i
+        if i + 1 < n and indices[i + 1] - indices[i] == 1:
+            while j + 1 < n and indices[j + 1] - indices[j] == 1:
+                j += 1
+            parts.append(f"{indices[i]}-{indices[j]}")
+        else:
+            step = indices[i + 1] - indices[i] if i + 1 < n else 0
+            # (an index that starts a consecutive run is left to it)
+            while j + 1 < n and indices[j + 1] - indices[j] == step and not (
+                    j + 2 < n and indices[j + 2] - indices[j + 1] == 1):
+                j += 1
+            if j - i < 2:
+                j = i
+            parts.append(f"{indices[i]}-{indices[j]}:{step}" if j > i else str(indices[i]))
+        i = j + 1
+    return ",".join(parts)

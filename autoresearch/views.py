@@ -69,6 +69,22 @@ class JobPage:
 
 
 @dataclass
+class ArrayView:
+    """A job array as submitted (``submit --array``): its jobs' ids run from ``first_id`` to
+    ``last_id`` in index order, one job per index."""
+
+    array: str  # its id: each job's ``array`` tag
+    first_id: int
+    last_id: int
+    count: int
+    indices: str  # as --array writes them, e.g. 0-99 or 1,3,5-7
+    max_running: int | None  # its %N: at most this many start or run at once (None: no cap)
+    states: dict[str, int] = field(default_factory=dict)  # its jobs' states right after the submit
+    warnings: list[str] = field(default_factory=list)
+    next_step: str | None = None
+
+
+@dataclass
 class LogPage:
     """A page of an attempt's log, secrets masked, and where the next page starts."""
 

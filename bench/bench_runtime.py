@@ -24,6 +24,29 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
+def fs_create_us(where: str | None = None, n: int = 100) -> float:
+    """Median µs to create a directory and a file in it, in a fresh directory under ``where`` (left
+    in place: a delete would slow the next creates). A no-journal ext4 (this kind of VM's disk) skips
+    every inode freed in the last 1-6 minutes on each create: after a burst of deletes (a test run's
+    tmp cleanup, ``rm -rf`` of old homes) a create costs 0.5-10 ms instead of ~40 µs, and so does
+    every job's launch; a figure taken then measures the disk, not the engine."""
+    base = tempfile.mkdtemp(prefix="fsprobe-", dir=where)
+    times = []
+    for i in range(n):
+        t = time.perf_counter()
+        os.mkdir(f"{base}/{i}")
+        os.close(os.open(f"{base}/{i}/f", os.O_CREAT | os.O_WRONLY, 0o600))
+        times.append((time.perf_counter() - t) * 1e6 / 2)
+    return statistics.median(times)
+
+
+def fs_line(where: str | None = None) -> str:
+    """What the header of a benchmark says of the disk under its homes."""
+    us = fs_create_us(where)
+    return f"a file create {us:.0f} µs" + (" (SLOW: deletes in the last minutes? see docs/performance.md)"
+                                           if us > 200 else "")
+
+
 def started_at(marker: Path, timeout: float = 10.0) -> float:
     deadline = time.time() + timeout
     while time.time() < deadline:

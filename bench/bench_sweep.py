@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_loop import _child  # bench/ is on sys.path when run as a script; a fresh interpreter, one JSON line
-from bench_runtime import pct
+from bench_runtime import fs_line, pct
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -184,7 +184,7 @@ def sweeps(specs: list[tuple[int, float]], parallel: int, trace: bool = False, r
     """One row per sweep and round (the three runs of a round side by side); with several rounds, a
     row of medians per sweep after its rounds (the host's speed moves single runs by +-10%)."""
     print(f"\n## Sweep wall vs ideal at parallel {parallel} (trial: `sleep S; echo loss: x`; load "
-          f"{os.getloadavg()[0]:.1f} at start)\n")
+          f"{os.getloadavg()[0]:.1f} at start; {fs_line()})\n")
     print("CPU: the whole machine's busy CPU per trial while each ran (the command's own share is in the bare "
           "pool's: a thread pool running the same subprocess, the floor of this machine for this command).\n")
     print("| trials x sleep | ideal s | autoresearch s | / ideal | CPU ms | optuna s | / ideal | CPU ms | "

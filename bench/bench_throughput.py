@@ -7,7 +7,9 @@ Prints tables measured in this run on this machine (not a test):
 1. Launch throughput (and the CPU per trial of each process: the submitter, the pass daemon, the
    supervisors with their commands): ``--jobs`` ``true`` jobs at ``--parallel`` in flight. A plain Python
    Popen loop (64 children at a time, reaped with os.wait) against the Python API: one
-   ``Api.submit`` per job, and one ``jobs.submit_many`` for all; each job asks for
+   ``Api.submit`` per job, and one ``jobs.submit_many`` for all; the CLI's job array (one
+   ``autoresearch submit --array 0-1999%64 -- true``); and a research loop of as many
+   ``echo loss: x`` trials at the same parallel. Each API job asks for
    cpus = ncpu / parallel, so the engine itself keeps ``--parallel`` running and starts the
    next one on every ending. With the pass daemon (default) and without it
    (``AUTORESEARCH_PASSD=off``: every ending execs ``python -m autoresearch.runtime``).
@@ -34,7 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_runtime import pct, started_at  # noqa: E402
+from bench_runtime import fs_line, pct, started_at  # noqa: E402
 
 os.environ["AUTORESEARCH_SYNC"] = "off"
 os.environ.setdefault("AUTORESEARCH_GPUS", "1")
@@ -114,6 +116,51 @@ def ours(tmp: Path, jobs: int, parallel: int, batch: bool, daemon: bool) -> floa
                                             ztree=(tree.ru_utime + tree.ru_stime) * 1000 / jobs)
     _stop_daemon(home)
     return wall
+
+
+def cli_array(tmp: Path, jobs: int, parallel: int) -> float:
+    """One ``autoresearch submit --array 0-(jobs-1)%parallel -- true`` (a fresh interpreter, as a user's
+    shell runs it; it starts the home's pass daemon), to the last ending recorded."""
+    from autoresearch.api import Api
+
+    os.environ.pop("AUTORESEARCH_PASSD", None)
+    home = Path(tempfile.mkdtemp(dir=tmp))
+    env = {**os.environ, "AUTORESEARCH_HOME": str(home)}
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "autoresearch.cli", "submit", "--array", f"0-{jobs - 1}%{parallel}",
+                          "--workdir", str(tmp), "--", "true"], env=env, capture_output=True, text=True, check=True)
+    first, _, last = out.stdout.strip().partition("-")
+    _wait_all(Api(home), list(range(int(first), int(last) + 1)))
+    wall = time.perf_counter() - t0
+    _stop_daemon(home)
+    return wall
+
+
+def loop_sweep(tmp: Path, jobs: int, parallel: int) -> float:
+    """A research loop of ``jobs`` trials (``echo loss: x``, random proposer, tracking off) at ``parallel``,
+    in a fresh interpreter: from the controller's start to its run() returning."""
+    home = tempfile.mkdtemp(dir=tmp)
+    code = (
+        "import json, sys, time\n"
+        "from autoresearch.loop.plan import parse_plan\n"
+        "from autoresearch.loop.controller import Controller\n"
+        f"plan = parse_plan({{'name': 'lt', 'objective': {{'metric': 'loss'}}, 'trial': {{'command': 'echo loss: {{x}}'}},"
+        f" 'space': {{'x': {{'low': 0.0, 'high': 1.0}}}}, 'proposer': {{'kind': 'random'}},"
+        f" 'budget': {{'trials': {jobs}, 'parallel': {parallel}}}}}, base_dir='.')\n"
+        "t0 = time.perf_counter()\n"
+        f"view = Controller(plan, home={home!r}).run()\n"
+        "print(json.dumps({'wall': time.perf_counter() - t0, 'counts': view.counts}))\n"
+    )
+    env = {**os.environ, "AUTORESEARCH_HOME": home, "AUTORESEARCH_TRACKING": "off", "AUTORESEARCH_GPUS": "0"}
+    env.pop("AUTORESEARCH_PASSD", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    import json
+
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if result["counts"].get("succeeded") != jobs:
+        raise RuntimeError(f"the loop's trials did not all succeed: {result['counts']}")
+    _stop_daemon(Path(home))
+    return float(result["wall"])
 
 
 def _own_cpu(pid: int) -> float:
@@ -300,10 +347,10 @@ def main() -> None:
     load = os.getloadavg()[0]
     import autoresearch
 
-    print(f"# bench_throughput on {os.cpu_count()} cores, load {load:.1f}, python {sys.version.split()[0]}, "
-          f"autoresearch from {Path(autoresearch.__file__).parent.parent}")
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as name:
         tmp = Path(name)
+        print(f"# bench_throughput on {os.cpu_count()} cores, load {load:.1f}, python {sys.version.split()[0]}, "
+              f"{fs_line(name)}, autoresearch from {Path(autoresearch.__file__).parent.parent}")
         if "throughput" not in skip:
             print(f"\n## launch throughput: {args.jobs} `true` jobs, {args.parallel} in flight\n")
             print("| how | wall s | jobs/s | of the Popen loop's |\n|---|---:|---:|---:|")
@@ -315,6 +362,12 @@ def main() -> None:
                 if not daemon and "nodaemon" in skip:
                     continue
                 wall = ours(tmp, args.jobs, args.parallel, batch, daemon)
+                print(f"| {label} | {wall:.2f} | {args.jobs / wall:.0f} | {base / wall:.3f} |", flush=True)
+            for label, run in ((f"CLI `submit --array 0-{args.jobs - 1}%{args.parallel} -- true` (one command)",
+                                cli_array),
+                               (f"research loop, {args.jobs} trials `echo loss: x` at parallel {args.parallel}",
+                                loop_sweep)):
+                wall = run(tmp, args.jobs, args.parallel)
                 print(f"| {label} | {wall:.2f} | {args.jobs / wall:.0f} | {base / wall:.3f} |", flush=True)
             print("\n### where the CPU goes: ms per trial (the Popen loop: the parent's fork/exec/wait, and `true`)\n")
             print("| how | submitter | pass daemon | zygote | supervisors + commands | total |\n"

@@ -42,6 +42,9 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--shell", action="store_true", help="run the command through /bin/sh -c")
     s.add_argument("--wait", action="store_true",
                    help="wait until the job ends and exit with its status (like sbatch --wait)")
+    s.add_argument("--array", metavar="INDICES",
+                   help="a job array, as sbatch --array: one job per index (0-99, 1,3,5-7, 0-98:2; %%N: at most N "
+                        "at once, e.g. 0-99%%8), each with $AUTORESEARCH_ARRAY_INDEX; prints FIRST-LAST, its ids")
     s.add_argument("--image", help="container image to run the command in (a backend with containers: docker, ...)")
     s.add_argument("--backend", metavar="NAME", help="a backend profile (config.yaml) or kind; default "
                    "$AUTORESEARCH_BACKEND, then config.yaml's default, then local")
@@ -200,6 +203,8 @@ def _submit(args: argparse.Namespace) -> int:
             spec[key] = {**(spec.get(key) or {}), **values}
     spec.setdefault("workdir", os.getcwd())
     api = open_api(args)
+    if args.array is not None:
+        return _submit_array(api, spec, args)
     view = api.submit(spec)
     if args.json and not args.wait:
         print(json.dumps({"id": view.id, "state": view.state}))
@@ -224,6 +229,54 @@ def _submit(args: argparse.Namespace) -> int:
         print_json(view)
     print(final_line(view), file=sys.stderr)
     return exit_status(view)
+
+
+def _submit_array(api: Any, spec: dict[str, Any], args: argparse.Namespace) -> int:
+    """``submit --array``: FIRST-LAST on stdout (``cancel`` takes it), a line for people on stderr;
+    ``--wait``: until every job ended, then the highest status any exited with (as sbatch --wait)."""
+    view = api.submit_array(spec, args.array)
+    ids = f"{view.first_id}-{view.last_id}"
+    if args.json and not args.wait:
+        from autoresearch.cli._render import print_json
+
+        print_json(view)
+    elif not args.json:
+        print(ids, flush=True)
+        cap = f", at most {view.max_running} at once" if view.max_running is not None else ""
+        print(f"array {view.array}: {view.count} job(s) {ids}, indices {view.indices}{cap}", file=sys.stderr)
+    for warning in view.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if not args.wait:
+        return 0
+    worst, failed = 0, []
+    states: dict[str, int] = {}
+    job_id, delay = view.first_id, 0.2
+    try:
+        while job_id <= view.last_id:
+            job = api.status(job_id, refresh=False)  # (the ended ones: a read each, no pass)
+            if job.state not in FINAL:
+                time.sleep(delay)
+                delay = min(delay * 1.5, 2.0)
+                api.status(job_id)  # a pass: an ending nobody heard is recorded
+                continue
+            states[job.state] = states.get(job.state, 0) + 1
+            worst = max(worst, exit_status(job))
+            if job.state != "succeeded":
+                failed.append(job_id)
+            job_id += 1
+    except KeyboardInterrupt:
+        print(f"\njobs {ids} keep running; follow them with: autoresearch list", file=sys.stderr)
+        return 130
+    view.states = states
+    if args.json:
+        from autoresearch.cli._render import print_json
+
+        print_json(view)
+    shown = ", ".join(map(str, failed[:10])) + (f" and {len(failed) - 10} more" if len(failed) > 10 else "")
+    print(f"array {view.array}: {view.count} job(s) ended: "
+          + ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+          + (f" (not succeeded: {shown})" if failed else ""), file=sys.stderr)
+    return worst
 
 
 FINAL = ("succeeded", "failed", "cancelled")
