@@ -105,8 +105,10 @@ class Api:
             span = self._id_range(j, project)
             ids.extend(span if span is not None else [self._job_row(j, project)["id"]])
         jobs.cancel(self._runtime, ids)
-        detail = len(ids) <= 100  # with the attempts it stopped; a whole array's: their states only
-        return [self._view(self._job_row(j, project), detail=detail) for j in ids]
+        if len(ids) <= 100:  # with the attempts it stopped
+            return [self._view(self._job_row(j, project), detail=True) for j in ids]
+        ambient = ambient_secrets()  # a whole array's: their states, read together
+        return [self._view(row, detail=False, ambient=ambient) for row in self._jobs.jobs_by_ids(ids)]
 
     def _id_range(self, text: int | str, project: str | None) -> list[int] | None:
         """The ids of ``A-B`` when every one is a job (of ``project``), None when ``text`` is no range."""

@@ -200,11 +200,9 @@ def cancel(runtime: Runtime, job_ids: list[int], reason: str = "cancelled") -> N
 
     ``reason`` is the running attempts' end reason: ``cancelled`` (by a person or an agent)
     or ``stopped`` (by a research loop: early stopping, the loop's own end)."""
-    for job_id in job_ids:
-        if not runtime.jobs.request_cancel(job_id, FINAL):
-            continue
-        for att in runtime.jobs.active_attempt_numbers(job_id):
-            runtime.request_stop(job_id, att["n"], reason)
+    asked = runtime.jobs.request_cancel(job_ids, FINAL)
+    for att in runtime.jobs.active_attempt_numbers(asked):
+        runtime.request_stop(att["job_id"], att["n"], reason)
     runtime.tick(wait=False)
 
 

@@ -134,24 +134,49 @@ class JobStore:
                     c.executemany("INSERT INTO events(ts, job_id, attempt, kind, data) VALUES (?,?,1,?,'{}')",
                                   [(now, job_id, kind) for kind in ("submit", "launch", "end")])
 
-    def request_cancel(self, job_id: int, final: Iterable[str]) -> bool:
-        """Ask for a job's cancel (a queued job is cancelled at once), with its ``cancel`` event;
-        False when the job is already in a ``final`` state (nothing done)."""
-        with self.ledger.tx() as c:
-            job = c.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()
-            if job["state"] in final:
-                return False
-            c.execute("UPDATE jobs SET cancel_requested=1, updated_at=? WHERE id=?", (time.time(), job_id))
-            if job["state"] == "queued":
-                c.execute("UPDATE jobs SET state='cancelled', end_reason='cancelled', ended_at=? WHERE id=?",
-                          (time.time(), job_id))
-            Ledger.event(c, "cancel", job_id)
-        return True
+    def request_cancel(self, job_ids: list[int], final: Iterable[str], chunk: int = 1000) -> list[int]:
+        """Ask for these jobs' cancel (a queued job is cancelled at once), each with its ``cancel``
+        event, in transactions of ``chunk`` jobs (a whole array's without holding the ledger for
+        seconds); the ids asked for, in order: not those already in a ``final`` state (nothing done)."""
+        final = tuple(final)
+        job_ids = list(dict.fromkeys(job_ids))  # (an id named twice is asked for once)
+        asked: list[int] = []
+        for start in range(0, len(job_ids), chunk):
+            part = job_ids[start:start + chunk]
+            with self.ledger.tx() as c:
+                marks = ",".join("?" * len(part))
+                states = {r["id"]: r["state"] for r in c.execute(f"SELECT id, state FROM jobs WHERE id IN ({marks})",
+                                                                 tuple(part))}
+                now = time.time()
+                for job_id in part:
+                    state = states.get(job_id)
+                    if state is None or state in final:
+                        continue
+                    c.execute("UPDATE jobs SET cancel_requested=1, updated_at=? WHERE id=?", (now, job_id))
+                    if state == "queued":
+                        c.execute("UPDATE jobs SET state='cancelled', end_reason='cancelled', ended_at=? WHERE id=?",
+                                  (now, job_id))
+                    Ledger.event(c, "cancel", job_id)
+                    asked.append(job_id)
+        return asked
 
-    def active_attempt_numbers(self, job_id: int) -> list[sqlite3.Row]:
-        """The numbers (``n``) of a job's starting or running attempts."""
-        return self.ledger.query("SELECT n FROM attempts WHERE job_id=? AND state IN ('starting','running')",
-                                 (job_id,))
+    def active_attempt_numbers(self, job_ids: list[int], chunk: int = 500) -> list[sqlite3.Row]:
+        """``job_id`` and ``n`` of these jobs' starting or running attempts."""
+        rows: list[sqlite3.Row] = []
+        for start in range(0, len(job_ids), chunk):
+            part = job_ids[start:start + chunk]
+            rows += self.ledger.query(f"SELECT job_id, n FROM attempts WHERE job_id IN ({','.join('?' * len(part))}) "
+                                      "AND state IN ('starting','running') ORDER BY job_id, n", tuple(part))
+        return rows
+
+    def jobs_by_ids(self, job_ids: list[int], chunk: int = 500) -> list[sqlite3.Row]:
+        """The rows of these jobs, in the order asked (ids that are no job left out)."""
+        rows: dict[int, sqlite3.Row] = {}
+        for start in range(0, len(job_ids), chunk):
+            part = job_ids[start:start + chunk]
+            for r in self.ledger.query(f"SELECT * FROM jobs WHERE id IN ({','.join('?' * len(part))})", tuple(part)):
+                rows[r["id"]] = r
+        return [rows[j] for j in job_ids if j in rows]
 
     def job(self, job_id: int) -> sqlite3.Row | None:
         return self.ledger.one("SELECT * FROM jobs WHERE id=?", (job_id,))

@@ -117,3 +117,18 @@ def test_cli_array_prints_its_ids_and_wait_exits_with_the_highest_status(home: P
     bad = subprocess.run([*CLI, "submit", "--array", "0-3%zz", "--", "true"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "0-99%8" in bad.stderr and not bad.stdout
+
+
+def test_cancelling_a_whole_array_records_one_cancel_each_and_stops_the_running(api: Any, tmp_path: Path) -> None:
+    view = api.submit_array({"command": ["sleep", "30"], "workdir": str(tmp_path), "grace": "1s"}, "0-149%2")
+    ids = list(range(view.first_id, view.last_id + 1))
+    wait_for(lambda: sum(api.status(j).state == "running" for j in ids[:2]) == 2)
+    api.cancel([ids[-1]])  # one already final when the range comes
+    done = api.cancel([f"{ids[0]}-{ids[-1]}", str(ids[0])])  # (the first named twice)
+    assert [v.id for v in done] == [*ids, ids[0]]  # the views, in the order asked
+    counts = {r[0]: r[1] for r in api._ledger.query(
+        "SELECT job_id, count(*) FROM events WHERE kind='cancel' GROUP BY job_id")}
+    assert counts == {j: 1 for j in ids}  # one cancel each: the duplicate and the ended one asked for nothing
+    ends = [wait_state(api, j, "cancelled", timeout=30) for j in ids[:2]]
+    assert all(job.attempt_list[-1].end_reason == "cancelled" for job in ends)  # the running ones were stopped
+    assert all(api.status(j).state == "cancelled" and api.status(j).attempts == 0 for j in ids[2:])
