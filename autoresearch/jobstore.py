@@ -134,7 +134,7 @@ class JobStore:
                     c.executemany("INSERT INTO events(ts, job_id, attempt, kind, data) VALUES (?,?,1,?,'{}')",
                                   [(now, job_id, kind) for kind in ("submit", "launch", "end")])
 
-    def request_cancel(self, job_ids: list[int], final: Iterable[str], chunk: int = 1000) -> list[int]:
+    def request_cancel(self, job_ids: list[int], final: Iterable[str], chunk: int = 500) -> list[int]:
         """Ask for these jobs' cancel (a queued job is cancelled at once), each with its ``cancel``
         event, in transactions of ``chunk`` jobs (a whole array's without holding the ledger for
         seconds); the ids asked for, in order: not those already in a ``final`` state (nothing done)."""
