@@ -58,6 +58,10 @@ def register(server: Any, ctx: ToolContext) -> None:
         mounts: Annotated[dict[str, str] | None, Field(description=(
             "{target: source}: target is linked to source inside the workdir; both relative to the server's "
             "root."))] = None,
+        array: Annotated[str, Field(max_length=10_000, description=(
+            "Run it as a job array (as sbatch --array): one job per index, each with $AUTORESEARCH_ARRAY_INDEX, "
+            "e.g. '0-9' (10 jobs, seeds 0 to 9), '1,3,5-7', '0-98:2'; '%N' at the end runs at most N at once "
+            "('0-99%8'). Empty: one job."))] = "",
     ) -> SubmitResult:
         """Submit a job (a command to run on the cluster) and return at once with its id.
 
@@ -81,6 +85,14 @@ def register(server: Any, ctx: ToolContext) -> None:
             for target in mounts:
                 ctx.relative_path(target, "mounts target")
             spec["mounts"] = {t: ctx.relative_path(s, f"mounts[{t!r}]") for t, s in mounts.items()}
+        if array:  # a batch of its own: one transaction, one pass
+            arr = await anyio.to_thread.run_sync(ctx.api.submit_array, spec, array, project)
+            first = await anyio.to_thread.run_sync(lambda: ctx.api.status(arr.first_id, project=project, refresh=False))
+            return SubmitResult(id=arr.first_id, state=first.state, name=first.name, warnings=arr.warnings,
+                                last_id=arr.last_id, count=arr.count,
+                                next_step=f"jobs {arr.first_id} to {arr.last_id} (indices {arr.indices}): "
+                                          f"list_jobs to follow them, status(job_id=N) for one; "
+                                          f"cancel(job_id={arr.first_id}, last_job_id={arr.last_id}) stops them all")
         view = await submits.submit(spec, project)  # with the submits that arrive meanwhile (tools/_batch.py)
         return SubmitResult(id=view.id, state=view.state, name=view.name, warnings=view.warnings,
                             next_step=f"call status(job_id={view.id}) to follow it, logs(job_id={view.id}) for "
@@ -132,7 +144,9 @@ def register(server: Any, ctx: ToolContext) -> None:
     @server.tool(annotations=ToolAnnotations(title="Cancel a job", read_only_hint=False, destructive_hint=True,
                                              idempotent_hint=True, open_world_hint=False))
     @tool_errors
-    def cancel(job_id: JobId) -> CancelResult:
+    def cancel(job_id: JobId, last_job_id: Annotated[int | None, Field(ge=1, description=(
+            "Cancel job_id through last_job_id (a job array's ids, as submit returned them); every id in the "
+            "range must be a job of yours, or nothing is cancelled."))] = None) -> CancelResult:
         """Cancel a job: a queued job never starts; a running one gets SIGTERM, then SIGKILL after its grace period.
 
         Use it to stop a run that is diverging, stuck or no longer needed. Cancelling a job
@@ -140,6 +154,15 @@ def register(server: Any, ctx: ToolContext) -> None:
         while the running attempt shuts down.
         """
         ctx.require_write("cancel")
+        if last_job_id is not None:
+            views = ctx.api.cancel([f"{job_id}-{last_job_id}"], project=ctx.caller_project())
+            states: dict[str, int] = {}
+            for v in views:
+                key = "cancelling" if v.cancelling else v.state
+                states[key] = states.get(key, 0) + 1
+            return CancelResult(id=job_id, state=views[0].state, cancelling=any(v.cancelling for v in views),
+                                states=states, next_step=f"call list_jobs to see jobs {job_id} to {last_job_id} "
+                                                         "reach 'cancelled'")
         view = ctx.api.cancel([job_id], project=ctx.caller_project())[0]
         if view.state in ("succeeded", "failed") and not view.cancelling:
             step = f"job {job_id} had already ended ({view.state}); nothing was changed"

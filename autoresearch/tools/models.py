@@ -94,6 +94,9 @@ class SubmitResult(BaseModel):
     name: str
     next_step: str
     warnings: list[str] = Field(default_factory=list, description="e.g. no node can run it now (all cordoned).")
+    last_id: int | None = Field(default=None, description="An array's last job: its jobs are id to last_id, "
+                                                          "in index order.")
+    count: int | None = Field(default=None, description="An array's number of jobs.")
 
 
 class StatusResult(BaseModel):
@@ -140,6 +143,8 @@ class CancelResult(BaseModel):
     state: str
     cancelling: bool = Field(description="True while a running attempt is being stopped (SIGTERM, grace, SIGKILL).")
     next_step: str
+    states: dict[str, int] | None = Field(default=None, description="With last_job_id: how many of the range "
+                                                                    "are in each state now.")
 
 
 class Node(BaseModel):

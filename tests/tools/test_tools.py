@@ -232,3 +232,21 @@ def test_tool_errors_never_leak_a_traceback(api: Any, workdir: Path, monkeypatch
     result = anyio.run(call, build_server(api, root=workdir), "cluster_status")
     assert result.is_error and "secret" not in text(result) and "Traceback" not in text(result)
     assert "hint:" in text(result)
+
+
+async def test_an_array_is_one_submit_and_one_cancel(server: Any, api: Any, workdir: Path) -> None:
+    sub = await ok(server, "submit", {"command": ["sh", "-c", 'echo "$AUTORESEARCH_ARRAY_INDEX" > "i.$AUTORESEARCH_ARRAY_INDEX"'],
+                                      "name": "seed", "array": "0-2"})
+    assert (sub["count"], sub["last_id"] - sub["id"]) == (3, 2) and sub["name"] == "seed[0]"
+    assert f"cancel(job_id={sub['id']}, last_job_id={sub['last_id']})" in sub["next_step"]
+    for job_id in range(sub["id"], sub["last_id"] + 1):
+        wait_state(api, job_id, "succeeded")
+    assert sorted(p.read_text() for p in workdir.glob("i.*")) == ["0\n", "1\n", "2\n"]
+    held = await ok(server, "submit", {"command": ["sleep", "30"], "array": "0-3%1"})
+    bad = await call(server, "cancel", {"job_id": held["id"], "last_job_id": held["last_id"] + 1})
+    assert bad.is_error and f"no job {held['last_id'] + 1}" in text(bad)  # nothing was cancelled
+    assert api.status(held["id"] + 3).state == "queued"
+    done = await ok(server, "cancel", {"job_id": held["id"], "last_job_id": held["last_id"]})
+    assert sum(done["states"].values()) == 4 and done["states"].get("queued") is None
+    wrong = await call(server, "submit", {"command": ["true"], "array": "0-9%0"})
+    assert wrong.is_error and "0-99%8" in text(wrong)  # the grammar, in the hint
