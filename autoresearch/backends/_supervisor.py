@@ -52,6 +52,11 @@ NEVER_STARTED = "supervisor never started"
 ACK_WAIT_S = 3.0  # how long a poked watcher has to record the ending (the docker waiter's bound)
 ACK_MAX_S = 30.0  # a local supervisor waits as long as somebody listens (a busy pass daemon), up to this
 LISTEN_CHECK_S = 0.5  # how often it checks that somebody still listens; nobody: it runs the pass itself
+# A pass daemon started this recently may still be importing (autoresearch.passd.SPAWN_GRACE_S, the
+# same figure): an ending nobody hears yet waits for it to listen, rather than start an interpreter
+# for its own pass (~130 ms of CPU; the first wave of a big batch of short jobs, dozens at once).
+DAEMON_GRACE_S = 2.0
+DAEMON_LOOK_S = 0.02  # how often it looks for the starting daemon's listener
 # The listener's pass nudges a supervisor waiting for its ``reaped`` with this signal (release():
 # nudge), so the wait sleeps instead of polling the file 50 times a second. Ignored by default:
 # a nudge that reaches another process (a reused pid) does nothing.
@@ -487,7 +492,7 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
     os.close(log_fd)
     fifo = req.get("wake_fifo")
     _signal.signal(ACK_SIGNAL, _wake)  # before the poke: a nudge wakes the select below
-    if _poke(fifo, req.get("key")):
+    if _poke(fifo, req.get("key")) or _poke_starting(fifo, req.get("key")):
         # A watcher that dies right after our poke would leave the ending unrecorded until
         # somebody's next call: wait for its acknowledgement, else run the pass ourselves. A
         # listener that is still there may be busy (a pass launching dozens): it gets longer.
@@ -596,6 +601,24 @@ def _poke(fifo: str | None, key: object = None) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def _poke_starting(fifo: str | None, key: object = None) -> bool:
+    """:func:`_poke` once a pass daemon started less than ``DAEMON_GRACE_S`` ago listens (its
+    ``passd.<fifo>.started`` stamp, which ``passd.ensure`` touches when it starts one); False at once
+    when none was started lately, or when it does not listen by the end of that grace."""
+    if not fifo:
+        return False
+    stamp = os.path.join(os.path.dirname(fifo), f"passd.{os.path.basename(fifo)}.started")
+    try:
+        until = os.lstat(stamp).st_mtime + DAEMON_GRACE_S
+    except OSError:
+        return False
+    while time.time() < until:
+        time.sleep(DAEMON_LOOK_S)
+        if _poke(fifo, key):
+            return True
+    return False
 
 
 def nudge(state: dict[str, Any] | None) -> None:
