@@ -611,9 +611,12 @@ def _poke_starting(fifo: str | None, key: object = None) -> bool:
         return False
     stamp = os.path.join(os.path.dirname(fifo), f"passd.{os.path.basename(fifo)}.started")
     try:
-        until = os.lstat(stamp).st_mtime + DAEMON_GRACE_S
+        age = time.time() - os.lstat(stamp).st_mtime
     except OSError:
         return False
+    if not 0 <= age < DAEMON_GRACE_S:  # (a stamp from the future, planted or skewed: no wait at all)
+        return False
+    until = time.time() + DAEMON_GRACE_S - age
     while time.time() < until:
         time.sleep(DAEMON_LOOK_S)
         if _poke(fifo, key):

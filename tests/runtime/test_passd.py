@@ -199,3 +199,46 @@ def test_the_daemon_and_the_syncer_start_through_one_detaching_helper(api: Any, 
     monkeypatch.delenv("AUTORESEARCH_TRACKING", raising=False)
     assert passd.ensure(api._runtime) and outbox.kick(home)
     assert [argv[2] for argv in started] == ["autoresearch.passd", "autoresearch.tracking"]
+
+
+def test_an_ending_waits_for_a_starting_daemon_only_within_its_grace(tmp_path: Path) -> None:
+    import threading
+
+    from autoresearch.backends._supervisor import DAEMON_GRACE_S, _poke_starting
+
+    fifo = tmp_path / "wake.fifo"
+    os.mkfifo(fifo)
+    stamp = tmp_path / "passd.wake.fifo.started"
+    now = time.time()
+    for mtime in (None, now + 3600, now - DAEMON_GRACE_S - 1):  # none started; a stamp from the future; long ago
+        if mtime is not None:
+            stamp.touch()
+            os.utime(stamp, (mtime, mtime))
+        t0 = time.monotonic()
+        assert not _poke_starting(str(fifo), "1.1") and time.monotonic() - t0 < 0.1  # no wait at all
+    os.utime(stamp, (now - DAEMON_GRACE_S + 0.3,) * 2)  # started a moment ago and never listens
+    t0 = time.monotonic()
+    assert not _poke_starting(str(fifo), "1.1")
+    assert 0.1 < time.monotonic() - t0 < 1.5  # the rest of the grace, not more
+    os.utime(stamp)  # just started; it listens 0.3 s later
+    got: list[bytes] = []
+
+    def listen() -> None:
+        time.sleep(0.3)
+        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        deadline = time.monotonic() + 3
+        while not got and time.monotonic() < deadline:
+            try:
+                data = os.read(fd, 64)
+            except BlockingIOError:
+                data = b""
+            if data:
+                got.append(data)
+            time.sleep(0.01)
+        os.close(fd)
+
+    reader = threading.Thread(target=listen)
+    reader.start()
+    assert _poke_starting(str(fifo), "7.2")
+    reader.join()
+    assert got == [b"\ne7.2\n"]  # the ending, handed to it
