@@ -66,8 +66,9 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
         return []
     for job in jobs:
         runtime.backend.check(job)  # what the backend cannot do is refused here, never retried
+    node_rows: list[Any] | None = None  # as check_capacity read them: our pass places onto these
     for gpus, nodes, priority in sorted({(job.gpus, job.nodes, job.priority) for job in jobs}):
-        check_capacity(runtime, gpus, nodes, project, priority)
+        node_rows = check_capacity(runtime, gpus, nodes, project, priority)
     from autoresearch import isolation  # submits only: reads stay light
 
     policy = isolation.job_policy(ledger, project, runtime.backend)  # fails closed
@@ -97,12 +98,12 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
     # per batch. (An ending recorded before this read left room here: then we place as ever.)
     placed_elsewhere = group is not None and max_running is not None and \
         runtime.jobs.group_room([group]).get(group, 1) <= 0
-    checked = runtime.backend.capabilities.places  # check_capacity refreshed the nodes just now
     if ((place() if callable(place) else place) and not placed_elsewhere
-            and not runtime.tick(wait=False, nodes=not checked, due=True)
+            and not runtime.tick(wait=False, nodes=True if node_rows is None else node_rows, due=True)
             and not wake(runtime.ledger.home, runtime.backend.name)):
         runtime.tick(due=True)
-    sizes = runtime.jobs.node_sizes(runtime.backend.name) if runtime.backend.capabilities.places else []
+    sizes = (node_rows if node_rows is not None else runtime.jobs.node_sizes(runtime.backend.name)) \
+        if runtime.backend.capabilities.places else []
     for job_id, job in zip(job_ids, jobs, strict=True):  # (the nodes read once for the batch, not once a job)
         warn_if_unschedulable(runtime, job_id, job.gpus, job.nodes, sizes)
     if len(jobs) == 1:
@@ -162,12 +163,14 @@ def warn_if_unschedulable(runtime: Runtime, job_id: int, gpus: int, nodes: int,
 USABLE = ("healthy", "degraded")  # node states the scheduler places onto
 
 
-def check_capacity(runtime: Runtime, gpus: int, nodes: int, project: str = "", priority: str = "normal") -> None:
+def check_capacity(runtime: Runtime, gpus: int, nodes: int, project: str = "", priority: str = "normal") -> \
+        list[Any] | None:
     """Refuse a request no node (or not enough nodes) could ever hold, or its project's quota
-    never lets run (autoresearch/shares.py)."""
+    never lets run (autoresearch/shares.py). The nodes' rows it refreshed (None: the backend places
+    its jobs itself, and no node was read)."""
     if not runtime.backend.capabilities.places:
-        return
-    runtime.refresh_nodes()
+        return None
+    rows = runtime.refresh_nodes()
     for node, other in runtime.node_clash.items():
         raise SpecError(f"backend {runtime.backend.name!r} reports node {node!r}, which backend {other!r} of this "
                         "home reports already (node names are unique in a home)",
@@ -175,7 +178,6 @@ def check_capacity(runtime: Runtime, gpus: int, nodes: int, project: str = "", p
                              "(two backends on one machine also share its GPUs: give each its own, or use one)")
     # Capacity is what exists, cordoned or not (a cordoned node comes back); the wait for
     # a usable one is the queue's business, as with Slurm's drained nodes.
-    rows = runtime.jobs.node_sizes(runtime.backend.name)
     largest = max((r["gpus"] for r in rows), default=0)
     if gpus > largest:
         if not largest:
@@ -200,6 +202,7 @@ def check_capacity(runtime: Runtime, gpus: int, nodes: int, project: str = "", p
     from autoresearch import shares
 
     shares.check(shares.load(runtime.ledger.home), sum(r["gpus"] for r in rows), project, priority, gpus, nodes)
+    return rows
 
 
 def cancel(runtime: Runtime, job_ids: list[int], reason: str = "cancelled") -> None:

@@ -188,13 +188,14 @@ class JobStore:
         """Name, GPUs and state of ``backend``'s nodes (cordoned or not)."""
         return self.ledger.query("SELECT name, gpus, state FROM nodes WHERE backend=?", (backend,))
 
-    def node_owners(self, names: list[str], backend: str) -> dict[str, str]:
-        """Which of ``names`` another backend of this home already reports (node name -> that backend)."""
-        if not names:
-            return {}
-        rows = self.ledger.query(f"SELECT name, backend FROM nodes WHERE backend!=? AND name IN "
-                                 f"({','.join('?' * len(names))})", (backend, *names))
-        return {r["name"]: r["backend"] for r in rows}
+    def nodes_and_owners(self, backend: str, names: list[str]) -> tuple[list[sqlite3.Row], dict[str, str]]:
+        """The rows of ``backend``'s nodes, and which of ``names`` another backend of this home already
+        reports (node name -> that backend): one read, a pass's."""
+        marks = ",".join("?" * len(names))
+        rows = self.ledger.query(f"SELECT * FROM nodes WHERE backend=? OR name IN ({marks})" if names else
+                                 "SELECT * FROM nodes WHERE backend=?", (backend, *names))
+        return [r for r in rows if r["backend"] == backend], {r["name"]: r["backend"] for r in rows
+                                                               if r["backend"] != backend}
 
     def jobs_page(self, state: str | None, experiment: str | None, project: str | None, cursor: int | None,
                   limit: int) -> list[sqlite3.Row]:

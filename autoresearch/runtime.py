@@ -110,26 +110,30 @@ class Runtime:
 
     # -- the pass -----------------------------------------------------------------------
 
-    def tick(self, wait: bool = True, nodes: bool = True, only: Collection[tuple[int, int]] | None = None,
+    def tick(self, wait: bool = True, nodes: bool | list[Any] = True, only: Collection[tuple[int, int]] | None = None,
              due: bool = False) -> bool:
         """Reconcile, refresh nodes, schedule. False if skipped (another pass is running). ``nodes=False``:
-        the caller refreshed the nodes a moment ago (a submit's capacity check): not again. ``only``:
-        the attempts (job id, n) heard ending (their supervisors' pokes): the reconcile polls them and
-        the starting ones, not every running attempt (a loop's controller, between whole passes).
-        ``due``: the caller just changed what placement depends on (a submit): place, without asking
-        whether anything changed since the last placement (its mark: a file and two reads)."""
+        the caller refreshed the nodes a moment ago (a submit's capacity check): not again; or their rows
+        as it read them (:meth:`refresh_nodes`), which the placement then uses unless this pass recorded an
+        ending or ran a health check (either may cordon a node). ``only``: the attempts (job id, n) heard
+        ending (their supervisors' pokes): the reconcile polls them and the starting ones, not every running
+        attempt (a loop's controller, between whole passes). ``due``: the caller just changed what placement
+        depends on (a submit): place, without asking whether anything changed since the last placement
+        (its mark: a file and two reads)."""
         with self.ledger.pass_lock(wait=wait) as locked:
             if not locked:
                 return False
-            self.reconcile(only)
+            active = self.reconcile(only)
+            rows = None if active is None or nodes is True or nodes is False else nodes
             try:
-                if nodes:
-                    self.refresh_nodes()
+                if nodes is True:
+                    rows = self.refresh_nodes()
             except BackendError:
                 return True  # the engine does not answer (slurmctld down): nothing can start; queued jobs wait
-            self.monitor()
+            if self.monitor(active):
+                rows = None  # its checks may have cordoned a node: read them again
             if due or (self.jobs.any_queued(self.backend.name) and self._placement_due()):
-                self.schedule()
+                self.schedule(node_rows=rows, submitted=due)
                 self._placement_done()
             return True
 
@@ -174,14 +178,16 @@ class Runtime:
         except OSError:
             pass  # the next pass places again
 
-    def reconcile(self, only: Collection[tuple[int, int]] | None = None) -> None:
+    def reconcile(self, only: Collection[tuple[int, int]] | None = None) -> list[Any] | None:
         """Poll every active attempt; record the ones that began running in one transaction and the
         ones that ended in another (a pass after a wake finds dozens: one transaction, not dozens).
-        ``only``: poll these attempts and the starting ones alone (:meth:`tick`)."""
+        ``only``: poll these attempts and the starting ones alone (:meth:`tick`). The active attempts as
+        read when nothing ended (None when something did: they changed)."""
         running: list[tuple[int, int, float]] = []
         ended: list[tuple[Any, AttemptStatus]] = []
         stopping: list[Any] = []  # told to stop (or their job cancelled): sent again if never heard
-        for att in self.jobs.active_attempts(self.backend.name):
+        active = self.jobs.active_attempts(self.backend.name)
+        for att in active:
             if only is not None and att["state"] != "starting" and (att["job_id"], att["n"]) not in only:
                 continue
             if att["stop_reason"] is not None or att["cancel_requested"]:
@@ -200,6 +206,7 @@ class Runtime:
             if (att["job_id"], att["n"]) not in gone:
                 with surviving(self.ledger, self.backend, "stop", att["job_id"], att["n"]):
                     self._stop_again_if_unheard(att)
+        return None if ended else active
 
     # A stop is recorded before it is sent (write-ahead). A process killed between the two (a
     # controller's kill -9, an interrupted `cancel`, a pass that preempts) leaves an attempt that
@@ -236,48 +243,55 @@ class Runtime:
             self._health = Health(self.ledger, self.backend)
         return self._health
 
-    def monitor(self) -> None:
+    def monitor(self, active: list[Any] | None = None) -> bool:
         """The runtime monitor's round (rate-limited per node; most passes find nothing due, and
-        then do not even load the health checks: a fresh on-exit process stays light)."""
-        active = self.jobs.active_attempts(self.backend.name)
+        then do not even load the health checks: a fresh on-exit process stays light). ``active``: the
+        active attempts as this pass read them (else read here). Whether it ran the checks."""
+        if active is None:
+            active = self.jobs.active_attempts(self.backend.name)
         waiting = self.jobs.any_health_cordon()  # a passing check may lift it (uncordon: preflight)
         if not active and not waiting:
-            return
+            return False
         now = time.time()
         due = {r["name"] for r in self.jobs.nodes(self.backend.name) if (r["poll_due_at"] or 0) <= now}
         if waiting or any(a["node"] in due for a in active):
-            self.health.monitor(active)
+            self.health.monitor(self.jobs.active_attempts(self.backend.name))  # as they are now
+            return True
+        return False
 
-    def refresh_nodes(self) -> None:
+    def refresh_nodes(self) -> list[Any]:
+        """Record the nodes the backend reports now; their rows as recorded (what a pass places onto)."""
         now = time.time()
         seen = self.backend.nodes()
+        rows, owners = self.jobs.nodes_and_owners(self.backend.name, [n.name for n in seen])
         # Nodes are named once per home: a name another backend reports stays that backend's (no
         # tug of war on every pass); a submit to this one is refused naming the clash (jobs.check_capacity).
-        self.node_clash = {node: owner for node, owner in
-                           self.jobs.node_owners([n.name for n in seen], self.backend.name).items()
+        self.node_clash = {node: owner for node, owner in owners.items()
                            if _still_exists(owner, self.ledger.home)}  # a removed profile's node is taken over
         if self.node_clash:
             seen = [n for n in seen if n.name not in self.node_clash]
-        known = {r["name"]: (r["gpu_ids"], r["cpus"], r["memory"], r["state"], r["reason"])
-                 for r in self.jobs.nodes(self.backend.name)}
+        known = {r["name"]: (r["gpu_ids"], r["cpus"], r["memory"], r["state"], r["reason"]) for r in rows}
         current = {n.name: (json.dumps(n.gpu_ids), n.cpus, n.memory) for n in seen}
         # An engine that schedules itself (Slurm) owns its nodes' state: a drain there is a cordon here.
         states = None if self.backend.capabilities.places else {n.name: engine_node_state(n) for n in seen}
         if set(known) == set(current) and all(
                 known[k][:3] == v and known[k][3] != "down" and (states is None or known[k][3:] == states[k])
                 for k, v in current.items()):
-            return  # nothing changed: no write on the read path
+            return rows  # nothing changed: no write on the read path
         self.jobs.save_nodes(self.backend.name, seen, now, states)
+        return self.jobs.nodes(self.backend.name)
 
-    def schedule(self, rounds: int = 3) -> S.Decisions | None:
+    def schedule(self, rounds: int = 3, node_rows: list[Any] | None = None,
+                 submitted: bool = False) -> S.Decisions | None:
         """Place what is queued and start it; None when nothing is queued (most passes: an attempt
-        ended, a read), which then imports no scheduler."""
+        ended, a read), which then imports no scheduler. ``node_rows``: the nodes' rows as this pass
+        read them (else read here); ``submitted``: the caller just queued a job (a submit): no need to ask."""
         now = time.time()
-        if not self.jobs.any_queued(self.backend.name):
+        if not submitted and not self.jobs.any_queued(self.backend.name):
             return None
         from autoresearch import scheduler as S
 
-        rows = {r["name"]: r for r in self.jobs.nodes(self.backend.name)}
+        rows = {r["name"]: r for r in (node_rows if node_rows is not None else self.jobs.nodes(self.backend.name))}
         nodes = [
             S.NodeState(r["name"], tuple(json.loads(r["gpu_ids"])), r["cpus"], r["memory"],
                         r["state"] in ("healthy", "degraded"), r["state"] == "degraded")

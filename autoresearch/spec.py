@@ -6,11 +6,13 @@ everything after that reads plain rows, so status reads never import pydantic.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import re
 import shlex
+import stat
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -400,15 +402,29 @@ def make_spec(data: dict[str, Any], *, check_paths: bool = True, containers: boo
     return spec
 
 
+def _is_dir(path: str) -> bool:
+    """Path.is_dir: False for a path that is missing, not a directory or loops; an error such as a name
+    too long raises (the caller words it)."""
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError as err:
+        if err.errno in (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP):
+            return False
+        raise
+    except ValueError:
+        return False
+
+
 def _check_paths(spec: JobSpec, containers: bool = False, workdirs: dict[str, str] | None = None) -> None:
     known = workdirs.get(spec.workdir) if workdirs is not None else None
     if known is not None:
         spec.workdir = known
     else:
-        given, workdir = spec.workdir, Path(spec.workdir).expanduser()
-        if not workdir.is_dir():
+        # (os.path, not pathlib: Path.resolve is os.path.realpath, and every submit comes here)
+        given, workdir = spec.workdir, os.path.expanduser(spec.workdir) or "."  # (Path("") is ".")
+        if not _is_dir(workdir):
             raise SpecError(f"workdir {spec.workdir!r} does not exist", hint="create it, or pass an existing --workdir")
-        spec.workdir = str(workdir.resolve())
+        spec.workdir = os.path.realpath(workdir)
         if workdirs is not None:
             workdirs[given] = spec.workdir
     for target, source in spec.mounts.items():

@@ -64,6 +64,19 @@ def local_gpu_ids() -> tuple[str, ...]:
     return _nvml_gpus()
 
 
+HOST_SIZE_S = 10.0  # how long this process trusts its read of the host's CPUs and memory
+_host: list[Any] = [-HOST_SIZE_S, 1.0, 0]  # [read at (monotonic), cpus, memory MB]
+
+
+def _host_size() -> tuple[float, int]:
+    """This host's CPUs and memory (MB), read again every ``HOST_SIZE_S``: every submit and pass asks
+    (os.cpu_count reads /sys each time), and they change only when the machine is resized."""
+    now = time.monotonic()
+    if now - _host[0] >= HOST_SIZE_S:
+        _host[:] = [now, float(os.cpu_count() or 1), _memory_mb()]
+    return _host[1], _host[2]
+
+
 def _memory_mb() -> int:
     try:
         return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20)
@@ -96,7 +109,7 @@ class LocalBackend(Backend):
         self._logs: dict[str, str] = {}  # external id -> its log's path (from its request.json)
 
     def nodes(self) -> list[NodeInfo]:
-        return [NodeInfo(self.node_name, local_gpu_ids(), float(os.cpu_count() or 1), _memory_mb())]
+        return [NodeInfo(self.node_name, local_gpu_ids(), *_host_size())]
 
     def start(self, request: LaunchRequest) -> str:
         members = gang_members(request)

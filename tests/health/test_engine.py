@@ -274,3 +274,32 @@ def test_a_hand_uncordon_forgives_old_findings_but_a_fault_that_is_still_there_c
     api._runtime.tick()
     assert view(api, second).state in ("starting", "running")
     assert fake.attempt(f"{second}.1").request.node == "fake-0"
+
+
+def test_a_node_the_monitor_cordons_in_a_pass_gets_nothing_that_pass_places(home: Path, fleet: Fleet) -> None:
+    """A pass places onto the node rows it read before its monitor round only when the round ran no
+    check: a fault found in that round (here by the submit's own pass) keeps the job off the node,
+    though its preflight result of a moment ago, cached in the row read before, said it passed."""
+    api, fake = setup(home)
+    first = submit(api, gpus=4)
+    node = fake.attempt(f"{first}.1").request.node
+    other = next(n for n in ("fake-0", "fake-1") if n != node)
+    fleet.set(node, "xid79")  # best fit would put 4 more GPUs there; the monitor is due on it
+    second = submit(api, gpus=4)
+    assert node_states(api)[node][0] == "cordoned"
+    assert fake.attempt(f"{second}.1").request.node == other
+
+
+def test_a_node_an_ending_cordons_in_a_submits_pass_gets_nothing_that_pass_places(home: Path, fleet: Fleet) -> None:
+    """A submit's pass that records an ending whose infra failure cordons the node places nothing there
+    (not onto the node rows the submit read for its capacity check, before that ending)."""
+    configure(home, "cordon_after: 1")
+    api, fake = setup(home)
+    first = submit(api, gpus=8, max_retries=0)
+    node = fake.attempt(f"{first}.1").request.node
+    submit(api, gpus=8)  # the other node is full
+    api._runtime.tick()  # both nodes polled: no monitor round is due in the next pass
+    fake.fail(f"{first}.1", "supervisor died")  # heard by the next pass: the submit's
+    third = submit(api, gpus=8)
+    assert node_states(api)[node][0] == "cordoned"
+    assert (view(api, third).state, view(api, third).attempts) == ("queued", 0)

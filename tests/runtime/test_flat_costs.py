@@ -86,6 +86,22 @@ def test_submit_ending_and_reads_cost_the_same_at_100_and_2000_jobs_in_the_ledge
     assert small == large, f"per-event cost grows with the ledger: {small} vs {large}"
 
 
+def test_a_submit_reads_the_node_table_once(tmp_path: Path) -> None:
+    """The capacity check refreshes the nodes; the submit's own pass places onto those rows (it recorded
+    no ending and ran no health check in between) and its warnings read them too: one read of the
+    backend's nodes, not one per step (five before). A pass on its own reads them once as well."""
+    api, fake = engine(tmp_path / "h", 0)
+    with counted(api) as c:
+        job = int(api.submit({**SPEC, "gpus": 1}).id)
+    reads = [s for s in c.statements if "FROM nodes WHERE backend" in s]
+    assert len(reads) == 1, reads
+    assert api.status(job, refresh=False).state == "starting"
+    fake.finish(f"{job}.1", 0)
+    with counted(api) as c:
+        api._runtime.tick()
+    assert len([s for s in c.statements if "FROM nodes WHERE backend" in s]) == 1, c.statements
+
+
 def queued_read_cost(home: Path, queued: int) -> tuple[int, int]:
     api, _ = engine(home, 0)
     blocker = int(api.submit({**SPEC, "gpus": 1}).id)  # holds the only GPU: the rest queue
