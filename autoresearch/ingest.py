@@ -15,7 +15,7 @@ import json
 import os
 import stat
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from autoresearch import metrics as M
 from autoresearch.backends import Backend
@@ -64,15 +64,34 @@ def _read(ledger: Ledger, backend: Backend, att: Any) -> tuple[bytes, bytes, str
         return b"", l_chunk, ""
     except OSError as err:
         return b"", l_chunk, f"its metrics file cannot be opened ({err.strerror}; a link?)"
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a directory by raising
+        os.close(fd)
+        return b"", l_chunk, "its metrics file is not a regular file"
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return b"", l_chunk, "its metrics file is not a regular file"
         f.seek(att["metrics_offset"])
         return f.read(LOG_CHUNK), l_chunk, ""
 
 
 def _ingest_chunk(ledger: Ledger, backend: Backend, att: Any, final: bool) -> bool:
     """One chunk of each source; True when there is more to read right away."""
+    chunk = _parse_chunk(ledger, backend, att, final)
+    if chunk is None:
+        return False
+    if not JobStore(ledger).store_points(*chunk.store):
+        return False  # another process ingested this chunk
+    if chunk.log_lines:
+        _health_signatures(ledger, backend, att, chunk.log_lines)
+    return chunk.more
+
+
+class _Chunk(NamedTuple):
+    store: tuple[Any, ...]  # JobStore.store_points's arguments
+    log_lines: list[str]  # the log's lines, for the health scan
+    more: bool  # a source filled the chunk: there is more to read right away
+
+
+def _parse_chunk(ledger: Ledger, backend: Backend, att: Any, final: bool) -> _Chunk | None:
+    """The next chunk of each source, read and parsed (not stored); None when there is nothing new."""
     m_off, l_off = att["metrics_offset"], att["log_offset"]
     m_chunk, l_chunk, problem = _read(ledger, backend, att)
     counters: dict[str, int] = json.loads(att["log_steps"] or "{}")
@@ -87,18 +106,44 @@ def _ingest_chunk(ledger: Ledger, backend: Backend, att: Any, final: bool) -> bo
         m_lines = [line[len(MARK):] for line in l_lines if line.startswith(MARK)]
         l_lines = [line for line in l_lines if not line.startswith(MARK)]
     if not m_used and not l_used and not drops.count:
-        return False
+        return None
     now = time.time()
     rows = [(att["job_id"], att["n"], p.name, p.step, p.value, p.ts, "report")
             for p in M.parse_report_lines(m_lines, counters, now, drops)]
     rows += [(att["job_id"], att["n"], p.name, p.step, p.value, p.ts, "log")
              for p in M.parse_log_lines(l_lines, counters, now, drops)]
-    if not JobStore(ledger).store_points(att, (m_off, l_off), rows, (m_off + m_used, l_off + l_used), counters,
-                                         (drops.count, drops.reason)):
-        return False  # another process ingested this chunk
-    if l_lines:
-        _health_signatures(ledger, backend, att, l_lines)
-    return m_full or l_full
+    return _Chunk((att, (m_off, l_off), rows, (m_off + m_used, l_off + l_used), counters, (drops.count, drops.reason)),
+                  l_lines, m_full or l_full)
+
+
+def ingest_final_many(ledger: Ledger, backend: Backend, atts: list[Any]) -> set[tuple[int, int]]:
+    """The last points of attempts that ended, as :func:`ingest_attempt` with ``final``, in one
+    transaction for all whose rest fits in one chunk (a pass that records a dozen endings of short
+    trials: one, not a dozen). The (job id, attempt) it ingested to the end; the others (a longer rest,
+    a chunk it could not read or parse, one another process ingested first) are left to
+    :func:`ingest_attempt`, which words what goes wrong."""
+    done: set[tuple[int, int]] = set()
+    chunks: list[_Chunk] = []
+    for att in atts:
+        try:
+            chunk = _parse_chunk(ledger, backend, att, True)
+        except LedgerError:
+            raise
+        except Exception:  # noqa: BLE001, S112 - ingest_attempt reads it again and records why it cannot
+            continue
+        if chunk is None:
+            done.add((att["job_id"], att["n"]))  # nothing new since the last read: ingested
+        elif not chunk.more:
+            chunks.append(chunk)
+    stored = JobStore(ledger).store_points_many([chunk.store for chunk in chunks]) if chunks else []
+    for chunk, ok in zip(chunks, stored, strict=True):
+        if not ok:
+            continue
+        att = chunk.store[0]
+        done.add((att["job_id"], att["n"]))
+        if chunk.log_lines:
+            _health_signatures(ledger, backend, att, chunk.log_lines)
+    return done
 
 
 def _health_signatures(ledger: Ledger, backend: Backend, att: Any, lines: list[str]) -> None:

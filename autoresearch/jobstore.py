@@ -555,16 +555,25 @@ class JobStore:
         """Store a chunk's metric points and move the attempt's read offsets past it, with its
         dropped points (count, first reason) as a warning; False (and nothing written) when
         another process has moved the offsets since ``offsets`` were read."""
+        return self.store_points_many([(att, offsets, rows, new_offsets, counters, drops)])[0]
+
+    def store_points_many(self, chunks: list[tuple[Any, ...]]) -> list[bool]:
+        """:meth:`store_points` for chunks of several attempts (its arguments, one tuple each), in one
+        transaction; for each, whether it was stored."""
+        out = []
         with self.ledger.tx() as c:
-            if not _still_at(c, att, *offsets):
-                return False  # another process ingested this chunk
-            c.executemany("INSERT INTO metrics(job_id, attempt, name, step, value, ts, source) "
-                          "VALUES (?,?,?,?,?,?,?)", rows)
-            c.execute("UPDATE attempts SET metrics_offset=?, log_offset=?, log_steps=? WHERE job_id=? AND n=?",
-                      (*new_offsets, json.dumps(counters), att["job_id"], att["n"]))
-            if drops[0]:
-                self.note(c, "metrics_dropped", att["job_id"], att["n"], drops[1], drops[0])
-        return True
+            for att, offsets, rows, new_offsets, counters, drops in chunks:
+                if not _still_at(c, att, *offsets):
+                    out.append(False)  # another process ingested this chunk
+                    continue
+                c.executemany("INSERT INTO metrics(job_id, attempt, name, step, value, ts, source) "
+                              "VALUES (?,?,?,?,?,?,?)", rows)
+                c.execute("UPDATE attempts SET metrics_offset=?, log_offset=?, log_steps=? WHERE job_id=? AND n=?",
+                          (*new_offsets, json.dumps(counters), att["job_id"], att["n"]))
+                if drops[0]:
+                    self.note(c, "metrics_dropped", att["job_id"], att["n"], drops[1], drops[0])
+                out.append(True)
+        return out
 
     def skip_chunk(self, att: Any, offsets: tuple[int, int], new_offsets: tuple[int, int], reason: str) -> bool:
         """Move the read offsets past a chunk that could not be read, with a warning; False when

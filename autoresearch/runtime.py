@@ -32,7 +32,7 @@ from autoresearch.backends import AttemptStatus, Backend, LaunchRequest, NodeInf
 from autoresearch.backends._supervisor import environ
 from autoresearch.errors import AutoresearchError, BackendError, LedgerError, SpecError
 from autoresearch.guard import surviving
-from autoresearch.ingest import ingest_attempt
+from autoresearch.ingest import ingest_attempt, ingest_final_many
 from autoresearch.jobstore import JobStore, attempt_paths
 from autoresearch.ledger import Ledger
 from autoresearch.watcher import Watcher, fifo_name
@@ -468,10 +468,18 @@ class Runtime:
     def finalize_many(self, ended: list[tuple[Any, AttemptStatus]]) -> None:
         """:meth:`finalize` for every ending a pass found, recorded in one transaction; one ending
         that cannot be prepared or recorded never keeps the others unrecorded (invariant 8)."""
+        ingested: set[tuple[int, int]] = set()
+        if len(ended) > 1:  # their last points in one transaction, not one each
+            try:
+                ingested = ingest_final_many(self.ledger, self.backend, [att for att, _ in ended])
+            except LedgerError:
+                raise
+            except Exception:  # noqa: BLE001 - each is ingested on its own below, which says what failed
+                ingested = set()
         endings = []
         for att, status in ended:
             with surviving(self.ledger, self.backend, "reconcile", att["job_id"], att["n"]):
-                endings.append((att, self._ending(att, status)))
+                endings.append((att, self._ending(att, status, (att["job_id"], att["n"]) in ingested)))
         if not endings:
             return
         try:
@@ -483,11 +491,12 @@ class Runtime:
                 with surviving(self.ledger, self.backend, "reconcile", att["job_id"], att["n"]):
                     self._record_endings([(att, ending)])
 
-    def _ending(self, att: Any, status: AttemptStatus) -> tuple[Any, ...]:
-        """Ingest an ended attempt's last points, classify its ending: the arguments of its
-        :meth:`JobStore.end_attempts` entry."""
+    def _ending(self, att: Any, status: AttemptStatus, ingested: bool = False) -> tuple[Any, ...]:
+        """Ingest an ended attempt's last points (unless ``ingested`` already), classify its ending: the
+        arguments of its :meth:`JobStore.end_attempts` entry."""
         job_id, n = att["job_id"], att["n"]
-        self.ingest_attempt(att, final=True)
+        if not ingested:
+            self.ingest_attempt(att, final=True)
         spec = json.loads(att["spec"])
         reason, detail = classify(att, status)
         failed = not (reason in ("cancelled", "preempted") or (reason == "exit" and status.exit_code == 0))

@@ -147,14 +147,16 @@ def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
     s.stopping.discard(trial_id)
     if s.sync is not None:
         s.sync.forget(trial_id)
-    fresh = s.update_trial(trial_id, state=state, objective=value, failure=failure, **fields)
+    with c.ledger.tx() as conn:  # its end and the judgment of it: one transaction
+        fresh = s.update_trial(trial_id, conn, state=state, objective=value, failure=failure, **fields)
+        verdict = judge(c, fresh, conn) if state == "succeeded" and value is not None else None
     record = to_record(fresh, s.series.get(trial_id))
     if record.intermediate:
         record.intermediate = [(s, v * c.sign) for s, v in record.intermediate]
     if state != "paused":  # a paused trial is not over: the proposer hears of it when it ends
         c.proposer.observe(record)
-    if state == "succeeded" and value is not None:
-        judge(c, fresh)
+    if verdict is not None and verdict.promote:
+        promote(c, fresh)
     pause.promote(c)  # a slot is free: a paused trial that is now promotable goes first
     c.publish(force=True)
 
@@ -176,12 +178,14 @@ def log_tail(runtime: Any, job_id: int) -> str:
         return ""
 
 
-def judge(c: LoopHost, row: Any) -> None:
+def judge(c: LoopHost, row: Any, conn: Any = None) -> N.Judgement | None:
     """Keep or discard: a finished explore trial against the incumbent, beyond the noise floor
-    (the incumbent's own seed-to-seed noise: :func:`autoresearch.loop.noise.incumbent_floor`)."""
+    (the incumbent's own seed-to-seed noise: :func:`autoresearch.loop.noise.incumbent_floor`). Its
+    ``promote`` decision is written in ``conn``'s transaction when given; :func:`promote` acts on it.
+    None for a repeat (it only refines the incumbent's mean and the noise floor)."""
     s = c.state
     if row["role"] == "repeat":
-        return  # repeats only refine the incumbent's mean and the noise floor
+        return None
     groups = s.groups  # seed_groups of every trial, kept as they end (no walk over all trials per end)
     inc_value = None
     if s.incumbent is not None:
@@ -198,9 +202,13 @@ def judge(c: LoopHost, row: Any) -> None:
                            "noise_floor": floor.value, "noise_basis": basis, "noise_trial": floor.config,
                            "noise_seeds": floor.seeds},
                    outputs={"promoted": verdict.promote, "trial_id": row["id"],
-                            "margin": None if verdict.margin == float("inf") else verdict.margin})
-    if not verdict.promote:
-        return
+                            "margin": None if verdict.margin == float("inf") else verdict.margin}, conn=conn)
+    return verdict
+
+
+def promote(c: LoopHost, row: Any) -> None:
+    """``row``'s trial is the new incumbent (its promote decision is written): the target, the repeats."""
+    s = c.state
     s.incumbent = row["id"]
     target = c.plan.objective.target
     if target is not None and c.sign * row["objective"] <= c.sign * target:

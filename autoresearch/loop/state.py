@@ -118,9 +118,10 @@ class LoopState:
         else:
             self.proposed.discard(row["id"])
 
-    def update_trial(self, trial_id: int, **fields: Any) -> dict[str, Any]:
-        """Write ``fields`` to a trial's row, then to the mirror; returns the new row."""
-        self.store.update_trial(trial_id, **fields)
+    def update_trial(self, trial_id: int, conn: Any = None, **fields: Any) -> dict[str, Any]:
+        """Write ``fields`` to a trial's row (in ``conn``'s transaction when given), then to the mirror;
+        returns the new row."""
+        self.store.update_trial(trial_id, conn, **fields)
         return self._apply(trial_id, fields)
 
     def update_trials(self, updates: list[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:

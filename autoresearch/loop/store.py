@@ -247,10 +247,14 @@ class LoopStore:
         """The trial's row (its ``patch``), None when it is not a trial of this loop."""
         return self.ledger.one("SELECT patch FROM trials WHERE id=? AND loop_id=?", (trial_id, self.loop_id))
 
-    def update_trial(self, trial_id: int, **fields: Any) -> None:
+    def update_trial(self, trial_id: int, conn: Any = None, **fields: Any) -> None:
+        """Write ``fields`` to a trial's row (inside ``conn``'s transaction when given, else one of its own)."""
+        if conn is None:
+            with self.ledger.tx() as c:
+                self.update_trial(trial_id, c, **fields)
+            return
         sets = ", ".join(f"{k}=?" for k in fields)
-        with self.ledger.tx() as c:
-            c.execute(f"UPDATE trials SET {sets}, updated_at=? WHERE id=?", (*fields.values(), time.time(), trial_id))
+        conn.execute(f"UPDATE trials SET {sets}, updated_at=? WHERE id=?", (*fields.values(), time.time(), trial_id))
 
     def update_trials(self, updates: list[tuple[int, dict[str, Any]]]) -> None:
         """:meth:`update_trial` for several trials, in one transaction."""

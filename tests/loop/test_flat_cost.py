@@ -201,3 +201,31 @@ def test_the_random_proposers_incremental_count_proposes_what_a_fresh_one_would(
         assert growing.propose(seen[:n], 3).proposals == fresh().propose(seen[:n], 3).proposals
     other = records(7, first=100)  # another history (a resumed loop, a test): counted anew
     assert growing.propose(other, 2).proposals == fresh().propose(other, 2).proposals
+
+
+def test_a_trials_end_and_its_judgment_are_one_transaction(home: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per trial that ends, the loop writes its row and its promote decision (keep or discard) in one
+    transaction, not two: each is a commit on the controller's path, per trial."""
+    statements: list[str] = []
+    real = Ledger._connect
+
+    def connect(self: Ledger) -> Any:
+        conn = real(self)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    monkeypatch.setattr(Ledger, "_connect", connect)
+    plan = parse_plan({"name": "tx", "objective": {"metric": "loss"},
+                       "trial": {"command": "echo loss: {x}", "shell": True, "grace": 1},
+                       "space": {"x": {"low": 0.0, "high": 1.0}}, "proposer": {"kind": "random"},
+                       "budget": {"trials": 6, "parallel": 3}}, base_dir=tmp_path)
+    view = Controller(plan, home=home).run()
+    assert view.counts.get("succeeded") == 6
+    ends = [i for i, s in enumerate(statements) if s.startswith("UPDATE trials SET state='succeeded'")]
+    assert len(ends) == 6
+    for i in ends:
+        rest = statements[i + 1:]
+        commit = next(k for k, s in enumerate(rest) if s == "COMMIT")
+        judged = [s for s in rest[:commit] if s.startswith("INSERT INTO decisions")]
+        assert len(judged) == 1 and "'promote'" in judged[0], rest[:commit + 1]

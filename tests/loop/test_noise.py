@@ -93,7 +93,9 @@ def test_the_loop_keeps_the_challenger_and_every_view_shows_the_floor_that_judge
     def end(trial: int, value: float) -> None:  # what outcomes.ended does for a succeeded trial
         now = time.time()
         row = state.update_trial(trial, state="succeeded", objective=value, started_at=now - 1, ended_at=now)
-        outcomes.judge(host, row)
+        verdict = outcomes.judge(host, row)
+        if verdict is not None and verdict.promote:
+            outcomes.promote(host, row)
         live.view("digits", {}, 1.0)
 
     noisy, tight = explore(0.149), explore(0.01)

@@ -183,6 +183,49 @@ def test_the_endings_a_pass_finds_are_one_transaction(tmp_path: Path) -> None:
     _one_transaction(c.statements, "UPDATE attempts SET state='ended'", 8)
 
 
+def test_the_last_points_of_a_passs_endings_are_one_transaction(tmp_path: Path) -> None:
+    """Each ending's last points (its log and metrics file read to the end) are stored together: one
+    transaction for the pass, not one per ending, and every point once."""
+    api, fake = engine(tmp_path / "h", 0)
+    ids = submit_many(api._runtime, [SPEC] * 6)
+    for i, job in enumerate(ids):
+        fake.emit(f"{job}.1", f"step {i}\nloss: {i / 10}\n")
+        fake.report(f"{job}.1", step=1, acc=float(i))
+        fake.finish(f"{job}.1", 0)
+    with counted(api) as c:
+        api._runtime.tick()
+    _one_transaction(c.statements, "INSERT INTO metrics", 6 * 2)
+    assert sum(s.startswith("BEGIN") for s in c.statements) == 2, c.statements  # the points, the endings
+    for i, job in enumerate(ids):
+        last = {m.name: m.last for m in api.metrics(job)}
+        assert last == {"loss": i / 10, "acc": float(i)}, (job, last)
+        assert len(api._runtime.jobs.metric_points(job)) == 2
+
+
+def test_an_ending_with_more_than_a_chunk_left_is_ingested_on_its_own_whole(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ending whose rest fills a read chunk, and one whose metrics file cannot be read, are left to the
+    per-attempt ingest (which reads on, and words the trouble); the others still go in one transaction."""
+    from autoresearch import ingest
+
+    monkeypatch.setattr(ingest, "LOG_CHUNK", 64)
+    api, fake = engine(tmp_path / "h", 0)
+    ids = submit_many(api._runtime, [SPEC] * 4)
+    long = "".join(f"loss: {k}\n" for k in range(40))  # ~400 bytes: seven chunks of 64
+    fake.emit(f"{ids[0]}.1", long)
+    for job in ids[1:]:
+        fake.emit(f"{job}.1", "loss: 0.5\n")
+    bad = api._runtime.jobs.attempt(ids[3], 1)["metrics_path"]
+    os.makedirs(bad)  # a directory where its metrics file goes
+    for job in ids:
+        fake.finish(f"{job}.1", 0)
+    api._runtime.tick()
+    assert [p["value"] for p in api._runtime.jobs.metric_points(ids[0])] == [float(k) for k in range(40)]
+    for job in ids[1:]:  # (a directory at the metrics path once lost the log's points too)
+        assert [p["value"] for p in api._runtime.jobs.metric_points(job)] == [0.5]
+    assert any("metrics file is not a regular file" in w for w in api.status(ids[3], refresh=False).warnings)
+
+
 def test_an_ending_that_cannot_be_recorded_leaves_the_others_recorded(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The batch is all or nothing; a bad one (here: its rule raises) is then retried alone, guarded."""
