@@ -17,7 +17,7 @@ import os
 import sqlite3
 import time
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from autoresearch.errors import NotFoundError
@@ -141,10 +141,8 @@ class JobStore:
         final = tuple(final)
         job_ids = list(dict.fromkeys(job_ids))  # (an id named twice is asked for once)
         asked: list[int] = []
-        for start in range(0, len(job_ids), chunk):
-            part = job_ids[start:start + chunk]
+        for part, marks in _chunks(job_ids, chunk):
             with self.ledger.tx() as c:
-                marks = ",".join("?" * len(part))
                 states = {r["id"]: r["state"] for r in c.execute(f"SELECT id, state FROM jobs WHERE id IN ({marks})",
                                                                  tuple(part))}
                 now = time.time()
@@ -163,18 +161,16 @@ class JobStore:
     def active_attempt_numbers(self, job_ids: list[int], chunk: int = 500) -> list[sqlite3.Row]:
         """``job_id`` and ``n`` of these jobs' starting or running attempts."""
         rows: list[sqlite3.Row] = []
-        for start in range(0, len(job_ids), chunk):
-            part = job_ids[start:start + chunk]
-            rows += self.ledger.query(f"SELECT job_id, n FROM attempts WHERE job_id IN ({','.join('?' * len(part))}) "
+        for part, marks in _chunks(job_ids, chunk):
+            rows += self.ledger.query(f"SELECT job_id, n FROM attempts WHERE job_id IN ({marks}) "
                                       "AND state IN ('starting','running') ORDER BY job_id, n", tuple(part))
         return rows
 
     def jobs_by_ids(self, job_ids: list[int], chunk: int = 500) -> list[sqlite3.Row]:
         """The rows of these jobs, in the order asked (ids that are no job left out)."""
         rows: dict[int, sqlite3.Row] = {}
-        for start in range(0, len(job_ids), chunk):
-            part = job_ids[start:start + chunk]
-            for r in self.ledger.query(f"SELECT * FROM jobs WHERE id IN ({','.join('?' * len(part))})", tuple(part)):
+        for part, marks in _chunks(job_ids, chunk):
+            for r in self.ledger.query(f"SELECT * FROM jobs WHERE id IN ({marks})", tuple(part)):
                 rows[r["id"]] = r
         return [rows[j] for j in job_ids if j in rows]
 
@@ -644,6 +640,13 @@ class JobStore:
         """Whether loop ``name`` belongs to ``project``. The one read of a loop table here: the
         engine may not import the loop's store (it lies above the engine)."""
         return self.ledger.one("SELECT 1 FROM loops WHERE name=? AND project=?", (name, project)) is not None
+
+
+def _chunks(ids: list[int], size: int) -> Iterator[tuple[list[int], str]]:
+    """``ids`` in parts of at most ``size`` (SQLite's limit on bound values), each with its ``?,?,...``."""
+    for start in range(0, len(ids), size):
+        part = ids[start:start + size]
+        yield part, ",".join("?" * len(part))
 
 
 def _still_at(c: sqlite3.Connection, att: Any, m_off: int, l_off: int) -> bool:

@@ -124,7 +124,7 @@ class Runtime:
             if not locked:
                 return False
             active = self.reconcile(only)
-            rows = None if active is None or nodes is True or nodes is False else nodes
+            rows = nodes if isinstance(nodes, list) and active is not None else None  # (the caller's, unless stale)
             try:
                 if nodes is True:
                     rows = self.refresh_nodes()
