@@ -28,6 +28,7 @@ The tracking mirror is off (AUTORESEARCH_SYNC=off): it is measured in bench_trac
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -226,7 +227,9 @@ def seed(api: object, count: int) -> None:
 STAGES = (("checks", "spec, backend, capacity and isolation checks"), ("submit txn", "jobs row + submit event"),
           ("pass", "pass lock, reconcile, nodes, change mark"), ("placement", "queue read + scheduler"),
           ("launch txn", "attempt row + launch event"), ("attempt setup", "env, dirs, request.json"),
-          ("supervisor fork", "fork, parent side"), ("to exec", "supervisor: fds, signals, posix_spawn; sh, date"))
+          ("supervisor fork", "zygote send (or fork), launcher side"),
+          ("to supervisor", "zygote hand-off; supervisor: request, claim, fds, signals"),
+          ("to exec", "posix_spawn, sh, date (what the bare spawn also pays)"))
 
 
 class StageClock:
@@ -263,7 +266,7 @@ class StageClock:
         self._wrap(Runtime, "schedule", "placement", None)
         begin = "begin_attempts" if hasattr(JobStore, "begin_attempts") else "begin_attempt"
         self._wrap(JobStore, begin, "launch txn", "attempt setup")
-        self._wrap(_supervisor, "launch", "supervisor fork", "to exec")
+        self._wrap(_supervisor, "launch", "supervisor fork", "to supervisor")
         del J
         return self
 
@@ -271,12 +274,27 @@ class StageClock:
         for owner, name, real in reversed(self._undo):
             setattr(owner, name, real)
 
-    def submitted(self, t0: float, started: float) -> None:
+    def submitted(self, t0: float, started: float, supervised: float | None) -> None:
+        """One submit's row: from ``t0`` (its call) to ``started`` (its command's first instant), through
+        ``supervised`` (its supervisor's ``started_at``: about to spawn the command)."""
         row = {**self.marks, "checks": t0, "end": started}
+        if supervised is not None:
+            row["to exec"] = supervised
         order = [name for name, _ in STAGES] + ["end"]
         if all(k in row for k in order):
             self.rows.append({name: (row[nxt] - row[name]) * 1000 for name, nxt in zip(order, order[1:], strict=False)})
         self.marks.clear()
+
+
+def supervisor_started(home: Path, job: int) -> float | None:
+    """When the supervisor of ``job``'s first attempt was about to spawn its command (its state.json)."""
+    state = home / "jobs" / str(job) / "attempt-1" / "state.json"
+    for _ in range(2000):
+        try:
+            return float(json.loads(state.read_text())["started_at"])
+        except (OSError, ValueError, KeyError, TypeError):
+            time.sleep(0.001)
+    return None
 
 
 def start_latency(tmp: Path, size: int, n: int, clock: StageClock | None = None) -> tuple[list[float], list[float]]:
@@ -297,13 +315,13 @@ def start_latency(tmp: Path, size: int, n: int, clock: StageClock | None = None)
             if kind == "bare":
                 subprocess.Popen(argv).wait()
             else:
-                api.submit({"command": argv, "workdir": str(tmp)})
+                job = api.submit({"command": argv, "workdir": str(tmp)}).id
             began = started_at(marker)
             latency = (began - t0) * 1000
             if i:  # the first is a warm-up (the daemon starts)
                 (bare if kind == "bare" else ours_ms).append(latency)
                 if clock is not None and kind == "ours":
-                    clock.submitted(t0, began)
+                    clock.submitted(t0, began, supervisor_started(home, int(job)))
             time.sleep(0.2)  # let the ending's pass settle
     _stop_daemon(home)
     return bare, ours_ms
