@@ -124,15 +124,9 @@ class LocalBackend(Backend):
         _make_dir(request.run_dir)
         if os.path.dirname(request.log_path) != os.path.dirname(request.run_dir):  # the runtime's: beside it
             os.makedirs(os.path.dirname(request.log_path), mode=0o700, exist_ok=True)
-        try:  # O_EXCL makes the launch of one key happen at most once, whoever races
-            fd = os.open(os.path.join(request.run_dir, "request.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return request.run_dir
-        try:  # (json.dumps is C; json.dump to a text file is not)
-            os.write(fd, json.dumps({"key": request.key, "created_at": time.time(), "log_path": request.log_path,
-                                     "sandbox": request.sandbox is not None}).encode())
-        finally:
-            os.close(fd)
+        recorded = os.path.join(request.run_dir, "request.json")
+        if os.path.exists(recorded):
+            return request.run_dir  # launched already
         _remember(self._logs, request.run_dir, request.log_path)  # its ending's ingest reads no request.json
         sup.launch(
             {
@@ -152,6 +146,19 @@ class LocalBackend(Backend):
                 "wake_fifo": request.wake_fifo,
             }
         )
+        # Recorded once the supervisor has its request: a file's creation costs 0.1-0.3 ms on a disk, which
+        # the command no longer waits for. A key is still run at most once: two launchers of one key (only
+        # a caller of start() twice: a pass launches the attempts its own transaction began) each hand a
+        # supervisor the request, and a supervisor's claim (its O_EXCL creation of the log) lets one run it.
+        try:
+            fd = os.open(recorded, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return request.run_dir
+        try:  # (json.dumps is C; json.dump to a text file is not)
+            os.write(fd, json.dumps({"key": request.key, "created_at": time.time(), "log_path": request.log_path,
+                                     "sandbox": request.sandbox is not None}).encode())
+        finally:
+            os.close(fd)
         return request.run_dir
 
     @staticmethod
@@ -182,8 +189,11 @@ class LocalBackend(Backend):
         else:
             try:  # the file's mtime, not its content: it may be half-written right now
                 created = os.path.getmtime(os.path.join(external_id, "request.json"))
-            except OSError:
-                created = 0.0
+            except OSError:  # (its launcher died before it recorded the request: maybe after it sent it)
+                try:
+                    created = os.path.getmtime(external_id)
+                except OSError:
+                    created = 0.0
             if created and time.time() - created < START_GRACE_S:
                 return AttemptStatus("starting")
             return AttemptStatus("lost", ended_at=time.time(), detail=sup.NEVER_STARTED)
@@ -244,7 +254,10 @@ class LocalBackend(Backend):
         if known is not None:
             return known
         request = sup.read_json(os.path.join(external_id, "request.json"))  # written once, never changed
-        path = str((request or {}).get("log_path") or os.path.join(external_id, "missing.log"))
+        path = str((request or {}).get("log_path") or "")
+        if not path:  # (its launcher died before it wrote request.json): where the runtime puts it, if there
+            beside = external_id.rstrip("/") + ".log"
+            path = beside if os.path.exists(beside) else os.path.join(external_id, "missing.log")
         if request is not None:
             _remember(self._logs, external_id, path)
         return path

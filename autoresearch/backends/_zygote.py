@@ -15,8 +15,8 @@ Nothing depends on it (invariant 1):
   launcher forks the supervisor itself, as before, and starts a zygote for the next launches
   (``spawn_detached``, as the pass daemon starts);
 * a zygote that dies or stalls after it forked a supervisor but before its answer arrived: the
-  launcher forks another, and the second finds the attempt claimed (``_supervisor.CLAIM``,
-  created with O_EXCL before anything runs) and exits; the attempt runs once;
+  launcher forks another, and the second finds the attempt claimed (its log, which a supervisor
+  creates with O_EXCL before anything runs: _supervisor.attempt) and exits; the attempt runs once;
 * a launcher that dies before it heard the answer: the zygote has the request or not; an
   attempt it never got ends as "supervisor never started" and is retried, not counted against
   the node (already so for a launcher killed mid-batch).

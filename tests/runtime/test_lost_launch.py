@@ -85,3 +85,35 @@ def test_a_launcher_killed_mid_batch_does_not_cordon_the_node(api: Any, home: Pa
     for job in range(1, 6):
         wait_state(api, job, "succeeded")
     assert [r["state"] for r in api._ledger.query("SELECT state FROM nodes")] == ["healthy"]
+
+
+KILLED_AFTER_THE_HAND_OFF = textwrap.dedent("""\
+    import os, sys
+    from autoresearch.api import Api
+    from autoresearch.backends import _local
+
+    real = _local.sup.launch
+
+    def launch(request):  # the supervisor has its request; the launcher dies before it records request.json
+        real(request)
+        os._exit(9)
+
+    _local.sup.launch = launch
+    Api().submit({"command": ["/bin/sh", "-c", f"echo ran >> {sys.argv[1]}/ran; echo said so"], "workdir": sys.argv[1]})
+""")
+
+
+def test_a_launcher_killed_after_its_supervisor_had_the_request_runs_the_attempt_once(
+        api: Any, home: Path, tmp_path: Path) -> None:
+    """request.json is written once the supervisor has its request (its creation no longer delays the
+    command): a launcher that dies in between leaves an attempt that runs, once, and is not lost."""
+    done = subprocess.run([sys.executable, "-c", KILLED_AFTER_THE_HAND_OFF, str(tmp_path)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 9, done.stderr
+    attempt = api._ledger.one("SELECT * FROM attempts")
+    assert not (Path(attempt["external_id"]) / "request.json").exists()
+
+    view = wait_state(api, 1, "succeeded")
+    assert view.attempts == 1
+    assert (tmp_path / "ran").read_text() == "ran\n"
+    assert "said so" in api.logs(1).text  # (its log found where the runtime puts it, with no request.json)
