@@ -146,10 +146,10 @@ class LocalBackend(Backend):
                 "wake_fifo": request.wake_fifo,
             }
         )
-        # Recorded once the supervisor has its request: a file's creation costs 0.1-0.3 ms on a disk, which
-        # the command no longer waits for. A key is still run at most once: two launchers of one key (only
-        # a caller of start() twice: a pass launches the attempts its own transaction began) each hand a
-        # supervisor the request, and a supervisor's claim (its O_EXCL creation of the log) lets one run it.
+        # Recorded once the supervisor has its request: a file's creation the command no longer waits for.
+        # A key is still run at most once: two launchers of one key (only a caller of start() twice: a pass
+        # launches the attempts its own transaction began) each hand a supervisor the request, and a
+        # supervisor's claim (its O_EXCL creation of the log) lets one of them run it.
         try:
             fd = os.open(recorded, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:

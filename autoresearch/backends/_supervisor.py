@@ -46,7 +46,7 @@ STATE, STOP, EXIT, REAPED = "state.json", "stop.json", "exit.json", "reaped"
 # A supervisor claims its attempt by creating the attempt's log (O_EXCL), before anything else: a
 # second supervisor of the same attempt (a launcher that forked one itself after its zygote forked one
 # but died before answering, or two calls of start() with one key) finds it made and exits. (The claim
-# was a file of its own, "supervisor.claim", until its creation was seen to cost 0.1-0.3 ms on a disk.)
+# was a file of its own, "supervisor.claim": one more file made before the command could start.)
 # The ending of an attempt whose launcher died before its supervisor wrote state.json: retried as
 # infra, but the launcher's loss, not the node's (the health monitor does not count it against it).
 NEVER_STARTED = "supervisor never started"
