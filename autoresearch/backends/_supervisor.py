@@ -367,15 +367,15 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
     of the attempts this process ran before (a stop meant for one, sent as it ended, is not for this one).
     Every descriptor it opens it closes; when it returns the stop signals are ignored until the next."""
     run_dir: str = req["run_dir"]
-    try:  # our claim of the attempt: a second supervisor of it finds the log made
-        log_fd = os.open(req["log_path"], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
-    except FileExistsError:
-        return  # another supervisor has this attempt
-    devnull = os.open(os.devnull, os.O_RDWR)
+    devnull = os.open(os.devnull, os.O_RDWR)  # first: 0-2 taken, the log's descriptor is above them
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     if devnull > 2:
         os.close(devnull)
+    try:  # our claim of the attempt, before anything runs: a second supervisor of it finds the log made
+        log_fd = os.open(req["log_path"], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+    except FileExistsError:
+        return  # another supervisor has this attempt
     _close_all_but({0, 1, 2, log_fd, *keep})
 
     wake_r, wake_w = os.pipe()

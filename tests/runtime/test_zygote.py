@@ -215,6 +215,22 @@ def test_a_second_supervisor_of_one_attempt_runs_nothing(home: Path) -> None:
     assert ran.read_text() == "x\n"
 
 
+def test_a_supervisor_forked_by_a_launcher_with_its_standard_descriptors_closed_still_logs(home: Path) -> None:
+    """The log is the supervisor's claim and its first file; it must not land on 0-2 (a daemon's launcher
+    may have them closed), where the /dev/null meant for the supervisor's own would replace it."""
+    home.mkdir(parents=True)
+    req = _request(home, "a", "echo into-the-log; echo and-its-errors >&2")
+    code = ("import json, os, sys\n"
+            "from autoresearch.backends import _supervisor\n"
+            "req = json.loads(sys.argv[1])\n"
+            "for fd in (0, 1, 2):\n"
+            "    os.close(fd)\n"
+            "_supervisor.attempt(req)\n")
+    subprocess.run([sys.executable, "-c", code, json.dumps(req)], timeout=60, check=True)
+    assert json.loads((Path(req["run_dir"]) / "exit.json").read_text())["exit_code"] == 0
+    assert Path(req["log_path"]).read_text().split() == ["into-the-log", "and-its-errors"]
+
+
 def test_the_hook_runs_in_the_launchers_environment(home: Path, monkeypatch: pytest.MonkeyPatch,
                                                     no_spawn: list[str]) -> None:
     """on_exit is exec'd in the environment of the process that launched the attempt, as when it forked
