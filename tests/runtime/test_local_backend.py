@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+
 import pytest
 
-from autoresearch.backends import Backend, get_backend
+from autoresearch.backends import Backend, _local, get_backend
+from autoresearch.backends._base import LaunchRequest
 from autoresearch.testing.backends import BackendConformance
 
 
@@ -22,18 +27,11 @@ def test_unknown_backend_names_the_valid_ones() -> None:
     assert "did you mean 'local'" in err.value.hint
 
 
-def test_a_commands_start_does_not_wait_for_request_json(home: object, tmp_path: object,
+def test_a_commands_start_does_not_wait_for_request_json(home: object, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The supervisor is handed its request first; request.json (a file's creation: 0.1-0.3 ms on a
     disk) is recorded after. Until it is, a run dir that is new reads as starting, not lost."""
-    import os
-    import time
-    from pathlib import Path
-
-    from autoresearch.backends import _local
-    from autoresearch.backends._base import LaunchRequest
-
-    base = Path(str(tmp_path))
+    base = tmp_path
     seen: list[bool] = []
     monkeypatch.setattr(_local.sup, "launch", lambda request: seen.append(
         os.path.exists(os.path.join(request["run_dir"], "request.json"))))
