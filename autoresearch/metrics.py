@@ -211,6 +211,12 @@ def parse_report_lines(lines: list[str], counters: dict[str, int], now: float,
     return points
 
 
+def warm() -> None:
+    """Compile the log line patterns now (a long-lived reader, before its first log: see _regex.py)."""
+    for pattern in (_PAIR, _LINE, _LEAD):
+        pattern()
+
+
 def parse_log_lines(lines: list[str], counters: dict[str, int], now: float,
                     drops: Drops | None = None) -> list[Point]:
     """Points of metrics log lines (:data:`LOG_FORMATS`); other lines are plain output."""

@@ -111,6 +111,7 @@ def serve(home: str, backend: str, idle_s: float = IDLE_S) -> int:
     last_busy = time.monotonic()
     try:
         runtime.tick()
+        runtime.prepare_endings()  # before the first ending, not between it and the next launch
         while True:
             woke = watcher.wait(WAKE_S)
             if woke:

@@ -59,12 +59,12 @@ def sweep_ours(n: int, parallel: int, sleep: float, trace: bool = False) -> dict
                            "budget": {{"trials": {n}, "parallel": {parallel}}}}}, base_dir=".")
         trace = {trace!r}
     """) + (_TRACE if trace else "") + textwrap.dedent(f"""
-        t0 = time.perf_counter()
+        t0, t0_wall = time.perf_counter(), time.time()
         c = Controller(plan, home={home!r})
         view = c.run()
         out = {{"wall": time.perf_counter() - t0, "counts": view.counts}}
         if trace:
-            out["gaps"] = gaps(c, {parallel})
+            out["gaps"] = gaps(c, {parallel}, t0_wall)
         print(json.dumps(out))
     """)
     return _child(code, _env(home))
@@ -97,7 +97,7 @@ _TRACE = textwrap.dedent("""
         ev["wakes"] += bool(self._woke)
         return _poll(self)
     outcomes.ended, C.Controller._accept, job_ops.submit_many, C.Controller._poll = ended, accept, submit_many, poll
-    def gaps(c, parallel):
+    def gaps(c, parallel, t0):
         starts, ends, rows = {}, {}, {}
         for r in c.ledger.query("SELECT job_id, external_id, created_at FROM attempts"):
             starts[r[0]] = (sup.read_json(os.path.join(r[1], "state.json")) or {}).get("started_at")
@@ -125,6 +125,11 @@ _TRACE = textwrap.dedent("""
                 out["submitted -> attempt row"].append(rows[j] - ev["submit"][j])
             out["attempt row -> running"].append(starts[j] - rows[j])
         res = {k: [1000 * statistics.median(v), 1000 * statistics.mean(v)] for k, v in out.items() if v}
+        if len(by_start) > parallel and by_end:  # the first wave: one figure each (median = mean)
+            first = [("Controller() -> first trial running", starts[by_start[0]] - t0),
+                     (f"Controller() -> all {parallel} of the first wave running", starts[by_start[parallel - 1]] - t0),
+                     ("first end -> its successor running", starts[by_start[parallel]] - ends[by_end[0]])]
+            res.update((k, [1000 * v, 1000 * v]) for k, v in first)
         res["wakes"], res["proposals"], res["submits"] = ev["wakes"], len(ev["propose"]), len(set(ev["submit"].values()))
         return res
 """)

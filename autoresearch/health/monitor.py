@@ -207,6 +207,16 @@ def review(ledger: Ledger, backend: Backend, node: str, now: float, preflight_pa
     return after.state
 
 
+def warm(ledger: Ledger) -> None:
+    """Load the home's health config and compile its log signatures now (:func:`record_log_hits`'s first
+    call would): a long-lived process does it before its first ending, not on that ending's path."""
+    config = C.load(ledger.home)
+    if config.enabled:
+        from autoresearch.health.signatures import scan
+
+        scan([""], config)
+
+
 def record_log_hits(ledger: Ledger, backend: Backend, att: Any, lines: list[str]) -> None:
     """Signatures in new log lines of an attempt become findings (called by the ingestion)."""
     config = C.load(ledger.home)

@@ -98,6 +98,7 @@ class Controller:
         self.watcher: Any = None
         self._woke = True
         self._retry_tick = False
+        self._endings_ready = False  # the runtime loaded what an ending's pass needs (_wait, once)
         self.already_finished = False
         self._external_stop: tuple[str, bool] | None = None
         self._dropped = False  # the stop's queued-ahead trials were cancelled (drop_ahead)
@@ -224,6 +225,11 @@ class Controller:
 
         On a simulated fleet whose clock runs on events, nothing moves unless the loop waits: the
         wait jumps simulated time to the next reported point or ending, at once."""
+        if not self._endings_ready and self.state.active:
+            self._endings_ready = True  # once: while the first trials run, not between an ending and a launch
+            prepare = getattr(self.runtime, "prepare_endings", None)
+            if prepare is not None:
+                prepare()
         clock = self.state.clock
         if clock is not None and getattr(clock, "mode", "") == "events" and self.state.active and self.call is None:
             clock.wait(SIM_WAIT_S)
