@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -279,9 +279,11 @@ class Api:
 
     # -- the engine's passes, for a long-lived face (the MCP server) -------------------------
 
-    def tick(self, wait: bool = True) -> bool:
-        """Run one scheduling pass (reconcile, place, start); False if another pass held the lock."""
-        return self._runtime.tick(wait=wait)
+    def tick(self, wait: bool = True, only: Collection[tuple[int, int]] | None = None) -> bool:
+        """Run one scheduling pass (reconcile, place, start); False if another pass held the lock. ``only``:
+        the attempts (job id, n) a watcher heard ending (its ``take()``), or ``()`` after submits: the pass
+        polls those and the starting ones, not every running attempt (Runtime.FULL_RECONCILE_S)."""
+        return self._runtime.tick(wait=wait, only=only)
 
     def watch(self) -> Any:
         """A watcher that hears attempt endings (``wait(timeout)``, ``close()``): run :meth:`tick` on them."""

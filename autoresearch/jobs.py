@@ -98,10 +98,12 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
     # per batch. (An ending recorded before this read left room here: then we place as ever.)
     placed_elsewhere = group is not None and max_running is not None and \
         runtime.jobs.group_room([group]).get(group, 1) <= 0
+    # (Its reconcile polls the starting attempts, not every running one: their endings are heard by
+    # whoever listens, or recorded by their supervisors' own passes; Runtime.FULL_RECONCILE_S.)
     if ((place() if callable(place) else place) and not placed_elsewhere
-            and not runtime.tick(wait=False, nodes=True if node_rows is None else node_rows, due=True)
+            and not runtime.tick(wait=False, nodes=True if node_rows is None else node_rows, due=True, only=())
             and not wake(runtime.ledger.home, runtime.backend.name)):
-        runtime.tick(due=True)
+        runtime.tick(due=True, only=())
     sizes = (node_rows if node_rows is not None else runtime.jobs.node_sizes(runtime.backend.name)) \
         if runtime.backend.capabilities.places else []
     for job_id, job in zip(job_ids, jobs, strict=True):  # (the nodes read once for the batch, not once a job)

@@ -115,8 +115,8 @@ def serve(home: str, backend: str, idle_s: float = IDLE_S) -> int:
         while True:
             woke = watcher.wait(WAKE_S)
             if woke:
-                try:
-                    runtime.tick()
+                try:  # the attempts the pokes named (and the starting ones), not every running one
+                    runtime.tick(only=watcher.take())
                 except AutoresearchError as err:  # the ledger stayed locked: the next poke retries
                     print(f"autoresearch pass failed: {err.render()}", file=sys.stderr)
             now = time.monotonic()

@@ -200,7 +200,7 @@ class SubmitBatcher:
             self._trail_later(wait)
             return
         try:
-            self.api.tick()
+            self.api.tick(only=())  # (a submit's pass: the starting attempts, not every running one)
         except Exception:  # noqa: BLE001 - a read or the next submit places them; nothing to answer here
             log.warning("the trailing pass after a flood of submits failed; the next pass places them", exc_info=True)
         finally:

@@ -205,7 +205,7 @@ def run_passes(api: Any) -> Any:
             while not stop.is_set():
                 try:
                     if watcher.wait(0.5):
-                        api.tick()
+                        api.tick(only=watcher.take())  # the attempts its pokes named (and the starting ones)
                 except Exception:  # noqa: BLE001 - keep listening; supervisors fall back on their own
                     log.exception("scheduling pass failed")
         finally:

@@ -4,12 +4,16 @@ starting ones, not every running attempt; a whole pass still finds the others (i
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
+from autoresearch import passd
 from autoresearch.api import Api
+from autoresearch.backends._local import LocalBackend
 from autoresearch.backends.fake import FakeBackend
+from autoresearch.runtime import Runtime
 from autoresearch.watcher import Watcher
 from tests.conftest import wait_for
 
@@ -65,3 +69,65 @@ def test_a_local_supervisor_names_its_attempt_in_its_poke(home: Path, tmp_path: 
         wait_for(named, timeout=30)
         api._runtime.tick(only=heard)
         assert api.status(job).state == "succeeded"
+
+
+@pytest.fixture
+def _partial(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Passes told what ended stay partial however slow the machine (a whole pass is due after an hour)."""
+    monkeypatch.setattr(Runtime, "FULL_RECONCILE_S", 3600.0, raising=False)
+
+
+def test_a_submits_pass_polls_the_starting_attempts_not_the_running_ones(home: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                         _partial: None) -> None:
+    """64 running attempts made a local submit ~5 ms slower: its pass polled each. The endings it would
+    find are heard by a listener or recorded by their supervisors; the first pass of a process, and one
+    at least every FULL_RECONCILE_S, still polls them all."""
+    fake = FakeBackend(gpus=8)
+    api = Api(home, backend=fake)
+    spec = {"command": ["train"], "workdir": os.getcwd()}
+    running = [int(api.submit(spec).id) for _ in range(3)]
+    api._runtime.tick()  # a whole pass: all three running
+    fake.finish(f"{running[0]}.1", 0)  # ended, not yet heard
+    seen = _polled(monkeypatch, fake)
+    fresh = int(api.submit(spec).id)
+    assert seen == []  # nothing was starting; its own attempt began after the reconcile
+    assert api._ledger.one("SELECT state FROM jobs WHERE id=?", (running[0],))["state"] == "running"
+    later = int(api.submit(spec).id)
+    assert seen == [f"fake:{fresh}.1"]  # the starting one, alone
+    api._runtime._full_at = float("-inf")  # a whole pass is due: the next submit's polls them all
+    seen.clear()
+    api.submit(spec)
+    assert sorted(seen) == sorted([*(f"fake:{j}.1" for j in running), f"fake:{fresh}.1", f"fake:{later}.1"])
+    assert api._ledger.one("SELECT state FROM jobs WHERE id=?", (running[0],))["state"] == "succeeded"
+
+
+def test_the_pass_daemon_polls_the_attempts_its_pokes_name(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          _partial: None) -> None:
+    """The daemon ran a whole pass on every poke: with 64 running, ~5 ms of polls per ending."""
+    monkeypatch.setenv("AUTORESEARCH_PASSD", "off")  # (our own daemon below, in a thread: no other)
+    api = Api(home)
+    sleepers = [int(api.submit({"command": ["sleep", "30"], "workdir": str(tmp_path)}).id) for _ in range(2)]
+    wait_for(lambda: api._runtime.tick() and all(api.status(j).state == "running" for j in sleepers), timeout=30)
+    polls: list[tuple[str, str]] = []
+    real = LocalBackend.poll
+
+    def poll(self: LocalBackend, external_id: str) -> object:
+        polls.append((threading.current_thread().name, external_id))
+        return real(self, external_id)
+
+    monkeypatch.setattr(LocalBackend, "poll", poll)
+    daemon = threading.Thread(target=passd.serve, args=(str(home), "local", 0.2), name="passd")
+    daemon.start()
+    try:
+        wait_for(lambda: passd.running_pid(home) is not None, timeout=30)  # listening, its first (whole) pass run
+        wait_for(lambda: any(who == "passd" for who, _ in polls), timeout=30)
+        polls.clear()
+        short = int(api.submit({"command": ["true"], "workdir": str(tmp_path)}).id)
+        wait_for(lambda: api._ledger.one("SELECT state FROM jobs WHERE id=?", (short,))["state"] == "succeeded",
+                 timeout=30)
+        by_daemon = {external for who, external in polls if who == "passd"}
+        assert by_daemon == {str(home / "jobs" / str(short) / "attempt-1")}  # its ending, not the sleepers
+    finally:
+        api.cancel(sleepers)
+        daemon.join(timeout=60)
+    assert not daemon.is_alive()
