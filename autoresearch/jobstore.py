@@ -17,7 +17,7 @@ import os
 import sqlite3
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 from autoresearch.errors import NotFoundError
@@ -273,6 +273,26 @@ class JobStore:
         """Every starting or running attempt on ``backend``, with its job's priority, spec, retries and cancel flag."""
         return self.ledger.query(_ATTEMPT_WITH_JOB + "WHERE a.state IN ('starting','running') AND j.backend=?",
                                  (backend,))
+
+    def attempts_to_poll(self, backend: str, named: Collection[tuple[int, int]]) -> list[sqlite3.Row]:
+        """:meth:`active_attempts`, of the starting ones and those ``named`` (job id, n) alone: what a pass
+        told which attempts ended polls (Runtime.tick)."""
+        rows = self.ledger.query(_ATTEMPT_WITH_JOB + "WHERE a.state='starting' AND j.backend=?", (backend,))
+        ids = sorted({int(job) for job, _ in named})
+        for start in range(0, len(ids), 500):  # (SQLite's host parameters: few per statement)
+            chunk = ids[start:start + 500]
+            rows += [r for r in self.ledger.query(
+                _ATTEMPT_WITH_JOB + f"WHERE a.state='running' AND j.backend=? AND a.job_id IN ({','.join('?' * len(chunk))})",
+                (backend, *chunk)) if (r["job_id"], r["n"]) in named]
+        return rows
+
+    def any_active_on(self, backend: str, nodes: Collection[str]) -> bool:
+        """Whether a starting or running attempt of ``backend`` is on one of ``nodes`` (its first member's)."""
+        names = sorted(nodes)
+        return any(self.ledger.one(
+            "SELECT 1 FROM attempts a JOIN jobs j ON j.id=a.job_id WHERE a.state IN ('starting','running') "
+            f"AND j.backend=? AND a.node IN ({','.join('?' * len(chunk))}) LIMIT 1", (backend, *chunk)) is not None
+            for chunk in (names[i:i + 500] for i in range(0, len(names), 500)))
 
     def busy_backends(self) -> list[str]:
         """The backends with queued or running jobs (a read runs a pass on each)."""
