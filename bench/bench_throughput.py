@@ -297,17 +297,25 @@ def supervisor_started(home: Path, job: int) -> float | None:
     return None
 
 
-def start_latency(tmp: Path, size: int, n: int, clock: StageClock | None = None) -> tuple[list[float], list[float]]:
+def start_latency(tmp: Path, size: int, n: int, clock: StageClock | None = None,
+                  running: int = 0) -> tuple[list[float], list[float]]:
+    """``running``: that many other jobs (``sleep``) run meanwhile (each submit's placement reads them)."""
     from autoresearch.api import Api
 
     os.environ.pop("AUTORESEARCH_PASSD", None)
-    home = tmp / f"home-{size}"
+    home = tmp / f"home-{size}-{running}"
     api = Api(home)
     seed(api, size)
+    sleepers = [view.id for view in api.submit_many([{"command": ["sleep", "600"], "workdir": str(tmp)}] * running)]
+    if sleepers:
+        for _ in range(200):  # (until a pass saw them all run)
+            if all(api.status(j).state == "running" for j in sleepers):
+                break
+            time.sleep(0.05)
     bare, ours_ms = [], []
     for i in range(n + 1):
         for kind in ("bare", "ours"):
-            marker = tmp / f"{kind}-{size}-{i}"
+            marker = tmp / f"{kind}-{size}-{running}-{i}"
             argv = ["/bin/sh", "-c", f"date +%s.%N > {marker}"]
             if clock is not None:
                 clock.marks.clear()
@@ -323,6 +331,8 @@ def start_latency(tmp: Path, size: int, n: int, clock: StageClock | None = None)
                 if clock is not None and kind == "ours":
                     clock.submitted(t0, began, supervisor_started(home, int(job)))
             time.sleep(0.2)  # let the ending's pass settle
+    if sleepers:
+        api.cancel(sleepers)
     _stop_daemon(home)
     return bare, ours_ms
 
@@ -358,6 +368,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--parallel", type=int, default=64)
     parser.add_argument("--sizes", default="100,10000,100000")
+    parser.add_argument("--running", type=int, default=64, help="submit->running: one more row, at the first "
+                                                                 "size with this many other jobs running (0: none)")
     parser.add_argument("--n", type=int, default=20)
     parser.add_argument("--skip", default="", help="comma list of: throughput, nodaemon, start, reads")
     args = parser.parse_args()
@@ -400,16 +412,19 @@ def main() -> None:
         if "start" not in skip:
             print(f"\n## submit->running over a bare spawn, Python API ({args.n} each)\n")
             print("| jobs in ledger | bare p50 ms | ours p50 ms | +p50 ms | +p95 ms |\n|---:|---:|---:|---:|---:|")
-            clocks: dict[int, StageClock] = {}
-            for size in (int(s) for s in args.sizes.split(",")):
+            clocks: dict[str, StageClock] = {}
+            sizes = [int(s) for s in args.sizes.split(",")]
+            runs = [(size, 0) for size in sizes] + ([(sizes[0], args.running)] if args.running > 0 else [])
+            for size, running in runs:
+                label = f"{size:,} jobs" + (f", {running} running" if running else "")
                 with StageClock() as clock:
-                    bare, ours_ms = start_latency(tmp, size, args.n, clock)
-                clocks[size] = clock
+                    bare, ours_ms = start_latency(tmp, size, args.n, clock, running)
+                clocks[label] = clock
                 diff = [o - b for o, b in zip(ours_ms, bare, strict=True)]
-                print(f"| {size:,} | {pct(bare, 0.5):.1f} | {pct(ours_ms, 0.5):.1f} | {pct(diff, 0.5):+.1f} | "
+                print(f"| {label} | {pct(bare, 0.5):.1f} | {pct(ours_ms, 0.5):.1f} | {pct(diff, 0.5):+.1f} | "
                       f"{pct(diff, 0.95):+.1f} |", flush=True)
             print("\n### where submit->running goes: p50 ms per stage (the stages' p50s need not add up)\n")
-            print("| stage | what | " + " | ".join(f"{size:,} jobs" for size in clocks) + " |")
+            print("| stage | what | " + " | ".join(clocks) + " |")
             print("|---|---|" + "---:|" * len(clocks))
             for name, what in STAGES:
                 cells = [f"{pct([r[name] for r in c.rows], 0.5):.2f}" if c.rows else "-" for c in clocks.values()]
