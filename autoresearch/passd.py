@@ -109,15 +109,19 @@ def serve(home: str, backend: str, idle_s: float = IDLE_S) -> int:
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())  # listening now; for people and tests (the lock is the truth)
     last_busy = time.monotonic()
+    owed = False  # a pass failed after it took its pokes' names: the next one polls every attempt
     try:
         runtime.tick()
         runtime.prepare_endings()  # before the first ending, not between it and the next launch
         while True:
             woke = watcher.wait(WAKE_S)
             if woke:
+                named = watcher.take()
                 try:  # the attempts the pokes named (and the starting ones), not every running one
-                    runtime.tick(only=watcher.take())
+                    runtime.tick(only=None if owed else named)
+                    owed = False
                 except AutoresearchError as err:  # the ledger stayed locked: the next poke retries
+                    owed = True
                     print(f"autoresearch pass failed: {err.render()}", file=sys.stderr)
             now = time.monotonic()
             if runtime.jobs.any_unfinished(backend):

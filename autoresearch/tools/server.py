@@ -201,11 +201,15 @@ def run_passes(api: Any) -> Any:
     stop = threading.Event()
 
     def loop() -> None:
+        owed = False  # a pass failed after it took its pokes' names: the next one polls every attempt
         try:
             while not stop.is_set():
                 try:
                     if watcher.wait(0.5):
-                        api.tick(only=watcher.take())  # the attempts its pokes named (and the starting ones)
+                        named = watcher.take()  # what its pokes named: polled with the starting ones
+                        only, owed = (None if owed else named), True  # (owed until this pass is done)
+                        api.tick(only=only)
+                        owed = False
                 except Exception:  # noqa: BLE001 - keep listening; supervisors fall back on their own
                     log.exception("scheduling pass failed")
         finally:

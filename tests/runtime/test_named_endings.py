@@ -172,3 +172,40 @@ def test_a_partial_pass_reads_only_what_it_polls_and_still_runs_the_health_round
         c.execute("UPDATE nodes SET poll_due_at=?", (time.time() + 3600,))  # nothing due
     assert api._runtime.tick(only={(b, 1)})
     assert reads == [] and rounds == []
+
+
+def test_a_daemon_pass_that_failed_owes_a_whole_one(home: Path, monkeypatch: pytest.MonkeyPatch, _partial: None) -> None:
+    """A pass that failed (the ledger stayed locked) after it took its pokes' names: the next one polls
+    every attempt, or those endings would wait for their supervisors' own passes (up to ACK_MAX_S)."""
+    from autoresearch.backends._supervisor import _poke
+    from autoresearch.errors import LedgerError
+    from autoresearch.watcher import Watcher, fifo_name
+
+    Api(home)  # the home and its ledger
+    calls: list[object] = []
+
+    def tick(self: Runtime, *args: object, **kwargs: object) -> bool:
+        calls.append(kwargs.get("only", "whole"))
+        if len(calls) == 2:
+            raise LedgerError("the ledger is locked", hint="retry")
+        return True
+
+    monkeypatch.setattr(Runtime, "tick", tick)
+    daemon = threading.Thread(target=passd.serve, args=(str(home), "local", 60.0), name="passd")
+    daemon.start()
+    try:
+        wait_for(lambda: calls == ["whole"], timeout=30)  # its first pass
+        fifo = str(home / fifo_name("local"))
+        assert _poke(fifo, "5.1")
+        wait_for(lambda: len(calls) == 2, timeout=30)
+        assert calls[1] == {(5, 1)}  # told what ended; it failed
+        assert _poke(fifo, "6.1")
+        wait_for(lambda: len(calls) == 3, timeout=30)
+        assert calls[2] is None  # whole: 5.1's ending was not recorded
+        assert _poke(fifo, "7.1")
+        wait_for(lambda: len(calls) == 4, timeout=30)
+        assert calls[3] == {(7, 1)}  # and then told again
+    finally:
+        with Watcher(home):  # a loop or a server listens: the daemon makes way and leaves
+            daemon.join(timeout=30)
+    assert not daemon.is_alive()
