@@ -278,21 +278,18 @@ class JobStore:
         """:meth:`active_attempts`, of the starting ones and those ``named`` (job id, n) alone: what a pass
         told which attempts ended polls (Runtime.tick)."""
         rows = self.ledger.query(_ATTEMPT_WITH_JOB + "WHERE a.state='starting' AND j.backend=?", (backend,))
-        ids = sorted({int(job) for job, _ in named})
-        for start in range(0, len(ids), 500):  # (SQLite's host parameters: few per statement)
-            chunk = ids[start:start + 500]
+        for part, marks in _chunks(sorted({job for job, _ in named if type(job) is int and 0 < job < 2**63}), 500):
             rows += [r for r in self.ledger.query(
-                _ATTEMPT_WITH_JOB + f"WHERE a.state='running' AND j.backend=? AND a.job_id IN ({','.join('?' * len(chunk))})",
-                (backend, *chunk)) if (r["job_id"], r["n"]) in named]
+                _ATTEMPT_WITH_JOB + f"WHERE a.state='running' AND j.backend=? AND a.job_id IN ({marks})",
+                (backend, *part)) if (r["job_id"], r["n"]) in named]
         return rows
 
     def any_active_on(self, backend: str, nodes: Collection[str]) -> bool:
         """Whether a starting or running attempt of ``backend`` is on one of ``nodes`` (its first member's)."""
-        names = sorted(nodes)
         return any(self.ledger.one(
             "SELECT 1 FROM attempts a JOIN jobs j ON j.id=a.job_id WHERE a.state IN ('starting','running') "
-            f"AND j.backend=? AND a.node IN ({','.join('?' * len(chunk))}) LIMIT 1", (backend, *chunk)) is not None
-            for chunk in (names[i:i + 500] for i in range(0, len(names), 500)))
+            f"AND j.backend=? AND a.node IN ({marks}) LIMIT 1", (backend, *part)) is not None
+            for part, marks in _chunks(sorted(nodes), 500))
 
     def busy_backends(self) -> list[str]:
         """The backends with queued or running jobs (a read runs a pass on each)."""
@@ -662,8 +659,8 @@ class JobStore:
         return self.ledger.one("SELECT 1 FROM loops WHERE name=? AND project=?", (name, project)) is not None
 
 
-def _chunks(ids: list[int], size: int) -> Iterator[tuple[list[int], str]]:
-    """``ids`` in parts of at most ``size`` (SQLite's limit on bound values), each with its ``?,?,...``."""
+def _chunks(ids: list[Any], size: int) -> Iterator[tuple[list[Any], str]]:
+    """``ids`` (or node names) in parts of at most ``size`` (SQLite's limit on bound values), each with its ``?,?,...``."""
     for start in range(0, len(ids), size):
         part = ids[start:start + size]
         yield part, ",".join("?" * len(part))

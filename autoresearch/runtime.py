@@ -124,10 +124,10 @@ class Runtime:
         the caller refreshed the nodes a moment ago (a submit's capacity check): not again; or their rows
         as it read them (:meth:`refresh_nodes`), which the placement then uses unless this pass recorded an
         ending or ran a health check (either may cordon a node). ``only``: the attempts (job id, n) heard
-        ending (their supervisors' pokes: a loop's controller, the pass daemon, a server), or ``()`` (a submit):
-        the reconcile polls those and the starting ones, not every running attempt (see FULL_RECONCILE_S). ``due``: the caller just changed what placement
-        depends on (a submit): place, without asking whether anything changed since the last placement
-        (its mark: a file and two reads)."""
+        ending (their supervisors' pokes: a loop's controller, the pass daemon, a server), or ``()`` (a
+        submit): the reconcile polls those and the starting ones, not every running attempt (see
+        FULL_RECONCILE_S). ``due``: the caller just changed what placement depends on (a submit): place,
+        without asking whether anything changed since the last placement (its mark: a file and two reads)."""
         with self.ledger.pass_lock(wait=wait) as locked:
             if not locked:
                 return False

@@ -209,3 +209,18 @@ def test_a_daemon_pass_that_failed_owes_a_whole_one(home: Path, monkeypatch: pyt
         with Watcher(home):  # a loop or a server listens: the daemon makes way and leaves
             daemon.join(timeout=30)
     assert not daemon.is_alive()
+
+
+def test_names_that_are_not_attempts_are_ignored(home: Path, _partial: None) -> None:
+    """``only`` comes from pokes and from Api.tick's callers: what is not a job id SQLite can hold is
+    not an attempt (no OverflowError inside the pass)."""
+    fake = FakeBackend(gpus=8)
+    api = Api(home, backend=fake)
+    job = int(api.submit({"command": ["train"], "workdir": os.getcwd()}).id)
+    api._runtime.tick()
+    fake.finish(f"{job}.1", 0)
+    garbage = {("x", 1), (float("nan"), 1), (10**30, 1), (-job, 1), (job, "../"), (job, 10**30)}
+    assert api.tick(only=garbage)
+    assert api._ledger.one("SELECT state FROM jobs WHERE id=?", (job,))["state"] == "running"  # not named
+    assert api.tick(only=garbage | {(job, 1)})
+    assert api._ledger.one("SELECT state FROM jobs WHERE id=?", (job,))["state"] == "succeeded"
