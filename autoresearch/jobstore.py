@@ -522,12 +522,22 @@ class JobStore:
         return self.ledger.one("SELECT 1 FROM nodes WHERE state='cordoned' AND reason LIKE 'health: %' "
                                "LIMIT 1") is not None
 
-    def placed(self, backend: str) -> list[sqlite3.Row]:
-        """The active attempts of ``backend``'s jobs, with what the scheduler needs of their job."""
-        return self.ledger.query(
-            "SELECT a.job_id, a.n, a.node, a.gpu_ids, a.alloc, a.started_at, a.created_at, a.stop_reason, "
-            "j.priority, j.gpus, j.cpus, j.memory, j.project FROM attempts a JOIN jobs j ON j.id=a.job_id "
-            "WHERE a.state IN ('starting','running') AND j.backend=?", (backend,))
+    def placed(self, backend: str, job_ids: Collection[int] | None = None) -> list[sqlite3.Row]:
+        """The active attempts of ``backend``'s jobs (of ``job_ids`` alone, when given), with what the
+        scheduler needs of their job."""
+        if job_ids is None:
+            return self.ledger.query(_PLACED, (backend,))
+        rows: list[sqlite3.Row] = []
+        for part, marks in _chunks(sorted(set(job_ids)), 500):
+            rows += self.ledger.query(_PLACED + f" AND a.job_id IN ({marks})", (backend, *part))
+        return rows
+
+    def placed_marks(self, backend: str) -> list[tuple[int, int, float, float | None, int]]:
+        """The active attempts of ``backend``'s jobs as (job id, n, created at, started at, stop
+        requested): what of a placed attempt can change after its launch (Runtime.running_view)."""
+        return self.ledger.tuples(
+            "SELECT a.job_id, a.n, a.created_at, a.started_at, a.stop_reason IS NOT NULL FROM attempts a "
+            "JOIN jobs j ON j.id=a.job_id WHERE a.state IN ('starting','running') AND j.backend=?", (backend,))
 
     def job_ends(self, job_ids: list[int]) -> list[sqlite3.Row]:
         """State, end reason, exit code and times of these jobs."""
@@ -657,6 +667,11 @@ class JobStore:
         """Whether loop ``name`` belongs to ``project``. The one read of a loop table here: the
         engine may not import the loop's store (it lies above the engine)."""
         return self.ledger.one("SELECT 1 FROM loops WHERE name=? AND project=?", (name, project)) is not None
+
+
+_PLACED = ("SELECT a.job_id, a.n, a.node, a.gpu_ids, a.alloc, a.started_at, a.created_at, a.stop_reason, "
+           "j.priority, j.gpus, j.cpus, j.memory, j.project FROM attempts a JOIN jobs j ON j.id=a.job_id "
+           "WHERE a.state IN ('starting','running') AND j.backend=?")
 
 
 def _chunks(ids: list[Any], size: int) -> Iterator[tuple[list[Any], str]]:

@@ -429,6 +429,15 @@ class Ledger:
         except sqlite3.Error as err:
             raise self._explain(err) from None
 
+    def tuples(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
+        """:meth:`query`'s rows as plain tuples (no column names: a cheaper row, for a hot path's many)."""
+        try:
+            cur = self._connect().cursor()
+            cur.row_factory = None
+            return cur.execute(sql, params).fetchall()
+        except sqlite3.Error as err:
+            raise self._explain(err) from None
+
     def one(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> sqlite3.Row | None:
         rows = self.query(sql, params)
         return rows[0] if rows else None

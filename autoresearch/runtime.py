@@ -81,6 +81,7 @@ class Runtime:
         self._health: Any = None
         self.node_clash: dict[str, str] = {}  # node name -> the other backend that reports it (refresh_nodes)
         self._others: dict[str, Runtime] = {backend.name: self}
+        self._running_seen: dict[tuple[Any, ...], S.Running] = {}  # running_view's
 
     def for_backend(self, name: str) -> Runtime:
         """The engine on backend ``name`` (a job's ``backend`` column) sharing this home's ledger."""
@@ -88,7 +89,7 @@ class Runtime:
         if other is None:
             other = Runtime.__new__(Runtime)
             other.ledger, other.jobs, other._others = self.ledger, self.jobs, self._others
-            other.node_clash, other._health = {}, None
+            other.node_clash, other._health, other._running_seen = {}, None, {}
             other.backend = open_backend(name, self.ledger.home)  # SpecError when the profile is gone
             self._others[name] = other
         return other
@@ -328,12 +329,10 @@ class Runtime:
                         r["state"] in ("healthy", "degraded"), r["state"] == "degraded")
             for r in rows.values()
         ]
-        placed: list[Any] | None = None
         running: list[S.Running] | None = None
         # (a GPU-less job might start anywhere: then no need to look at the cluster)
         if self.backend.capabilities.places and not self.jobs.any_gpuless_queued(self.backend.name):
-            placed = self.jobs.placed(self.backend.name)
-            running = _running(placed)
+            running = self.running_view()
             if S.nothing_starts(nodes, running, False, self.jobs.any_preemptor_queued(self.backend.name)):
                 return S.Decisions()  # a full cluster that no queued job can start on or preempt: not O(queue)
         queued = self.jobs.queued(self.backend.name)
@@ -346,14 +345,12 @@ class Runtime:
         room = self.jobs.group_room(p.group for p in pending if p.group)  # running caps (a loop's ahead trials)
         if not pending or all(room.get(p.group, 1) <= 0 for p in pending):
             return S.Decisions()  # (every queued job waits for its group: a loop's trials queued ahead)
-        if placed is None:
-            placed = self.jobs.placed(self.backend.name)
         if not self.backend.capabilities.places:
             # The engine schedules (Slurm, Ray): hand it, in priority order, what its nodes hold now.
-            decisions = S.admit(pending, nodes, [(r["gpus"], r["cpus"]) for r in placed],
+            decisions = S.admit(pending, nodes, [(r["gpus"], r["cpus"]) for r in self.jobs.placed(self.backend.name)],
                                 preempts=self.backend.capabilities.preemption, room=room)
         else:
-            decisions = S.schedule(pending, nodes, _running(placed) if running is None else running,
+            decisions = S.schedule(pending, nodes, self.running_view() if running is None else running,
                                    fair=_fair_share(self.ledger.home),
                                    pack_gangs=self.backend.single_host, room=room)
         for pre in decisions.preemptions:
@@ -371,6 +368,36 @@ class Runtime:
         if blocked and rounds > 1:
             return self.schedule(rounds - 1)  # place what preflight turned away on the other nodes
         return decisions
+
+    def running_view(self) -> list[S.Running]:
+        """The scheduler's view of this backend's active attempts. Once launched, an attempt's
+        placement and its job's size, priority and project do not change; its start time and a stop
+        request do. Those are read for every attempt (five numbers a row), the rest only for the
+        attempts this process has not seen as they are now (a placement's cost per running attempt
+        was a whole row with its job's, and its allocation parsed, every pass). Kept by job id,
+        attempt, creation and start time and stop request: a job id that a pruned ledger gives again
+        is another attempt."""
+        seen = self._running_seen
+        view: list[S.Running] = []
+        missing: list[int] = []
+        for mark in self.jobs.placed_marks(self.backend.name):
+            att = seen.get(mark)
+            if att is not None:
+                view.append(att)
+            else:
+                missing.append(mark[0])
+        if missing:
+            rows = self.jobs.placed(self.backend.name, None if len(missing) > 500 else missing)
+            if len(missing) > 500:  # (most of them new: one read of them all, not chunks of ids)
+                wanted = set(missing)
+                rows = [r for r in rows if r["job_id"] in wanted]
+            for row, att in zip(rows, _running(rows), strict=True):
+                seen[(row["job_id"], row["n"], row["created_at"], row["started_at"], row["stop_reason"] is not None)] = att
+                view.append(att)
+        if len(seen) > 2 * len(view) + 256:  # ended attempts (or seen in an earlier state): forget them
+            keep = {id(a) for a in view}
+            self._running_seen = {k: a for k, a in seen.items() if id(a) in keep}
+        return view
 
     def preflight(self, placement: S.Placement, rows: dict[str, Any]) -> bool:
         """Whether preflight keeps ``placement`` from starting (its GPUs missing or faulty)."""

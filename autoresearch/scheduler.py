@@ -238,22 +238,39 @@ def schedule(
             state[node.name] = _Node(node.name, len(node.gpu_ids), sorted(node.gpu_ids, key=_slot_key), node.cpus,
                                      node.memory, node.degraded)
     usage = _Usage(fair, nodes) if fair is not None else None
+    used: dict[str, set[str]] = {}  # per node, the GPU ids its attempts hold: its free list filtered once below
     for att in running:
         if usage is not None:
             usage.add(att.project, att.priority, sum(len(ids) for _, ids in att.alloc), att.cpus * len(att.alloc))
+        if len(att.alloc) == 1:  # (most attempts: one member, on one node; the general case below)
+            name, ids = att.alloc[0]
+            slot = state.get(name)
+            if slot is None:
+                continue
+            if ids:
+                used.setdefault(name, set()).update(ids)
+            slot.cpus -= att.cpus
+            slot.memory -= att.memory
+            if att.stopping:
+                slot.stopping.append(att)
+            elif att.priority == "best-effort":
+                slot.victims.append(att)
+            continue
         for name in dict.fromkeys(n for n, _ in att.alloc):  # a packed gang has several members on a node
             slot = state.get(name)
             if slot is None:
                 continue
-            used = {g for n, ids in att.alloc if n == name for g in ids}
+            used.setdefault(name, set()).update(g for n, ids in att.alloc if n == name for g in ids)
             members = _members_on(att, name)
-            slot.free = [g for g in slot.free if g not in used]
             slot.cpus -= att.cpus * members
             slot.memory -= att.memory * members
             if att.stopping:
                 slot.stopping.append(att)
             elif att.priority == "best-effort":
                 slot.victims.append(att)
+    for name, held in used.items():
+        slot = state[name]
+        slot.free = [g for g in slot.free if g not in held]
     for slot in state.values():
         slot.victims.sort(key=lambda a: (-a.started_at, -a.job_id))
     max_gpus = max((len(n.gpu_ids) for n in nodes if n.schedulable), default=0)
