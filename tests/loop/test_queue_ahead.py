@@ -99,7 +99,14 @@ def test_the_pass_that_records_an_ending_starts_a_trial_queued_ahead_with_no_loo
         assert calls == []  # and the loop did nothing for it
         _end(c, fake, [])  # the controller wakes: it notices, then proposes and submits the next two ahead
         c._fill()
-        assert calls == [2] and len(s.active) == 8 + n and len(_jobs(c, "queued")) == n and len(_running(c)) == 8
+        if not learns:  # random search refills its queue ahead half at a time: 6 of 8 still wait, none proposed
+            assert calls == [] and len(_jobs(c, "queued")) == 6 and len(_running(c)) == 8
+            _end(c, fake, [t for t, r in s.active.items() if c.runtime.jobs.job(r["job_id"])["state"] == "running"][:2])
+            c._fill()
+            assert calls == [4]
+        else:
+            assert calls == [2]
+        assert len(s.active) == 8 + n and len(_jobs(c, "queued")) == n and len(_running(c)) == 8
     finally:
         c.close()
 
@@ -295,5 +302,40 @@ def test_a_soft_stop_skips_only_the_trials_beyond_parallel(home: Path, tmp_path:
         skipped = sorted(r["job_id"] for r in s.rows.values() if r["state"] == "skipped")
         assert skipped == _jobs(c, "cancelled") and len(skipped) == 2  # the newest two: the ones ahead
         assert len(s.active) == 8 and len(_jobs(c, "queued")) == 8
+    finally:
+        c.close()
+
+
+def test_random_search_proposes_and_submits_half_its_queue_ahead_at_once(home: Path, tmp_path: Path,
+                                                                        monkeypatch: Any) -> None:
+    """Trials that end one at a time: a proposer that learns nothing from them is asked, and its trials
+    submitted, eight at a time at parallel 16 (before: one call, one submit batch and their four
+    transactions per ending), and no slot ever waits for a trial while the budget lasts."""
+    from autoresearch import jobs
+
+    c, fake = _controller(home, tmp_path, trials=64, parallel=16, learns=False)
+    try:
+        s = c.state
+        c._fill()
+        assert c.ahead() == 16 and len(_running(c)) == 16 and len(_jobs(c, "queued")) == 16
+        batches: list[int] = []
+        real = jobs.submit_many
+
+        def spy(runtime: Any, specs: list[Any], project: str = "", **kw: Any) -> list[int]:
+            batches.append(len(specs))
+            return real(runtime, specs, project, **kw)
+
+        monkeypatch.setattr(jobs, "submit_many", spy)
+        calls = _proposals(c)
+        ended = 0
+        while s.active:
+            running = [t for t, r in s.active.items() if c.runtime.jobs.job(r["job_id"])["state"] == "running"]
+            _end(c, fake, running[:1])  # one ending per wake (none at the first: its trials were starting)
+            c._fill()
+            ended += len(running[:1])
+            assert len(_jobs(c, "succeeded")) == ended and len(_running(c)) == min(16, 64 - ended), ended
+        assert s.state_counts["succeeded"] == 64 and len(c.ledger.query("SELECT id FROM jobs")) == 64
+        assert sum(batches) == 32 and sum(calls) == 32  # the 32 trials beyond the first window
+        assert batches == [8, 8, 8, 8] and calls == [8, 8, 8, 8], (batches, calls)  # before: 32 of one each
     finally:
         c.close()
