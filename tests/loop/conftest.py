@@ -3,6 +3,8 @@ create its trials' MLflow runs. The loop's tracking is tested in tests/tracking/
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 
@@ -13,3 +15,18 @@ def _no_tracking(monkeypatch: pytest.MonkeyPatch) -> None:
     # loop's CLI tests mean the interactive command, whatever CI runs them.
     monkeypatch.delenv("CI", raising=False)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+
+def submit_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the batches ``jobs.submit_many`` is called with from now on (a loop's submits)."""
+    from autoresearch import jobs
+
+    batches: list[int] = []
+    real = jobs.submit_many
+
+    def spy(runtime: Any, specs: list[Any], project: str = "", **kw: Any) -> list[int]:
+        batches.append(len(specs))
+        return real(runtime, specs, project, **kw)
+
+    monkeypatch.setattr(jobs, "submit_many", spy)
+    return batches

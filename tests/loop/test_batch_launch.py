@@ -13,6 +13,7 @@ from autoresearch import jobs
 from autoresearch.errors import SpecError
 from autoresearch.loop.controller import Controller
 from autoresearch.loop.plan import parse_plan
+from tests.loop.conftest import submit_batches
 
 
 def _plan(tmp_path: Path, trials: int, parallel: int) -> Any:
@@ -24,14 +25,7 @@ def _plan(tmp_path: Path, trials: int, parallel: int) -> Any:
 
 def test_a_proposals_trials_are_submitted_in_one_batch(api: Any, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    batches: list[int] = []
-    real = jobs.submit_many
-
-    def spy(runtime: Any, specs: list[Any], project: str = "", **kw: Any) -> list[int]:
-        batches.append(len(specs))
-        return real(runtime, specs, project, **kw)
-
-    monkeypatch.setattr(jobs, "submit_many", spy)
+    batches = submit_batches(monkeypatch)
     view = Controller(_plan(tmp_path, 6, 4), runtime=api._runtime).run()
     assert view.counts == {"succeeded": 6}, view.counts
     assert batches == [6], batches  # the first proposal fills every slot and the queue ahead at once (random: 4 ahead)

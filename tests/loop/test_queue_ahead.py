@@ -22,6 +22,7 @@ from autoresearch.backends.fake import FakeBackend, Script
 from autoresearch.loop.controller import Controller
 from autoresearch.loop.plan import parse_plan
 from autoresearch.runtime import Runtime
+from tests.loop.conftest import submit_batches
 
 
 def _plan(tmp_path: Path, trials: int, parallel: int) -> Any:
@@ -204,20 +205,11 @@ def test_one_live_update_per_wake_however_many_trials_ended(home: Path, tmp_path
 
 def test_more_endings_than_trials_ahead_still_launch_in_one_batch(home: Path, tmp_path: Path,
                                                                   monkeypatch: Any) -> None:
-    from autoresearch import jobs
-
     c, fake = _controller(home, tmp_path, trials=40, parallel=8)
     try:
         s = c.state
         c._fill()
-        batches: list[int] = []
-        real = jobs.submit_many
-
-        def spy(runtime: Any, specs: list[Any], project: str = "", **kw: Any) -> list[int]:
-            batches.append(len(specs))
-            return real(runtime, specs, project, **kw)
-
-        monkeypatch.setattr(jobs, "submit_many", spy)
+        batches = submit_batches(monkeypatch)
         calls = _proposals(c)
         _end(c, fake, sorted(s.active)[:5])  # 5 slots free, 2 trials queued ahead: they took 2 of them
         assert len(_running(c)) == 5
@@ -311,21 +303,12 @@ def test_random_search_proposes_and_submits_half_its_queue_ahead_at_once(home: P
     """Trials that end one at a time: a proposer that learns nothing from them is asked, and its trials
     submitted, eight at a time at parallel 16 (before: one call, one submit batch and their four
     transactions per ending), and no slot ever waits for a trial while the budget lasts."""
-    from autoresearch import jobs
-
     c, fake = _controller(home, tmp_path, trials=64, parallel=16, learns=False)
     try:
         s = c.state
         c._fill()
         assert c.ahead() == 16 and len(_running(c)) == 16 and len(_jobs(c, "queued")) == 16
-        batches: list[int] = []
-        real = jobs.submit_many
-
-        def spy(runtime: Any, specs: list[Any], project: str = "", **kw: Any) -> list[int]:
-            batches.append(len(specs))
-            return real(runtime, specs, project, **kw)
-
-        monkeypatch.setattr(jobs, "submit_many", spy)
+        batches = submit_batches(monkeypatch)
         calls = _proposals(c)
         ended = 0
         while s.active:
