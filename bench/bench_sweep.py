@@ -6,7 +6,7 @@
    pool running the same subprocess (the machine's floor), each with the machine's CPU per trial. Defaults: the two
    sweeps of the issue, 500 x 0.2 s and 1,000 x 0.05 s at parallel 16. ``--trace``: where the
    turnover loses time, from a trial's end to the controller noticing, the next trial's submit,
-   its placement and its command running (medians and means, ms).
+   its placement and its command running (medians, means and 90th percentiles, ms).
 2. Controller CPU per 100 trials over a long loop (`true` trials), with the live display (the
    table rendered on every update, as `autoresearch plan.yaml` does on a terminal) and
    without (--json): CPU seconds of the controller's process (all its threads) per hundred
@@ -124,12 +124,13 @@ _TRACE = textwrap.dedent("""
             if j in ev["submit"]:
                 out["submitted -> attempt row"].append(rows[j] - ev["submit"][j])
             out["attempt row -> running"].append(starts[j] - rows[j])
-        res = {k: [1000 * statistics.median(v), 1000 * statistics.mean(v)] for k, v in out.items() if v}
+        res = {k: [1000 * statistics.median(v), 1000 * statistics.mean(v), 1000 * sorted(v)[int(0.9 * (len(v) - 1))]]
+               for k, v in out.items() if v}
         if len(by_start) > parallel and by_end:  # the first wave: one figure each (median = mean)
             first = [("Controller() -> first trial running", starts[by_start[0]] - t0),
                      (f"Controller() -> all {parallel} of the first wave running", starts[by_start[parallel - 1]] - t0),
                      ("first end -> its successor running", starts[by_start[parallel]] - ends[by_end[0]])]
-            res.update((k, [1000 * v, 1000 * v]) for k, v in first)
+            res.update((k, [1000 * v, 1000 * v, 1000 * v]) for k, v in first)
         res["wakes"], res["proposals"], res["submits"] = ev["wakes"], len(ev["propose"]), len(set(ev["submit"].values()))
         return res
 """)
@@ -224,10 +225,10 @@ def sweeps(specs: list[tuple[int, float]], parallel: int, trace: bool = False, r
     for name, g in traces:
         print(f"\n### Turnover of {name}: from a trial's end to the next trial running (ms; wakes "
               f"{g.pop('wakes')}, propose calls {g.pop('proposals')}, submit batches {g.pop('submits')})\n")
-        print("| gap | median ms | mean ms |")
-        print("|---|---|---|")
-        for k, (med, mean) in g.items():
-            print(f"| {k} | {med:.1f} | {mean:.1f} |")
+        print("| gap | median ms | mean ms | p90 ms |")
+        print("|---|---|---|---|")
+        for k, (med, mean, p90) in g.items():
+            print(f"| {k} | {med:.1f} | {mean:.1f} | {p90:.1f} |")
 
 
 def controller_cpu(n: int, parallel: int, live: bool) -> dict:
