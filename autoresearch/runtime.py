@@ -375,8 +375,8 @@ class Runtime:
         request do. Those are read for every attempt (five numbers a row), the rest only for the
         attempts this process has not seen as they are now (a placement's cost per running attempt
         was a whole row with its job's, and its allocation parsed, every pass). Kept by job id,
-        attempt, creation and start time and stop request: a job id that a pruned ledger gives again
-        is another attempt."""
+        attempt, creation and start time and stop request (the creation time: a home removed and made
+        again under a long-lived process numbers its jobs from 1 again)."""
         seen = self._running_seen
         view: list[S.Running] = []
         missing: list[int] = []
