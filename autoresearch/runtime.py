@@ -143,7 +143,8 @@ class Runtime:
                 return True  # the engine does not answer (slurmctld down): nothing can start; queued jobs wait
             if self.monitor(None if ended else active, rows):
                 rows = None  # its checks may have cordoned a node: read them again
-            if due or (self.jobs.any_queued(self.backend.name) and self._placement_due()):
+            # (an ending recorded changed what placement depends on: no need to ask the mark)
+            if due or ended or (self.jobs.any_queued(self.backend.name) and self._placement_due()):
                 self.schedule(node_rows=rows, submitted=due)
                 self._placement_done()
             return True
