@@ -1,6 +1,6 @@
 """The scheduler's view of the running attempts is kept by the process that places: a placement
 reads five numbers per running attempt and a whole row only for what it has not seen as it is now
-(issue 16: a submit beside 500 running jobs spent ~8 ms there, ~1.5 now)."""
+(issue 16: with 400 jobs running, a submit's placement took 7.96 ms, 2.48 now)."""
 
 from __future__ import annotations
 
