@@ -242,35 +242,24 @@ def schedule(
     for att in running:
         if usage is not None:
             usage.add(att.project, att.priority, sum(len(ids) for _, ids in att.alloc), att.cpus * len(att.alloc))
-        if len(att.alloc) == 1:  # (most attempts: one member, on one node; the general case below)
-            name, ids = att.alloc[0]
-            slot = state.get(name)
-            if slot is None:
-                continue
+        on_node: dict[str, int] = {}  # per node, this attempt's members there (a packed gang has several)
+        for name, ids in att.alloc:
+            on_node[name] = on_node.get(name, 0) + 1
             if ids:
                 used.setdefault(name, set()).update(ids)
-            slot.cpus -= att.cpus
-            slot.memory -= att.memory
-            if att.stopping:
-                slot.stopping.append(att)
-            elif att.priority == "best-effort":
-                slot.victims.append(att)
-            continue
-        for name in dict.fromkeys(n for n, _ in att.alloc):  # a packed gang has several members on a node
+        for name, count in on_node.items():
             slot = state.get(name)
             if slot is None:
                 continue
-            used.setdefault(name, set()).update(g for n, ids in att.alloc if n == name for g in ids)
-            members = _members_on(att, name)
-            slot.cpus -= att.cpus * members
-            slot.memory -= att.memory * members
+            slot.cpus -= att.cpus * count
+            slot.memory -= att.memory * count
             if att.stopping:
                 slot.stopping.append(att)
             elif att.priority == "best-effort":
                 slot.victims.append(att)
     for name, held in used.items():
-        slot = state[name]
-        slot.free = [g for g in slot.free if g not in held]
+        if (slot := state.get(name)) is not None:
+            slot.free = [g for g in slot.free if g not in held]
     for slot in state.values():
         slot.victims.sort(key=lambda a: (-a.started_at, -a.job_id))
     max_gpus = max((len(n.gpu_ids) for n in nodes if n.schedulable), default=0)
