@@ -78,6 +78,20 @@ def test_the_experiment_opens_on_the_trials_with_params_objective_and_provenance
                     "&workflowType=machine_learning")
 
 
+def _procs() -> dict[int, tuple[int, int]]:
+    """Every process's (parent pid, session id), from /proc."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            out[int(entry)] = (int(fields[1]), int(fields[3]))
+    return out
+
+
 def _ui(home: Path, port: int) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "autoresearch.cli", "ui", "--port", str(port), "--no-sync"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -110,6 +124,12 @@ def test_ui_prints_the_url_once_the_server_answers_and_stops_it(api: Any, quiet:
         assert "viewStateShareKey=autoresearch&workflowType=machine_learning" in line
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as resp:
             assert resp.status == 200
+        # One worker for one person's browser (mlflow's default, four, took ~25 s to answer on 2 cores):
+        # in the session the ui started, `mlflow ui` and the uvicorn it runs, no worker process beside.
+        procs = _procs()
+        server = [pid for pid, (ppid, _) in procs.items() if ppid == proc.pid]
+        assert len(server) == 1, server
+        assert 1 <= sum(1 for _, sid in procs.values() if sid == server[0]) <= 2, procs
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
