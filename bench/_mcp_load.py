@@ -25,9 +25,11 @@ under cProfile (every thread) and writes DIR/<tree>-<kind>.pstats (the figures a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -308,9 +310,17 @@ api.cancel(ids)
 
 def cancel_all(tree: Path, home: Path) -> None:
     """Cancel what the run left queued and running: its 1,000 queued `sleep 1` jobs would otherwise
-    start once the blocker ends and keep the machine busy for minutes after the table is printed."""
+    start once the blocker ends and keep the machine busy for minutes after the table is printed.
+    Then stop the home's MLflow syncer: it mirrors those 1,000 jobs for a minute or more (niced, but
+    25-50% of a core), and the next phase was measured beside it (four of them at once by the end)."""
     subprocess.run([sys.executable, "-c", CANCEL_ALL, str(home)], env={**os.environ, "PYTHONPATH": str(tree)},
                    timeout=300, check=False)
+    from autoresearch.backends._supervisor import lock_holder
+
+    syncer = lock_holder(home / "tracking.lock")
+    if syncer:
+        with contextlib.suppress(OSError):
+            os.kill(syncer, signal.SIGTERM)
 
 
 def cpu_bound(s: dict[str, Any]) -> float:
