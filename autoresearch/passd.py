@@ -126,7 +126,7 @@ def serve(home: str, backend: str, idle_s: float = IDLE_S) -> int:
             now = time.monotonic()
             if runtime.jobs.any_unfinished(backend):
                 last_busy = now
-            if now - last_busy >= idle_s or others_listen(root, backend) or not runtime.ledger.path.exists():
+            if now - last_busy >= idle_s or not runtime.ledger.path.exists() or others_listen(root, backend):
                 break
     finally:
         watcher.close()  # from here a supervisor's poke finds no reader and runs the pass itself

@@ -27,9 +27,10 @@ def listener_lock(home: Path, backend: str = "local") -> Path:
 
 
 def others_listen(home: Path, backend: str = "local") -> bool:
-    """Whether a loop or a server (a claiming :class:`Watcher`) listens on the backend's FIFO."""
+    """Whether a loop or a server (a claiming :class:`Watcher`) listens on the backend's FIFO. (No file: nobody
+    does; the listener makes it. Asking never makes it: the pass daemon asks in a home that may be removed.)"""
     try:
-        fd = os.open(listener_lock(home, backend), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(listener_lock(home, backend), os.O_RDWR | os.O_CLOEXEC)
     except OSError:
         return False
     try:

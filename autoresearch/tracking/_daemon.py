@@ -9,7 +9,8 @@ mirrored (a silent job, or one whose supervisor died with its host) it counts as
 the kick at an attempt's end brings a syncer back. A failed sync (the store down at start,
 another MLflow client creating the same SQLite store) is retried with back-off while
 anything is unmirrored, and why it is behind is recorded for ``status`` and ``ui``. It
-leaves at once when its home (the ledger) is gone, even in the middle of an outage's back-off. Before it exits it releases
+leaves at once when its home (the ledger) is gone, wherever it is (a thread watches: a pass, mlflow
+creating its database, an outage's back-off). Before it exits it releases
 the lock and looks at ``tracking.kick``: a kick that arrived while it was deciding to
 leave makes it take the lock again, so no kick is lost.
 """
@@ -21,6 +22,7 @@ import contextlib
 import fcntl
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -85,6 +87,19 @@ def _sleeper(home: Path) -> Any:
         while not _gone(home) and (left := end - time.monotonic()) > 0:
             time.sleep(min(left, POLL_S))
     return sleep
+
+
+GONE_CHECK_S = 0.25
+
+
+def _leave_when_gone(home: Path) -> None:
+    """Exit the process as soon as the home's ledger is gone (``rm -rf`` of the home), wherever the syncer
+    is: a pass mirroring hundreds of jobs, or mlflow creating its database, took seconds, and mlflow
+    makes the directories of a SQLite store it opens: the removed home came back with a new database,
+    mirrored into. Nothing is lost: there is nothing left to mirror (and the flock goes with us)."""
+    while not _gone(home):
+        time.sleep(GONE_CHECK_S)
+    os._exit(0)
 
 
 def _busy(ledger: object) -> bool:
@@ -238,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             os.truncate(home / LOG_FILE, 0)
     with contextlib.suppress(OSError):
         os.nice(5)  # mirroring must not slow the trials down
+    threading.Thread(target=_leave_when_gone, args=(home,), name="home-watch", daemon=True).start()
     from autoresearch.tracking._sync import fail_fast_http
 
     with fail_fast_http():

@@ -161,10 +161,13 @@ class Syncer:
                 with contextlib.ExitStack() as held:
                     with contextlib.suppress(OSError):  # a home we may not write: nothing of ours creates it
                         held.enter_context(_critical(self.ledger.home))
+                    self._check_home()  # (after mlflow's import: seconds in which the home may go)
                     if not Path(self.uri[len("sqlite:///"):]).exists():
                         SqlAlchemyStore(self.uri, root)
                         # WAL: the UI reads while the syncer writes, and a commit costs no fsync of the whole journal.
                         use_wal(self.uri[len("sqlite:///"):])
+            except TrackingError:
+                raise
             except Exception as err:
                 first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
                 if is_transient(err):
@@ -181,6 +184,13 @@ class Syncer:
                 raise self._wrap(err, "cannot open the tracking store yet") from None
             raise TrackingError(f"cannot use tracking URI {self.uri!r}: {str(err).splitlines()[0]}",
                                 hint=URI_HINT) from None
+
+    def _check_home(self) -> None:
+        """Raise when the home was removed since the ledger was opened: mlflow makes the directories of a
+        SQLite store it opens, and a removed home would come back with a fresh database in it."""
+        if not self.ledger.path.exists():
+            raise TrackingError(f"the home {self.ledger.home} was removed: nothing is left to mirror",
+                                hint="set AUTORESEARCH_HOME to the home to mirror")
 
     def _init_home_id(self) -> str:
         value = uuid.uuid4().hex[:12]

@@ -145,3 +145,15 @@ def test_a_supervisor_sleeps_until_the_pass_releases_it_and_then_ends(tmp_path: 
         wait_for(lambda: not sup.is_alive(pid, None), timeout=10)
     time.sleep(0.2)
     assert not (tmp_path / "hook").exists()  # released: it did not run the pass itself
+
+
+def test_asking_whether_a_loop_listens_makes_no_file(tmp_path: Path) -> None:
+    """The pass daemon asks at every turn, in a home that may have been removed under it (its asking
+    made ``wake.fifo.listen`` there again, and the home with it when mlflow had just made the directory)."""
+    from autoresearch.watcher import listener_lock, others_listen
+
+    assert not others_listen(tmp_path)
+    assert not listener_lock(tmp_path).exists()
+    with Watcher(tmp_path, claim=True):
+        assert others_listen(tmp_path)
+    assert not others_listen(tmp_path)

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import wait_for, wait_state
 from tests.tracking.conftest import free_port
 
@@ -59,6 +61,58 @@ def test_the_syncer_leaves_when_its_home_is_deleted_during_an_outage(api: Any, q
         gone = time.monotonic()
         assert proc.wait(timeout=30) == 0, log.read_text()  # (today: up to 10 minutes of retries)
         assert time.monotonic() - gone < 10
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_sync_of_a_home_removed_as_it_starts_makes_nothing_there(api: Any, quiet: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """mlflow makes the parent directories of a SQLite store it opens: a sync whose home was removed
+    after it bound the ledger to the store (then it imports mlflow: seconds) made the home again, with a
+    fresh mlflow.db in it."""
+    from autoresearch.errors import TrackingError
+    from autoresearch.tracking._sync import Syncer
+
+    job = api.submit({"command": ["true"], "workdir": str(tmp_path)}).id
+    wait_state(api, job, "succeeded")
+    bind = Syncer._bind_uri
+
+    def bind_then_remove(self: Syncer, uri: str | None) -> str:
+        bound = bind(self, uri)
+        shutil.rmtree(quiet)
+        return bound
+
+    monkeypatch.setattr(Syncer, "_bind_uri", bind_then_remove)
+    with pytest.raises(TrackingError) as err:
+        Syncer(api._ledger).run_once()
+    assert "was removed" in err.value.message, err.value.render()
+    assert not quiet.exists(), sorted(os.listdir(quiet))
+
+
+def test_the_syncer_leaves_at_once_when_its_home_is_deleted_while_it_makes_the_store(
+        api: Any, quiet: Path, tmp_path: Path) -> None:
+    """Deleted while the syncer imported mlflow to make its database (seconds), it went on: mlflow made the
+    home again with a fresh database (mlflow.db, mlartifacts/), and the syncer mirrored into it for ~20 s.
+    It leaves now, and the home stays gone."""
+    ids = [j.id for j in api.submit_many([{"command": ["true"], "workdir": str(tmp_path)}] * 20)]
+    for job in ids:
+        wait_state(api, job, "succeeded")
+    log = tmp_path / "syncer.log"
+    proc = _syncer(quiet, log)
+    try:
+        # Bound to the store (the ledger says so), and now importing mlflow to make it: the home goes.
+        wait_for(lambda: api._ledger.one("SELECT 1 FROM tracking_state WHERE name='home_id'"), timeout=120,
+                 interval=0.02)
+        shutil.rmtree(quiet, ignore_errors=True)  # (ignore: the syncer may add a file as it goes)
+        gone = time.monotonic()
+        assert proc.wait(timeout=60) == 0
+        assert time.monotonic() - gone < 5
+        if quiet.exists():  # something it made while rmtree ran: removed again, and nothing comes back
+            shutil.rmtree(quiet)
+        time.sleep(1)
+        assert not quiet.exists(), sorted(os.listdir(quiet))
     finally:
         if proc.poll() is None:
             proc.kill()
