@@ -68,8 +68,8 @@ def _writer(path: Path) -> threading.RLock:
 # (4 MB), made a loop's controller wait on 27 of them in a 1,000-trial sweep of 0.05 s trials, 0.5 ms a
 # trial; at 8,000 (a WAL of up to 32 MB, reused from its start after each) it waits on four, and a page
 # written many times between two (the jobs' and trials' hot pages) is copied once: the sweep's wall
-# 1.76-1.95x -> 1.68-1.72x ideal (alternating runs). Every connection sets it: a process checkpoints
-# whenever its own commit finds the WAL past its own threshold.
+# 1.96 / 1.79 / 1.80x -> 1.78 / 1.72 / 1.78x ideal (three alternating pairs; docs/DESIGN-NOTES.md). Every
+# connection sets it: a process checkpoints whenever its own commit finds the WAL past its own threshold.
 WAL_CHECKPOINT_PAGES = 8000
 
 
