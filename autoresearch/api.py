@@ -352,18 +352,25 @@ class Api:
         return G.Baseline(ref, found["kind"], metric, found["value"], None, found["source"])
 
     def ci_reports(self, plan: Any, baseline: Any, json_path: str | None = None, junit_path: str | None = None,
-                   summary_path: str | None = None, interrupted: str = "") -> tuple[int, str, Any]:
-        """After a CI run: the loop's report (plots, summary.md, MLflow), the gate's verdict and the
-        requested JSON / JUnit / Markdown files; (exit code, why, LoopView). ``interrupted``: why the
-        run was cut short (exit 2, whatever the gate says)."""
+                   summary_path: str | None = None, interrupted: str = "", plots: bool = False) -> tuple[int, str, Any]:
+        """After a CI run: the loop's report (summary.md; the plots only with ``plots``), the gate's
+        verdict and the requested JSON / JUnit / Markdown files; (exit code, why, LoopView).
+        ``interrupted``: why the run was cut short (exit 2, whatever the gate says). The report's
+        upload to MLflow is asked of the mirror (the outbox), not waited for: ``autoresearch sync``
+        finishes the mirror before a runner's store is uploaded."""
+        from autoresearch import outbox
         from autoresearch.loop import ci_report
         from autoresearch.loop import gate as G
+        from autoresearch.loop.report import write_report
 
         out_dir = None
         if summary_path:
             target = Path(summary_path).resolve()
             out_dir = str(target.parent / f"{target.stem}.files")
-        view, _ = self.loop_report(plan.name, out_dir)
+        view = write_report(self._ledger, plan.name, out_dir, plots=plots)
+        if outbox.tracking_enabled() and view.report_dir is not None:
+            outbox.record_report(self._ledger, view.loop_id, view.report_dir)
+            outbox.kick(self._ledger.home)
         result = G.evaluate(view, plan.gate, baseline) if plan.gate is not None else None
         code, reason = (2, interrupted) if interrupted else G.exit_code(view, result)
         loop_md = Path(view.report_dir, "summary.md").read_text() if summary_path and view.report_dir else ""
@@ -422,12 +429,25 @@ class Api:
         return ops.stop_loop(self._runtime, name, rationale=rationale, project=project)
 
     def loop_report(self, name: str, out_dir: str | None = None) -> tuple[Any, str | None]:
-        """Write a loop's plots and summary and log them to MLflow; (LoopView, MLflow run id or None)."""
+        """Write a loop's plots and summary and log them to MLflow, in the foreground (after a
+        background report of the same loop in progress has ended); (LoopView, MLflow run id or None)."""
+        from autoresearch.loop import report_later
         from autoresearch.loop.report import write_report
         from autoresearch.tracking import log_to_mlflow
 
+        report_later.wait(self._ledger.home, name)
         view = write_report(self._ledger, name, out_dir)
         return view, log_to_mlflow(self._ledger, view)
+
+    def loop_report_later(self, view: Any) -> Any:
+        """Have a loop's report (plots, summary.md, report.html, their MLflow upload) written by a
+        detached helper, so the command returns with the answer; the view with ``report_dir`` and
+        ``report_state`` set (:mod:`autoresearch.loop.report_later`)."""
+        from autoresearch.loop import report_later
+
+        view.report_dir = str(report_later.start(self._ledger.home, view.name))
+        view.report_state = "writing"
+        return view
 
     def loop_summary(self, name: str, plot_path: str) -> tuple[str, str | None]:
         """A loop's summary (Markdown) and its best-so-far plot written to ``plot_path`` (None when no

@@ -178,7 +178,8 @@ def _run(args: argparse.Namespace, plan: Any) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     code, reason, view = api.ci_reports(plan, baseline, json_path=json_path, junit_path=args.junit,
-                                        summary_path=args.summary, interrupted=interrupted)
+                                        summary_path=args.summary, interrupted=interrupted,
+                                        plots=bool(getattr(args, "plots", False)))
     for flag, path in paths.items():
         if path:
             log.emit(f"wrote {flag[2:]} {path}")

@@ -150,5 +150,9 @@ class LiveTable:
         if view.noise_floor is not None:
             c.print(f"noise floor: ±{view.noise_floor:.4g} ({view.noise_basis}; {view.rejected_as_noise} gain(s) "
                     "within the floor of their time not kept)", highlight=False, markup=False, soft_wrap=True)
-        if view.report_dir:
+        if view.report_dir and view.report_state == "writing":
+            c.print(f"report: {view.report_dir}/ (plots and summary.md being written in the background; "
+                    f"`autoresearch report {view.name}` waits for them)", highlight=False, markup=False,
+                    soft_wrap=True)
+        elif view.report_dir:
             c.print(f"report: {view.report_dir}/summary.md", highlight=False, markup=False)

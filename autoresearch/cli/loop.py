@@ -33,6 +33,8 @@ def add_parser(sub: Any) -> None:
     ci.add_argument("--junit", metavar="PATH", help="JUnit XML: a testcase per trial and one for the gate")
     ci.add_argument("--summary", metavar="PATH", help="Markdown summary (plots in PATH-stem.files/); appended "
                                                       "to $GITHUB_STEP_SUMMARY when set")
+    ci.add_argument("--plots", action="store_true", help="also draw the report's plots (with --summary: into "
+                                                          "PATH-stem.files/, linked from it); off by default")
     ci.add_argument("--baseline", metavar="REF", help="gate against: a previous --json summary, an MLflow run id "
                                                       "or an MLflow experiment name (its best run)")
     ci.add_argument("--max-wall", metavar="DURATION", help="hard wall-clock stop, e.g. 50m (CI default: the plan's "
@@ -115,8 +117,8 @@ def _run(args: argparse.Namespace) -> int:
         if err.code != "interrupted":
             raise
         return _interrupted(api, plan, err, args)
-    if not args.no_report:
-        view, _ = api.loop_report(plan.name)
+    if not args.no_report:  # plots and their upload take seconds: a helper writes them after we return
+        view = api.loop_report_later(view)
     if args.json:
         out = to_dict(view)
         out["trials"] = [t for t in out["trials"]]

@@ -32,7 +32,6 @@ from autoresearch import outbox
 
 PREPARE_HOLD_S = 30.0  # longest a trial may wait for its MLflow run before it launches without MLFLOW_RUN_ID
 WAIT_ENV = "AUTORESEARCH_RUN_WAIT_S"
-KILL_WAIT_S = 120.0  # longest the loop's end waits for a creation in progress before it kills the run maker
 
 
 def run_wait_s() -> float:
@@ -97,29 +96,21 @@ class RunMaker:
             raise OSError(f"the helper exited with code {proc.wait()}")
         return outbox.trial_runs(self.ledger, ids)
 
-    def close(self, wait_s: float = 5.0) -> None:
+    def close(self) -> None:
+        """End the helper without waiting for it: its stdin closes, so it answers the request in
+        hand (if any) and exits; a thread reaps it. The loop's command returns meanwhile (a
+        creation in progress is never cut: the helper leaves only between creations, or holding
+        the creation lock once its controller is gone); what it did not answer, the next sync
+        pass creates."""
         with self._lock:
             self.closed = True
             proc, self.proc = self.proc, None
-            asking = self._asking
         if proc is None:
             return
         with contextlib.suppress(OSError):
             assert proc.stdin is not None
             proc.stdin.close()  # it exits at the end of its input
-        try:
-            proc.wait(wait_s)
-        except subprocess.TimeoutExpired:
-            # Never killed in the middle of a creation (the MLflow database, a run): a database left
-            # half-made fails every client that opens it. Take the creation lock first; the helper
-            # creates nothing more while we hold it.
-            with contextlib.ExitStack() as held:
-                with contextlib.suppress(OSError):  # (a home gone or unwritable: nothing to wait for)
-                    held.enter_context(outbox.creation_lock(self.home, wait_s=KILL_WAIT_S))
-                proc.kill()
-                proc.wait()
-        if proc.stdout is not None and not asking:
-            proc.stdout.close()
+        threading.Thread(target=proc.wait, daemon=True, name="autoresearch-reap-run-maker").start()
 
 
 class Prepare(threading.Thread):
@@ -195,7 +186,5 @@ class RunPreparer:
             with contextlib.suppress(Exception):
                 outbox.request_runs(self.ledger, self.queue)
             self.queue = []
-        if self.worker is not None:  # a run being created now: let it finish (bounded; it is a daemon thread)
-            self.worker.join(timeout=5)
-        if self.maker is not None:
-            self.maker.close(wait_s=0 if self.worker is not None and self.worker.is_alive() else 5)
+        if self.maker is not None:  # never waited for: the loop's answer does not wait on MLflow
+            self.maker.close()

@@ -296,10 +296,16 @@ def trial_patch(runtime: Any, name: str, trial_id: int, project: str | None = No
 
 def loop_status(runtime: Any, name: str, project: str | None = None) -> tuple[Any, bool]:
     """The loop's view and whether a controller is running it now."""
+    from autoresearch.loop import report_later
     from autoresearch.loop.views import loop_view
 
     find_loop(runtime.ledger, name, project)
-    return loop_view(runtime.ledger, name), controller_running(runtime.ledger.home, name)
+    view = loop_view(runtime.ledger, name)
+    report = report_later.state(runtime.ledger.home, name)
+    if report is not None:
+        view.report_state = report["state"]
+        view.report_dir = str(runtime.ledger.home / "loops" / name / "report")
+    return view, controller_running(runtime.ledger.home, name)
 
 
 def proposer_kind(runtime: Any, name: str) -> str | None:

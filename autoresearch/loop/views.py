@@ -66,6 +66,7 @@ class LoopView:
     parallel: int = 0
     stop_reason: str = ""
     report_dir: str | None = None
+    report_state: str = ""  # the background report (loop/report_later.py): writing | done | failed | interrupted
     next_step: str = ""
     curve: list[CurveStep] = field(default_factory=list)  # the incumbent sequence (:func:`incumbent_sequence`)
     not_shown: int = 0  # trials left out of ``trials``: a live view (:mod:`._live_view`) carries only what is shown

@@ -72,7 +72,7 @@ def cases(path: Path) -> dict[str, Any]:
 def test_pass_then_regression_then_within_tolerance(tmp_path: Path) -> None:
     out = tmp_path / "reports"
     first = ci(tmp_path / "h1", plan(tmp_path, "nightly", [1.5, 1, 1.2]), "--ci", "--json", str(out / "base.json"),
-               "--junit", str(out / "base.xml"), "--summary", str(out / "base.md"))
+               "--junit", str(out / "base.xml"), "--summary", str(out / "base.md"), "--plots")
     assert first.returncode == 0, first.stderr
     assert "trial 2 launched: x=1" in first.stdout and "trial 2 succeeded: loss=1" in first.stdout
     assert "PASS (exit 0)" in first.stdout and "\x1b" not in first.stdout
@@ -92,6 +92,8 @@ def test_pass_then_regression_then_within_tolerance(tmp_path: Path) -> None:
                str(out / "base.json"), env={"GITHUB_STEP_SUMMARY": str(step)})
     assert worse.returncode == 1, worse.stdout + worse.stderr
     assert "REGRESSION (exit 1)" in worse.stdout
+    assert not list((out / "worse.files").glob("*.png"))  # plots only when asked (--plots)
+    assert "(worse.files/" not in (out / "worse.md").read_text()
     gate = json.loads((out / "worse.json").read_text())["gate"]
     assert gate["verdict"] == "regression" and gate["candidate"] == 1.05 and gate["baseline"]["value"] == 1.0
     assert gate["worse_by"] == pytest.approx(0.05) and gate["allowed"] == pytest.approx(0.01)

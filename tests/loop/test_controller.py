@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from autoresearch.errors import PlanError
-from autoresearch.loop import stopping
+from autoresearch.loop import report_later, stopping
 from autoresearch.loop.controller import Controller
 from autoresearch.loop.plan import Plan, parse_plan
 from autoresearch.loop.proposers import Proposal, Proposer, ProposeResult, ProposerInfo, TrialRecord, register
@@ -237,6 +237,8 @@ def test_cli_json_report_and_ctrl_c_without_a_terminal(api: Any, work: Path, hom
     view = json.loads(out.stdout)
     assert view["state"] == "finished" and view["best_params"] == {"x": 0.1} and len(view["trials"]) == 4
     report_dir = Path(view["report_dir"])
+    assert view["report_state"] == "writing"  # the command returned with the answer; a helper writes the report
+    wait_for(lambda: (report_later.state(home, "resume") or {}).get("state") == "done", timeout=120)
     assert {"summary.md", "best_vs_trials.png", "best_vs_time.png", "parallel.png"} <= set(os.listdir(report_dir))
     assert "**Best:** trial" in (report_dir / "summary.md").read_text()
     rep = subprocess.run([*cli, "report", "resume", "--json", "--out", str(work / "rep")], capture_output=True,

@@ -53,9 +53,9 @@ def test_a_request_nobody_answered_is_taken_by_the_next_pass(api: Any, quiet: Pa
 
 
 def test_the_loops_end_does_not_kill_the_run_maker_while_it_creates_the_store(api: Any, quiet: Path) -> None:
-    """The loop ends (``close``, its helper's grace over) while the run maker is creating ``mlflow.db``:
-    the kill waits for the creation, so the database is whole (killed mid-creation, it is left
-    half-made and every later client of it fails)."""
+    """The loop ends (``close``, which does not wait) while the run maker is creating ``mlflow.db``:
+    the helper finishes the creation and its answer, then exits, so the database is whole (killed
+    mid-creation, it is left half-made and every later client of it fails)."""
     trial = _trial(api, "ending")
     maker = RunMaker(quiet)
 
@@ -71,8 +71,8 @@ def test_the_loops_end_does_not_kill_the_run_maker_while_it_creates_the_store(ap
             return not free and (quiet / "mlflow.db").exists()
 
     wait_for(creating, timeout=120, interval=0.01)
-    maker.close(wait_s=0)
-    asking.join(30)
+    maker.close()
+    asking.join(120)
 
     with sqlite3.connect(quiet / "mlflow.db") as conn:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
