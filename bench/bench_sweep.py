@@ -12,6 +12,9 @@
    without (--json): CPU seconds of the controller's process (all its threads) per hundred
    trials ended: the first, second, middle and last hundreds, and late / early (the median of the
    five hundreds before the last over that of hundreds 2-6; flat from trial 100 on is the goal).
+4. As users run it (``--only users``): the CLI with tracking on until it returns, beside a plain Popen
+   loop running the same ``python3 -c`` trials; the tail after the last trial, the command's RSS, and
+   the mirror's catch-up CPU per trial.
 3. Time to first trial: `autoresearch plan.yaml` (the CLI, a fresh interpreter) to the first
    trial's command running, with tracking off and on (on: the first trials must not wait for
    the mirror's mlflow import).
@@ -325,9 +328,100 @@ def first_table(runs: int) -> None:
             print(f"| {tracking} | no trial ran | |")
 
 
+_USER_CLI = """\
+import json, resource, sys, time
+from autoresearch.cli import main
+t0 = time.time()
+code = main(sys.argv[1:])
+sys.stdout.flush()
+print(json.dumps({"t0": t0, "t_return": time.time(), "code": code,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "heavy": sorted(m for m in ("matplotlib", "mlflow", "pandas", "scipy", "sklearn", "optuna",
+                                              "pyarrow", "sqlalchemy") if m in sys.modules)}), file=sys.stderr)
+raise SystemExit(code)
+"""
+
+
+def as_users_run_it(n: int, parallel: int, tracking: str = "on") -> dict:
+    """``autoresearch --json plan.yaml`` in a fresh interpreter, as a user runs it (tracking on, the
+    background syncer on, the report): N trials of ``python3 -c "print('v=...')"``; the wall until the
+    command returns, the tail from the last trial's end to that return, the command's peak RSS, the
+    heavy modules its process imported; then the mirror's catch-up: ``autoresearch sync`` until nothing
+    is pending, its CPU per trial."""
+    import json
+    import resource
+    import sqlite3
+
+    home = tempfile.mkdtemp(prefix="bench-user-")
+    work = Path(home) / "work"
+    work.mkdir()
+    (work / "plan.yaml").write_text(textwrap.dedent(f"""\
+        name: user
+        objective: {{metric: v, goal: minimize}}
+        trial: {{command: "python3 -c \\"print('v={{x}}')\\"", gpus: 0}}
+        space: {{x: {{low: 0.0, high: 1.0}}}}
+        proposer: {{kind: random}}
+        budget: {{trials: {n}, parallel: {parallel}}}
+        """))
+    env = {**os.environ, **_env(home + "/h", tracking)}
+    env.pop("AUTORESEARCH_SYNC", None)
+    t0 = time.time()
+    done = subprocess.run([sys.executable, "-c", _USER_CLI, "--json", str(work / "plan.yaml")], cwd=work, env=env,
+                          capture_output=True, text=True)
+    wall = time.time() - t0
+    stats = json.loads(done.stderr.strip().splitlines()[-1])
+    with sqlite3.connect(Path(home) / "h" / "ledger.db") as conn:
+        first, last, ok = conn.execute("SELECT MIN(submitted_at), MAX(ended_at), SUM(state='succeeded') FROM jobs"
+                                       ).fetchone()
+    out = {"wall": wall, "tail": stats["t_return"] - last, "rss_mb": stats["rss_mb"], "heavy": stats["heavy"],
+           "trials_wall": last - first, "succeeded": ok, "code": done.returncode}
+    if tracking == "on":  # the mirror's catch-up, in the foreground, after the background syncer had its go
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        sync = subprocess.run([sys.executable, "-m", "autoresearch.cli", "sync", "--json"], env=env,
+                              capture_output=True, text=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out["sync_cpu_s"] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        out["sync_ok"] = sync.returncode == 0
+    return out
+
+
+def popen_loop(n: int, parallel: int) -> float:
+    """The machine's floor: a plain loop keeping ``parallel`` Popens of the same command running."""
+    code = textwrap.dedent(f"""
+        import subprocess, time
+        t0 = time.perf_counter(); running = []; started = 0
+        while started < {n} or running:
+            while started < {n} and len(running) < {parallel}:
+                running.append(subprocess.Popen(["python3", "-c", f"print('v={{started / {n}}}')"],
+                                                stdout=subprocess.DEVNULL))
+                started += 1
+            running[0].wait(); running = [p for p in running if p.poll() is None]
+        print(time.perf_counter() - t0)
+    """)
+    return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout)
+
+
+def users_table(sizes: list[int], parallel: int) -> None:
+    print(f"\n## As users run it: `autoresearch --json plan.yaml` until it returns, tracking on (trial: "
+          f"`python3 -c \"print('v=...')\"`, parallel {parallel}; load {os.getloadavg()[0]:.1f} at start)\n")
+    print("Tail: from the last trial's end to the command's return. Mirror CPU: `autoresearch sync` run after "
+          "the command (the background syncer had until then), per trial, its interpreter's start and mlflow's "
+          "import included.\n")
+    print("| trials | Popen loop s | ours s | / Popen | trials alone s | tail s | command RSS MB | heavy modules "
+          "in the command | mirror catch-up CPU ms/trial | succeeded |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for n in sizes:
+        floor = popen_loop(n, parallel)
+        ours = as_users_run_it(n, parallel)
+        print(f"| {n} | {floor:.2f} | {ours['wall']:.2f} | {ours['wall'] / floor:.2f}x | {ours['trials_wall']:.2f} | "
+              f"{ours['tail']:.2f} | {ours['rss_mb']:.0f} | {', '.join(ours['heavy']) or '-'} | "
+              f"{ours.get('sync_cpu_s', float('nan')) / n * 1000:.1f} | {ours['succeeded']} |", flush=True)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", choices=["sweep", "cpu", "first"], action="append")
+    p.add_argument("--only", choices=["sweep", "cpu", "first", "users"], action="append")
+    p.add_argument("--users", default="24,600", help="users: trial counts, comma separated (e.g. 24,600,5000)")
     p.add_argument("--sweeps", default="500x0.2,1000x0.05", help="N x sleep, comma separated")
     p.add_argument("--parallel", type=int, default=16)
     p.add_argument("--cpu-trials", type=int, default=5000)
@@ -337,7 +431,7 @@ def main() -> int:
     p.add_argument("--trace", action="store_true", help="sweep: also the turnover's gaps (ending, noticed, "
                                                          "submitted, placed, running)")
     args = p.parse_args()
-    parts = args.only or ["sweep", "cpu", "first"]
+    parts = args.only or ["sweep", "cpu", "first", "users"]
     if "sweep" in parts:
         specs = [(int(n), float(s)) for n, s in (item.split("x") for item in args.sweeps.split(","))]
         sweeps(specs, args.parallel, args.trace, max(1, args.rounds))
@@ -345,6 +439,8 @@ def main() -> int:
         cpu_table(args.cpu_trials, args.parallel)
     if "first" in parts:
         first_table(args.first_runs)
+    if "users" in parts:
+        users_table([int(x) for x in args.users.split(",")], args.parallel)
     return 0
 
 

@@ -11,51 +11,83 @@ from autoresearch.tracking._common import DEFAULT_EXPERIMENT, Mirror, SyncReport
 from autoresearch.tracking._entities import loop_experiment, loop_run, loop_secrets, verdict
 
 
-def sync_decisions(syncer: Mirror, report: SyncReport) -> None:
-    from mlflow.entities import Metric
+DECISION_BATCH = 500  # decisions sent together: one artifact upload and one metrics write per loop run
 
+
+def sync_decisions(syncer: Mirror, report: SyncReport) -> None:
+    """The decisions since the cursor, in order, in batches: per loop run, the files of a batch in one
+    ``log_artifacts`` and their metrics in one write (a call per decision cost ~2 round trips of the
+    store each, most of a loop's mirror time); the cursor moves past a batch once it is sent."""
     cursor = syncer.cursor("decisions")
+    batch: list[tuple[str, Any]] = []  # (loop run id, decision row), in id order
     for d in syncer.store.decisions_after(cursor):
         run_id = loop_run(syncer, d["loop_id"], report)
         if run_id is None:
-            return  # the parent run is blocked; decisions wait in order
-        record = {k: d[k] for k in d.keys()}
-        for key in ("inputs", "outputs", "proposer"):
-            try:
-                record[key] = json.loads(record[key] or "{}")
-            except ValueError:
-                pass
-        record["trials"] = syncer.store.trials_of_decision(d["id"])
-        loop = syncer.store.loop(d["loop_id"])
-        text = json.dumps(redact_obj(record, loop_secrets(syncer, loop)), indent=2, default=str)
-        syncer.client.log_text(run_id, text, f"decisions/{d['id']:06d}-{d['kind']}.json")
-        ts = int(d["created_at"] * 1000)
-        syncer.log_batch(run_id, metrics=[Metric(f"decision.{k}", float(d[k] or 0), ts, int(d["id"]))
-                                     for k in ("tokens_in", "tokens_out", "cost_usd", "latency_s")],
-                    tags={"autoresearch.decisions": str(d["id"])})
-        if d["kind"] == "promote" and d["trial_id"] is not None:
-            _retag_verdicts(syncer, d, run_id)
-        report.decisions += 1
-        report.artifacts += 1
-        syncer.move_cursor("decisions", d["id"])
+            break  # the parent run is blocked; its decisions (and those after them) wait in order
+        batch.append((run_id, d))
+        if len(batch) >= DECISION_BATCH:
+            _send_decisions(syncer, batch, report)
+            batch = []
+    if batch:
+        _send_decisions(syncer, batch, report)
 
 
-def _retag_verdicts(syncer: Mirror, d: Any, loop_run_id: str) -> None:
-    """A keep-or-discard decision: the trial's verdict, the incumbent it replaced, the loop's incumbent."""
+def _send_decisions(syncer: Mirror, batch: list[tuple[str, Any]], report: SyncReport) -> None:
+    import tempfile
+    from pathlib import Path
+
+    from mlflow.entities import Metric
+
+    by_run: dict[str, list[Any]] = {}
+    for run_id, d in batch:
+        by_run.setdefault(run_id, []).append(d)
+    retags: dict[str, dict[str, str]] = {}
+    for run_id, decisions in by_run.items():
+        metrics = []
+        with tempfile.TemporaryDirectory(prefix="autoresearch-decisions-") as tmp:
+            for d in decisions:
+                record = {k: d[k] for k in d.keys()}
+                for key in ("inputs", "outputs", "proposer"):
+                    try:
+                        record[key] = json.loads(record[key] or "{}")
+                    except ValueError:
+                        pass
+                record["trials"] = syncer.store.trials_of_decision(d["id"])
+                loop = syncer.store.loop(d["loop_id"])
+                text = json.dumps(redact_obj(record, loop_secrets(syncer, loop)), indent=2, default=str)
+                (Path(tmp) / f"{d['id']:06d}-{d['kind']}.json").write_text(text)
+                ts = int(d["created_at"] * 1000)
+                metrics += [Metric(f"decision.{k}", float(d[k] or 0), ts, int(d["id"]))
+                            for k in ("tokens_in", "tokens_out", "cost_usd", "latency_s")]
+                if d["kind"] == "promote" and d["trial_id"] is not None:
+                    _retag_verdicts(syncer, d, run_id, retags)
+            syncer.client.log_artifacts(run_id, tmp, "decisions")
+        syncer.log_metrics(run_id, metrics)
+        retags.setdefault(run_id, {})["autoresearch.decisions"] = str(decisions[-1]["id"])
+    for run_id, tags in retags.items():
+        syncer.log_batch(run_id, tags=tags)
+    report.decisions += len(batch)
+    report.artifacts += len(batch)
+    syncer.move_cursor("decisions", batch[-1][1]["id"])
+
+
+def _retag_verdicts(syncer: Mirror, d: Any, loop_run_id: str, retags: dict[str, dict[str, str]]) -> None:
+    """A keep-or-discard decision: the trial's verdict, the incumbent it replaced, the loop's incumbent
+    (into ``retags``, run id -> tags, sent once per batch: a later decision's tag wins)."""
     try:
         inputs, outputs = json.loads(d["inputs"] or "{}"), json.loads(d["outputs"] or "{}")
     except ValueError:
         return
     trials = [d["trial_id"]]
     if outputs.get("promoted"):
-        syncer.log_batch(loop_run_id, tags={"autoresearch.incumbent_trial": str(d["trial_id"])})
+        retags.setdefault(loop_run_id, {})["autoresearch.incumbent_trial"] = str(d["trial_id"])
         if isinstance(inputs.get("incumbent_trial"), int):
             trials.append(inputs["incumbent_trial"])
     for trial_id in trials:
         row = syncer.store.run_of(f"trial:{trial_id}")
         trial = syncer.store.trial(trial_id)
         if row is not None and row["run_id"] and trial is not None:
-            syncer.log_batch(str(row["run_id"]), tags={"autoresearch.verdict": verdict(syncer, trial)})
+            retags.setdefault(str(row["run_id"]), {})["autoresearch.verdict"] = verdict(syncer, trial)
 
 
 def sync_outbox(syncer: Mirror, report: SyncReport) -> None:
