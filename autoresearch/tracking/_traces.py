@@ -10,7 +10,6 @@ from autoresearch.redact import redact_obj
 from autoresearch.tracking._common import DEFAULT_EXPERIMENT, Mirror, SyncReport, _critical
 from autoresearch.tracking._entities import loop_experiment, loop_run, loop_secrets, verdict
 
-
 DECISION_BATCH = 500  # decisions sent together: one artifact upload and one metrics write per loop run
 
 
