@@ -243,7 +243,7 @@ class Driver:
         self.stats.faults_hit[end.cause] = self.stats.faults_hit.get(end.cause, 0) + 1
         found = self._ending_findings(att, end.cause, end.t)
         classified = P.failure_class("infra" if end.state == "lost" else "exit", end.exit_code, end.detail, found)
-        if classified is not None and classified.cls == "infra":
+        if classified is not None and classified.retried:
             job.avoid.update(att.rec.nodes)
             if job.retries < job.max_retries:
                 job.retries += 1
@@ -256,7 +256,10 @@ class Driver:
             self.stats.jobs_failed += 1
         if self.cordon:
             for node in att.rec.nodes:
-                self.findings[node].append(Finding(node, "infra_failure", "infra", "soft", "ending", None,
+                if classified is None or classified.cls not in ("infra", P.SUSPECT):
+                    continue
+                self.findings[node].append(Finding(node, "infra_failure", classified.cls, "soft",
+                                                   "verdict" if classified.cls == "infra" else "ending", None,
                                                    f"job {job.id}: {end.cause}", end.t, job.id, att.n))
                 self._review(node, end.t)
 
@@ -265,9 +268,9 @@ class Driver:
         out: list[Finding] = []
         for node in att.rec.nodes:
             if cause == "xid" and self.schedule_.sick(node, t, self.cordon_log) is not None:
-                out.append(Finding(node, "xid_79", "infra", "hard", "log", None, "Xid 79", t, att.job.id, att.n))
+                out.append(Finding(node, "xid_79", "infra", "hard", "kernel", None, "Xid 79", t, att.job.id, att.n))
             elif cause == "nccl_hang":
-                out.append(Finding(node, "collective_timeout", "infra", "soft", "log", None,
+                out.append(Finding(node, "collective_timeout", P.SUSPECT, "soft", "log", None,
                                    "Watchdog caught collective operation timeout", t, att.job.id, att.n))
         if self.cordon:
             for f in out:
