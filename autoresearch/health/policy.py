@@ -11,8 +11,8 @@ job printed, its exit code or a signal it sent itself never cordons, alone.
   classed them ``infra``; or, for ``infra-suspect`` failures (job-owned evidence: an NCCL
   error, a watchdog timeout, a lost attempt), the differential rule (:class:`Differential`):
   they count only for jobs that (or whose project's jobs) succeeded on another node in
-  the window, the counted ones must come from at least two projects, and never on the
-  only node. It stays cordoned until a person uncordons it, or, with ``uncordon:
+  the window and did not fail the same way on another node, the counted ones must come
+  from at least two projects, and never on the only node. It stays cordoned until a person uncordons it, or, with ``uncordon:
   preflight``, until a check passes after the cordon and the cool-down (``cooldown``) is
   over; a hard cause (Xid 79/48, uncorrectable ECC, a row remap failed or pending) always
   waits for a person.
@@ -57,6 +57,7 @@ class Differential:
     ok_jobs: frozenset[int] = frozenset()
     ok_projects: frozenset[str] = frozenset()
     projects: tuple[tuple[int, str], ...] = ()
+    failed_elsewhere: frozenset[int] = frozenset()  # failed as infra-suspect on another node too: not this node's
 
 
 def vouched(endings: Sequence[Finding], diff: Differential | None) -> list[Finding]:
@@ -66,7 +67,7 @@ def vouched(endings: Sequence[Finding], diff: Differential | None) -> list[Findi
     if diff is None or diff.other_nodes < 1:
         return []
     project = dict(diff.projects)
-    out = [f for f in endings if f.job_id is not None and (
+    out = [f for f in endings if f.job_id is not None and f.job_id not in diff.failed_elsewhere and (
         f.job_id in diff.ok_jobs or project.get(f.job_id, "\0none") in diff.ok_projects)]
     if len({project.get(f.job_id or -1, "") for f in out}) < 2:
         return []

@@ -155,7 +155,11 @@ class HealthStore:
                 (node, since, *jobs, *names)):
             ok_jobs.add(int(r["job_id"]))
             ok_projects.add(str(r["project"] or ""))
-        return Differential(others, frozenset(ok_jobs), frozenset(ok_projects), tuple(sorted(projects.items())))
+        elsewhere = {int(r["job_id"]) for r in self.ledger.query(
+            f"SELECT DISTINCT job_id FROM attempts WHERE job_id IN ({marks}) AND node IS NOT NULL AND node!=? "
+            "AND failure_class='infra-suspect' AND ended_at>=?", (*jobs, node, since))}
+        return Differential(others, frozenset(ok_jobs), frozenset(ok_projects), tuple(sorted(projects.items())),
+                            frozenset(elsewhere))
 
     # -- attempts: progress (hangs) and failure classes ------------------------------------------
 
