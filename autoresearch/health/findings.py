@@ -123,6 +123,9 @@ def check_sample(node: str, sample: NodeSample, gpu_ids: tuple[str, ...] | None,
                              "retired pages are pending: the GPU needs a reset"))
         if g.row_remap_failure:
             out.append(found("row_remap_failure", "infra", "hard", gpu, "a memory row could not be remapped"))
+        if g.row_remap_pending:
+            out.append(found("row_remap_pending", "infra", "hard", gpu,
+                             "a memory row remap is pending: the GPU needs a reset"))
         for xid in sorted(set(g.xids)):
             hard = xid in config.hard_xids
             out.append(found(f"xid_{xid}", "infra" if hard else "user", "hard" if hard else "info", gpu,

@@ -174,3 +174,17 @@ def test_a_sigkill_is_unknown_without_the_machines_word_and_out_of_memory_with_t
     assert printed is not None and printed.cls == "unknown"  # the job printing an OOM-killer line proves nothing
     hang = failure_class("timeout", None, "ran past its timeout", [F("hang", "infra-suspect", "info", source="hang")])
     assert hang is not None and hang.cls == "user"  # a reported hang does not make a timeout the machine's
+
+
+def test_a_pending_row_remap_is_a_hard_cause_that_waits_for_a_person() -> None:
+    from autoresearch.health.findings import check_sample
+    from autoresearch.health.nvml import sample_from_json
+    from autoresearch.health.policy import NodeStatus, node_state
+
+    sample = sample_from_json({"gpus": [{"index": 0}, {"index": 1, "row_remap_pending": True}]})
+    found = check_sample("n1", sample, None, C.DEFAULT, 5.0)
+    assert [(f.signature, f.gpu, f.severity, f.owner) for f in found] == [("row_remap_pending", "1", "hard", "machine")]
+    config = C.parse({"uncordon": "preflight", "cooldown": 0})
+    cordoned = node_state(NodeStatus("healthy"), found, config, 6.0)
+    assert cordoned.state == "cordoned" and "[hard]" in cordoned.reason
+    assert node_state(cordoned, [], config, 99.0, preflight_passed_at=98.0).state == "cordoned"
