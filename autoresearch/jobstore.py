@@ -512,7 +512,8 @@ class JobStore:
         out: dict[int, list[str]] = {}
         for chunk in range(0, len(job_ids), 500):
             ids = job_ids[chunk:chunk + 500]
-            for r in self.ledger.query(f"SELECT job_id, node FROM attempts WHERE failure_class='infra' AND node IS NOT "
+            for r in self.ledger.query("SELECT job_id, node FROM attempts WHERE failure_class IN "
+                                       "('infra','infra-suspect','unknown') AND node IS NOT "
                                        f"NULL AND job_id IN ({','.join('?' * len(ids))})", tuple(ids)):
                 out.setdefault(r["job_id"], []).append(r["node"])
         return out

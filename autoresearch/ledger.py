@@ -340,6 +340,12 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("queue-1", """
     CREATE INDEX jobs_by_queue_shape ON jobs(state, backend, priority, gpus);
     """),
+    # The kernel log's cursor per node (health/kernel_log.py: what a reader has seen), and when the
+    # machine last reported an event there (a cached preflight older than it is checked again).
+    ("health-2", """
+    ALTER TABLE nodes ADD COLUMN kernel_cursor TEXT;
+    ALTER TABLE nodes ADD COLUMN machine_event_at REAL;
+    """),
 ]
 
 

@@ -559,11 +559,12 @@ class Runtime:
         spec = json.loads(att["spec"])
         reason, detail = classify(att, status)
         failed = not (reason in ("cancelled", "preempted") or (reason == "exit" and status.exit_code == 0))
-        failure = self.health.on_ending(att, reason, status.exit_code, detail) if failed else None  # infra/user
+        failure = (self.health.on_ending(att, reason, status.exit_code, detail, signal=status.signal)
+                   if failed else None)  # infra, infra-suspect, unknown (all retried) or user
 
         def next_state(job: Any) -> tuple[str, int]:
             retries = job["retries_used"]
-            retryable = (failure.cls == "infra" if failure is not None else reason == "infra") or (
+            retryable = (failure.retried if failure is not None else reason == "infra") or (
                 reason == "exit" and exit_status(status) in (spec.get("retry_on_exit_codes") or []))
             if reason == "exit" and status.exit_code == 0:
                 return "succeeded", retries
@@ -583,6 +584,10 @@ class Runtime:
         recorded = [att for (att, _), state in zip(endings, states, strict=True) if state is not None]
         for att in recorded:  # (the others: another pass got there first)
             self.backend.release(att["external_id"])
+        for (att, _), state in zip(endings, states, strict=True):
+            if state == "succeeded" and att["n"] > 1:  # a retry that succeeded: differential evidence
+                with surviving(self.ledger, self.backend, "reconcile", att["job_id"], att["n"]):
+                    self.health.on_success(att)
         if recorded:
             from autoresearch import outbox
 

@@ -58,12 +58,55 @@ def job_mix(seed: int, horizon: float, nodes: int) -> list[Job]:
     return jobs
 
 
-def run(seed: int, nodes: int, days: float, cordon: bool) -> tuple[Stats, float, float]:
+def misbehave(jobs: list[Job], seed: int, spoof: float, selfkill: float) -> list[Job]:
+    """Give each job a project (gangs: one of 6 teams; sweeps: their own) and make ``spoof`` of them print
+    fault-like lines (half a benign mention of an Xid, half an NCCL error line they exit 1 after) and
+    ``selfkill`` of them kill themselves (SIGKILL) 30% into their run."""
+    rng = random.Random(seed + 1)
+    sweep = 0
+    for job in jobs:
+        if job.kind == "sweep":
+            sweep += job.submit_t != (jobs[job.id - 2].submit_t if job.id > 1 else -1)
+            job.project = f"sweep-{sweep}"
+        else:
+            job.project = f"team-{rng.randrange(6)}"
+        roll = rng.random()
+        if roll < spoof:
+            job.behaviour = "spoof" if rng.random() < 0.5 else "nccl_fail"
+        elif roll < spoof + selfkill:
+            job.behaviour = "selfkill"
+    return jobs
+
+
+def run(seed: int, nodes: int, days: float, cordon: bool, policy: str = "owner", spoof: float = 0.0,
+        selfkill: float = 0.0) -> tuple[Stats, float, float]:
     fleet = parse([{"name": "h100", "count": nodes, "gpus": 8}], FAULTS, seed)
     horizon = days * 86400
     started, cpu = time.perf_counter(), time.process_time()
-    stats = Driver(fleet, job_mix(seed, horizon, nodes), horizon, cordon=cordon).run()
+    jobs = misbehave(job_mix(seed, horizon, nodes), seed, spoof, selfkill)
+    stats = Driver(fleet, jobs, horizon, cordon=cordon, policy=policy).run()
     return stats, time.perf_counter() - started, time.process_time() - cpu
+
+
+def misbehaving(args: argparse.Namespace) -> None:
+    """The same week with misbehaving jobs: the policy whose evidence has an owner, the one that trusted
+    job output (as before), and cordons off."""
+    runs = [("owner", True), ("trusting", True), ("off", False)]
+    print(f"\nthe same week, {100 * args.spoof:g}% of jobs printing fault-like lines (half a benign Xid mention, "
+          f"half an NCCL error line, exit 1) and {100 * args.selfkill:g}% killing themselves (SIGKILL)")
+    head = (f"{'policy':9} {'goodput':>8} {'cordons':>8} {'false':>6} {'faults caught':>14} "
+            f"{'GPU-h false cordon':>19} {'GPU-h lost fault':>17} {'failed':>7} {'done':>6} {'wall s':>7}")
+    print(head)
+    print("-" * len(head))
+    for name, cordon in runs:
+        s, wall, _ = run(args.seed, args.nodes, args.days, cordon, "trusting" if name == "trusting" else "owner",
+                         args.spoof, args.selfkill)
+        print(f"{name:9} {100 * s.goodput:7.1f}% {s.cordons:8d} {s.false_cordons:6d} {s.faults_caught:14d} "
+              f"{s.false_cordon_gpu_s / 3600:19.0f} {s.lost_fault_gpu_s / 3600:17.0f} {s.jobs_failed:7d} "
+              f"{s.jobs_done:6d} {wall:7.1f}")
+    print("owner: evidence has an owner (the machine's cordons; job output is a suspicion, differential rule); "
+          "trusting: job output and outside signals counted as the machine's (as before); false: cordons of "
+          "a node with no fault then; GPU-h false cordon: healthy GPUs kept out by them")
 
 
 def main() -> int:
@@ -71,7 +114,13 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--nodes", type=int, default=64)
     parser.add_argument("--days", type=float, default=7.0)
+    parser.add_argument("--spoof", type=float, default=0.05, help="share of jobs printing fault-like lines")
+    parser.add_argument("--selfkill", type=float, default=0.02, help="share of jobs killing themselves")
+    parser.add_argument("--only-misbehaving", action="store_true", help="print only the misbehaving-jobs table")
     args = parser.parse_args()
+    if args.only_misbehaving:
+        misbehaving(args)
+        return 0
     rows = []
     for cordon in (True, False):
         stats, wall, cpu = run(args.seed, args.nodes, args.days, cordon)
@@ -101,6 +150,7 @@ def main() -> int:
     print("\ngoodput: GPU-hours of work kept (reached a checkpoint or the end) / GPU-hours of the fleet; "
           "lost: GPU-hours since the last checkpoint of attempts ended by a fault or a preemption; "
           "waits: submit to first start (jobs still queued at the end count their wait so far)")
+    misbehaving(args)
     return 0
 
 

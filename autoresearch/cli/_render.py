@@ -102,7 +102,8 @@ def render_job(v: JobView) -> None:
     for note in notes + [f"warning: {w}" for w in v.warnings]:
         print(clean(note))
     if v.failure_why:
-        whose = "the machine's fault" if v.failure_class == "infra" else "the program's error"
+        whose = {"infra": "the machine's fault", "infra-suspect": "the machine's fault, suspected",
+                 "unknown": "an unknown cause"}.get(v.failure_class or "", "the program's error")
         print(styled(f"failed: {whose} ({v.failure_class})", "red") + f": {clean(v.failure_why)}")
         if v.failure_hint:
             print(f"hint: {clean(v.failure_hint)}")

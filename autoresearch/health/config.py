@@ -13,9 +13,12 @@ checks off. Every key, with its default::
                                  # cordon_window cordon it
       cordon_window: 1h
       degraded_for: 10m          # a node that throttled stays degraded (placed last) this long
-      uncordon: manual           # or "preflight": a health cordon lifts when the node passes again
+      uncordon: manual           # or "preflight": a health cordon of a soft cause lifts when the node passes
+                                 # again after the cool-down (hard causes always wait for a person)
+      cooldown: 10m              # how long a soft health cordon stands before a passing check lifts it
       hang_after: 0              # no log line or metric for this long is a finding (0: off;
                                  # per job: env AUTORESEARCH_HANG_AFTER)
+      on_hang: report            # or "kill": a hang is stopped, its class infra-suspect (stack dumped)
       hard_xids: [48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140]
       ecc_uncorrected_max: 0     # volatile uncorrectable ECC errors tolerated
       temperature_margin: 5      # degrees below the board's slowdown threshold that count as hot
@@ -71,6 +74,8 @@ class HealthConfig:
     cordon_window_s: float = 3600.0
     degraded_for_s: float = 600.0
     uncordon: str = "manual"
+    cooldown_s: float = 600.0
+    on_hang: str = "report"
     hang_after_s: float = 0.0
     hard_xids: frozenset[int] = frozenset(DEFAULT_HARD_XIDS)
     ecc_uncorrected_max: int = 0
@@ -118,7 +123,7 @@ def parse(data: Any, path: str = "config.yaml") -> HealthConfig:
         raise SpecError("health: must be a mapping of settings", hint=HINT.format(path=path))
     known = {"enabled", "preflight", "preflight_cache", "poll_interval", "cordon_after", "cordon_window",
              "degraded_for", "uncordon", "hang_after", "hard_xids", "ecc_uncorrected_max", "temperature_margin",
-             "throttle_reasons", "min_driver", "patterns", "probe"}
+             "throttle_reasons", "min_driver", "patterns", "probe", "cooldown", "on_hang"}
     unknown = sorted(str(k) for k in data if k not in known)
     if unknown:
         raise SpecError(f"health: unknown key(s) {', '.join(unknown)[:200]}",
@@ -126,7 +131,7 @@ def parse(data: Any, path: str = "config.yaml") -> HealthConfig:
     out = DEFAULT
     for key, name in (("preflight_cache", "preflight_cache_s"), ("poll_interval", "poll_interval_s"),
                       ("cordon_window", "cordon_window_s"), ("degraded_for", "degraded_for_s"),
-                      ("hang_after", "hang_after_s")):
+                      ("hang_after", "hang_after_s"), ("cooldown", "cooldown_s")):
         if key in data:
             changes: dict[str, Any] = {name: duration(data[key], key, path)}
             out = replace(out, **changes)
@@ -152,6 +157,11 @@ def parse(data: Any, path: str = "config.yaml") -> HealthConfig:
             raise SpecError(f"health.uncordon: {str(data['uncordon'])[:40]!r} is not manual or preflight",
                             hint="set health.uncordon to manual (only by hand) or preflight (after a passing check)")
         out = replace(out, uncordon=data["uncordon"])
+    if "on_hang" in data:
+        if data["on_hang"] not in ("report", "kill"):
+            raise SpecError(f"health.on_hang: {str(data['on_hang'])[:40]!r} is not report or kill",
+                            hint="set health.on_hang to report (a finding only) or kill (stop the hung attempt)")
+        out = replace(out, on_hang=data["on_hang"])
     if "hard_xids" in data:
         xids = data["hard_xids"]
         if not isinstance(xids, list):

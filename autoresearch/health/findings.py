@@ -2,9 +2,12 @@
 
 A :class:`Finding` names a node, a GPU (or none), a ``signature`` (``xid_79``,
 ``ecc_uncorrectable``, ``nccl_error``, ``cuda_oom``...), whose fault it is (``cls``:
-``infra``, ``user``, or ``throttle`` for a node that slows down) and how bad
-(``severity``: ``hard`` cordons a node at once, ``soft`` counts toward ``cordon_after``,
-``info`` is only shown). :func:`check_sample` is pure: a sample, the GPUs an attempt
+``infra``, ``infra-suspect``, ``user``, or ``throttle`` for a node that slows down), how
+bad (``severity``: ``hard`` cordons a node at once, ``soft`` may count toward
+``cordon_after``, ``info`` is only shown) and where it came from (``source``), which
+says who owns the evidence (:func:`owner`): the machine (NVML, the kernel log, the probe,
+the engine) or the job (its output, its exit code or signal, its silence). Only
+machine-owned evidence decides about a node (invariant 10). :func:`check_sample` is pure: a sample, the GPUs an attempt
 was given and the thresholds in, findings out. Stdlib only.
 """
 
@@ -17,6 +20,17 @@ from autoresearch.health.config import HealthConfig
 from autoresearch.health.nvml import NodeSample, reason_names
 
 EXCERPT_CHARS = 400
+# Where evidence comes from, and who owns it. Anything not listed is the job's.
+# ("verdict": an attempt's ending that the machine's own evidence classed infra; "ending": one the job's
+# evidence classed infra-suspect.)
+MACHINE_SOURCES = frozenset({"nvml", "preflight", "probe", "health", "kernel", "engine", "dcgm", "verdict"})
+JOB_SOURCES = frozenset({"log", "ending", "hang", "exit", "signal"})
+
+
+def owner(source: str) -> str:
+    """``machine`` for evidence the machine gave (the driver, the kernel log, the probe, the engine),
+    ``job`` for what a job printed or did (its output, exit code, signal, silence)."""
+    return "machine" if source in MACHINE_SOURCES else "job"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +46,19 @@ class Finding:
     job_id: int | None = None
     attempt: int | None = None
 
+    @property
+    def owner(self) -> str:
+        return owner(self.source)
+
+    @property
+    def machine_fault(self) -> bool:
+        """A fault the machine itself reported (a hard one cordons its node)."""
+        return self.cls == "infra" and self.owner == "machine"
+
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v not in (None, "")}
+        data = {k: v for k, v in asdict(self).items() if v not in (None, "")}
+        data["owner"] = self.owner
+        return data
 
     @classmethod
     def from_json(cls, data: Any, ts: float = 0.0, job_id: int | None = None,
@@ -98,6 +123,9 @@ def check_sample(node: str, sample: NodeSample, gpu_ids: tuple[str, ...] | None,
                              "retired pages are pending: the GPU needs a reset"))
         if g.row_remap_failure:
             out.append(found("row_remap_failure", "infra", "hard", gpu, "a memory row could not be remapped"))
+        if g.row_remap_pending:
+            out.append(found("row_remap_pending", "infra", "hard", gpu,
+                             "a memory row remap is pending: the GPU needs a reset"))
         for xid in sorted(set(g.xids)):
             hard = xid in config.hard_xids
             out.append(found(f"xid_{xid}", "infra" if hard else "user", "hard" if hard else "info", gpu,
@@ -116,5 +144,5 @@ def check_sample(node: str, sample: NodeSample, gpu_ids: tuple[str, ...] | None,
 
 
 def blocking(findings: list[Finding]) -> list[Finding]:
-    """The findings that stop an attempt from starting (hard infra faults)."""
-    return [f for f in findings if f.severity == "hard" and f.cls == "infra"]
+    """The findings that stop an attempt from starting (hard faults the machine reported)."""
+    return [f for f in findings if f.severity == "hard" and f.machine_fault]

@@ -9,9 +9,17 @@ processes by the ledger (``nodes.poll_due_at``):
 * :meth:`Health.monitor` once per pass: for each node with running attempts and due for a
   poll, NVML findings, the attempts' logs scanned for signatures (through the ingestion of
   their metrics, which reads the same bytes), and hangs (no new output for ``hang_after``);
-* :meth:`Health.on_ending`: whose fault a failed attempt was (:func:`policy.failure_class`);
-* :func:`review`: the policy applied to a node's findings; a cordon goes through
+* :meth:`Health.on_ending`: whose fault a failed attempt was (:func:`policy.failure_class`),
+  with a last look at the machine (NVML, the kernel log); an ``infra-suspect`` ending (the
+  job's output points at the machine) re-checks the node at once, uncached (and runs the
+  probe when one is configured): the machine's answer decides about the node;
+* :func:`review`: the policy applied to a node's findings (machine-owned evidence, and the
+  fleet's differential evidence for infra-suspect failures); a cordon goes through
   ``Backend.cordon`` too, so an engine that schedules itself (Slurm) drains the node.
+
+What a job prints (its log's signatures) is recorded as job-owned findings and never
+reviews a node by itself; an infra-suspect line asks for a re-check (the node's cache is
+dropped and its poll made due).
 
 Every finding is a ledger event (:mod:`autoresearch.health.store`) with node, GPU,
 signature and a redacted excerpt.
@@ -32,6 +40,7 @@ from autoresearch.health import config as C
 from autoresearch.health import policy
 from autoresearch.health.findings import Finding, blocking, check_sample
 from autoresearch.health.nvml import reader_for
+from autoresearch.health.policy import SUSPECT
 from autoresearch.health.store import HealthStore
 from autoresearch.ledger import Ledger
 from autoresearch.redact import ambient_secrets, redact
@@ -64,9 +73,11 @@ class Health:
         if cached is not None:
             return cached
         reader = _reader(self.backend, node)
-        if reader is None:
+        klog = _kernel(self.backend, node)
+        if reader is None and klog is None:
             return []  # this process cannot see the node's GPUs: the node's own health program can
-        findings, result = P.check(node, reader, gpu_ids, config, now, _gpus_of(row) or None)
+        findings, result = P.check(node, reader, gpu_ids, config, now, _gpus_of(row) or None,
+                                   extra=self._kernel_findings(node, klog, config, now))
         self.store.record(_redacted(findings))
         self.store.mark_checked(node, now, result)
         passed = not result["bad"] and not result["node"]
@@ -110,9 +121,10 @@ class Health:
         # A node with no GPU slots (a CPU machine: no driver, no AUTORESEARCH_GPUS) has nothing for
         # NVML to check; "NVML unavailable" there is the normal case, not a fault to cordon for.
         reader = _reader(self.backend, node) if gpus else None
-        findings: list[Finding] = []
+        findings: list[Finding] = self._kernel_findings(node, _kernel(self.backend, node) if gpus else None,
+                                                        config, now)
         if reader is not None:
-            findings = check_sample(node, reader.sample(), gpus, config, now)
+            findings += check_sample(node, reader.sample(), gpus, config, now)
             for i, f in enumerate(findings):  # a GPU's fault belongs to the attempt that runs on it
                 owner = next((a for a in attempts if f.gpu is not None and f.gpu in json.loads(a["gpu_ids"])), None)
                 if owner is not None:
@@ -150,37 +162,90 @@ class Health:
         if now - seen_at < hang_after:
             return []
         gpus = ",".join(json.loads(att["gpu_ids"])) or None
-        return [Finding(node, "hang", "infra", "soft", "hang", gpus,
+        return [Finding(node, "hang", SUSPECT, "info", "hang", gpus,
                         f"no new log line or metric for {int(now - seen_at)} s (hang_after {hang_after:g} s)", now,
                         att["job_id"], att["n"])]
 
     # -- endings ----------------------------------------------------------------------------
 
     def on_ending(self, att: Any, end_reason: str, exit_code: int | None, detail: str,
-                  now: float | None = None) -> policy.Classified | None:
-        """Whose fault an ended attempt was, from its findings (and, if it failed, a last look at its
-        GPUs); an infra failure counts against its node (``cordon_after``)."""
+                  now: float | None = None, signal: int | None = None) -> policy.Classified | None:
+        """Whose fault an ended attempt was, from its findings and a last look at the machine (NVML on its
+        GPUs, the kernel log). An infra-suspect ending re-checks the node now (uncached, with the probe);
+        an infra or infra-suspect ending is recorded against the node, where the policy weighs it."""
         config = self.config
         now = time.time() if now is None else now
         if end_reason in ("cancelled", "preempted") or (end_reason == "exit" and exit_code == 0):
             return None
         node = att["node"]
+        started = att["started_at"] or att["created_at"] or 0.0
         if config.enabled and node:
+            seen = self._kernel_findings(node, _kernel(self.backend, node), config, now)
             reader = _reader(self.backend, node)
             if reader is not None:  # the Xid that killed it may be in the driver, not in its log
                 gpus = tuple(json.loads(att["gpu_ids"]))
                 if gpus:
-                    seen = check_sample(node, reader.sample(), gpus, config, now)
-                    self.store.record(_redacted([_owned(f, att["job_id"], att["n"]) for f in seen]))
+                    seen += check_sample(node, reader.sample(), gpus, config, now)
+            self.store.record(_redacted([_owned(f, att["job_id"], att["n"]) for f in seen]))
         found = self.store.attempt_findings(att["job_id"], att["n"])
-        classified = policy.failure_class(end_reason, exit_code, detail, found)
-        if (classified is not None and classified.cls == "infra" and node and config.enabled
-                and detail != NEVER_STARTED):  # a launcher killed mid-launch: nothing ran on the node
-            self.store.record([Finding(node, "infra_failure", "infra", "soft", "ending", None,
+        if node:  # what the machine said about the node while it ran (the monitor's polls, the kernel log)
+            found += [f for f in self.store.node_findings(node, since=started - 1)
+                      if f.owner == "machine" and f.job_id is None and f.ts <= now + 1
+                      and ((f.severity == "hard" and f.cls == "infra") or f.signature == "oom_kill")]
+        classified = policy.failure_class(end_reason, exit_code, detail, found, signal)
+        if classified is None or not node or not config.enabled or detail == NEVER_STARTED:
+            return classified  # (a launcher killed mid-launch: nothing ran on the node)
+        if classified.cls == policy.SUSPECT:
+            confirmed = self.recheck(node, att, config, now)
+            if confirmed:  # the machine confirms it: the machine's fault
+                top = confirmed[0]
+                classified = policy.Classified("infra", top.line()[:300], top.excerpt, policy.INFRA_HINT, top.signature)
+        if classified.cls in ("infra", policy.SUSPECT):
+            self.store.record([Finding(node, "infra_failure", classified.cls, "soft",
+                                       "verdict" if classified.cls == "infra" else "ending", None,
                                        f"job {att['job_id']} attempt {att['n']}: {classified.why}"[:300], now,
                                        att["job_id"], att["n"])])
             review(self.ledger, self.backend, node, now)
         return classified
+
+    def on_success(self, att: Any, now: float | None = None) -> None:
+        """A retry that succeeded: the nodes where this job failed as infra-suspect are weighed again (it
+        ran elsewhere: the differential rule may now count those failures)."""
+        config = self.config
+        if not config.enabled:
+            return
+        now = time.time() if now is None else now
+        for node in self.store.suspect_nodes(att["job_id"], att["n"]):
+            if node != att["node"]:
+                review(self.ledger, self.backend, node, now)
+
+    def recheck(self, node: str, att: Any, config: C.HealthConfig, now: float) -> list[Finding]:
+        """Look at ``node`` again now, uncached: NVML on every GPU, the kernel log, the probe when one is
+        configured (on the attempt's GPUs). The blocking faults it found (the machine's word)."""
+        from autoresearch.health import preflight as P
+
+        reader = _reader(self.backend, node)
+        klog = _kernel(self.backend, node)
+        if reader is None and klog is None:
+            self.store.request_recheck(node)  # this process cannot look: the next one that can will
+            return []
+        row = self.store.node(node)
+        gpu_ids = tuple(json.loads(att["gpu_ids"])) if att["gpu_ids"] else ()
+        findings, result = P.check(node, reader, gpu_ids, config, now, _gpus_of(row) or None,
+                                   extra=self._kernel_findings(node, klog, config, now))
+        self.store.record(_redacted(findings))
+        self.store.mark_checked(node, now, result)
+        return blocking(findings)
+
+    def _kernel_findings(self, node: str, klog: Any, config: C.HealthConfig, now: float) -> list[Finding]:
+        """The kernel log's new records on ``node`` (after the ledger's cursor), as findings; the cursor moves."""
+        if klog is None:
+            return []
+        from autoresearch.health.kernel_log import findings_from
+
+        read = klog.read(self.store.kernel_cursor(node))
+        self.store.set_kernel_cursor(node, read.cursor)
+        return findings_from(node, read, config, now)
 
 
 def review(ledger: Ledger, backend: Backend, node: str, now: float, preflight_passed_at: float | None = None) -> str:
@@ -193,7 +258,10 @@ def review(ledger: Ledger, backend: Backend, node: str, now: float, preflight_pa
                                row["cleared_at"] or 0.0)
     config = C.load(ledger.home)
     findings = store.node_findings(node, since=before.cleared_at)
-    after = policy.node_state(before, findings, config, now, preflight_passed_at)
+    suspects = [f.job_id for f in findings if f.source == "ending" and f.cls == policy.SUSPECT
+                and f.job_id is not None and f.ts >= now - config.cordon_window_s]
+    diff = store.differential(node, suspects, now - config.cordon_window_s) if suspects else None
+    after = policy.node_state(before, findings, config, now, preflight_passed_at, diff)
     if after == before or not store.set_status(node, before, after):
         return before.state
     if after.state == "cordoned":
@@ -233,14 +301,27 @@ def record_log_hits(ledger: Ledger, backend: Backend, att: Any, lines: list[str]
     stored = store.record(_redacted([
         Finding(node, h.signature, h.cls, h.severity, "log", h.gpu, h.line, now, att["job_id"], att["n"])
         for h in hits], store.job_secrets(att["job_id"])))
-    if node and any(f.severity == "hard" for f in stored):
-        review(ledger, backend, node, now)
+    # The job's output is its own word (invariant 10): it never reviews the node. A line that points at
+    # the machine asks the machine: the node's cached check is dropped and its poll made due.
+    if node and any(f.cls == policy.SUSPECT for f in stored):
+        store.request_recheck(node)
 
 
 def _reader(backend: Backend, node: str) -> Any:
     """The backend's own reader of ``node``'s GPUs (a simulated fleet's), else NVML's."""
     own = getattr(backend, "gpu_reader", None)
     return own(node) if own is not None else reader_for(node, backend.name)
+
+
+def _kernel(backend: Backend, node: str) -> Any:
+    """The kernel log of ``node`` this process can read (this machine's, or ``AUTORESEARCH_KMSG``'s), or None."""
+    from autoresearch.health import kernel_log
+    from autoresearch.health.nvml import local_node_names
+
+    own = getattr(backend, "kernel_log", None)
+    if own is not None:
+        return own(node)
+    return kernel_log.for_node(node, backend.name == "local" and node in local_node_names())
 
 
 def _gpus_of(row: Any) -> tuple[str, ...]:

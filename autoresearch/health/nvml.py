@@ -46,6 +46,7 @@ class GpuSample:
     ecc_aggregate_uncorrected: int = 0
     retired_pages_pending: bool = False
     row_remap_failure: bool = False
+    row_remap_pending: bool = False  # a remap waits for a GPU reset
     clock_event_reasons: int = 0
     persistence_mode: bool = True
     xids: tuple[int, ...] = ()  # Xid events seen since the previous sample
@@ -103,6 +104,7 @@ def gpu_from_json(data: Any, position: int) -> GpuSample:
         ecc_aggregate_uncorrected=_int(data.get("ecc_aggregate_uncorrected")),
         retired_pages_pending=bool(data.get("retired_pages_pending")),
         row_remap_failure=bool(data.get("row_remap_failure")),
+        row_remap_pending=bool(data.get("row_remap_pending")),
         clock_event_reasons=_int(data.get("clock_event_reasons")),
         persistence_mode=bool(data.get("persistence_mode", True)),
         xids=tuple(_int(x) for x in xids[:MAX_XIDS]),
@@ -249,6 +251,7 @@ class RealNvml:
                                                     nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_AGGREGATE_ECC)),
                 retired_pages_pending=bool(pending),
                 row_remap_failure=bool(remap[3]) if isinstance(remap, tuple) and len(remap) >= 4 else False,
+                row_remap_pending=bool(remap[2]) if isinstance(remap, tuple) and len(remap) >= 4 else False,
                 clock_event_reasons=_int(reasons),
                 persistence_mode=bool(read(nvml.nvmlDeviceGetPersistenceMode, h, default=1)),
                 xids=tuple(xids.get(i, ())[:MAX_XIDS]),

@@ -34,6 +34,12 @@ def cached_block(row: Any, gpu_ids: tuple[str, ...], config: HealthConfig, now: 
     if checked is None or now - checked >= config.preflight_cache_s or now < checked:
         return None
     try:
+        event_at = row["machine_event_at"]
+    except (IndexError, KeyError):
+        event_at = None
+    if event_at is not None and event_at >= checked:  # the machine said something since: look again
+        return None
+    try:
         result = json.loads(row["check_result"] or "{}")
         bad = result.get("bad") or {}
         node_level = list(result.get("node") or [])
@@ -42,15 +48,18 @@ def cached_block(row: Any, gpu_ids: tuple[str, ...], config: HealthConfig, now: 
     return node_level + [str(bad[g]) for g in gpu_ids if g in bad]
 
 
-def check(node: str, reader: NvmlReader, gpu_ids: tuple[str, ...], config: HealthConfig,
-          now: float, node_gpus: tuple[str, ...] | None = None) -> tuple[list[Finding], dict[str, Any]]:
+def check(node: str, reader: NvmlReader | None, gpu_ids: tuple[str, ...], config: HealthConfig,
+          now: float, node_gpus: tuple[str, ...] | None = None,
+          extra: list[Finding] | None = None) -> tuple[list[Finding], dict[str, Any]]:
     """Every finding of the node now (all its GPUs, ``node_gpus`` as the backend counts them: one
-    bad GPU is the node's fault) and the cache entry: ``{"bad": {gpu: signature}, "node":
-    [signature]}`` of the blocking ones."""
-    findings = check_sample(node, reader.sample(), node_gpus, config, now, source="preflight")
+    bad GPU is the node's fault; ``extra``: the kernel log's) and the cache entry: ``{"bad": {gpu:
+    signature}, "node": [signature]}`` of the blocking ones."""
+    findings = check_sample(node, reader.sample(), node_gpus, config, now, source="preflight") if reader else []
+    findings += extra or []
     wanted = set(gpu_ids)
     blocked = blocking(findings)
-    if config.probe.command and gpu_ids and not any(f.gpu is None or f.gpu in wanted for f in blocked):
+    if reader is not None and config.probe.command and gpu_ids and not any(
+            f.gpu is None or f.gpu in wanted for f in blocked):
         findings += run_probe(config.probe, node, gpu_ids, now)
     result: dict[str, Any] = {"bad": {}, "node": []}
     for f in blocking(findings):

@@ -1,12 +1,35 @@
-"""Log signatures: lines of an attempt's log that say whose fault a crash was.
+"""Log signatures: lines of an attempt's log in the formats NCCL, PyTorch, CUDA and the driver print.
 
-The machine's (``infra``): NCCL ``WARN`` and errors, a watchdog's collective timeout, an
-illegal memory access, uncorrectable ECC, an ``Xid`` in the log. The user's: ``CUDA out
-of memory`` and Python tracebacks. Extra patterns come from ``health.patterns``
-(:mod:`autoresearch.health.config`); one that does not compile is refused with a hint.
+An attempt's log is the job's own output: untrusted (invariant 8) and job-owned
+(invariant 10). What it says decides only about that job, never about the node: a hit
+is a finding with source ``log``, class ``user`` (the program's bug) or
+``infra-suspect`` (the machine may be at fault: the node gets an immediate re-check,
+whose machine-owned result decides), or ``info`` (shown, decides nothing).
 
-Scanning is one combined regular expression per line (most lines match nothing), then
-the specific patterns on the few that do. Stdlib only.
+Each built-in signature is anchored to a format that the tool actually prints (see
+tests/health/corpus/ for real excerpts), never to a word: a line that merely mentions
+``Xid``, ``ECC`` or ``NCCL`` (``checking dmesg for Xid 79 ... none found``,
+``step 1 no ECC error detected``) matches nothing.
+
+* PyTorch's NCCL errors: ``NCCL error in: <file>:<line>, <ncclGetErrorString>``; NCCL's
+  own ``ncclSystemError: ...`` / ``ncclRemoteError: ...`` lines; ``NCCL WARN NET/...``
+  from ``host:pid:tid [rank] file.cc:line NCCL WARN``. System, remote and internal
+  errors and unhandled CUDA errors are ``infra-suspect``; ``invalid usage`` and
+  ``invalid argument`` are the program's (``user``).
+* PyTorch's watchdog: ``Watchdog caught collective operation timeout: WorkNCCL(SeqNum=N``
+  (``infra-suspect``).
+* CUDA's runtime messages (``CUDA error: an illegal memory access was encountered``,
+  ``CUDA error: device-side assert triggered``, a kernel's ``Assertion `...` failed.``,
+  ``CUDA out of memory. Tried to allocate``, ``CUDA error: out of memory``): ``user``;
+  ``CUDA error: uncorrectable ECC error encountered``: ``infra-suspect``.
+* The driver's kernel-log line ``NVRM: Xid (PCI:<bus>): <n>, ...`` printed by the job:
+  ``infra-suspect`` at most (the kernel log itself, read by :mod:`.kernel_log`, is the
+  machine's word).
+* ``Traceback (most recent call last):`` at a line's start: the program's exception.
+
+Operator patterns (``health.patterns``) match the same job output: class ``infra`` there
+means ``infra-suspect`` here. Scanning is one combined regular expression per line (most
+lines match nothing), then the specific patterns on the few that do. Stdlib only.
 """
 
 from __future__ import annotations
@@ -20,14 +43,14 @@ from autoresearch.errors import SpecError
 from autoresearch.health.config import HealthConfig, Pattern
 
 MAX_LINE = 2000  # a longer line is matched on its first MAX_LINE characters
+SUSPECT = "infra-suspect"
 
 
 @dataclass(frozen=True, slots=True)
 class Signature:
     regex: re.Pattern[str]
     signature: str
-    cls: str  # infra | user
-    severity: str  # hard | soft
+    cls: str  # user | infra-suspect | info
     rank: int  # which wins when an attempt's log has several (lower wins)
 
 
@@ -42,38 +65,56 @@ def compile_pattern(pattern: str, where: str) -> re.Pattern[str]:
                              "to match them literally") from None
 
 
-_XID = re.compile(r"\bXid\b\s*(?:\([^)]{0,60}\))?\s*[:=]?\s*(\d{1,4})\b")  # NVRM: Xid (PCI:0000:3b:00): 79, ...
-BUILTIN: tuple[tuple[str, str, str, str], ...] = (
-    # pattern, signature, class, severity (in rank order: the first that an attempt's log matched names it)
-    (r"[Uu]ncorrectable ECC|uncorrectable (?:ECC|memory) error|ECC error", "ecc_uncorrectable", "infra", "hard"),
-    (r"\bXid\b", "xid", "infra", "soft"),  # hardness by number: see _xid_signature
-    (r"[Ww]atchdog caught collective operation timeout|collective operation timeout|NCCL.*[Tt]imeout",
-     "collective_timeout", "infra", "soft"),
-    (r"NCCL error|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError|NCCL failure",
-     "nccl_error", "infra", "soft"),
-    (r"illegal memory access", "illegal_memory_access", "infra", "soft"),
-    (r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory", "cuda_oom", "user", "soft"),
-    (r"NCCL WARN", "nccl_warn", "infra", "soft"),
-    (r"^Traceback \(most recent call last\)", "python_exception", "user", "soft"),
+# The driver's Xid line as the kernel log has it: "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, ..."
+XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-9a-fA-F])?)\): "
+                      r"(\d{1,4}),")
+_NCCL_FILE = r"NCCL error in: \S+:\d+, "
+_NCCL_WARN = r"\b[\w.-]{1,64}:\d+:\d+ \[\d+\] \S+:\d+ NCCL WARN "  # host:pid:tid [cudaDev] file.cc:line NCCL WARN
+BUILTIN: tuple[tuple[str, str, str], ...] = (
+    # pattern, signature, class (in rank order: the first that an attempt's log matched names it)
+    # -- the program's own bugs, as CUDA, PyTorch and NCCL print them
+    (r"CUDA out of memory\. Tried to allocate \d|OutOfMemoryError: CUDA out of memory|CUDA error: out of memory"
+     r"|NCCL WARN Cuda failure 'out of memory'", "cuda_oom", "user"),
+    (r"CUDA error: an illegal memory access was encountered|Cuda failure 'an illegal memory access was encountered'"
+     r"|cudaErrorIllegalAddress", "illegal_memory_access", "user"),
+    (r"CUDA error: device-side assert triggered|\.cu:\d+: \w[^\n]{0,200}block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] "
+     r"Assertion `", "device_assert", "user"),
+    (_NCCL_FILE + r"invalid (?:usage|argument)|ncclInvalidUsage: |ncclInvalidArgument: |NCCL Error \d: invalid usage",
+     "nccl_invalid_usage", "user"),
+    # -- the machine may be at fault: the node is re-checked, the attempt retried elsewhere
+    (r"CUDA error: uncorrectable ECC error encountered|cudaErrorECCUncorrectable", "ecc_in_log", SUSPECT),
+    (XID_LINE.pattern, "xid_in_log", SUSPECT),
+    (r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=\d+", "collective_timeout", SUSPECT),
+    (_NCCL_FILE + r"(?:unhandled system error|remote process exited or there was a network error|internal error"
+     r"|unhandled cuda error)|ncclSystemError: |ncclRemoteError: |ncclInternalError: |ncclUnhandledCudaError: "
+     r"|NCCL Error \d: (?:unhandled system error|unhandled cuda error|internal error)", "nccl_error", SUSPECT),
+    (_NCCL_WARN + r"(?:NET/|Call to \w+ failed|Connect to \S+ failed|socket)",
+     "nccl_net_error", SUSPECT),
+    # -- the program's exception (after the specific ones above: a watchdog's traceback is not the program's)
+    (r"^(?:\[[^\]]{1,40}\]:?\s*)?Traceback \(most recent call last\):", "python_exception", "user"),
+    # -- shown, decides nothing
+    (_NCCL_WARN, "nccl_warn", "info"),
 )
 
 
 @functools.lru_cache(maxsize=16)
 def _table(extra: tuple[Pattern, ...]) -> tuple[re.Pattern[str], tuple[Signature, ...]]:
-    sigs = [Signature(re.compile(p), s, c, v, i) for i, (p, s, c, v) in enumerate(BUILTIN)]
-    sigs += [Signature(compile_pattern(p.pattern, "health.patterns"), p.signature, p.cls, p.severity, -1)
-             for p in extra]  # the operator's patterns say more than ours: they rank first
-    quick = re.compile("|".join(f"(?:{s.regex.pattern})" for s in sigs))
+    sigs = [Signature(re.compile(p, re.M), s, c, i) for i, (p, s, c) in enumerate(BUILTIN)]
+    # The operator's patterns say more than ours (they rank first), but they too read job output:
+    # "infra" there is a suspicion here, never a verdict about the node.
+    sigs += [Signature(compile_pattern(p.pattern, "health.patterns"), p.signature,
+                       SUSPECT if p.cls == "infra" else "user", -1) for p in extra]
+    quick = re.compile("|".join(f"(?:{s.regex.pattern})" for s in sigs), re.M)
     return quick, tuple(sigs)
 
 
 @dataclass(frozen=True, slots=True)
 class Hit:
     signature: str
-    cls: str
-    severity: str
+    cls: str  # user | infra-suspect | info
     rank: int
     line: str
+    severity: str = "soft"  # job-owned evidence is never hard
     gpu: str | None = None
 
 
@@ -82,28 +123,20 @@ def scan(lines: Iterable[str], config: HealthConfig) -> list[Hit]:
     quick, sigs = _table(config.patterns)
     hits: dict[str, Hit] = {}
     for raw in lines:
-        line = raw[:MAX_LINE]
+        if not isinstance(raw, str):
+            continue
+        line = raw[:MAX_LINE].strip("\r\n")
         if not quick.search(line):
             continue
         for sig in sigs:
             if sig.signature in hits or not sig.regex.search(line):
                 continue
-            name, severity, gpu = sig.signature, sig.severity, None
-            if name == "xid":
-                name, severity, cls, gpu = _xid_signature(line, config)
-                if name in hits:
-                    continue
-                hits[name] = Hit(name, cls, severity, sig.rank, line.strip(), gpu)
-                continue
-            hits[name] = Hit(name, sig.cls, severity, sig.rank, line.strip())
+            severity = "info" if sig.cls == "info" else "soft"
+            hits[sig.signature] = Hit(sig.signature, sig.cls, sig.rank, line.strip(), severity)
     return list(hits.values())
 
 
-def _xid_signature(line: str, config: HealthConfig) -> tuple[str, str, str, str | None]:
-    match = _XID.search(line)
-    if match is None:
-        return "xid", "soft", "infra", None
-    xid = int(match.group(1))
-    gpu = re.search(r"PCI:([0-9a-fA-F:.]+)", line)
-    hard = xid in config.hard_xids
-    return f"xid_{xid}", "hard" if hard else "soft", "infra", gpu.group(1) if gpu else None
+def classify_line(line: str, config: HealthConfig | None = None) -> str:
+    """The class one line shows (``user``, ``infra-suspect``, ``info``), or ``none``: for tests and docs."""
+    hits = scan([line], config or HealthConfig())
+    return min(hits, key=lambda h: h.rank).cls if hits else "none"

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from autoresearch.health.findings import Finding
-from autoresearch.health.policy import NodeStatus
+from autoresearch.health.policy import Differential, NodeStatus
 from autoresearch.ledger import Ledger
 
 DEDUPE_S = 3600.0  # the same fault of the same GPU is one finding per hour, not one per poll
@@ -55,6 +55,9 @@ class HealthStore:
                 c.execute("INSERT INTO events(ts, job_id, attempt, kind, data) VALUES (?,?,?,?,?)",
                           (f.ts or time.time(), f.job_id, f.attempt, "finding", json.dumps(f.to_json())))
                 stored.append(f)
+                if f.owner == "machine" and f.severity != "info" and f.node:  # a cached check older is stale
+                    c.execute("UPDATE nodes SET machine_event_at=MAX(COALESCE(machine_event_at, 0), ?) WHERE name=?",
+                              (f.ts or time.time(), f.node))
         return stored
 
     def node_findings(self, node: str, since: float = 0.0, limit: int = RECENT) -> list[Finding]:
@@ -108,6 +111,55 @@ class HealthStore:
         """Remember a preflight's result (``{"bad": {gpu: signature}}``) for the cache."""
         with self.ledger.tx() as c:
             c.execute("UPDATE nodes SET checked_at=?, check_result=? WHERE name=?", (at, json.dumps(result), node))
+
+    def request_recheck(self, node: str) -> None:
+        """Forget the node's cached check and make its poll due: the next pass looks at the machine again
+        (a job's output pointed at it; the machine's answer decides)."""
+        with self.ledger.tx() as c:
+            c.execute("UPDATE nodes SET checked_at=NULL, poll_due_at=NULL WHERE name=?", (node,))
+
+    def suspect_nodes(self, job_id: int, before: int) -> list[str]:
+        """The nodes where attempts of ``job_id`` before ``before`` failed as infra-suspect."""
+        return [r["node"] for r in self.ledger.query(
+            "SELECT DISTINCT node FROM attempts WHERE job_id=? AND n<? AND failure_class='infra-suspect' "
+            "AND node IS NOT NULL", (job_id, before))]
+
+    def kernel_cursor(self, node: str) -> str | None:
+        row = self.ledger.one("SELECT kernel_cursor FROM nodes WHERE name=?", (node,))
+        return str(row["kernel_cursor"]) if row is not None and row["kernel_cursor"] else None
+
+    def set_kernel_cursor(self, node: str, cursor: str | None) -> None:
+        if cursor:
+            with self.ledger.tx() as c:
+                c.execute("UPDATE nodes SET kernel_cursor=? WHERE name=?", (cursor[:500], node))
+
+    def differential(self, node: str, failed_jobs: Iterable[int], since: float) -> Differential:
+        """The fleet's word on ``node``'s infra-suspect failures: the other schedulable nodes, and which of
+        the failed jobs (or their projects) succeeded on another node since ``since``."""
+        jobs = sorted({int(j) for j in failed_jobs})[:500]
+        row = self.ledger.one("SELECT COUNT(*) AS n FROM nodes WHERE name!=? AND state IN ('healthy','degraded') "
+                              "AND backend=(SELECT backend FROM nodes WHERE name=?)", (node, node))
+        others = int(row["n"]) if row else 0
+        if not jobs or not others:
+            return Differential(others)
+        marks = ",".join("?" * len(jobs))
+        projects = {r["id"]: str(r["project"] or "") for r in
+                    self.ledger.query(f"SELECT id, project FROM jobs WHERE id IN ({marks})", tuple(jobs))}
+        names = sorted(set(projects.values()))
+        ok_jobs: set[int] = set()
+        ok_projects: set[str] = set()
+        for r in self.ledger.query(
+                "SELECT a.job_id, j.project FROM attempts a JOIN jobs j ON j.id=a.job_id WHERE a.node IS NOT NULL "
+                "AND a.node!=? AND a.end_reason='exit' AND a.exit_code=0 AND a.ended_at>=? AND "
+                f"(a.job_id IN ({marks}) OR j.project IN ({','.join('?' * len(names))}))",
+                (node, since, *jobs, *names)):
+            ok_jobs.add(int(r["job_id"]))
+            ok_projects.add(str(r["project"] or ""))
+        elsewhere = {int(r["job_id"]) for r in self.ledger.query(
+            f"SELECT DISTINCT job_id FROM attempts WHERE job_id IN ({marks}) AND node IS NOT NULL AND node!=? "
+            "AND failure_class='infra-suspect' AND ended_at>=?", (*jobs, node, since))}
+        return Differential(others, frozenset(ok_jobs), frozenset(ok_projects), tuple(sorted(projects.items())),
+                            frozenset(elsewhere))
 
     # -- attempts: progress (hangs) and failure classes ------------------------------------------
 

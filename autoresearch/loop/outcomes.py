@@ -134,7 +134,8 @@ def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
         if value is None and series:
             value = series[-1][1] * c.sign
     elif (last := JobStore(c.ledger).latest_attempt(job["id"])) is not None and (
-            last["failure_class"] == "infra" or (last["failure_class"] is None and job["end_reason"] == "infra")):
+            last["failure_class"] in ("infra", "infra-suspect", "unknown")
+            or (last["failure_class"] is None and job["end_reason"] == "infra")):
         # The machine's fault (a GPU, the driver, NCCL, a lost node): say so, so that the proposer
         # does not learn to avoid a config that did nothing wrong.
         why = str(last["failure_why"] or last["detail"] or "").partition("\nhint: ")[0]

@@ -27,7 +27,13 @@ from autoresearch.health.config import HealthConfig
 from autoresearch.health.findings import Finding
 from autoresearch.sim.faults import Schedule
 from autoresearch.sim.fleet import Fleet
-from autoresearch.sim.timeline import Life, Record, live
+from autoresearch.sim.timeline import Ending, Life, Record, live
+
+# What misbehaving jobs print (``Job.behaviour``): a benign line that mentions a fault, and an NCCL
+# failure line in PyTorch's format (the job's word: infra-suspect at most).
+SPOOF_LINE = "checking dmesg for Xid 79 ... none found"
+NCCL_LINE = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled "
+             "system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3")
 
 FAULT_CAUSES = ("node_loss", "xid", "nccl_hang")
 SHAPE_CAP = 32
@@ -44,6 +50,8 @@ class Job:
     checkpoint_steps: int = 0
     kind: str = ""  # gang | sweep | soak: for the tables
     max_retries: int = 2
+    project: str = ""
+    behaviour: str = ""  # "" | spoof (prints SPOOF_LINE, succeeds) | nccl_fail (prints NCCL_LINE, exits 1) | selfkill
     # state
     state: str = "pending"  # pending (not submitted yet) | queued | running | succeeded | failed
     queued_since: float = 0.0
@@ -76,6 +84,9 @@ class Stats:
     jobs_done: int = 0
     jobs_failed: int = 0
     cordons: int = 0
+    false_cordons: int = 0  # of a node that had no fault at the time
+    false_cordon_gpu_s: float = 0.0  # GPU-seconds healthy nodes stood cordoned
+    faults_caught: int = 0  # cordons of a node with a fault
     passes: int = 0
     waits: dict[str, list[float]] = field(default_factory=dict)  # priority -> submit-to-first-start (s)
 
@@ -86,12 +97,16 @@ class Stats:
 
 class Driver:
     def __init__(self, fleet: Fleet, jobs: list[Job], horizon_s: float, cordon: bool = True,
-                 health: HealthConfig | None = None, pass_s: float = 30.0, grace_s: float = 30.0) -> None:
+                 health: HealthConfig | None = None, pass_s: float = 30.0, grace_s: float = 30.0,
+                 policy: str = "owner") -> None:
         self.fleet = fleet
         self.schedule_ = Schedule(fleet)
         self.jobs = {j.id: j for j in jobs}
         self.horizon = horizon_s
         self.cordon = cordon
+        self.policy = policy  # owner: evidence has an owner (today's code) | trusting: job output decides (as before)
+        self.successes: list[tuple[float, tuple[str, ...], int, str]] = []  # (t, nodes, job, project)
+        self.false_since: dict[str, float] = {}
         self.health = health or HealthConfig(uncordon="preflight")
         self.pass_s = pass_s
         self.grace = grace_s
@@ -209,7 +224,16 @@ class Driver:
         rec = Record(f"{job.id}.{job.attempts}", t, members, job.gpus * job.nodes,
                      min(self.types[n].speed for n in members), None, self.grace, job.done_steps, job.seconds,
                      (), "loss", job.checkpoint_steps)
-        att = _Attempt(job, job.attempts, rec, live(rec, self.schedule_, self.cordon_log, output=False), alloc)
+        life = live(rec, self.schedule_, self.cordon_log, output=False)
+        if job.behaviour in ("nccl_fail", "selfkill") and life.ending is not None:
+            at = t + 0.3 * sum(job.seconds[job.done_steps:]) / rec.speed
+            if at < life.ending.t and life.ending.cause == "done":
+                life.ending = (Ending(at, exit_code=1, detail="exited 1", cause="nccl_fail") if job.behaviour == "nccl_fail"
+                               else Ending(at, signal=9, detail="killed by SIGKILL that autoresearch did not send",
+                                           cause="selfkill"))
+        att = _Attempt(job, job.attempts, rec, life, alloc)
+        if job.behaviour == "spoof" and self.cordon:
+            self._log_lines(att, [SPOOF_LINE], t)
         self.running[job.id] = att
         self.stats.attempts += 1
         self._due(att)
@@ -234,6 +258,7 @@ class Driver:
         if end.cause == "done":
             job.state = "succeeded"
             self.stats.jobs_done += 1
+            self.successes.append((end.t, att.rec.nodes, job.id, job.project))
             return
         if end.cause == "stop":
             self.stats.lost_preempt_gpu_s += gpus * (used - useful)
@@ -242,8 +267,13 @@ class Driver:
         self.stats.lost_fault_gpu_s += gpus * (used - useful)
         self.stats.faults_hit[end.cause] = self.stats.faults_hit.get(end.cause, 0) + 1
         found = self._ending_findings(att, end.cause, end.t)
-        classified = P.failure_class("infra" if end.state == "lost" else "exit", end.exit_code, end.detail, found)
-        if classified is not None and classified.cls == "infra":
+        if end.cause == "nccl_fail":
+            found += self._log_lines(att, [NCCL_LINE], end.t)
+        reason = "infra" if end.state == "lost" or end.signal == 9 else "exit"
+        classified = P.failure_class(reason, end.exit_code, end.detail, found, end.signal)
+        if self.policy == "trusting" and classified is not None and end.cause in ("nccl_fail", "selfkill"):
+            classified = P.Classified("infra", end.detail)  # before: NCCL text and outside signals were the machine's
+        if classified is not None and classified.retried:
             job.avoid.update(att.rec.nodes)
             if job.retries < job.max_retries:
                 job.retries += 1
@@ -256,18 +286,39 @@ class Driver:
             self.stats.jobs_failed += 1
         if self.cordon:
             for node in att.rec.nodes:
-                self.findings[node].append(Finding(node, "infra_failure", "infra", "soft", "ending", None,
+                if classified is None or classified.cls not in ("infra", P.SUSPECT):
+                    continue
+                self.findings[node].append(Finding(node, "infra_failure", classified.cls, "soft",
+                                                   "verdict" if classified.cls == "infra" else "ending", None,
                                                    f"job {job.id}: {end.cause}", end.t, job.id, att.n))
                 self._review(node, end.t)
+
+    def _log_lines(self, att: _Attempt, lines: list[str], t: float) -> list[Finding]:
+        """What the log signatures (the runtime's own :func:`scan`) make of lines the attempt printed: job-owned
+        findings, which decide nothing about a node. ``trusting``: as before, the job's word was the machine's."""
+        from autoresearch.health.signatures import scan
+
+        out: list[Finding] = []
+        for node in att.rec.nodes[:1]:
+            for h in scan(lines, self.health):
+                out.append(Finding(node, h.signature, h.cls, h.severity, "log", None, h.line, t, att.job.id, att.n))
+            if self.policy == "trusting":  # the old signatures: any "Xid" line was a hard fault of the node
+                out += [Finding(node, "xid_79", "infra", "hard", "kernel", None, line, t, att.job.id, att.n)
+                        for line in lines if "Xid" in line]
+        for f in out:
+            self.findings[f.node].append(f)
+        if any(f.severity == "hard" for f in out):
+            self._review(out[0].node, t)
+        return out
 
     def _ending_findings(self, att: _Attempt, cause: str, t: float) -> list[Finding]:
         """What the health checks saw of this attempt: its log's signatures (the lines the backend writes)."""
         out: list[Finding] = []
         for node in att.rec.nodes:
             if cause == "xid" and self.schedule_.sick(node, t, self.cordon_log) is not None:
-                out.append(Finding(node, "xid_79", "infra", "hard", "log", None, "Xid 79", t, att.job.id, att.n))
+                out.append(Finding(node, "xid_79", "infra", "hard", "kernel", None, "Xid 79", t, att.job.id, att.n))
             elif cause == "nccl_hang":
-                out.append(Finding(node, "collective_timeout", "infra", "soft", "log", None,
+                out.append(Finding(node, "collective_timeout", P.SUSPECT, "soft", "log", None,
                                    "Watchdog caught collective operation timeout", t, att.job.id, att.n))
         if self.cordon:
             for f in out:
@@ -282,14 +333,39 @@ class Driver:
         found = self.findings[node]
         if len(found) > 64:  # what no window counts any more (hard faults always count)
             self.findings[node] = found = [f for f in found if f.ts >= keep or f.severity == "hard"]
-        after = P.node_state(before, found, self.health, t)
+        after = P.node_state(before, found, self.health, t, diff=self._differential(node, found, t))
         if after == before:
             return False
         self.status[node] = after
         if after.state == "cordoned" and before.state != "cordoned":
             self.stats.cordons += 1
-            self.cordon_log.append((node, t))  # the backend's cordon hook: an operator will fix it
+            if self.schedule_.sick(node, t, self.cordon_log) is None:
+                self.stats.false_cordons += 1
+                self.false_since[node] = t
+            else:
+                self.stats.faults_caught += 1
+                self.cordon_log.append((node, t))  # the backend's cordon hook: an operator will fix it
         return True
+
+    def _differential(self, node: str, found: list[Finding], t: float) -> P.Differential | None:
+        """The fleet's word on this node's infra-suspect endings (what HealthStore.differential reads)."""
+        since = t - self.health.cordon_window_s
+        jobs = {f.job_id for f in found if f.source == "ending" and f.job_id is not None and f.ts >= since}
+        if not jobs:
+            return None
+        others = sum(1 for n, st in self.status.items() if n != node and st.state in ("healthy", "degraded"))
+        self.successes = [s for s in self.successes if s[0] >= t - 2 * self.health.cordon_window_s]
+        projects = {j: self.jobs[j].project for j in jobs}
+        wanted = set(projects.values())
+        ok_jobs, ok_projects = set(), set()
+        for ts, nodes, job_id, project in self.successes:
+            if ts >= since and node not in nodes and (job_id in jobs or project in wanted):
+                ok_jobs.add(job_id)
+                ok_projects.add(project)
+        elsewhere = {f.job_id for n, fs in self.findings.items() if n != node for f in fs
+                     if f.source == "ending" and f.job_id in jobs and f.ts >= since}
+        return P.Differential(others, frozenset(ok_jobs), frozenset(ok_projects), tuple(sorted(projects.items())),
+                              frozenset(j for j in elsewhere if j is not None))
 
     def _preflight(self, placement: S.Placement, t: float) -> bool:
         """Whether a member's GPUs fail the preflight (a failed GPU reads as an Xid): it is cordoned."""
@@ -310,8 +386,18 @@ class Driver:
             if status.state == "cordoned" and status.by_health:
                 fixed = t >= status.since + self.fleet.faults.repair and self.schedule_.sick(
                     node, t, self.cordon_log) is None
+                false = node in self.false_since  # nothing to repair: it passes its re-check after the cool-down
+                if false:
+                    fixed = self.schedule_.sick(node, t, self.cordon_log) is None
                 if fixed:
-                    self.status[node] = P.node_state(status, [], self.health, t, preflight_passed_at=t)
+                    after = P.node_state(status, [], self.health, t, preflight_passed_at=t)
+                    if after.state == "cordoned" and t >= status.since + self.fleet.faults.repair:
+                        after = P.NodeStatus("healthy", "", t, t)  # a person looked (a hard cause waits for one)
+                    if after.state == "cordoned":
+                        continue
+                    self.status[node] = after
+                    if false:
+                        self.stats.false_cordon_gpu_s += len(self.gpu_ids[node]) * (t - self.false_since.pop(node))
                     self.findings[node] = []
                     changed = True
                 continue

@@ -68,16 +68,18 @@ def test_a_cpu_only_job_skips_preflight(home: Path, fleet: Fleet) -> None:
     assert v.state in ("starting", "running") and not v.warnings  # (the monitor cordons the node next)
 
 
-def test_an_nccl_timeout_in_the_log_is_the_machines_fault_retried_on_another_node(home: Path, fleet: Fleet) -> None:
+def test_an_nccl_timeout_in_the_log_is_infra_suspect_retried_on_another_node(home: Path, fleet: Fleet) -> None:
     api, fake = setup(home)
     job = submit(api, gpus=8, max_retries=1, env={"HF_TOKEN": "hf_s3cr3tvalue123456"})
     node = fake.attempt(f"{job}.1").request.node
     fake.emit(f"{job}.1", "step 1 loss: 1.0\n[Rank 0] Watchdog caught collective operation timeout: "
-                          "WorkNCCL(SeqNum=9) token hf_s3cr3tvalue123456\nTraceback (most recent call last):\n")
+                          "WorkNCCL(SeqNum=9, OpType=ALLREDUCE) token hf_s3cr3tvalue123456\n"
+                          "Traceback (most recent call last):\n")
     fake.finish(f"{job}.1", 1)
     api._runtime.tick()
     v = view(api, job)
-    assert v.attempts == 2 and v.attempt_list[0].failure_class == "infra"
+    assert v.attempts == 2 and v.attempt_list[0].failure_class == "infra-suspect"
+    assert node_states(api)[node][0] == "healthy"  # the job's word alone; the re-check of the machine passed
     assert fake.attempt(f"{job}.2").request.node != node  # the node it failed on comes last
     fake.finish(f"{job}.2", 1)
     api._runtime.tick()
@@ -101,26 +103,82 @@ def test_cuda_out_of_memory_is_the_users_error_not_retried_with_the_excerpt_and_
     assert v.failure_hint and "batch size" in v.failure_hint and "not retried" in v.failure_hint
 
 
-def test_a_hard_fault_in_the_log_cordons_the_node_at_once(home: Path, fleet: Fleet) -> None:
+def test_an_xid_line_in_the_log_never_cordons_it_asks_the_machine_whose_answer_decides(
+        home: Path, fleet: Fleet) -> None:
     api, fake = setup(home)
     job = submit(api, gpus=1)
     node = fake.attempt(f"{job}.1").request.node
-    fake.emit(f"{job}.1", "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n")
+    api._runtime.tick()  # the node polled and checked: its next poll is not due for poll_interval
+    fake.emit(f"{job}.1", "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n"
+                          "checking dmesg for Xid 79 ... none found\nstep 1 no ECC error detected\n")
     api._runtime.ingest(job)  # what the live ingestion (a loop, the mirror's syncer) does
-    assert node_states(api)[node][0] == "cordoned" and "xid_79" in node_states(api)[node][1]
+    assert node_states(api)[node][0] == "healthy"  # a job's output is never the machine's evidence
+    found = {f.signature: f for f in api._runtime.health.store.attempt_findings(job, 1)}
+    assert set(found) == {"xid_in_log"} and found["xid_in_log"].owner == "job"
+    assert found["xid_in_log"].cls == "infra-suspect"
+    api._runtime.tick()  # the re-check it asked for: the machine says it is fine
+    assert node_states(api)[node][0] == "healthy"
+    fleet.set(node, "xid79")  # now the driver itself reports it
+    fake.emit(f"{job}.1", "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n")
+    api._runtime.ingest(job)  # the same line again asks nothing more (one request per signature per attempt)
+    api._runtime.tick()
+    assert node_states(api)[node][0] == "healthy"
+    fake.emit(f"{job}.1", "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, "
+                          "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600013 milliseconds before timing out.\n")
+    api._runtime.ingest(job)
+    api._runtime.tick()  # the next pass looks at the machine (the poll was made due), which decides
+    state, reason = node_states(api)[node]
+    assert state == "cordoned" and "xid_79" in reason
 
 
-def test_infra_failures_of_k_jobs_within_the_window_cordon_a_node(home: Path, fleet: Fleet) -> None:
+def test_infra_suspect_failures_on_the_only_node_never_cordon_it(home: Path, fleet: Fleet) -> None:
     configure(home, "cordon_after: 2")
     api, fake = setup(home, nodes=1)
-    for i in range(2):
-        job = submit(api, gpus=1, max_retries=0)
-        assert node_states(api)["fake-0"][0] == "healthy", i
-        fake.fail(f"{job}.1", "supervisor died")
+    for i in range(4):
+        job = int(api.submit({"command": ["train"], "workdir": str(home), "gpus": 1, "max_retries": 0},
+                             project=f"p{i % 2}").id)
+        fake.fail(f"{job}.1", "supervisor died")  # a lost attempt: the engine's word, infra-suspect
         api._runtime.tick()
-    state, reason = node_states(api)["fake-0"]
-    assert state == "cordoned" and "infra failures of 2 jobs" in reason
-    assert fake.cordons == [("fake-0", reason)]
+        assert view(api, job).failure_class == "infra-suspect"
+    assert node_states(api)["fake-0"][0] == "healthy" and fake.cordons == []
+
+
+def test_infra_suspect_failures_cordon_only_with_differential_evidence_from_two_projects(
+        home: Path, fleet: Fleet) -> None:
+    configure(home, "cordon_after: 2")
+    api, fake = setup(home, nodes=2, gpus=1)
+    nccl = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, "
+            "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3\n")
+    bad = ""
+
+    def fail_once_there(project: str) -> None:
+        nonlocal bad
+        for _ in range(6):
+            job = int(api.submit({"command": ["train"], "workdir": str(home), "gpus": 1, "max_retries": 1},
+                                 project=project).id)
+            node = fake.attempt(f"{job}.1").request.node
+            bad = bad or node
+            if node != bad:
+                fake.finish(f"{job}.1", 0)
+                api._runtime.tick()
+                continue
+            fake.emit(f"{job}.1", nccl)
+            fake.finish(f"{job}.1", 1)
+            api._runtime.tick()
+            assert view(api, job).attempt_list[0].failure_class == "infra-suspect"
+            retry = fake.attempt(f"{job}.2")
+            assert retry.request.node != bad, (view(api, job), node_states(api))  # placed away from where it failed
+            fake.finish(f"{job}.2", 0)  # the same job succeeds elsewhere
+            api._runtime.tick()
+            return
+        raise AssertionError("never placed on the suspect node")
+
+    fail_once_there("a")
+    fail_once_there("a")
+    assert node_states(api)[bad][0] == "healthy"  # two jobs, one project: maybe that project's bug
+    fail_once_there("b")
+    state, reason = node_states(api)[bad]
+    assert state == "cordoned" and "infra failures of 3 jobs" in reason and "ran elsewhere" in reason
 
 
 def test_throttling_degrades_a_node_which_is_placed_last(home: Path, fleet: Fleet) -> None:
@@ -161,8 +219,8 @@ def test_the_monitor_polls_each_node_at_most_once_per_interval(home: Path, fleet
 
 def test_a_health_cordon_lifts_after_a_passing_check_when_configured_a_hand_cordon_does_not(
         home: Path, fleet: Fleet) -> None:
-    configure(home, "uncordon: preflight\npoll_interval: 0")
-    fleet.set("fake-0", "xid79")
+    configure(home, "uncordon: preflight\npoll_interval: 0\ncooldown: 0")
+    fleet.set("fake-0", "missing_gpu")  # a soft cause: a GPU that may come back
     api, fake = setup(home)
     job = submit(api, gpus=8)
     assert node_states(api)["fake-0"][0] == "cordoned"
@@ -172,6 +230,24 @@ def test_a_health_cordon_lifts_after_a_passing_check_when_configured_a_hand_cord
     assert node_states(api)["fake-0"] == ("healthy", "") and fake.uncordons == ["fake-0"]
     assert node_states(api)["fake-1"] == ("cordoned", "maintenance")
     assert job
+
+
+def test_a_hard_cause_waits_for_a_person_and_a_soft_one_for_the_cool_down(home: Path, fleet: Fleet) -> None:
+    configure(home, "uncordon: preflight\npoll_interval: 0\ncooldown: 1h")
+    fleet.set("fake-0", "xid79")
+    fleet.set("fake-1", "missing_gpu")
+    api, fake = setup(home)
+    submit(api, gpus=8)
+    assert {s for s, _ in node_states(api).values()} == {"cordoned"}
+    assert "[hard]" in node_states(api)["fake-0"][1]
+    fleet.set("fake-0", "healthy")
+    fleet.set("fake-1", "healthy")
+    api._runtime.tick()
+    assert node_states(api)["fake-0"][0] == "cordoned"  # Xid 79: a person must look
+    assert node_states(api)["fake-1"][0] == "cordoned"  # passing, but within the cool-down
+    configure(home, "uncordon: preflight\npoll_interval: 0\ncooldown: 0")
+    api._runtime.tick()
+    assert node_states(api)["fake-1"][0] == "healthy" and node_states(api)["fake-0"][0] == "cordoned"
 
 
 def test_nodes_show_state_reason_since_and_last_findings(home: Path, fleet: Fleet) -> None:
@@ -299,6 +375,7 @@ def test_a_node_an_ending_cordons_in_a_submits_pass_gets_nothing_that_pass_place
     node = fake.attempt(f"{first}.1").request.node
     submit(api, gpus=8)  # the other node is full
     api._runtime.tick()  # both nodes polled: no monitor round is due in the next pass
+    fleet.set(node, "ecc")  # the machine's own word, read at the ending
     fake.fail(f"{first}.1", "supervisor died")  # heard by the next pass: the submit's
     third = submit(api, gpus=8)
     assert node_states(api)[node][0] == "cordoned"

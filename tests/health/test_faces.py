@@ -93,7 +93,8 @@ async def test_mcp_cluster_status_and_status_say_it_in_few_tokens(home: Path, fl
     fleet.set("fake-1", "thermal")
     api, fake = setup(home)
     job = submit(api, gpus=1, max_retries=0)
-    fake.emit(f"{job}.1", "NCCL error: unhandled system error\n")
+    fake.emit(f"{job}.1", "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or "
+                          "device error.\n")
     fake.finish(f"{job}.1", 1)
     api._runtime.tick()
     async with connect(build_server(api, root=home)) as client:
@@ -102,8 +103,8 @@ async def test_mcp_cluster_status_and_status_say_it_in_few_tokens(home: Path, fl
     nodes = {n["name"]: n for n in cluster["nodes"]}
     assert nodes["fake-0"]["state"] == "cordoned" and len(nodes["fake-0"]["findings"]) <= 2
     assert cluster["degraded"] and cluster["degraded"][0].startswith("fake-1: health: ")
-    assert status["job"]["failure_class"] == "infra" and "nccl_error" in status["job"]["failure_why"]
-    assert status["job"]["attempt_list"][0]["failure_class"] == "infra"
+    assert status["job"]["failure_class"] == "infra-suspect" and "nccl_error" in status["job"]["failure_why"]
+    assert status["job"]["attempt_list"][0]["failure_class"] == "infra-suspect"
 
 
 @pytest.fixture

@@ -85,8 +85,8 @@ def test_without_the_fake_a_remote_node_or_declared_slots_have_no_reader(monkeyp
 
 LOG = """\
 step 1 loss: 0.5
-NCCL WARN Call to connect returned Connection refused, retrying
-[E ProcessGroupNCCL.cpp:475] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9) ran for 600000 milliseconds
+gpu-a1:2211:2290 [1] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.0.2<41233> failed : Software caused connection abort
+[E ProcessGroupNCCL.cpp:475] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600000 milliseconds before timing out.
 RuntimeError: CUDA error: an illegal memory access was encountered
 NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.
 torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB
@@ -96,8 +96,9 @@ Traceback (most recent call last):
 
 def test_log_signatures_name_whose_fault_it_is() -> None:
     hits = {h.signature: (h.cls, h.severity) for h in scan(LOG.splitlines(), C.DEFAULT)}
-    assert hits == {"nccl_warn": ("infra", "soft"), "collective_timeout": ("infra", "soft"),
-                    "illegal_memory_access": ("infra", "soft"), "xid_79": ("infra", "hard"),
+    suspect = ("infra-suspect", "soft")  # a job's output is never more than a suspicion about the machine
+    assert hits == {"nccl_net_error": suspect, "nccl_warn": ("info", "info"), "collective_timeout": suspect,
+                    "illegal_memory_access": ("user", "soft"), "xid_in_log": suspect,
                     "cuda_oom": ("user", "soft"), "python_exception": ("user", "soft")}
     assert scan(["loss: 0.1", "all good", "x" * 100_000], C.DEFAULT) == []
 
@@ -105,7 +106,8 @@ def test_log_signatures_name_whose_fault_it_is() -> None:
 def test_extra_patterns_are_used_and_ones_that_do_not_compile_are_refused() -> None:
     config = C.parse({"patterns": [{"pattern": r"fabric (down|flap)", "signature": "fabric", "class": "infra",
                                     "severity": "hard"}]})
-    assert [(h.signature, h.severity) for h in scan(["link: fabric flap on port 3"], config)] == [("fabric", "hard")]
+    assert [(h.signature, h.cls, h.severity) for h in scan(["link: fabric flap on port 3"], config)] == [
+        ("fabric", "infra-suspect", "soft")]  # an operator's pattern reads job output too: never hard
     with pytest.raises(SpecError) as err:
         C.parse({"patterns": ["(unclosed"]})
     assert "does not compile" in err.value.message and "escape" in err.value.hint
@@ -135,22 +137,54 @@ def test_settings_come_from_the_homes_config_yaml(tmp_path: Path, capsys: pytest
     assert "health.cordon_after" in capsys.readouterr().err
 
 
-def F(sig: str, cls: str, severity: str = "soft", ts: float = 1.0) -> Finding:  # noqa: N802
-    return Finding("n1", sig, cls, severity, "log", None, f"line of {sig}", ts)
+def F(sig: str, cls: str, severity: str = "soft", ts: float = 1.0, source: str = "log") -> Finding:  # noqa: N802
+    return Finding("n1", sig, cls, severity, source, None, f"line of {sig}", ts)
 
 
-def test_failure_class_the_machines_hard_fault_wins_then_oom_then_nccl_then_exceptions() -> None:
-    assert failure_class("exit", 0, "", [F("xid_79", "infra", "hard")]) is None
-    assert failure_class("cancelled", None, "", [F("xid_79", "infra", "hard")]) is None
-    both = [F("python_exception", "user"), F("nccl_error", "infra"), F("xid_79", "infra", "hard", 5.0)]
-    assert (failure_class("exit", 1, "exited 1", both) or object).__getattribute__("signature") == "xid_79"
-    oom = failure_class("exit", 1, "", [F("nccl_error", "infra"), F("cuda_oom", "user")])
+def test_failure_class_the_machines_fault_wins_then_the_programs_bugs_then_suspicions_then_exceptions() -> None:
+    assert failure_class("exit", 0, "", [F("xid_79", "infra", "hard", source="kernel")]) is None
+    assert failure_class("cancelled", None, "", [F("xid_79", "infra", "hard", source="nvml")]) is None
+    both = [F("python_exception", "user"), F("nccl_error", "infra-suspect"),
+            F("xid_79", "infra", "hard", 5.0, source="kernel")]
+    top = failure_class("exit", 1, "exited 1", both)
+    assert top is not None and (top.cls, top.signature) == ("infra", "xid_79")
+    forged = failure_class("exit", 1, "exited 1", [F("xid_79", "infra", "hard", source="log")])
+    assert forged is not None and forged.cls == "user"  # a hard "fault" the job printed decides nothing
+    oom = failure_class("exit", 1, "", [F("nccl_error", "infra-suspect"), F("cuda_oom", "user")])
     assert oom is not None and (oom.cls, oom.signature) == ("user", "cuda_oom") and "batch size" in oom.hint
-    nccl = failure_class("exit", 1, "", [F("python_exception", "user"), F("collective_timeout", "infra")])
-    assert nccl is not None and nccl.cls == "infra" and "another node" in nccl.hint
+    for bug in ("illegal_memory_access", "device_assert", "nccl_invalid_usage"):
+        got = failure_class("exit", 1, "", [F("collective_timeout", "infra-suspect"), F(bug, "user")])
+        assert got is not None and (got.cls, got.signature) == ("user", bug) and "not retried" in got.hint
+    nccl = failure_class("exit", 1, "", [F("python_exception", "user"), F("collective_timeout", "infra-suspect")])
+    assert nccl is not None and nccl.cls == "infra-suspect" and "another node" in nccl.hint and nccl.retried
     plain = failure_class("exit", 3, "exited 3", [])
     assert plain is not None and (plain.cls, plain.why) == ("user", "exited 3")
     lost = failure_class("infra", None, "supervisor died", [])
-    assert lost is not None and lost.cls == "infra"
-    killed_oom = failure_class("infra", None, "killed by SIGKILL", [F("cuda_oom", "user")])
+    assert lost is not None and lost.cls == "infra-suspect"
+    killed_oom = failure_class("infra", None, "killed by SIGKILL", [F("cuda_oom", "user")], signal=9)
     assert killed_oom is not None and killed_oom.cls == "user"
+
+
+def test_a_sigkill_is_unknown_without_the_machines_word_and_out_of_memory_with_the_oom_killers() -> None:
+    killed = failure_class("infra", None, "killed by SIGKILL that autoresearch did not send", [], signal=9)
+    assert killed is not None and (killed.cls, killed.retried) == ("unknown", True)
+    oom = failure_class("infra", None, "killed by SIGKILL", [F("oom_kill", "user", "info", source="kernel")], signal=9)
+    assert oom is not None and (oom.cls, oom.signature) == ("user", "oom_kill") and "memory" in oom.hint
+    printed = failure_class("infra", None, "killed", [F("oom_kill", "user", "info", source="log")], signal=9)
+    assert printed is not None and printed.cls == "unknown"  # the job printing an OOM-killer line proves nothing
+    hang = failure_class("timeout", None, "ran past its timeout", [F("hang", "infra-suspect", "info", source="hang")])
+    assert hang is not None and hang.cls == "user"  # a reported hang does not make a timeout the machine's
+
+
+def test_a_pending_row_remap_is_a_hard_cause_that_waits_for_a_person() -> None:
+    from autoresearch.health.findings import check_sample
+    from autoresearch.health.nvml import sample_from_json
+    from autoresearch.health.policy import NodeStatus, node_state
+
+    sample = sample_from_json({"gpus": [{"index": 0}, {"index": 1, "row_remap_pending": True}]})
+    found = check_sample("n1", sample, None, C.DEFAULT, 5.0)
+    assert [(f.signature, f.gpu, f.severity, f.owner) for f in found] == [("row_remap_pending", "1", "hard", "machine")]
+    config = C.parse({"uncordon": "preflight", "cooldown": 0})
+    cordoned = node_state(NodeStatus("healthy"), found, config, 6.0)
+    assert cordoned.state == "cordoned" and "[hard]" in cordoned.reason
+    assert node_state(cordoned, [], config, 99.0, preflight_passed_at=98.0).state == "cordoned"

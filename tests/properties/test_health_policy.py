@@ -8,16 +8,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autoresearch.health.config import HealthConfig
-from autoresearch.health.findings import Finding
-from autoresearch.health.policy import PREFIX, NodeStatus, failure_class, node_state
+from autoresearch.health.findings import JOB_SOURCES, Finding
+from autoresearch.health.policy import PREFIX, Differential, NodeStatus, failure_class, node_state
 from tests.properties.strategies import FAST
 
 TIMES = st.floats(min_value=0, max_value=10_000, allow_nan=False)
 SIGNATURES = st.sampled_from(["xid_79", "xid_13", "ecc_uncorrectable", "nccl_error", "nccl_warn", "cuda_oom",
                               "python_exception", "throttling", "hot", "hang", "infra_failure", "gpu_missing"])
+SOURCES = st.sampled_from(["nvml", "kernel", "probe", "preflight", "log", "ending", "hang", "exit", "signal"])
 FINDINGS = st.builds(
-    Finding, node=st.just("n1"), signature=SIGNATURES, cls=st.sampled_from(["infra", "user", "throttle"]),
-    severity=st.sampled_from(["hard", "soft", "info"]), source=st.sampled_from(["nvml", "log", "ending", "hang"]),
+    Finding, node=st.just("n1"), signature=SIGNATURES,
+    cls=st.sampled_from(["infra", "infra-suspect", "user", "throttle"]),
+    severity=st.sampled_from(["hard", "soft", "info"]), source=SOURCES,
     gpu=st.one_of(st.none(), st.sampled_from(["0", "3"])), excerpt=st.text(max_size=30), ts=TIMES,
     job_id=st.one_of(st.none(), st.integers(1, 5)), attempt=st.one_of(st.none(), st.integers(1, 3)))
 STATES = st.builds(NodeStatus, state=st.sampled_from(["healthy", "degraded", "cordoned", "down"]),
@@ -28,7 +30,7 @@ CONFIGS = st.builds(HealthConfig, cordon_after=st.integers(1, 5), cordon_window_
 
 
 def hard(f: Finding) -> bool:
-    return f.severity == "hard" and f.cls == "infra"
+    return f.severity == "hard" and f.cls == "infra" and f.source not in JOB_SOURCES
 
 
 @FAST
@@ -40,7 +42,7 @@ def test_node_state_is_total_and_a_persons_word_stands(current: NodeStatus, find
     if current.state == "down" or (current.state == "cordoned" and not current.by_health):
         assert after == current  # the backend's down, a hand cordon: only they undo it
     if current.state == "cordoned" and after.state != "cordoned":
-        assert config.uncordon == "preflight" and passed is not None and passed >= current.since
+        assert config.uncordon == "preflight" and passed is not None and passed >= current.since + config.cooldown_s
     if after.state != current.state and after.state != "down":
         assert after.reason == "" or after.reason.startswith(PREFIX)
     past = [f for f in findings if f.ts <= now]
@@ -77,11 +79,30 @@ def test_failure_class_rules(end_reason: str, exit_code: int | None, findings: l
     assert (result is None) == ok
     if result is None:
         return
-    assert result.cls in ("infra", "user") and result.hint
+    assert result.cls in ("infra", "infra-suspect", "unknown", "user") and result.hint
     if any(hard(f) for f in findings):
         assert result.cls == "infra"  # a hard fault of the machine wins over everything the program printed
-    counted = [f for f in findings if f.severity != "info"]
-    if not counted:
-        assert result.cls == ("infra" if end_reason == "infra" else "user")
+    if result.cls == "infra":  # only the machine's own evidence makes an ending the machine's fault
+        assert any(f.cls == "infra" and f.source not in JOB_SOURCES and f.severity != "info" for f in findings)
     extra = Finding("n1", "xid_79", "infra", "hard", "nvml", "0", "", 1.0)
     assert (failure_class(end_reason, exit_code, "", [*findings, extra]) or result).cls == "infra"
+
+
+JOB_FINDINGS = st.builds(
+    Finding, node=st.just("n1"), signature=SIGNATURES | st.text(max_size=12),
+    cls=st.sampled_from(["infra", "infra-suspect", "user", "throttle"]), severity=st.sampled_from(["hard", "soft"]),
+    source=st.sampled_from(sorted(JOB_SOURCES)), gpu=st.one_of(st.none(), st.just("0")), excerpt=st.text(max_size=30),
+    ts=TIMES, job_id=st.one_of(st.none(), st.integers(1, 50)), attempt=st.integers(1, 3))
+
+
+@FAST
+@given(st.lists(JOB_FINDINGS, max_size=40), CONFIGS, TIMES, st.integers(0, 3))
+def test_job_owned_evidence_alone_never_cordons(findings: list[Finding], config: HealthConfig, now: float,
+                                               others: int) -> None:
+    """Whatever a job prints, however it ends, however often: without the machine's word (and without the
+    fleet's differential evidence) the node is never cordoned."""
+    for current in (NodeStatus("healthy"), NodeStatus("degraded", PREFIX + "hot", 0.0)):
+        assert node_state(current, findings, config, now).state != "cordoned"
+        # the fleet vouching for jobs of a single project is not enough either
+        one = Differential(others, frozenset(range(1, 51)), frozenset({"p"}), tuple((j, "p") for j in range(1, 51)))
+        assert node_state(current, findings, config, now, diff=one).state != "cordoned"

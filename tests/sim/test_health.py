@@ -62,7 +62,8 @@ def test_nccl_hang_ends_a_multi_gpu_attempt_with_the_watchdog_line(home: Path) -
     job = submit(rt, gpus=4)
     hang = first_fault(sim, "n-0", "nccl_hang")
     att = run_until_ended(rt, sim, job, hours=24 * 30)
-    assert att["failure_class"] == "infra" and "collective_timeout" in att["failure_why"]
+    # the job's own output points at the machine: a suspicion (retried elsewhere), not a verdict on the node
+    assert att["failure_class"] == "infra-suspect" and "collective_timeout" in att["failure_why"]
     status = sim.poll(att["external_id"])
     assert status.ended_at is not None and status.ended_at - sim.clock.wall(hang) == sim.fleet.faults.hang_timeout
     findings = HealthStore(rt.ledger).attempt_findings(job, 1)
