@@ -55,6 +55,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # For every test and every process a test starts: no background MLflow syncer (an
     # mlflow import per throwaway home) unless a test turns it on (tests/tracking/).
     os.environ["AUTORESEARCH_SYNC"] = "off"
+    # The host's own kernel log (/dev/kmsg) is machine evidence about this machine: a real `NVRM: Xid`
+    # in a developer's boot log would cordon the local node of every test. Tests that read a kernel log
+    # point AUTORESEARCH_KMSG at a file of their own.
+    os.environ["AUTORESEARCH_KMSG"] = "off"
     # CI=true without a terminal turns `autoresearch plan.yaml` into --ci mode (docs/ci.md); the
     # suite means the interactive command wherever it runs (tests/loop/test_ci.py sets CI itself).
     for name in ("CI", "GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS"):
