@@ -1,0 +1,42 @@
+"""``views.to_dict`` is ``dataclasses.asdict`` without its deep copy of every leaf (a 5,000-trial loop's
+final ``--json`` view was ~1 s of the command's tail): the same result for every shape a view holds."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+from autoresearch.loop.views import CurveStep, LoopView, TrialRow
+from autoresearch.views import to_dict, with_iso
+
+
+def _view(n: int) -> LoopView:
+    trials = [TrialRow(i, i + 100, "explore" if i % 3 else "repeat", "succeeded",
+                       {"lr": 10.0 ** -(i % 5), "layers": [i, {"deep": (1, 2)}], "nan": math.nan, "s": "<b>x</b>"},
+                       i % 3 or None, None, float(i), float(i) / 2, i, 0.5, 1.7e9 + i, None, 1.7e9 + i + 1,
+                       "why " * 3, None, bool(i % 2)) for i in range(n)]
+    return LoopView("v", 1, "finished", "loss", "minimize", trials, {"succeeded": n}, 3, 0.25,
+                    best_params={"lr": 0.1, "nested": {"a": [1, (2, 3)]}}, curve=[CurveStep(1, 2.0, 1, 0.5, None)])
+
+
+def test_to_dict_is_asdict_for_every_shape_a_view_holds() -> None:
+    view = _view(50)
+    got, want = to_dict(view), dataclasses.asdict(view)
+    assert repr(got) == repr(want)  # repr: NaN != NaN, but prints the same; tuples stay tuples
+    got["best_params"]["nested"]["a"].append(9)  # a copy: the view is untouched
+    assert view.best_params["nested"]["a"] == [1, (2, 3)]
+    assert repr(to_dict([view])) == repr([want])
+
+
+def test_a_large_final_view_converts_in_a_fraction_of_asdicts_time() -> None:
+    view = _view(3000)
+    t0 = time.perf_counter()
+    dataclasses.asdict(view)
+    slow = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    plain = to_dict(view)
+    fast = time.perf_counter() - t0
+    assert fast < slow / 2  # measured: 10-17x less
+    out = with_iso(plain)
+    assert out["trials"][0]["created_at_iso"] and out["trials"][0]["started_at_iso"] is None
