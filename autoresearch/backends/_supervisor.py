@@ -562,14 +562,46 @@ def _stale_stop(run_dir: str, previous: tuple[str, ...], now: float) -> bool:
     return False
 
 
+# What bwrap and setpriv run with: nothing of the job's, nothing of the launcher's (backends/_sandbox.py).
+LAUNCHER_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+ARGS_FD = "{args-fd}"  # in a sandboxed argv: where the descriptor of the job's environment goes
+
+
+def env_fd(env: dict[str, str]) -> int:
+    """A descriptor (inheritable, at offset 0) holding ``--clearenv`` and one ``--setenv`` per
+    variable, for bwrap's ``--args``. A name or value bwrap could not take (a NUL, ``=`` in a
+    name) is left out: it could never be set, and a NUL would end an argument early."""
+    parts = [b"--clearenv"]
+    for key, value in env.items():
+        if not key or "=" in key or "\0" in key or "\0" in value:
+            continue
+        parts += [b"--setenv", key.encode(errors="surrogateescape"), value.encode(errors="surrogateescape")]
+    fd = os.memfd_create("autoresearch-env", 0)
+    blob = memoryview(b"\0".join(parts) + b"\0")
+    while blob:
+        blob = blob[os.write(fd, blob):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.set_inheritable(fd, True)
+    return fd
+
+
 def _start_member(req: dict[str, Any], env: dict[str, str], log_fd: int) -> tuple[int, int]:
     """Spawn one member; (its pid, the process group to signal)."""
-    argv, info = req["argv"], None
+    argv, info, args = req["argv"], None, None
     if req.get("sandbox"):  # argv[0] is bwrap: it tells us its child's pid, whose session we signal
         info, info_w = os.pipe()
         os.set_inheritable(info_w, True)
-        argv = [argv[0], "--info-fd", str(info_w), *argv[1:]]
-    child = _spawn(argv, env, req["workdir"], log_fd)
+        # The job's environment reaches its command only, through bwrap's --args: bwrap (and any
+        # helper before the sandbox) runs with the fixed launcher environment, never the job's
+        # (an LD_PRELOAD of the job's would load into them, as the launcher's uid, outside).
+        args = env_fd(env)
+        argv = [argv[0], "--info-fd", str(info_w), *(str(args) if a == ARGS_FD else a for a in argv[1:])]
+        env = LAUNCHER_ENV
+    try:
+        child = _spawn(argv, env, req["workdir"], log_fd)
+    finally:
+        if args is not None:
+            os.close(args)
     group = child
     if info is not None:
         os.close(info_w)

@@ -1,0 +1,211 @@
+"""A hostile tenant (docs/security.md): each test is an attack a tenant's job tried, and what must
+hold. Run as root in CI (the server as root is the case that matters most): the job must be an
+unprivileged uid with no capability, whatever the server's uid; a test that needs root says so."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import wait_for, wait_state
+
+ROOT = os.geteuid() == 0
+root_only = pytest.mark.skipif(not ROOT, reason="the attack needs the server to run as root")
+SECRET_TEXT = "team-b-private-log-8841"
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    """A folder outside /tmp: the sandbox's private /tmp would hide a home under /tmp from the job
+    whatever else held, and these attacks must meet the masks themselves."""
+    path = Path(tempfile.mkdtemp(prefix="autoresearch-attack-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def home(base: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = base / "home"
+    monkeypatch.setenv("AUTORESEARCH_HOME", str(path))
+    monkeypatch.setenv("AUTORESEARCH_GPUS", "2")
+    monkeypatch.delenv("AUTORESEARCH_BACKEND", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return path
+
+
+def _tenant(api: Any, *projects: str, hide: tuple[str, ...] = ()) -> None:
+    from autoresearch import isolation
+
+    with api._ledger.tx() as c:
+        for project in projects:
+            isolation.register_tenant(c, project, isolation.tenant_policy(list(hide)))
+
+
+def _run(api: Any, home: Path, script: str, project: str = "team-a", **spec: Any) -> tuple[Any, str]:
+    job = api.submit({"command": ["sh", "-c", script], "max_retries": 0, **spec}, project=project)
+    view = wait_state(api, job.id, ("succeeded", "failed"), timeout=60)
+    return view, (home / "jobs" / str(job.id) / "attempt-1.log").read_text(errors="replace")
+
+
+LAUNCHER_VARS = ("LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH", "GCONV_PATH", "PYTHONSTARTUP", "BASH_ENV")
+
+
+def test_the_jobs_environment_reaches_no_program_that_runs_before_its_sandbox(
+        api: Any, home: Path, tmp_path: Path) -> None:
+    """LD_DEBUG_OUTPUT makes every dynamically linked program that gets the variable write a file
+    there: a program outside the sandbox (bwrap, as the server's uid) could write it, the job
+    inside cannot (the folder is not in its view). With the job's env, bwrap itself wrote it."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    _tenant(api, "team-a")
+    env = {"LD_DEBUG": "libs", "LD_DEBUG_OUTPUT": str(outside / "dbg"), "LD_PRELOAD": "/nonexistent/evil.so",
+           "LD_AUDIT": "/nonexistent/audit.so", "LD_LIBRARY_PATH": str(outside), "GCONV_PATH": str(outside),
+           "PYTHONSTARTUP": str(outside / "startup.py"), "BASH_ENV": str(outside / "bash_env")}
+    view, log = _run(api, home, "env; echo ran", env=env)
+    assert view.state == "succeeded" and "ran" in log, log
+    assert sorted(p.name for p in outside.iterdir()) == [], log  # nothing outside read the job's variables
+    for name in LAUNCHER_VARS:  # the job itself still gets its own environment
+        assert f"{name}={env[name]}" in log, (name, log)
+
+
+PRELOAD_C = r"""
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+__attribute__((constructor)) static void grab(void) {
+    char exe[512] = {0};
+    if (readlink("/proc/self/exe", exe, sizeof exe - 1) < 0) return;
+    const char *name = strrchr(exe, '/');
+    const char *dir = getenv("GRAB_DIR"), *tokens = getenv("GRAB_TOKENS");
+    if (!name || !dir || !tokens) return;
+    char path[1024];
+    strcpy(path, dir); strcat(path, name);
+    int in = open(tokens, O_RDONLY), out = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    char buf[4096]; ssize_t n;
+    if (out >= 0 && in >= 0) while ((n = read(in, buf, sizeof buf)) > 0) write(out, buf, n);
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler to build the preloaded library")
+def test_a_preloaded_library_of_the_job_never_runs_outside_its_sandbox(api: Any, home: Path, tmp_path: Path) -> None:
+    """The attack as observed: a library named in the job's LD_PRELOAD copied the tokens file where
+    the tenant could read it. It may load into the job's own programs, never into bwrap/setpriv."""
+    source, lib = tmp_path / "grab.c", tmp_path / "lib" / "grab.so"
+    lib.parent.mkdir()
+    lib.parent.chmod(0o755)
+    source.write_text(PRELOAD_C)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(source)], check=True, capture_output=True)
+    lib.chmod(0o755)
+    loot = tmp_path / "loot"
+    loot.mkdir()
+    loot.chmod(0o777)
+    tokens = tmp_path / "tokens"
+    tokens.write_text("server-token-0123456789abcdef team-b\n")
+    _tenant(api, "team-a", hide=(str(tokens),))
+    view, log = _run(api, home, "echo ran", env={"LD_PRELOAD": str(lib), "GRAB_DIR": str(loot),
+                                                  "GRAB_TOKENS": str(tokens)},
+                     mounts={str(lib.parent): str(lib.parent)})
+    assert view.state == "succeeded" and "ran" in log, log
+    assert [p.name for p in loot.iterdir()] == [], log
+
+
+def _status(log: str, field: str) -> str:
+    return next(line.split(":", 1)[1].strip() for line in log.splitlines() if line.startswith(f"{field}:"))
+
+
+def test_a_tenant_job_has_no_capability_and_an_unprivileged_uid(api: Any, home: Path) -> None:
+    _tenant(api, "team-a")
+    view, log = _run(api, home, "cat /proc/self/status; echo map; cat /proc/self/uid_map; echo groups; id -G")
+    assert view.state == "succeeded", log
+    for field in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(_status(log, field), 16) == 0, (field, log)
+    assert _status(log, "NoNewPrivs") == "1", log
+    uid_map = log.split("map\n", 1)[1].split("groups", 1)[0].split()
+    assert len(uid_map) == 3 and uid_map[1] != "0", log  # a user namespace, mapped to a uid that is not root
+    if ROOT:
+        assert int(_status(log, "Uid").split()[0]) != 0 and "0" not in log.split("groups\n", 1)[1].split(), log
+
+
+def test_the_masks_cannot_be_unmounted_nor_the_root_made_writable(api: Any, home: Path, base: Path) -> None:
+    """As root with every capability the job lazily unmounted the tmpfs over the home and read the
+    ledger, the tokens file and B's logs, and remounted the shared root read-write."""
+    tokens = base / "tokens"
+    tokens.write_text("server-token-0123456789abcdef team-b\n")
+    shared = base / "shared"
+    shared.mkdir()
+    _tenant(api, "team-a", "team-b", hide=(str(tokens),))
+    b_view, _ = _run(api, home, f"echo {SECRET_TEXT}", project="team-b")
+    assert b_view.state == "succeeded"
+    script = "; ".join([
+        f"umount -l {home}", f"umount -l {tokens}", "umount -l /tmp",
+        f"cat {home}/ledger.db | head -c 100", f"cat {tokens}", f"cat {home}/jobs/{b_view.id}/attempt-1.log",
+        f"mount -o remount,bind,rw {shared}", "mount -o remount,rw /", f"mount -t tmpfs none {shared}",
+        f"touch {shared}/pwned", "echo attack-done"])
+    view, log = _run(api, home, script, workdir=str(shared))
+    assert "attack-done" in log, log
+    for leaked in ("SQLite format", "server-token-0123456789abcdef", SECRET_TEXT):
+        assert leaked not in log, (leaked, log)
+    assert not (shared / "pwned").exists()
+
+
+def test_a_new_namespace_does_not_lift_the_masks(api: Any, home: Path) -> None:
+    _tenant(api, "team-a")
+    other = api.submit({"command": ["sh", "-c", f"echo {SECRET_TEXT}"]})
+    wait_state(api, other.id, "succeeded")
+    script = (f"unshare -Urm sh -c 'umount -l {home}; cat {home}/jobs/{other.id}/attempt-1.log'; "
+              f"unshare -m sh -c 'umount -l {home}; cat {home}/jobs/{other.id}/attempt-1.log'; echo attack-done")
+    view, log = _run(api, home, script)
+    assert "attack-done" in log and SECRET_TEXT not in log, log
+
+
+def test_dev_is_minimal_and_no_node_can_be_made(api: Any, home: Path) -> None:
+    _tenant(api, "team-a")
+    host_before = set(os.listdir("/dev"))
+    view, log = _run(api, home, "mknod /dev/evil c 1 1; touch /dev/pwned; ls /dev; echo attack-done")
+    assert "attack-done" in log, log
+    assert set(os.listdir("/dev")) - host_before == set()  # nothing made in the host's /dev
+    listed = set(log.split())
+    assert {"null", "zero", "urandom"} <= listed and "evil" not in listed, log
+    for host_only in ("sda", "vda", "kmsg", "mem", "nvidiactl", "loop0"):
+        assert host_only not in listed, (host_only, log)
+
+
+def test_kill_minus_one_reaches_nothing_outside_the_job(api: Any, home: Path, tmp_path: Path) -> None:
+    _tenant(api, "team-a", "team-b")
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        other = api.submit({"command": ["sh", "-c", "echo up; sleep 30; echo b-survived"], "max_retries": 0},
+                           project="team-b")
+        log_b = home / "jobs" / str(other.id) / "attempt-1.log"
+        wait_for(lambda: log_b.exists() and "up" in log_b.read_text(), 30)
+        view, log = _run(api, home, "kill -9 -1; echo after", timeout="30s")
+        time.sleep(0.5)
+        assert bystander.poll() is None, log  # a process of the server's uid outside: untouched
+        assert api.status(other.id).state == "running", log  # another tenant's job: untouched
+        api.cancel([other.id])
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_a_tokened_server_that_cannot_build_the_sandbox_refuses_to_start(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("server-token-0123456789abcdef team-a\n")
+    home = tmp_path / "home"
+    env = {**os.environ, "AUTORESEARCH_HOME": str(home), "AUTORESEARCH_TOKENS": str(tokens),
+           "PATH": os.path.dirname(sys.executable)}  # no bwrap on it
+    done = subprocess.run([sys.executable, "-m", "autoresearch.cli", "serve", "--http", "--port", "1"], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode != 0
+    assert "sandbox" in done.stderr and "bubblewrap" in done.stderr and "apt-get install" in done.stderr, done.stderr
