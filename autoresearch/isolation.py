@@ -152,8 +152,11 @@ def apply(request: Any, policy: dict[str, Any] | None, ledger: Any, project: str
     if uid is not None:  # a root launcher: the job runs as the tenant uid, which must write its own places
         _give(own, uid, gid, str(workdir) if str(workdir) in own else None)
     gpus = [g for _, ids in (request.alloc or ((request.node, request.gpu_ids),)) for g in ids]
+    from autoresearch.backends import limits
+
     sandbox = Sandbox(hidden=tuple(dict.fromkeys(hidden)), visible=tuple(dict.fromkeys((*sources, *_runtime_paths()))),
-                      own=tuple(own), uid=uid, gid=gid, devices=_sandbox.gpu_devices(gpus))
+                      own=tuple(own), uid=uid, gid=gid, devices=_sandbox.gpu_devices(gpus),
+                      limits=limits.sandbox_config(ledger.home).for_project(project).as_dict())
     env = {**request.env, "AUTORESEARCH_PROJECT_DIR": str(project_dir)}
     for key, value in env.items():
         if not key or "=" in key or "\0" in key or "\0" in value:

@@ -155,8 +155,14 @@ class LocalBackend(Backend):
         except FileExistsError:
             return request.run_dir
         try:  # (json.dumps is C; json.dump to a text file is not)
-            os.write(fd, json.dumps({"key": request.key, "created_at": time.time(), "log_path": request.log_path,
-                                     "sandbox": request.sandbox is not None}).encode())
+            recorded_request: dict[str, Any] = {"key": request.key, "created_at": time.time(),
+                                                "log_path": request.log_path, "sandbox": request.sandbox is not None}
+            if request.sandbox is not None and request.sandbox.limits:
+                from autoresearch.backends import _sandbox
+
+                recorded_request["limits"] = {k: [v, _sandbox.applied(request.sandbox)[k]]
+                                              for k, v in request.sandbox.limits.items()}
+            os.write(fd, json.dumps(recorded_request).encode())
         finally:
             os.close(fd)
         return request.run_dir

@@ -34,7 +34,7 @@ import stat
 from functools import lru_cache
 
 from autoresearch.backends._base import Sandbox
-from autoresearch.backends._supervisor import ARGS_FD, LAUNCHER_ENV, env_fd
+from autoresearch.backends._supervisor import ARGS_FD, INFO_FD, LAUNCHER_ENV, env_fd
 from autoresearch.errors import BackendError
 
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install -y bubblewrap; Fedora: dnf install bubblewrap) "
@@ -53,15 +53,19 @@ def _probe(uid: int | None, gid: int | None) -> tuple[tuple[str, str] | None, st
     path = shutil.which("bwrap")
     if path is None:
         return None, "bubblewrap (bwrap) is not installed (not found on PATH)"
+    if shutil.which("prlimit") is None:
+        return None, "prlimit (util-linux) is not installed, and it sets a tenant job's limits"
     setpriv = ""
     if uid is not None:
         setpriv = shutil.which("setpriv") or ""
         if not setpriv:
             return None, "setpriv (util-linux) is not installed, and a root server needs it to drop to the tenant uid"
-    argv = _argv((path, setpriv), ["true"], "/", Sandbox(uid=uid, gid=gid))
+    argv = _argv((path, setpriv), ["true"], "/", Sandbox(uid=uid, gid=gid, limits={"processes": 4096, "tmp": 1 << 20}))
     fd = env_fd({})
     try:
         argv[argv.index(ARGS_FD)] = str(fd)
+        at = argv.index(INFO_FD)
+        del argv[at - 1:at + 1]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=20, env=LAUNCHER_ENV, pass_fds=(fd,))
     except (OSError, subprocess.TimeoutExpired) as err:
         return None, f"bubblewrap ({path}) cannot run: {err}"
@@ -108,13 +112,14 @@ def wrap(argv: list[str], workdir: str, sandbox: Sandbox) -> list[str]:
 def _argv(found: tuple[str, str], argv: list[str], workdir: str, sandbox: Sandbox) -> list[str]:
     bwrap_path, setpriv = found
     root = sandbox.uid is not None
-    out = [bwrap_path, "--new-session", "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+    out = [*rlimits(sandbox), bwrap_path, "--info-fd", INFO_FD, "--new-session", "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
            "--unshare-cgroup-try"]
     out += ["--as-pid-1"] if root else ["--unshare-user", "--disable-userns"]
     out += ["--ro-bind", "/", "/", "--dev", "/dev"]
     for node in sandbox.devices:
         out += ["--dev-bind-try", node, node]
-    out += ["--perms", "1777", "--tmpfs", "/dev/shm", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp"]
+    size = ["--size", str(int(sandbox.limits["tmp"]))] if sandbox.limits.get("tmp") else []
+    out += ["--perms", "1777", *size, "--tmpfs", "/dev/shm", "--proc", "/proc", "--perms", "1777", *size, "--tmpfs", "/tmp"]
     tmpfs = ["/tmp", "/dev/shm"]
     made: set[str] = set()
 
@@ -151,6 +156,37 @@ def _argv(found: tuple[str, str], argv: list[str], workdir: str, sandbox: Sandbo
             "--bounding-set=-all", "--inh-caps=-all", "--pdeathsig=SIGKILL", "--",
             bwrap_path, "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--die-with-parent",
             "--dev-bind", "/", "/", "--args", ARGS_FD, "--chdir", workdir, "--", *argv]
+    return out
+
+
+def rlimits(sandbox: Sandbox) -> list[str]:
+    """``prlimit`` and the resource limits of ``sandbox.limits`` it sets on the first ``bwrap`` (they
+    are inherited by everything after it, the job included; root itself ignores the process count,
+    the tenant uid does not). Memory is an address-space limit, and only for a job without GPUs:
+    CUDA reserves far more address space than it uses."""
+    limits = sandbox.limits
+    out = []
+    if limits.get("processes"):
+        out.append(f"--nproc={int(limits['processes'])}")
+    if limits.get("memory") and not sandbox.devices:
+        out.append(f"--as={int(limits['memory'])}")
+    if limits.get("disk"):
+        out.append(f"--fsize={int(limits['disk'])}")
+    if not out:
+        return []
+    import shutil
+
+    return [shutil.which("prlimit") or "prlimit", *out, "--"]
+
+
+def applied(sandbox: Sandbox) -> dict[str, str]:
+    """How each configured limit of ``sandbox`` is enforced (recorded with the attempt: request.json)."""
+    how = {"processes": "RLIMIT_NPROC of the job's uid", "memory": "RLIMIT_AS (address space)",
+           "disk": "RLIMIT_FSIZE (bytes per file written)", "tmp": "size of the tmpfs /tmp and /dev/shm",
+           "cpu": "not enforced: no delegated cgroup v2", "log": "not enforced", "metric_points": "not enforced"}
+    out = {k: how[k] for k in sandbox.limits if k in how}
+    if "memory" in out and sandbox.devices:
+        out["memory"] = "not enforced: a GPU job (CUDA reserves more address space than it uses)"
     return out
 
 

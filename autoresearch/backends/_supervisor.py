@@ -282,7 +282,7 @@ def spawn_detached(argv: list[str], log_path: str | os.PathLike[str], cwd: str |
     os._exit(0)  # pragma: no cover - execv does not return
 
 
-_DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE)
+_DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ)
 
 # The scheduling policy a command (and the on_exit hook) gets; None: ours, inherited. The zygote runs
 # itself and the supervisors it forks as SCHED_BATCH and sets this to the policy it was started with
@@ -476,6 +476,8 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
             _signal_group(pgid, signal.SIGKILL)  # leftovers of the group, as Slurm does at job end
     final = ends.get(failed if failed is not None else 0)
     code = os.waitstatus_to_exitcode(final) if final is not None else None
+    if req.get("sandbox") and code is not None and code - 128 in _LIMIT_SIGNALS:  # (bwrap: 128+N)
+        os.write(log_fd, f"autoresearch: the job {_LIMIT_SIGNALS[code - 128]}\n".encode())
     done: dict[str, Any] = {
         "exit_code": code if code is not None and code >= 0 else None,
         "signal": -code if code is not None and code < 0 else None,
@@ -565,6 +567,7 @@ def _stale_stop(run_dir: str, previous: tuple[str, ...], now: float) -> bool:
 # What bwrap and setpriv run with: nothing of the job's, nothing of the launcher's (backends/_sandbox.py).
 LAUNCHER_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 ARGS_FD = "{args-fd}"  # in a sandboxed argv: where the descriptor of the job's environment goes
+INFO_FD = "{info-fd}"  # and where the descriptor bwrap tells its child's pid on
 
 
 def env_fd(env: dict[str, str]) -> int:
@@ -585,6 +588,11 @@ def env_fd(env: dict[str, str]) -> int:
     return fd
 
 
+# A sandboxed job killed by one of these went past a limit of its sandbox (backends/limits.py).
+_LIMIT_SIGNALS: dict[int, str] = {int(signal.SIGXFSZ): "wrote a file past its disk limit (sandbox.limits.disk): stopped",
+                                 int(signal.SIGXCPU): "used its CPU time limit: stopped"}
+
+
 def _start_member(req: dict[str, Any], env: dict[str, str], log_fd: int) -> tuple[int, int]:
     """Spawn one member; (its pid, the process group to signal)."""
     argv, info, args = req["argv"], None, None
@@ -595,7 +603,7 @@ def _start_member(req: dict[str, Any], env: dict[str, str], log_fd: int) -> tupl
         # helper before the sandbox) runs with the fixed launcher environment, never the job's
         # (an LD_PRELOAD of the job's would load into them, as the launcher's uid, outside).
         args = env_fd(env)
-        argv = [argv[0], "--info-fd", str(info_w), *(str(args) if a == ARGS_FD else a for a in argv[1:])]
+        argv = [str(args) if a == ARGS_FD else str(info_w) if a == INFO_FD else a for a in argv]
         env = LAUNCHER_ENV
     try:
         child = _spawn(argv, env, req["workdir"], log_fd)

@@ -4,6 +4,7 @@ unprivileged uid with no capability, whatever the server's uid; a test that need
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -209,3 +210,49 @@ def test_a_tokened_server_that_cannot_build_the_sandbox_refuses_to_start(tmp_pat
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode != 0
     assert "sandbox" in done.stderr and "bubblewrap" in done.stderr and "apt-get install" in done.stderr, done.stderr
+
+
+FORKS = """
+import os, signal, time
+pids = []
+for _ in range(2000):
+    try:
+        pid = os.fork()
+    except OSError as err:
+        print("fork failed:", err.strerror)
+        break
+    if pid == 0:
+        time.sleep(20)
+        os._exit(0)
+    pids.append(pid)
+print("started=%d" % len(pids))
+for pid in pids:
+    os.kill(pid, signal.SIGKILL)
+"""
+LIMITS = "sandbox:\n  limits: {processes: 64, disk: 2M, tmp: 1M}\n"
+
+
+@root_only  # (the process count is per uid: as root the tenant uid's, else the server's own)
+def test_a_fork_bomb_is_bounded(api: Any, home: Path) -> None:
+    (home / "config.yaml").write_text(LIMITS)
+    _tenant(api, "team-a")
+    # Bounded on its own too (2,000 forks at most, a 20 s timeout): it must not take this machine
+    # down even where the limit failed to apply.
+    script = (f"{sys.executable} -c '{FORKS}'; echo bomb-done")
+    view, log = _run(api, home, script, timeout="20s")
+    assert "bomb-done" in log, log
+    started = int(log.split("started=", 1)[1].split()[0])
+    assert started < 64 and "fork failed: Resource temporarily unavailable" in log, log
+    recorded = json.loads((home / "jobs" / str(view.id) / "attempt-1" / "request.json").read_text())
+    assert recorded["limits"]["processes"] == [64, "RLIMIT_NPROC of the job's uid"], recorded
+
+
+def test_writing_until_full_stops_at_the_disk_and_tmp_limits(api: Any, home: Path) -> None:
+    (home / "config.yaml").write_text(LIMITS)
+    _tenant(api, "team-a")
+    view, log = _run(api, home, "head -c 3000000 /dev/zero > /tmp/fill; echo tmp-rc=$?; ls -l /tmp/fill; "
+                                "exec head -c 3000000 /dev/zero > $AUTORESEARCH_PROJECT_DIR/fill")
+    assert "tmp-rc=1" in log and "No space left on device" in log, log
+    assert "wrote a file past its disk limit" in log, log
+    assert view.state == "failed" and view.attempt_list[-1].signal == 25, view
+    assert (home / "projects" / "team-a" / "fill").stat().st_size == 2 << 20
