@@ -256,3 +256,19 @@ def test_writing_until_full_stops_at_the_disk_and_tmp_limits(api: Any, home: Pat
     assert "wrote a file past its disk limit" in log, log
     assert view.state == "failed" and view.attempt_list[-1].signal == 25, view
     assert (home / "projects" / "team-a" / "fill").stat().st_size == 2 << 20
+
+
+@pytest.mark.slow  # (~5 s: the million lines are written, read and counted)
+def test_a_million_metric_lines_store_at_most_the_jobs_limit(api: Any, home: Path) -> None:
+    (home / "config.yaml").write_text("sandbox:\n  limits: {metric_points: 1000}\n")
+    _tenant(api, "team-a")
+    view, log = _run(api, home, f"{sys.executable} -c \"import sys; sys.stdout.write('loss: 0.5\\\\n' * 1000000)\"")
+    assert view.state == "succeeded", view
+    stored = api._ledger.one("SELECT COUNT(*) AS n FROM metrics WHERE job_id=?", (view.id,))["n"]
+    assert stored == 1000, stored
+    warning = " ".join(view.warnings)
+    assert "limit of 1000 (sandbox.limits.metric_points)" in warning and "999000" in warning, view.warnings
+    # A single-user job of the same home has no such limit.
+    other = api.submit({"command": ["sh", "-c", "for i in $(seq 1 1500); do echo loss: 0.5; done"]})
+    wait_state(api, other.id, "succeeded")
+    assert api._ledger.one("SELECT COUNT(*) AS n FROM metrics WHERE job_id=?", (other.id,))["n"] == 1500
