@@ -124,12 +124,13 @@ def _parse_chunk(ledger: Ledger, backend: Backend, att: Any, final: bool) -> _Ch
 
 
 _POINTS = "!points"  # counters key: points this job had stored, counted from this attempt's first chunk on
-_limits: dict[int, int | None] = {}  # job id -> its metric_points limit (a job's project never changes)
+_limits: dict[tuple[str, int], int | None] = {}  # (home, job id) -> its metric_points limit (its project never changes)
 
 
 def _limit(ledger: Ledger, job_id: int) -> int | None:
     """A tenant job's metric_points limit (config.yaml sandbox.limits); None for any other job."""
-    if job_id not in _limits:
+    key = (str(ledger.home), job_id)
+    if key not in _limits:
         if len(_limits) > 10_000:
             _limits.clear()
         project = JobStore(ledger).tenant_project(job_id)
@@ -141,8 +142,8 @@ def _limit(ledger: Ledger, job_id: int) -> int | None:
                 limit = limits.sandbox_config(ledger.home).for_project(project).metric_points
             except Exception:  # noqa: BLE001 - a config.yaml broken since: the defaults hold
                 limit = limits.SandboxConfig().limits.metric_points
-        _limits[job_id] = limit
-    return _limits[job_id]
+        _limits[key] = limit
+    return _limits[key]
 
 
 def _full(limit: int) -> str:

@@ -133,6 +133,7 @@ class LocalBackend(Backend):
                 "argv": argv,
                 "key": request.key,  # its poke names it (watcher.Watcher.take)
                 "sandbox": request.sandbox is not None,
+                "log_limit": int(request.sandbox.limits.get("log") or 0) if request.sandbox is not None else None,
                 "env": request.env,
                 # one process group per gang member, all on this host: the master is here
                 "members": [member_env({**request.env, "MASTER_ADDR": "127.0.0.1"}, i, node, ids)

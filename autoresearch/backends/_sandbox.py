@@ -183,7 +183,7 @@ def applied(sandbox: Sandbox) -> dict[str, str]:
     """How each configured limit of ``sandbox`` is enforced (recorded with the attempt: request.json)."""
     how = {"processes": "RLIMIT_NPROC of the job's uid", "memory": "RLIMIT_AS (address space)",
            "disk": "RLIMIT_FSIZE (bytes per file written)", "tmp": "size of the tmpfs /tmp and /dev/shm",
-           "cpu": "not enforced: no delegated cgroup v2", "log": "not enforced",
+           "cpu": "not enforced: no delegated cgroup v2", "log": "bytes copied to the log, then one marker line",
            "metric_points": "at ingest: points past it dropped"}
     out = {k: how[k] for k in sandbox.limits if k in how}
     if "memory" in out and sandbox.devices:

@@ -400,8 +400,15 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
     envs: list[dict[str, str]] = req.get("members") or [req["env"]]
     children: list[int] = []
     groups: list[int] = []
+    # A bound on the log's bytes (a tenant's sandbox.limits.log): the members write into pipes we copy
+    # from, up to the bound, then one marker line; the rest is read and dropped (the job never blocks).
+    limit = req.get("log_limit")
+    log = _LogCap(log_fd, int(limit)) if isinstance(limit, int) and limit > 0 else None
     for env in envs:
-        child, group = _start_member(req, env, log_fd)
+        out = log.pipe() if log is not None else log_fd
+        child, group = _start_member(req, env, out)
+        if out != log_fd:
+            os.close(out)
         children.append(child)
         groups.append(group)
     me = os.getpid()
@@ -464,16 +471,21 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
             kill_at = None
         waits = [t - now for t in (deadline if not (timed_out or stopped) else None, kill_at) if t is not None]
         try:
-            select.select([wake_r], [], [], max(0.0, min(waits)) if waits else 1.0)
+            select.select([wake_r, *(log.pipes if log is not None else ())], [], [],
+                          max(0.0, min(waits)) if waits else 1.0)
         except InterruptedError:
             pass
         try:
             os.read(wake_r, 512)
         except OSError:
             pass  # nothing to drain: the select timed out
+        if log is not None:
+            log.copy()
     for child, group in zip(children, groups, strict=True):
         for pgid in {child, group}:
             _signal_group(pgid, signal.SIGKILL)  # leftovers of the group, as Slurm does at job end
+    if log is not None:
+        log.drain()
     final = ends.get(failed if failed is not None else 0)
     code = os.waitstatus_to_exitcode(final) if final is not None else None
     if req.get("sandbox") and code is not None and code - 128 in _LIMIT_SIGNALS:  # (bwrap: 128+N)
@@ -586,6 +598,74 @@ def env_fd(env: dict[str, str]) -> int:
     os.lseek(fd, 0, os.SEEK_SET)
     os.set_inheritable(fd, True)
     return fd
+
+
+class _LogCap:
+    """The log of an attempt whose output is bounded: pipes in, at most ``limit`` bytes out."""
+
+    def __init__(self, log_fd: int, limit: int) -> None:
+        self.log_fd, self.limit, self.written, self.dropped = log_fd, limit, 0, 0
+        self.pipes: list[int] = []
+
+    def pipe(self) -> int:
+        """A new pipe to copy from; returns its write end (the member's stdout and stderr)."""
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        self.pipes.append(r)
+        return w
+
+    def copy(self) -> None:
+        """What the pipes hold now; a pipe whose writers are all gone is closed."""
+        for r in list(self.pipes):
+            while True:
+                try:
+                    data = os.read(r, 1 << 16)
+                except BlockingIOError:
+                    break
+                except OSError:
+                    data = b""
+                if not data:
+                    os.close(r)
+                    self.pipes.remove(r)
+                    break
+                self._write(data)
+
+    def drain(self, within: float = 2.0) -> None:
+        """After the attempt: the rest, until every writer is gone (killed with the group) or ``within``."""
+        until = time.time() + within
+        while self.pipes and time.time() < until:
+            try:
+                select.select(self.pipes, [], [], max(0.0, until - time.time()))
+            except InterruptedError:
+                pass
+            self.copy()
+        for r in self.pipes:
+            os.close(r)
+        self.pipes.clear()
+
+    def _write(self, data: bytes) -> None:
+        room = self.limit - self.written
+        if room > 0:
+            part = data[:room]
+            self.written += len(part)
+            _write_all(self.log_fd, part)
+            data = data[room:]
+        if data:
+            if not self.dropped:
+                _write_all(self.log_fd, f"\nautoresearch: this attempt's log reached its limit of {self.limit} bytes "
+                                        "(sandbox.limits.log); the rest of its output is dropped\n".encode())
+            self.dropped += len(data)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except InterruptedError:
+            continue
+        except OSError:
+            return  # a full disk: the log is best effort, the attempt goes on
 
 
 # A sandboxed job killed by one of these went past a limit of its sandbox (backends/limits.py).

@@ -272,3 +272,14 @@ def test_a_million_metric_lines_store_at_most_the_jobs_limit(api: Any, home: Pat
     other = api.submit({"command": ["sh", "-c", "for i in $(seq 1 1500); do echo loss: 0.5; done"]})
     wait_state(api, other.id, "succeeded")
     assert api._ledger.one("SELECT COUNT(*) AS n FROM metrics WHERE job_id=?", (other.id,))["n"] == 1500
+
+
+def test_a_flood_of_log_keeps_the_first_bytes_and_one_marker(api: Any, home: Path) -> None:
+    (home / "config.yaml").write_text("sandbox:\n  limits: {log: 64K}\n")
+    _tenant(api, "team-a")
+    view, log = _run(api, home, "echo first-line; head -c 50000000 /dev/zero | tr '\\0' x; echo; echo flood-done")
+    assert view.state == "succeeded", view  # the job was never blocked nor stopped
+    size = (home / "jobs" / str(view.id) / "attempt-1.log").stat().st_size
+    assert 64 * 1024 <= size < 64 * 1024 + 300, size
+    assert log.startswith("first-line\n") and "flood-done" not in log, log[:100]
+    assert log.count("reached its limit of 65536 bytes (sandbox.limits.log)") == 1, log[-300:]
