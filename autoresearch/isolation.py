@@ -148,7 +148,7 @@ def apply(request: Any, policy: dict[str, Any] | None, ledger: Any, project: str
     sources = tuple(os.path.realpath(os.path.expanduser(str(s))) for s in (spec.get("mounts") or {}).values())
     from autoresearch.backends import _sandbox
 
-    uid, gid = _sandbox.tenant_ids(ledger.home)
+    uid, gid = _sandbox.tenant_ids(ledger.home, lambda: JobStore(ledger).tenant_number(project))
     if uid is not None:  # a root launcher: the job runs as the tenant uid, which must write its own places
         _give(own, uid, gid, str(workdir) if str(workdir) in own else None)
     gpus = [g for _, ids in (request.alloc or ((request.node, request.gpu_ids),)) for g in ids]

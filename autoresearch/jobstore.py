@@ -670,6 +670,11 @@ class JobStore:
         row = conn.execute("SELECT policy FROM tenants WHERE project=?", (project,)).fetchone()
         return str(row[0]) if row is not None else ""
 
+    def tenant_number(self, project: str) -> int:
+        """A number of its own for each tenant project, fixed once it is one (its row's rowid): 0 if none."""
+        row = self.ledger.one("SELECT rowid AS n FROM tenants WHERE project=?", (project,))
+        return int(row["n"]) if row is not None else 0
+
     def project_tenant_policy(self, project: str) -> str:
         return self.tenant_policy(self.ledger._connect(), project)
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from functools import lru_cache
 
 from autoresearch.backends._base import Sandbox
@@ -92,14 +93,19 @@ def bwrap() -> str:
     return programs()[0]
 
 
-def tenant_ids(home: str | os.PathLike[str] | None = None) -> tuple[int | None, int | None]:
+def tenant_ids(home: str | os.PathLike[str] | None = None,
+               number: Callable[[], int] | None = None) -> tuple[int | None, int | None]:
     """The uid and gid tenant jobs run as: None (the launcher's own) unless the launcher is root,
-    then config.yaml's ``sandbox.uid``/``sandbox.gid`` (default 65534, nobody/nogroup)."""
+    then config.yaml's ``sandbox.uid``/``sandbox.gid`` (default 65534, nobody/nogroup), or with
+    ``sandbox.uid_base`` the project's own, ``uid_base + number()`` (its tenant number)."""
     if os.geteuid() != 0:
         return None, None
     from autoresearch.backends import limits
 
     conf = limits.sandbox_config(home)
+    if conf.uid_base is not None and number is not None:
+        own = conf.uid_base + min(max(int(number()), 0), (1 << 20) - 1)
+        return own, own
     return conf.uid, conf.gid
 
 

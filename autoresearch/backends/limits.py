@@ -3,6 +3,7 @@
     sandbox:
       uid: 65534            # the uid and gid tenant jobs run as when the server is root
       gid: 65534
+      uid_base: 200000      # instead: each project its own uid and gid, uid_base + its tenant number
       limits:               # every tenant job (each attempt), unless its project says otherwise
         processes: 512      # tasks of the job's uid (RLIMIT_NPROC) / of its cgroup (pids.max)
         memory: 16G         # address space (RLIMIT_AS) / cgroup memory.max
@@ -29,7 +30,7 @@ from typing import Any
 from autoresearch.errors import SpecError
 
 DEFAULT_ID = 65534
-_KEYS = ("uid", "gid", "limits", "projects")
+_KEYS = ("uid", "gid", "uid_base", "limits", "projects")
 LIMIT_KEYS = ("processes", "memory", "cpu", "disk", "tmp", "log", "metric_points")
 _SIZES = ("memory", "disk", "tmp", "log")
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -62,6 +63,7 @@ class SandboxConfig:
     gid: int = DEFAULT_ID
     limits: Limits = field(default_factory=lambda: Limits(**DEFAULTS))
     projects: dict[str, Limits] = field(default_factory=dict)
+    uid_base: int | None = None  # each project's own uid/gid: uid_base + its tenant number
 
     def for_project(self, project: str) -> Limits:
         return self.projects.get(project, self.limits)
@@ -88,7 +90,13 @@ def parse(raw: Any) -> SandboxConfig:
             raise SpecError(f"sandbox.projects: {str(name)[:60]!r} is not a project name",
                             hint="use the project name its token maps to")
         out[name] = _limits(body, f"sandbox.projects.{name[:60]}", base)
-    return SandboxConfig(ids["uid"], ids["gid"], base, out)
+    uid_base = raw.get("uid_base")
+    if uid_base is not None:
+        uid_base = _id(uid_base, "sandbox.uid_base")
+        if uid_base + (1 << 20) >= (1 << 32) - 1:
+            raise SpecError(f"sandbox.uid_base {uid_base} leaves no room for a million projects below 2**32-1",
+                            hint="write e.g. uid_base: 200000")
+    return SandboxConfig(ids["uid"], ids["gid"], base, out, uid_base)
 
 
 def sandbox_config(home: str | os.PathLike[str] | None = None) -> SandboxConfig:

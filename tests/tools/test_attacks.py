@@ -283,3 +283,23 @@ def test_a_flood_of_log_keeps_the_first_bytes_and_one_marker(api: Any, home: Pat
     assert 64 * 1024 <= size < 64 * 1024 + 300, size
     assert log.startswith("first-line\n") and "flood-done" not in log, log[:100]
     assert log.count("reached its limit of 65536 bytes (sandbox.limits.log)") == 1, log[-300:]
+
+
+HOLD = FORKS.replace('print("started=%d" % len(pids))', 'print("started=%d" % len(pids), flush=True); time.sleep(10)')
+
+
+@root_only
+def test_a_fork_bomb_of_one_project_leaves_another_projects_jobs_their_processes(api: Any, home: Path) -> None:
+    """With one uid per project (sandbox.uid_base) the process limit is each project's own: while A's
+    job holds all of its processes, B's job still starts its own."""
+    (home / "config.yaml").write_text("sandbox:\n  uid_base: 200000\n  limits: {processes: 64}\n")
+    _tenant(api, "team-a", "team-b")
+    bomb = api.submit({"command": [sys.executable, "-c", HOLD], "max_retries": 0, "timeout": "30s"}, project="team-a")
+    log_a = home / "jobs" / str(bomb.id) / "attempt-1.log"
+    wait_for(lambda: log_a.exists() and "started=" in log_a.read_text(), 30)
+    view, log = _run(api, home, f"id -u; {sys.executable} -c '{FORKS.replace('2000', '20')}'", project="team-b")
+    assert view.state == "succeeded" and "started=20" in log, log
+    a_text = log_a.read_text()
+    assert "fork failed" in a_text and int(a_text.split("started=", 1)[1].split()[0]) < 64, a_text
+    assert int(log.split()[0]) >= 200000 and (home / "projects" / "team-a").stat().st_uid != int(log.split()[0])
+    api.cancel([bomb.id])
