@@ -289,6 +289,13 @@ class Api:
         """A watcher that hears attempt endings (``wait(timeout)``, ``close()``): run :meth:`tick` on them."""
         return self._runtime.watch()
 
+    def check_tenant_sandbox(self) -> None:
+        """Refuse (BackendError: the reason and a hint) when this home's backend cannot build the
+        sandbox tenant jobs need: a tokened server calls it before it serves anyone."""
+        from autoresearch import isolation
+
+        isolation.check(self._runtime.backend, self._ledger.home)
+
     def register_tenant(self, project: str, hide: tuple[str, ...] = ()) -> None:
         """Record ``project`` as served by a tokened server (its jobs get the tenant policy)."""
         with self._ledger.tx() as c:

@@ -108,12 +108,73 @@ def _parse_chunk(ledger: Ledger, backend: Backend, att: Any, final: bool) -> _Ch
     if not m_used and not l_used and not drops.count:
         return None
     now = time.time()
-    rows = [(att["job_id"], att["n"], p.name, p.step, p.value, p.ts, "report")
-            for p in M.parse_report_lines(m_lines, counters, now, drops)]
-    rows += [(att["job_id"], att["n"], p.name, p.step, p.value, p.ts, "log")
-             for p in M.parse_log_lines(l_lines, counters, now, drops)]
+    limit = _limit(ledger, att["job_id"])
+    if limit is not None and counters.get(_POINTS, 0) >= limit:  # full: its lines are not even parsed
+        drops.add(_full(limit), len(m_lines) + len(l_lines))
+        rows = []
+    elif limit is None:
+        rows = [(att["job_id"], att["n"], p.name, p.step, p.value, p.ts, "report")
+                for p in M.parse_report_lines(m_lines, counters, now, drops)]
+        rows += [(att["job_id"], att["n"], p.name, p.step, p.value, p.ts, "log")
+                 for p in M.parse_log_lines(l_lines, counters, now, drops)]
+    else:
+        rows = _parse_within(ledger, att, m_lines, l_lines, counters, now, drops, limit)
     return _Chunk((att, (m_off, l_off), rows, (m_off + m_used, l_off + l_used), counters, (drops.count, drops.reason)),
                   l_lines, m_full or l_full)
+
+
+_POINTS = "!points"  # counters key: points this job had stored, counted from this attempt's first chunk on
+_limits: dict[tuple[str, int], int | None] = {}  # (home, job id) -> its metric_points limit (its project never changes)
+
+
+def _limit(ledger: Ledger, job_id: int) -> int | None:
+    """A tenant job's metric_points limit (config.yaml sandbox.limits); None for any other job."""
+    key = (str(ledger.home), job_id)
+    if key not in _limits:
+        if len(_limits) > 10_000:
+            _limits.clear()
+        project = JobStore(ledger).tenant_project(job_id)
+        limit = None
+        if project is not None:
+            from autoresearch.backends import limits
+
+            try:
+                limit = limits.sandbox_config(ledger.home).for_project(project).metric_points
+            except Exception:  # noqa: BLE001 - a config.yaml broken since: the defaults hold
+                limit = limits.SandboxConfig().limits.metric_points
+        _limits[key] = limit
+    return _limits[key]
+
+
+def _full(limit: int) -> str:
+    return f"points (or lines, once full) past this job's limit of {limit} (sandbox.limits.metric_points) were dropped"
+
+
+def _parse_within(ledger: Ledger, att: Any, m_lines: list[str], l_lines: list[str], counters: dict[str, int],
+                  now: float, drops: M.Drops, limit: int) -> list[Any]:
+    """The points of a tenant job's lines while it is under its limit (all its attempts), parsed a
+    slice at a time so a flood past it is not parsed at all; what is past it is dropped, said once
+    in the attempt's ``metrics_dropped`` warning with a count (of points, then of lines not read)."""
+    if _POINTS not in counters:
+        counters[_POINTS] = JobStore(ledger).count_points(att["job_id"])
+    rows: list[Any] = []
+    for lines, parse, source in ((m_lines, M.parse_report_lines, "report"), (l_lines, M.parse_log_lines, "log")):
+        at = 0
+        while at < len(lines):
+            room = limit - counters[_POINTS] - len(rows)
+            if room <= 0:
+                drops.add(_full(limit), len(lines) - at)
+                break
+            part = lines[at:at + max(room, 64)]
+            at += len(part)
+            points = [(att["job_id"], att["n"], p.name, p.step, p.value, p.ts, source)
+                      for p in parse(part, counters, now, drops)]
+            if len(points) > room:
+                drops.add(_full(limit), len(points) - room)
+                points = points[:room]
+            rows += points
+    counters[_POINTS] += len(rows)
+    return rows
 
 
 def ingest_final_many(ledger: Ledger, backend: Backend, atts: list[Any]) -> set[tuple[int, int]]:

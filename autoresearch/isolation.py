@@ -28,6 +28,7 @@ import json
 import os
 import re
 import sqlite3
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -93,11 +94,11 @@ def job_policy(ledger: Any, project: str, backend: Any) -> str:
     """The policy to record on a new job of ``project``; refuses one the backend cannot isolate."""
     recorded = JobStore(ledger).project_tenant_policy(project) if project else ""
     if recorded:
-        check(backend)
+        check(backend, ledger.home)
     return recorded
 
 
-def check(backend: Any) -> None:
+def check(backend: Any, home: Any = None) -> None:
     """Fail closed: a tenant job on a backend that cannot sandbox it is refused, never run bare."""
     from autoresearch.errors import BackendError
 
@@ -106,9 +107,10 @@ def check(backend: Any) -> None:
                            "in a sandbox (it is served by a multi-tenant HTTP server)",
                            hint="use the local backend with bubblewrap installed; see docs/security.md")
     if backend.name == "local":
-        from autoresearch.backends import _sandbox
+        from autoresearch.backends import Sandbox, _sandbox
 
-        _sandbox.bwrap()
+        uid, gid = _sandbox.tenant_ids(home)
+        _sandbox.programs(Sandbox(uid=uid, gid=gid))
 
 
 def apply(request: Any, policy: dict[str, Any] | None, ledger: Any, project: str, spec: dict[str, Any]) -> Any:
@@ -144,9 +146,56 @@ def apply(request: Any, policy: dict[str, Any] | None, ledger: Any, project: str
             own.append(str(workdir))  # a trial worktree of this project's loop
     hidden = [str(ledger.home), str(home), *policy["hide"]]
     sources = tuple(os.path.realpath(os.path.expanduser(str(s))) for s in (spec.get("mounts") or {}).values())
+    from autoresearch.backends import _sandbox
+
+    uid, gid = _sandbox.tenant_ids(ledger.home, lambda: JobStore(ledger).tenant_number(project))
+    if uid is not None:  # a root launcher: the job runs as the tenant uid, which must write its own places
+        _give(own, uid, gid, str(workdir) if str(workdir) in own else None)
+    gpus = [g for _, ids in (request.alloc or ((request.node, request.gpu_ids),)) for g in ids]
+    from autoresearch.backends import limits
+
     sandbox = Sandbox(hidden=tuple(dict.fromkeys(hidden)), visible=tuple(dict.fromkeys((*sources, *_runtime_paths()))),
-                      own=tuple(own))
-    return dataclasses.replace(request, sandbox=sandbox, env={**request.env, "AUTORESEARCH_PROJECT_DIR": str(project_dir)})
+                      own=tuple(own), uid=uid, gid=gid, devices=_sandbox.gpu_devices(gpus),
+                      limits=limits.sandbox_config(ledger.home).for_project(project).as_dict())
+    env = {**request.env, "AUTORESEARCH_PROJECT_DIR": str(project_dir)}
+    for key, value in env.items():
+        if not key or "=" in key or "\0" in key or "\0" in value:
+            from autoresearch.errors import SpecError
+
+            raise SpecError(f"environment variable {key[:60]!r} cannot be set: a name must be non-empty without "
+                            "'=' and neither name nor value may hold a NUL byte", hint="fix the job's env")
+    return dataclasses.replace(request, sandbox=sandbox, env=env)
+
+
+def _give(own: list[str], uid: int, gid: int | None, worktree: str | None) -> None:
+    """Make the job's own places writable by the tenant uid: its files and dirs become its own; a
+    loop's trial worktree stays the server's (git's ownership check) and its directories (never its
+    files, which could be hard links to elsewhere) get the tenant group's write bit."""
+    group = -1 if gid is None else gid
+    for path in own:
+        if path == worktree:
+            continue
+        try:
+            os.chown(path, uid, group, follow_symlinks=False)
+        except OSError:
+            pass
+    if worktree is None or gid is None:
+        return
+    for folder, _dirs, _files in os.walk(worktree):  # (os.walk follows no links to directories)
+        try:  # by descriptor, never following a link a job put there meanwhile
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            if st.st_gid != gid:
+                os.fchown(fd, -1, gid)
+            if st.st_mode & 0o070 != 0o070:
+                os.fchmod(fd, stat.S_IMODE(st.st_mode) | 0o070)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 @functools.lru_cache(maxsize=1)  # one process, one interpreter and one package: resolved once, not per launch

@@ -311,6 +311,16 @@ class JobStore:
         return self.ledger.one("SELECT 1 FROM jobs WHERE state IN ('starting','running') AND backend=? "
                                "LIMIT 1", (backend,)) is not None
 
+    def tenant_project(self, job_id: int) -> str | None:
+        """The project of a tenant job (one with an isolation policy); None for any other job."""
+        row = self.ledger.one("SELECT project, isolation FROM jobs WHERE id=?", (job_id,))
+        return str(row["project"] or "") if row is not None and row["isolation"] else None
+
+    def count_points(self, job_id: int) -> int:
+        """How many metric points the job has stored, all attempts."""
+        row = self.ledger.one("SELECT COUNT(*) AS n FROM metrics WHERE job_id=?", (job_id,))
+        return int(row["n"]) if row is not None else 0
+
     def attempt_with_job(self, job_id: int, n: int) -> sqlite3.Row | None:
         return self.ledger.one(_ATTEMPT_WITH_JOB + "WHERE a.job_id=? AND a.n=?", (job_id, n))
 
@@ -660,6 +670,11 @@ class JobStore:
         """``project``'s recorded tenant policy (JSON), or '' if it is not a tenant."""
         row = conn.execute("SELECT policy FROM tenants WHERE project=?", (project,)).fetchone()
         return str(row[0]) if row is not None else ""
+
+    def tenant_number(self, project: str) -> int:
+        """A number of its own for each tenant project, fixed once it is one (its row's rowid): 0 if none."""
+        row = self.ledger.one("SELECT rowid AS n FROM tenants WHERE project=?", (project,))
+        return int(row["n"]) if row is not None else 0
 
     def project_tenant_policy(self, project: str) -> str:
         return self.tenant_policy(self.ledger._connect(), project)

@@ -68,6 +68,10 @@ class Sandbox:
     hidden: tuple[str, ...] = ()  # empty inside (the autoresearch home, the tokens file)
     visible: tuple[str, ...] = ()  # read-only, unless hidden: mount sources (the workdir always is)
     own: tuple[str, ...] = ()  # the only writable paths, even under a hidden one (its metrics file, ...)
+    uid: int | None = None  # the uid/gid the job runs as (a root launcher's tenant ids); None: the launcher's
+    gid: int | None = None
+    devices: tuple[str, ...] = ()  # device nodes bound into its minimal /dev (its GPUs')
+    limits: dict[str, Any] = field(default_factory=dict)  # limits.Limits.as_dict(): what it may use
 
 
 @dataclass(frozen=True, slots=True)

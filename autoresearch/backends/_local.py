@@ -133,6 +133,7 @@ class LocalBackend(Backend):
                 "argv": argv,
                 "key": request.key,  # its poke names it (watcher.Watcher.take)
                 "sandbox": request.sandbox is not None,
+                "log_limit": int(request.sandbox.limits.get("log") or 0) if request.sandbox is not None else None,
                 "env": request.env,
                 # one process group per gang member, all on this host: the master is here
                 "members": [member_env({**request.env, "MASTER_ADDR": "127.0.0.1"}, i, node, ids)
@@ -155,8 +156,14 @@ class LocalBackend(Backend):
         except FileExistsError:
             return request.run_dir
         try:  # (json.dumps is C; json.dump to a text file is not)
-            os.write(fd, json.dumps({"key": request.key, "created_at": time.time(), "log_path": request.log_path,
-                                     "sandbox": request.sandbox is not None}).encode())
+            recorded_request: dict[str, Any] = {"key": request.key, "created_at": time.time(),
+                                                "log_path": request.log_path, "sandbox": request.sandbox is not None}
+            if request.sandbox is not None and request.sandbox.limits:
+                from autoresearch.backends import _sandbox
+
+                recorded_request["limits"] = {k: [v, _sandbox.applied(request.sandbox)[k]]
+                                              for k, v in request.sandbox.limits.items()}
+            os.write(fd, json.dumps(recorded_request).encode())
         finally:
             os.close(fd)
         return request.run_dir

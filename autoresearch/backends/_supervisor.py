@@ -282,7 +282,7 @@ def spawn_detached(argv: list[str], log_path: str | os.PathLike[str], cwd: str |
     os._exit(0)  # pragma: no cover - execv does not return
 
 
-_DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE)
+_DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ)
 
 # The scheduling policy a command (and the on_exit hook) gets; None: ours, inherited. The zygote runs
 # itself and the supervisors it forks as SCHED_BATCH and sets this to the policy it was started with
@@ -400,8 +400,15 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
     envs: list[dict[str, str]] = req.get("members") or [req["env"]]
     children: list[int] = []
     groups: list[int] = []
+    # A bound on the log's bytes (a tenant's sandbox.limits.log): the members write into pipes we copy
+    # from, up to the bound, then one marker line; the rest is read and dropped (the job never blocks).
+    limit = req.get("log_limit")
+    log = _LogCap(log_fd, int(limit)) if isinstance(limit, int) and limit > 0 else None
     for env in envs:
-        child, group = _start_member(req, env, log_fd)
+        out = log.pipe() if log is not None else log_fd
+        child, group = _start_member(req, env, out)
+        if out != log_fd:
+            os.close(out)
         children.append(child)
         groups.append(group)
     me = os.getpid()
@@ -464,18 +471,25 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
             kill_at = None
         waits = [t - now for t in (deadline if not (timed_out or stopped) else None, kill_at) if t is not None]
         try:
-            select.select([wake_r], [], [], max(0.0, min(waits)) if waits else 1.0)
+            select.select([wake_r, *(log.pipes if log is not None else ())], [], [],
+                          max(0.0, min(waits)) if waits else 1.0)
         except InterruptedError:
             pass
         try:
             os.read(wake_r, 512)
         except OSError:
             pass  # nothing to drain: the select timed out
+        if log is not None:
+            log.copy()
     for child, group in zip(children, groups, strict=True):
         for pgid in {child, group}:
             _signal_group(pgid, signal.SIGKILL)  # leftovers of the group, as Slurm does at job end
+    if log is not None:
+        log.drain()
     final = ends.get(failed if failed is not None else 0)
     code = os.waitstatus_to_exitcode(final) if final is not None else None
+    if req.get("sandbox") and code is not None and code - 128 in _LIMIT_SIGNALS:  # (bwrap: 128+N)
+        os.write(log_fd, f"autoresearch: the job {_LIMIT_SIGNALS[code - 128]}\n".encode())
     done: dict[str, Any] = {
         "exit_code": code if code is not None and code >= 0 else None,
         "signal": -code if code is not None and code < 0 else None,
@@ -562,14 +576,120 @@ def _stale_stop(run_dir: str, previous: tuple[str, ...], now: float) -> bool:
     return False
 
 
+# What bwrap and setpriv run with: nothing of the job's, nothing of the launcher's (backends/_sandbox.py).
+LAUNCHER_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+ARGS_FD = "{args-fd}"  # in a sandboxed argv: where the descriptor of the job's environment goes
+INFO_FD = "{info-fd}"  # and where the descriptor bwrap tells its child's pid on
+
+
+def env_fd(env: dict[str, str]) -> int:
+    """A descriptor (inheritable, at offset 0) holding ``--clearenv`` and one ``--setenv`` per
+    variable, for bwrap's ``--args``. A name or value bwrap could not take (a NUL, ``=`` in a
+    name) is left out: it could never be set, and a NUL would end an argument early."""
+    parts = [b"--clearenv"]
+    for key, value in env.items():
+        if not key or "=" in key or "\0" in key or "\0" in value:
+            continue
+        parts += [b"--setenv", key.encode(errors="surrogateescape"), value.encode(errors="surrogateescape")]
+    fd = os.memfd_create("autoresearch-env", 0)
+    blob = memoryview(b"\0".join(parts) + b"\0")
+    while blob:
+        blob = blob[os.write(fd, blob):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.set_inheritable(fd, True)
+    return fd
+
+
+class _LogCap:
+    """The log of an attempt whose output is bounded: pipes in, at most ``limit`` bytes out."""
+
+    def __init__(self, log_fd: int, limit: int) -> None:
+        self.log_fd, self.limit, self.written, self.dropped = log_fd, limit, 0, 0
+        self.pipes: list[int] = []
+
+    def pipe(self) -> int:
+        """A new pipe to copy from; returns its write end (the member's stdout and stderr)."""
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        self.pipes.append(r)
+        return w
+
+    def copy(self) -> None:
+        """What the pipes hold now; a pipe whose writers are all gone is closed."""
+        for r in list(self.pipes):
+            while True:
+                try:
+                    data = os.read(r, 1 << 16)
+                except BlockingIOError:
+                    break
+                except OSError:
+                    data = b""
+                if not data:
+                    os.close(r)
+                    self.pipes.remove(r)
+                    break
+                self._write(data)
+
+    def drain(self, within: float = 2.0) -> None:
+        """After the attempt: the rest, until every writer is gone (killed with the group) or ``within``."""
+        until = time.time() + within
+        while self.pipes and time.time() < until:
+            try:
+                select.select(self.pipes, [], [], max(0.0, until - time.time()))
+            except InterruptedError:
+                pass
+            self.copy()
+        for r in self.pipes:
+            os.close(r)
+        self.pipes.clear()
+
+    def _write(self, data: bytes) -> None:
+        room = self.limit - self.written
+        if room > 0:
+            part = data[:room]
+            self.written += len(part)
+            _write_all(self.log_fd, part)
+            data = data[room:]
+        if data:
+            if not self.dropped:
+                _write_all(self.log_fd, f"\nautoresearch: this attempt's log reached its limit of {self.limit} bytes "
+                                        "(sandbox.limits.log); the rest of its output is dropped\n".encode())
+            self.dropped += len(data)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except InterruptedError:
+            continue
+        except OSError:
+            return  # a full disk: the log is best effort, the attempt goes on
+
+
+# A sandboxed job killed by one of these went past a limit of its sandbox (backends/limits.py).
+_LIMIT_SIGNALS: dict[int, str] = {int(signal.SIGXFSZ): "wrote a file past its disk limit (sandbox.limits.disk): stopped",
+                                 int(signal.SIGXCPU): "used its CPU time limit: stopped"}
+
+
 def _start_member(req: dict[str, Any], env: dict[str, str], log_fd: int) -> tuple[int, int]:
     """Spawn one member; (its pid, the process group to signal)."""
-    argv, info = req["argv"], None
+    argv, info, args = req["argv"], None, None
     if req.get("sandbox"):  # argv[0] is bwrap: it tells us its child's pid, whose session we signal
         info, info_w = os.pipe()
         os.set_inheritable(info_w, True)
-        argv = [argv[0], "--info-fd", str(info_w), *argv[1:]]
-    child = _spawn(argv, env, req["workdir"], log_fd)
+        # The job's environment reaches its command only, through bwrap's --args: bwrap (and any
+        # helper before the sandbox) runs with the fixed launcher environment, never the job's
+        # (an LD_PRELOAD of the job's would load into them, as the launcher's uid, outside).
+        args = env_fd(env)
+        argv = [str(args) if a == ARGS_FD else str(info_w) if a == INFO_FD else a for a in argv]
+        env = LAUNCHER_ENV
+    try:
+        child = _spawn(argv, env, req["workdir"], log_fd)
+    finally:
+        if args is not None:
+            os.close(args)
     group = child
     if info is not None:
         os.close(info_w)

@@ -267,7 +267,7 @@ def valid(req: object) -> bool:
     return (_strs(req.get("argv")) and bool(req["argv"]) and _env(req.get("env")) and _env(req.get("environ"))
             and _strs(req.get("environ_drop"))
             and (members is None or (isinstance(members, list) and bool(members) and all(map(_env, members))))
-            and _number(req.get("timeout")) and _number(req.get("grace"))
+            and _number(req.get("timeout")) and _number(req.get("grace")) and _number(req.get("log_limit"))
             and (req.get("on_exit") is None or (_strs(req["on_exit"]) and bool(req["on_exit"])))
             and (req.get("wake_fifo") is None or isinstance(req["wake_fifo"], str))
             and isinstance(req.get("umask"), int) and 0 <= req["umask"] <= 0o777

@@ -29,7 +29,7 @@ CONFIG = "config.yaml"
 NAME = lazy(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # a profile's name ends up in file names and the ledger
 MAX_CONFIG_BYTES = 1 << 20
 # scheduler: fair share and quotas (autoresearch/shares.py); health: thresholds, parsed by health/config.py
-_TOP_KEYS = ("backends", "default", "scheduler", "health")
+_TOP_KEYS = ("backends", "default", "scheduler", "health", "sandbox")
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ class Config:
     profiles: dict[str, Profile] = field(default_factory=dict)
     default: str | None = None
     fair: Any = None  # scheduler.FairShare from the scheduler: section; None: fair share off
+    sandbox: Any = None  # limits.SandboxConfig from the sandbox: section (tenant jobs); None: defaults
 
 
 _cache: dict[str, tuple[tuple[int, int], Config]] = {}  # config.yaml's path -> (its stamp, what it says)
@@ -155,7 +156,15 @@ def _parse(path: Path, data: Any) -> Config:
             fair = shares.parse(data["scheduler"])
         except SpecError as err:
             raise SpecError(f"{path}: {err.message}", hint=f"{err.hint} (docs/scheduling.md)") from None
-    return Config(path, profiles, default, fair)
+    sandbox = None
+    if data.get("sandbox") is not None:
+        from autoresearch.backends import limits
+
+        try:
+            sandbox = limits.parse(data["sandbox"])
+        except SpecError as err:
+            raise SpecError(f"{path}: {err.message}", hint=f"{err.hint} (docs/security.md)") from None
+    return Config(path, profiles, default, fair, sandbox)
 
 
 def resolve(name: str, home: str | os.PathLike[str] | None = None) -> Profile:

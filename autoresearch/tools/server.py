@@ -248,6 +248,8 @@ def run_http(host: str = "127.0.0.1", port: int = 8765, tokens_file: str | None 
         raise AuthError(f"refusing to serve HTTP on {host} without tokens: anyone who can reach it could run jobs",
                         hint="set AUTORESEARCH_TOKENS to a file of 'TOKEN PROJECT' lines, or bind --host 127.0.0.1")
     server = build_server(token_verifier=verifier, resource_url=f"http://{host}:{port}/mcp", **options)
+    if verifier is not None:  # tenants' jobs run in a sandbox without privilege, or the server does not start
+        server_api(server).check_tenant_sandbox()
     run_passes(server_api(server))
     app = server.streamable_http_app(host=host, json_response=True)
     level = str(options.get("log_level", "WARNING")).lower()

@@ -1,0 +1,155 @@
+"""What a tenant job may use: ``sandbox:`` in ``$AUTORESEARCH_HOME/config.yaml`` (docs/security.md).
+
+    sandbox:
+      uid: 65534            # the uid and gid tenant jobs run as when the server is root
+      gid: 65534
+      uid_base: 200000      # instead: each project its own uid and gid, uid_base + its tenant number
+      limits:               # every tenant job (each attempt), unless its project says otherwise
+        processes: 512      # tasks of the job's uid (RLIMIT_NPROC) / of its cgroup (pids.max)
+        memory: 16G         # address space (RLIMIT_AS) / cgroup memory.max
+        cpu: 4              # cores (cgroup cpu.max); without a cgroup, seconds of CPU (RLIMIT_CPU)
+        disk: 20G           # the project folder and every file the job writes (RLIMIT_FSIZE, a check)
+        tmp: 2G             # the size of the job's private /tmp (and /dev/shm)
+        log: 100M           # bytes of log per attempt; the rest is dropped, with one marker line
+        metric_points: 1000000   # points per job; the rest are dropped, with one marker line
+      projects:
+        team-a: {memory: 64G}
+
+Read through ``backends/profiles.py`` (cached on the file's stamp). Stdlib only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoresearch.errors import SpecError
+
+DEFAULT_ID = 65534
+_KEYS = ("uid", "gid", "uid_base", "limits", "projects")
+LIMIT_KEYS = ("processes", "memory", "cpu", "disk", "tmp", "log", "metric_points")
+_SIZES = ("memory", "disk", "tmp", "log")
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+MAX_BYTES = 1 << 60
+EXAMPLE = "sandbox: {limits: {processes: 512, memory: 16G, cpu: 4, disk: 20G, tmp: 2G, log: 100M}}"
+# What a tenant job gets when config.yaml says nothing: bounds no ordinary job reaches and that keep
+# a hostile one from taking the host (a fork bomb, a full disk, a flood of log or points).
+DEFAULTS = {"processes": 4096, "tmp": 4 << 30, "log": 1 << 30, "metric_points": 10_000_000}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """One tenant job's limits; None: no limit of that kind."""
+
+    processes: int | None = None
+    memory: int | None = None  # bytes
+    cpu: float | None = None  # cores
+    disk: int | None = None  # bytes
+    tmp: int | None = None  # bytes
+    log: int | None = None  # bytes per attempt
+    metric_points: int | None = None  # per job
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    uid: int = DEFAULT_ID
+    gid: int = DEFAULT_ID
+    limits: Limits = field(default_factory=lambda: Limits(**DEFAULTS))
+    projects: dict[str, Limits] = field(default_factory=dict)
+    uid_base: int | None = None  # each project's own uid/gid: uid_base + its tenant number
+
+    def for_project(self, project: str) -> Limits:
+        return self.projects.get(project, self.limits)
+
+
+def parse(raw: Any) -> SandboxConfig:
+    """The ``sandbox:`` section; SpecError naming the bad key or value."""
+    if raw is None:
+        return SandboxConfig()
+    if not isinstance(raw, dict):
+        raise SpecError(f"sandbox must be a mapping, got {type(raw).__name__}", hint=f"write {EXAMPLE}")
+    for key in raw:
+        if key not in _KEYS:
+            raise SpecError(f"sandbox: unknown key {str(key)[:60]!r}", hint=f"valid keys: {', '.join(_KEYS)}")
+    ids = {k: _id(raw.get(k, DEFAULT_ID), f"sandbox.{k}") for k in ("uid", "gid")}
+    base = _limits(raw.get("limits"), "sandbox.limits", Limits(**DEFAULTS))
+    projects = raw.get("projects") or {}
+    if not isinstance(projects, dict):
+        raise SpecError(f"sandbox.projects must be a mapping of project -> limits, got {type(projects).__name__}",
+                        hint="write sandbox: {projects: {team-a: {memory: 64G}}}")
+    out = {}
+    for name, body in projects.items():
+        if not isinstance(name, str) or not name or len(name) > 200:
+            raise SpecError(f"sandbox.projects: {str(name)[:60]!r} is not a project name",
+                            hint="use the project name its token maps to")
+        out[name] = _limits(body, f"sandbox.projects.{name[:60]}", base)
+    uid_base = raw.get("uid_base")
+    if uid_base is not None:
+        uid_base = _id(uid_base, "sandbox.uid_base")
+        if uid_base + (1 << 20) >= (1 << 32) - 1:
+            raise SpecError(f"sandbox.uid_base {uid_base} leaves no room for a million projects below 2**32-1",
+                            hint="write e.g. uid_base: 200000")
+    return SandboxConfig(ids["uid"], ids["gid"], base, out, uid_base)
+
+
+def sandbox_config(home: str | os.PathLike[str] | None = None) -> SandboxConfig:
+    """The home's ``sandbox:`` section (defaults when it has none)."""
+    from autoresearch.backends import profiles
+
+    return profiles.load(home).sandbox or SandboxConfig()
+
+
+def _id(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < (1 << 32) - 1:
+        raise SpecError(f"{where} must be an unprivileged uid/gid (1..4294967294, not 0), got {str(value)[:60]!r}",
+                        hint="write 65534 (nobody), or the id of an account made for tenant jobs")
+    return value
+
+
+def _limits(raw: Any, where: str, base: Limits) -> Limits:
+    if raw is None:
+        return base
+    if not isinstance(raw, dict):
+        raise SpecError(f"{where} must be a mapping, got {type(raw).__name__}", hint=f"write {EXAMPLE}")
+    values: dict[str, Any] = dataclasses.asdict(base)
+    for key, value in raw.items():
+        if key not in LIMIT_KEYS:
+            raise SpecError(f"{where}: unknown key {str(key)[:60]!r}", hint=f"valid keys: {', '.join(LIMIT_KEYS)}")
+        values[key] = None if value is None else _value(key, value, f"{where}.{key}")
+    return Limits(**values)
+
+
+def _value(key: str, value: Any, where: str) -> float | int:
+    if key in _SIZES:
+        return parse_bytes(value, where)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise SpecError(f"{where} must be a number > 0, got {str(value)[:60]!r}", hint=f"write {key}: 4")
+    if key == "cpu":
+        return float(value)
+    if value != int(value) or value >= 1 << 31:
+        raise SpecError(f"{where} must be a whole number below 2**31, got {str(value)[:60]!r}",
+                        hint=f"write {key}: 512")
+    return int(value)
+
+
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$")
+
+
+def parse_bytes(value: Any, where: str = "size") -> int:
+    """``16G``, ``512M``, ``1.5GiB`` or a number of bytes -> bytes (binary units)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < MAX_BYTES:
+        return value
+    match = _SIZE.match(value) if isinstance(value, str) and len(value) < 40 else None
+    if match is not None:
+        number = float(match.group(1)) * _UNITS[match.group(2).lower()]
+        if 1 <= number < MAX_BYTES:
+            return int(number)
+    raise SpecError(f"{where} must be a size like 512M, 16G or a number of bytes > 0, got {str(value)[:60]!r}",
+                    hint="write e.g. memory: 16G")
