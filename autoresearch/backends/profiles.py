@@ -28,8 +28,9 @@ from autoresearch.errors import SpecError
 CONFIG = "config.yaml"
 NAME = lazy(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # a profile's name ends up in file names and the ledger
 MAX_CONFIG_BYTES = 1 << 20
-# scheduler: fair share and quotas (autoresearch/shares.py); health: thresholds, parsed by health/config.py
-_TOP_KEYS = ("backends", "default", "scheduler", "health")
+# scheduler: fair share and quotas (autoresearch/shares.py); health: thresholds, parsed by health/config.py;
+# tenants: what a tokened server lends a tenant's loops (autoresearch/grants.py)
+_TOP_KEYS = ("backends", "default", "scheduler", "health", "tenants")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class Config:
     profiles: dict[str, Profile] = field(default_factory=dict)
     default: str | None = None
     fair: Any = None  # scheduler.FairShare from the scheduler: section; None: fair share off
+    tenancy: Any = None  # grants.Tenancy from the tenants: section; None: nothing lent to tenants
 
 
 _cache: dict[str, tuple[tuple[int, int], Config]] = {}  # config.yaml's path -> (its stamp, what it says)
@@ -155,7 +157,15 @@ def _parse(path: Path, data: Any) -> Config:
             fair = shares.parse(data["scheduler"])
         except SpecError as err:
             raise SpecError(f"{path}: {err.message}", hint=f"{err.hint} (docs/scheduling.md)") from None
-    return Config(path, profiles, default, fair)
+    tenancy = None
+    if data.get("tenants") is not None:
+        from autoresearch import grants
+
+        try:
+            tenancy = grants.parse(data["tenants"])
+        except SpecError as err:
+            raise SpecError(f"{path}: {err.message}", hint=f"{err.hint} (docs/security.md)") from None
+    return Config(path, profiles, default, fair, tenancy)
 
 
 def resolve(name: str, home: str | os.PathLike[str] | None = None) -> Profile:

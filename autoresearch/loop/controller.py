@@ -157,6 +157,9 @@ class Controller:
             s.loop_project = existing["project"]
         self.ctx = ProposerContext(self.plan, existing["id"] if existing else 0, self.plan.name, self.ledger.home,
                                    self.runtime, project=s.loop_project)
+        from autoresearch.loop.ops import tenant_env
+
+        tenant_env(self.runtime, self.plan, s.loop_project)  # a tenant's plan names no server secret, however run
         self.proposer = make_proposer(self.ctx)  # may raise (missing key): nothing exists yet
         s.ahead = self.ahead()
         s.started = time.monotonic()
