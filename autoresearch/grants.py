@@ -81,7 +81,7 @@ def parse(raw: Any) -> Tenancy:
                             hint="use the project name of the token (the second field of a tokens line)")
         if names is None:
             names = []
-        if not isinstance(names, list) or not all(isinstance(n, str) and _VAR.match(n) for n in names):
+        if not isinstance(names, list) or not all(isinstance(n, str) and _VAR.fullmatch(n) for n in names):
             raise SpecError(f"tenants.grants.{project[:60]} must be a list of environment variable names",
                             hint=f"write {project[:60]}: [OPENAI_API_KEY]")
         if any(n in NEVER for n in names):

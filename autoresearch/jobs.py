@@ -65,6 +65,10 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
     if not jobs:
         return []
     for job in jobs:
+        if job.secret_env and not runtime.backend.capabilities.secrets:
+            raise SpecError(f"the {runtime.backend.name} backend has no secret store for secret_env "
+                            f"({', '.join(sorted(job.secret_env))})",
+                            hint="use a kubernetes or databricks backend, or pass the value in env")
         runtime.backend.check(job)  # what the backend cannot do is refused here, never retried
     node_rows: list[Any] | None = None  # as check_capacity read them: our pass places onto these
     for gpus, nodes, priority in sorted({(job.gpus, job.nodes, job.priority) for job in jobs}):

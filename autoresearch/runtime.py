@@ -465,6 +465,7 @@ class Runtime:
                 image=str(spec.get("image") or ""), mounts=dict(spec.get("mounts") or {}),
                 gpus=int(spec.get("gpus") or 0), cpus=float(spec.get("cpus") or 0), memory=int(spec.get("memory") or 0),
                 priority=str(spec.get("priority") or "normal"),
+                job_env=tuple(spec.get("env") or ()), secret_env=dict(spec.get("secret_env") or {}),
             )
             if not self.backend.capabilities.containers:  # a container backend mounts volumes itself
                 _prepare_mounts(spec)

@@ -43,6 +43,9 @@ class Capabilities:
     # False: the attempt's files are not readable here (Ray, Kubernetes): no metrics file; report()
     # prints marked lines and the runtime reads them from read_log (autoresearch/ingest.py)
     shared_fs: bool = True
+    # True: the engine resolves a job's secret_env (NAME -> STORE/KEY) from its own secret store
+    # (Kubernetes Secrets, Databricks secret scopes); else a job with secret_env is refused at submit
+    secrets: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,10 @@ class LaunchRequest:
     cpus: float = 0.0  # per node
     memory: int = 0  # MB per node
     priority: str = "normal"  # one of spec.PRIORITIES
+    # For engines whose nodes are not this host (backends/_env.py): the names the job's spec set in
+    # its env (always sent), and its secret_env (NAME -> STORE/KEY, resolved by the engine).
+    job_env: tuple[str, ...] = ()
+    secret_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -184,7 +184,7 @@ def test_controller_env_keeps_runtime_settings_and_grants_only() -> None:
 
 @pytest.mark.parametrize("section", [
     [], {"grants": {"a": "LLM_KEY"}}, {"grants": {"a": ["BAD NAME"]}}, {"grants": {"a": ["AUTORESEARCH_TOKENS"]}},
-    {"llm_base_urls": ["http://u@h/v1"]}, {"llm_base_urls": "http://h/v1"}, {"urls": []}, {"grants": {"": []}},
+    {"llm_base_urls": ["http://u@h/v1"]}, {"llm_base_urls": "http://h/v1"}, {"urls": []}, {"grants": {"": []}}, {"grants": {"a": ["KEY\n"]}},
 ])
 def test_a_bad_tenants_section_is_refused_naming_the_key(section: Any, tmp_path: Path) -> None:
     import yaml
