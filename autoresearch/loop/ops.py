@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch import jobs as job_ops
+from autoresearch._private import private_dir
 from autoresearch.errors import NotFoundError, PlanError, SpecError, StateError
 from autoresearch.loop.proposers import _gate
 from autoresearch.loop.proposers._base import Proposal, ProposerInfo
@@ -222,7 +223,8 @@ def start_loop(runtime: Any, plan_path: str | Path, resume: bool = False, wait_s
     if controller_running(home, plan.name):
         raise StateError(f"loop {plan.name!r} is already running", hint="follow it with loop_status / leaderboard")
     state_dir = home / "loops" / plan.name
-    state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(home / "loops")
+    private_dir(state_dir)
     log_path = state_dir / "controller.log"
     argv = [sys.executable, "-m", "autoresearch.cli", "--home", str(home), "run", str(Path(plan_path).resolve()),
             "--json", "--no-report"]
@@ -232,7 +234,8 @@ def start_loop(runtime: Any, plan_path: str | Path, resume: bool = False, wait_s
         argv += ["--project", project]
     if plan.backend_choice()[0] is None:  # the caller's backend (serve --backend), not the detached process's default
         argv += ["--backend", runtime.backend.name]
-    with open(log_path, "ab") as log:
+    with open(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600),
+              "ab") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=str(Path(plan_path).resolve().parent), env=env)
     deadline = time.monotonic() + wait_s
