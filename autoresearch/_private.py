@@ -70,3 +70,37 @@ def _fix(name: str, dir_fd: int | None) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def open_beneath(root: str | os.PathLike[str], relative: str, create_dirs: bool = False) -> tuple[int, str]:
+    """The directory that holds ``relative``'s last part, resolved beneath ``root`` one component at
+    a time with ``O_NOFOLLOW`` (an ``openat`` walk: a link anywhere on the way, even one swapped in
+    meanwhile, is an error, never followed), as an open descriptor, and that last part's name.
+    ``create_dirs``: make the missing folders on the way. Raises ValueError for an absolute path or
+    one with ``.``/``..`` parts, OSError (ELOOP, ENOTDIR) for a link or a file on the way. The caller
+    closes the descriptor and creates with ``dir_fd=``."""
+    text = os.fspath(relative)
+    parts = text.split("/")
+    if not text or text.startswith("/") or "\0" in text or any(p in (".", "..") for p in parts):
+        raise ValueError(f"{text[:200]!r} is not a relative path without '.' or '..'")
+    parts = [p for p in parts if p]
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create_dirs:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, dir_fd=fd)
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, parts[-1]
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

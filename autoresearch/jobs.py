@@ -77,6 +77,8 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
 
     policy = isolation.job_policy(ledger, project, runtime.backend)  # fails closed
     for job in jobs:
+        if policy:  # a tenant's job: the server writes nothing for it outside the tenant's own places
+            isolation.check_paths(ledger, project, job, containers)
         if not job.checkpoint:
             continue
         checkpoint = checkpoint_dir(ledger.home, 0, {"checkpoint": job.checkpoint, "workdir": job.workdir})

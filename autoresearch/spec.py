@@ -469,6 +469,13 @@ def _check_paths(spec: JobSpec, containers: bool = False, workdirs: dict[str, st
             continue
         # The same rule as the local backend's mount (a link at the target, made at launch):
         # an existing target that is not that link would fail every attempt as "infra".
+        if not Path(target).is_absolute():  # made beneath the workdir, never through a link (runtime)
+            parts = target.split("/")
+            folder = os.path.realpath(os.path.join(spec.workdir, os.path.dirname(target)))
+            if any(p in (".", "..") for p in parts) or (folder != spec.workdir
+                                                         and not folder.startswith(spec.workdir.rstrip("/") + "/")):
+                raise SpecError(f"mount target {target!r} leads outside the workdir ('..' or a link on the way)",
+                                hint="name a path beneath the workdir, e.g. --mount data=/datasets/x")
         path = Path(target) if Path(target).is_absolute() else Path(spec.workdir) / target
         if (path.exists() or path.is_symlink()) and path.resolve() != src.resolve():
             raise SpecError(f"mount target {str(path)!r} exists and is not a link to {str(src.resolve())!r}",

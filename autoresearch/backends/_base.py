@@ -174,6 +174,11 @@ class Backend(abc.ABC):
         if engine and not caps.containers:
             raise SpecError(f"the {name} backend mounts host paths only (the job mounts {engine[0][:80]!r})",
                             hint=_instead("mount a host path", "a backend that runs containers", "containers"))
+        if mounts and not caps.containers and not caps.places:
+            raise SpecError(f"the {name} backend runs jobs on its own nodes: a mount there would be a link made "
+                            "on this host, which its nodes do not see",
+                            hint="use the data's path itself (on a filesystem the nodes share), or a backend that "
+                                 "runs containers (kubernetes, docker) and mounts volumes")
         image = str(getattr(spec, "image", "") or "")
         if image and not caps.containers:
             raise SpecError(f"the {name} backend cannot run containers (the job asks for image: {image[:80]!r})",
