@@ -5,6 +5,7 @@
       cluster: {kind: slurm, partition: gpu, account: ml}
       raydev:  {kind: ray, address: "http://127.0.0.1:8265"}
       box:     {kind: docker}
+    # also: scheduler: (shares.py), health: (health/config.py), tenants: (grants.py)
 
 A name is looked up as a profile first, then as a built-in (or plugged-in) kind with its
 default options. The backend built from a profile carries the profile's name (``.name``),
