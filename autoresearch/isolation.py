@@ -198,6 +198,39 @@ def _give(own: list[str], uid: int, gid: int | None, worktree: str | None) -> No
             os.close(fd)
 
 
+def check_paths(ledger: Any, project: str, spec: Any, containers: bool) -> None:
+    """Refuse, at submit, a tenant job that would make the server write outside the tenant's own
+    places: host mounts (links the server makes at launch) outside its project dir or its loops'
+    worktrees, an absolute mount target, a checkpoint directory of its choosing elsewhere."""
+    from autoresearch.errors import SpecError
+
+    hint = ("a tenant's job writes only in $AUTORESEARCH_PROJECT_DIR, its checkpoint dir (checkpoint: true) and "
+            "its loops' worktrees; read shared data at its own path (the sandbox shows it read-only)")
+    if spec.mounts and not containers:
+        absolute = [t for t in spec.mounts if os.path.isabs(t)]
+        if absolute or not writable(ledger, project, spec.workdir):
+            where = f"at {absolute[0][:80]!r}" if absolute else f"in the workdir {str(spec.workdir)[:120]!r}"
+            raise SpecError(f"mounts would make links {where}, a place this project may not write", hint=hint)
+    if isinstance(spec.checkpoint, str) and spec.checkpoint:
+        path = spec.checkpoint if os.path.isabs(os.path.expanduser(spec.checkpoint)) else \
+            os.path.join(spec.workdir, spec.checkpoint)
+        if not writable(ledger, project, path):
+            raise SpecError(f"checkpoint {spec.checkpoint[:120]!r} is outside this project's own places", hint=hint)
+
+
+def writable(ledger: Any, project: str, path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` (resolved) lies in ``project``'s own places: its project dir, or a worktree
+    of one of its loops (``home/loops/<loop>/...``)."""
+    home = Path(os.path.realpath(ledger.home))
+    where = Path(os.path.realpath(os.path.expanduser(str(path))))
+    if _under(where, home / "projects" / _dirname(project)):
+        return True
+    loops = home / "loops"
+    if _under(where, loops) and where != loops and len(where.relative_to(loops).parts) > 1:
+        return bool(JobStore(ledger).loop_of_project(where.relative_to(loops).parts[0], project))
+    return False
+
+
 @functools.lru_cache(maxsize=1)  # one process, one interpreter and one package: resolved once, not per launch
 def _runtime_paths() -> tuple[str, ...]:
     """The interpreter and the package a job's ``report()`` imports: read-only in the sandbox even

@@ -65,6 +65,10 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
     if not jobs:
         return []
     for job in jobs:
+        if job.secret_env and not runtime.backend.capabilities.secrets:
+            raise SpecError(f"the {runtime.backend.name} backend has no secret store for secret_env "
+                            f"({', '.join(sorted(job.secret_env))})",
+                            hint="use a kubernetes or databricks backend, or pass the value in env")
         runtime.backend.check(job)  # what the backend cannot do is refused here, never retried
     node_rows: list[Any] | None = None  # as check_capacity read them: our pass places onto these
     for gpus, nodes, priority in sorted({(job.gpus, job.nodes, job.priority) for job in jobs}):
@@ -73,6 +77,8 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
 
     policy = isolation.job_policy(ledger, project, runtime.backend)  # fails closed
     for job in jobs:
+        if policy:  # a tenant's job: the server writes nothing for it outside the tenant's own places
+            isolation.check_paths(ledger, project, job, containers)
         if not job.checkpoint:
             continue
         checkpoint = checkpoint_dir(ledger.home, 0, {"checkpoint": job.checkpoint, "workdir": job.workdir})

@@ -486,6 +486,10 @@ class Ledger:
             for path, mode in ((self.home, 0o700), (self.path, 0o600)):
                 if path.stat().st_mode & 0o077 and path.stat().st_uid == os.getuid():
                     path.chmod(mode)
+            from autoresearch._private import private_dir
+
+            for folder in ("jobs", "loops", "projects"):  # made here, private, before anything makes them 0755
+                private_dir(self.home / folder)
         except OSError:
             pass
         except sqlite3.Error as err:

@@ -98,7 +98,7 @@ def kick(home: str | os.PathLike[str] | None = None) -> bool:
         from autoresearch.ledger import default_home
 
         root = Path(home).expanduser() if home else default_home()
-        (root / KICK_FILE).touch()  # the syncer re-checks this before it exits: no kick is lost
+        (root / KICK_FILE).touch(0o600)  # the syncer re-checks this before it exits: no kick is lost
         fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -465,6 +465,7 @@ class Runtime:
                 image=str(spec.get("image") or ""), mounts=dict(spec.get("mounts") or {}),
                 gpus=int(spec.get("gpus") or 0), cpus=float(spec.get("cpus") or 0), memory=int(spec.get("memory") or 0),
                 priority=str(spec.get("priority") or "normal"),
+                job_env=tuple(spec.get("env") or ()), secret_env=dict(spec.get("secret_env") or {}),
             )
             if not self.backend.capabilities.containers:  # a container backend mounts volumes itself
                 _prepare_mounts(spec)
@@ -756,18 +757,45 @@ def _argv(spec: dict[str, Any]) -> list[str]:
 
 
 def _prepare_mounts(spec: dict[str, Any]) -> None:
-    """No containers locally: a mount is a symlink at its target, made once."""
+    """No containers locally: a mount is a symlink at its target, made once. A relative target is
+    made beneath the workdir without following any link on the way (a workdir holding a link to
+    elsewhere cannot make us write there); an absolute one (single-user jobs only) where it says."""
+    from autoresearch._private import open_beneath
+
+    workdir = spec["workdir"]
     for target, source in (spec.get("mounts") or {}).items():
-        path = Path(target) if Path(target).is_absolute() else Path(spec["workdir"]) / target
-        src = Path(source).expanduser().resolve()
-        if path.is_symlink() and path.resolve() == src:
-            continue
-        if path.exists():
-            if path.resolve() == src:
+        src = os.path.realpath(os.path.expanduser(source))
+        if os.path.isabs(target):
+            path = Path(target)
+            if path.is_symlink() and path.resolve() == Path(src):
                 continue
-            raise OSError(f"mount target {path} exists and is not a link to {src}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.symlink_to(src)
+            if path.exists():
+                if path.resolve() == Path(src):
+                    continue
+                raise OSError(f"mount target {path} exists and is not a link to {src}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.symlink_to(src)
+            continue
+        try:
+            fd, name = open_beneath(workdir, target, create_dirs=True)
+        except ValueError as err:
+            raise OSError(f"mount target {target!r}: {err}") from None
+        except OSError as err:
+            raise OSError(f"mount target {target!r} leads through a link or a file beneath {workdir} "
+                          f"({err.strerror}): it is made beneath the workdir only") from None
+        try:
+            try:
+                current = os.readlink(name, dir_fd=fd)
+            except FileNotFoundError:
+                os.symlink(src, name, dir_fd=fd)
+                continue
+            except OSError:  # there, and no link: fine only when it is the source itself
+                current = None
+            where = os.path.join(workdir, os.path.dirname(target))
+            if os.path.realpath(os.path.join(where, current if current is not None else name)) != src:
+                raise OSError(f"mount target {os.path.join(workdir, target)} exists and is not a link to {src}")
+        finally:
+            os.close(fd)
 
 
 def main(argv: list[str] | None = None) -> int:

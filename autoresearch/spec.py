@@ -68,9 +68,13 @@ def parse_memory_mb(value: object, field: str = "memory") -> int:
 FIELDS: dict[str, Any] = {
     "name": "", "command": None, "shell": False, "workdir": ".", "env": {}, "gpus": 0, "cpus": 0, "memory": 0,
     "nodes": 1, "priority": "normal", "max_retries": 2, "retry_on_exit_codes": [], "timeout": None, "grace": 10.0,
-    "checkpoint": False, "experiment": "", "tags": {}, "mounts": {}, "image": "",
+    "checkpoint": False, "experiment": "", "tags": {}, "mounts": {}, "image": "", "secret_env": {},
 }
 MAX_IMAGE = 512
+# secret_env: NAME -> STORE/KEY, a secret an engine holds (a Kubernetes Secret and its key, a Databricks
+# secret scope and its key); the value never passes through autoresearch.
+SECRET_REF = lazy(r"^(?!\.{1,2}/)[A-Za-z0-9._@-]{1,128}/(?!\.{1,2}$)[A-Za-z0-9._-]{1,253}$")
+ENV_NAME = lazy(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
 
 
 class JobSpec:
@@ -102,6 +106,7 @@ class JobSpec:
     tags: dict[str, str]
     mounts: dict[str, str]
     image: str
+    secret_env: dict[str, str]
 
     def __init__(self, **values: Any) -> None:
         for key, default in FIELDS.items():
@@ -208,6 +213,9 @@ def _fast(data: Any) -> dict[str, Any] | None:
                 ok = True
             elif key == "checkpoint":
                 ok = type(value) in (bool, str)
+            elif key == "secret_env":
+                ok = value == {}  # (one with entries: the model checks its names and references)
+                value = {}
             elif key in ("env", "tags"):
                 ok = type(value) is dict and all(type(k) is str for k in value)
                 value = str_values(value) if ok else value
@@ -278,6 +286,10 @@ def pydantic_model() -> Any:
         mounts: dict[str, str] = Field(default_factory=dict, description="target path -> source path.")
         image: str = Field("", max_length=512, description="Container image to run the command in (a backend "
                            "with the containers capability); empty: the host's environment.")
+        secret_env: dict[str, str] = Field(default_factory=dict, description=(
+            "Environment variables whose values the engine's secret store holds: NAME -> 'STORE/KEY' (a "
+            "Kubernetes Secret and its key, a Databricks secret scope and its key). Backends with the secrets "
+            "capability only; the value never passes through autoresearch."))
 
         @field_validator("priority", mode="before")
         @classmethod
@@ -332,8 +344,21 @@ def pydantic_model() -> Any:
                     raise ValueError(f"the value of {name} contains a NUL byte")
             return value
 
+        @field_validator("secret_env", mode="after")
+        @classmethod
+        def _secret_refs(cls, value: dict[str, str]) -> dict[str, str]:
+            for name, ref in value.items():
+                if not ENV_NAME().fullmatch(name):
+                    raise ValueError(f"{name[:60]!r} is not a variable name (letters, digits and '_')")
+                if not SECRET_REF().fullmatch(ref):
+                    raise ValueError(f"{name}: {ref[:80]!r} is not a secret reference STORE/KEY")
+            return value
+
         @model_validator(mode="after")
         def _check(self) -> JobSpecModel:
+            both = sorted(set(self.env) & set(self.secret_env))
+            if both:
+                raise ValueError(f"{both[0]} is in both env and secret_env; give it in one of them")
             if isinstance(self.command, str):
                 if not self.shell:
                     raise ValueError("command is a single string; pass an argv list, or set shell: true")
@@ -366,6 +391,9 @@ def _explain(err: ValidationError) -> SpecError:
     hint = hints.get("extra_forbidden" if first["type"] == "extra_forbidden" else loc.split(".")[0], "")
     if loc.split(".")[0] == "env":
         hint = "env names are letters, digits and '_' (no '=', no NUL), e.g. --env BATCH=64"
+    elif loc.split(".")[0] == "secret_env" or "secret_env" in msg:
+        hint = ("secret_env maps a variable to a secret the engine holds: {HF_TOKEN: hf-creds/token} "
+                "(Kubernetes: Secret/key; Databricks: scope/key)")
     elif "NUL" in msg:
         hint = "remove the NUL byte (\\0): a program's arguments, environment and paths cannot carry one"
     if not hint and "command" in msg:
@@ -441,6 +469,13 @@ def _check_paths(spec: JobSpec, containers: bool = False, workdirs: dict[str, st
             continue
         # The same rule as the local backend's mount (a link at the target, made at launch):
         # an existing target that is not that link would fail every attempt as "infra".
+        if not Path(target).is_absolute():  # made beneath the workdir, never through a link (runtime)
+            parts = target.split("/")
+            folder = os.path.realpath(os.path.join(spec.workdir, os.path.dirname(target)))
+            if any(p in (".", "..") for p in parts) or (folder != spec.workdir
+                                                         and not folder.startswith(spec.workdir.rstrip("/") + "/")):
+                raise SpecError(f"mount target {target!r} leads outside the workdir ('..' or a link on the way)",
+                                hint="name a path beneath the workdir, e.g. --mount data=/datasets/x")
         path = Path(target) if Path(target).is_absolute() else Path(spec.workdir) / target
         if (path.exists() or path.is_symlink()) and path.resolve() != src.resolve():
             raise SpecError(f"mount target {str(path)!r} exists and is not a link to {str(src.resolve())!r}",

@@ -43,6 +43,9 @@ class Capabilities:
     # False: the attempt's files are not readable here (Ray, Kubernetes): no metrics file; report()
     # prints marked lines and the runtime reads them from read_log (autoresearch/ingest.py)
     shared_fs: bool = True
+    # True: the engine resolves a job's secret_env (NAME -> STORE/KEY) from its own secret store
+    # (Kubernetes Secrets, Databricks secret scopes); else a job with secret_env is refused at submit
+    secrets: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,10 @@ class LaunchRequest:
     cpus: float = 0.0  # per node
     memory: int = 0  # MB per node
     priority: str = "normal"  # one of spec.PRIORITIES
+    # For engines whose nodes are not this host (backends/_env.py): the names the job's spec set in
+    # its env (always sent), and its secret_env (NAME -> STORE/KEY, resolved by the engine).
+    job_env: tuple[str, ...] = ()
+    secret_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +178,11 @@ class Backend(abc.ABC):
         if engine and not caps.containers:
             raise SpecError(f"the {name} backend mounts host paths only (the job mounts {engine[0][:80]!r})",
                             hint=_instead("mount a host path", "a backend that runs containers", "containers"))
+        if mounts and not caps.containers and not caps.places:
+            raise SpecError(f"the {name} backend runs jobs on its own nodes: a mount there would be a link made "
+                            "on this host, which its nodes do not see",
+                            hint="use the data's path itself (on a filesystem the nodes share), or a backend that "
+                                 "runs containers (kubernetes, docker) and mounts volumes")
         image = str(getattr(spec, "image", "") or "")
         if image and not caps.containers:
             raise SpecError(f"the {name} backend cannot run containers (the job asks for image: {image[:80]!r})",

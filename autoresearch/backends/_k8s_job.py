@@ -20,6 +20,7 @@ import math
 import re
 from typing import Any
 
+from autoresearch.backends._env import sent_env
 from autoresearch.errors import SpecError
 
 ANNOTATION = "autoresearch.io/attempt-key"
@@ -31,6 +32,8 @@ DEFAULT_PRIORITY_CLASSES = {"critical": "autoresearch-critical", "normal": "auto
 # Host facts that mean nothing inside an image (a container has its own PATH and HOME).
 HOST_ONLY_ENV = frozenset({"PATH", "HOME", "HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_", "TMPDIR", "LD_LIBRARY_PATH"})
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
+_SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")  # a DNS subdomain
+_SECRET_KEY = re.compile(r"^(?!\.{1,2}$)[-._a-zA-Z0-9]{1,253}$")
 _MAX_NAME = 52  # Indexed Jobs' pod hostnames add "-<index>" and must stay a 63-character label
 
 
@@ -69,10 +72,13 @@ def job_manifest(request: Any, name: str, owner: str, *, queue: str = "", priori
     if not image:
         raise SpecError("the kubernetes backend needs a container image for the job",
                         hint="set image: in the job spec or plan, or the backend option image: (a default)")
-    env = {k: v for k, v in request.env.items() if k not in HOST_ONLY_ENV}
+    asked = set(getattr(request, "job_env", ()) or ())
+    env = {k: v for k, v in sent_env(request).items() if k not in HOST_ONLY_ENV or k in asked}
+    secrets = dict(getattr(request, "secret_env", None) or {})
     container: dict[str, Any] = {
         "name": CONTAINER, "image": image, "command": list(request.argv), "workingDir": request.workdir,
-        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "env": [{"name": k, "value": v} for k, v in sorted(env.items()) if k not in secrets]
+        + [secret_ref(k, ref) for k, ref in sorted(secrets.items())],
         "resources": _resources(request),
     }
     vols, mounts = volumes(request.mounts)
@@ -102,6 +108,18 @@ def job_manifest(request: Any, name: str, owner: str, *, queue: str = "", priori
         "metadata": {"name": name, "labels": labels, "annotations": {ANNOTATION: request.key, OWNER: owner}},
         "spec": spec,
     }
+
+
+def secret_ref(name: str, ref: str) -> dict[str, Any]:
+    """``NAME`` from key ``KEY`` of the Secret ``SECRET`` (``ref`` = ``SECRET/KEY``) in the Job's namespace:
+    the value stays in the cluster, the manifest names it only."""
+    secret, _, key = ref.partition("/")
+    if not _SECRET_NAME.fullmatch(secret) or not _SECRET_KEY.fullmatch(key):
+        raise SpecError(f"secret_env {name}: {ref[:80]!r} is not a Kubernetes Secret and key",
+                        hint="write SECRET/KEY: a Secret's name (lower-case letters, digits, '-', '.') and one "
+                             "of its keys, e.g. HF_TOKEN: hf-creds/token (kubectl create secret generic hf-creds "
+                             "--from-literal=token=...)")
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
 
 
 def _resources(request: Any) -> dict[str, Any]:

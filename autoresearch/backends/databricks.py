@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo
+from autoresearch.backends._env import sent_env
 from autoresearch.backends._k8s_job import HOST_ONLY_ENV, owner_of
 from autoresearch.backends._supervisor import read_json
 from autoresearch.errors import AuthError, BackendError, SpecError
@@ -58,12 +59,23 @@ _CANCELLED = {"CANCELED", "CANCELLED", "KILLED", "CANCELING", "CANCELLING", "TER
 _FAILED = {"FAILED", "ERROR", "TIMEDOUT", "TIMED_OUT"}
 _LOST = {"INTERNAL_ERROR", "PREEMPTED", "LOST", "SKIPPED", "EVICTED"}
 _LOG_CAP = 1 << 40
+_SECRET_PART = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}$")
+
+
+def secret_ref(name: str, ref: str) -> str:
+    """``{{secrets/SCOPE/KEY}}`` for ``ref`` = ``SCOPE/KEY``: Databricks resolves it on the node."""
+    scope, _, key = ref.partition("/")
+    if not _SECRET_PART.fullmatch(scope) or not _SECRET_PART.fullmatch(key):
+        raise SpecError(f"secret_env {name}: {ref[:80]!r} is not a Databricks secret scope and key",
+                        hint="write SCOPE/KEY (letters, digits, '-', '_', '.'; at most 128 each), e.g. "
+                             "HF_TOKEN: ml-team/hf-token (databricks secrets put-secret ml-team hf-token)")
+    return "{{secrets/" + scope + "/" + key + "}}"
 
 
 class DatabricksBackend(Backend):
     name = "databricks"
     capabilities = Capabilities(gpus=True, preemption=True, multi_node=True, containers=True, places=False,
-                                shared_fs=False)
+                                shared_fs=False, secrets=True)
 
     def __init__(self, accelerator_type: str = "GPU_1xA10", pool_id: str = "", experiment: str = "autoresearch",
                  environment_version: str | int = "", profile: str = "", cli: str = "databricks",
@@ -234,13 +246,18 @@ class DatabricksBackend(Backend):
         out: dict[str, Any] = {"experiment_name": self.experiment, "compute": compute}
         if environment:
             out["environment"] = environment
+        secrets = {name: secret_ref(name, ref) for name, ref in sorted(request.secret_env.items())}
+        if secrets:  # resolved by Databricks on the node: the workload names the secret, never its value
+            out["env_variables"] = secrets
         out.update(command=self.command(request), max_retries=0)
         return out
 
     @staticmethod
     def command(request: LaunchRequest) -> str:
-        lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(request.env.items())
-                 if k not in HOST_ONLY_ENV and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
+        asked = set(request.job_env)
+        lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(sent_env(request).items())
+                 if (k not in HOST_ONLY_ENV or k in asked) and k not in request.secret_env
+                 and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
         for target, source in sorted(request.mounts.items()):
             path = source[3:] if source.startswith("uc:") else ""
             if not _UC_VOLUME.match(path) or ".." in path.split("/") or not target.startswith("/") \

@@ -49,7 +49,7 @@ POINTER = "kubernetes.json"  # in the attempt's run dir: which Job it is
 class KubernetesBackend(Backend):
     name = "kubernetes"
     capabilities = Capabilities(gpus=True, preemption=True, multi_node=True, containers=True, places=False,
-                                shared_fs=False)
+                                shared_fs=False, secrets=True)
 
     def __init__(self, api: str = "", namespace: str = "", token: str = "", token_file: str = "", ca_file: str = "",
                  insecure: bool = False, kubeconfig: str = "", context: str = "", queue: str = "autoresearch",

@@ -5,6 +5,7 @@
       cluster: {kind: slurm, partition: gpu, account: ml}
       raydev:  {kind: ray, address: "http://127.0.0.1:8265"}
       box:     {kind: docker}
+    # also: scheduler: (shares.py), health: (health/config.py), tenants: (grants.py)
 
 A name is looked up as a profile first, then as a built-in (or plugged-in) kind with its
 default options. The backend built from a profile carries the profile's name (``.name``),
@@ -28,8 +29,10 @@ from autoresearch.errors import SpecError
 CONFIG = "config.yaml"
 NAME = lazy(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # a profile's name ends up in file names and the ledger
 MAX_CONFIG_BYTES = 1 << 20
-# scheduler: fair share and quotas (autoresearch/shares.py); health: thresholds, parsed by health/config.py
-_TOP_KEYS = ("backends", "default", "scheduler", "health", "sandbox")
+# scheduler: fair share and quotas (autoresearch/shares.py); health: thresholds, parsed by health/config.py;
+# sandbox: tenant jobs' limits (backends/limits.py); tenants: what a tokened server lends a tenant's loops
+# (autoresearch/grants.py)
+_TOP_KEYS = ("backends", "default", "scheduler", "health", "sandbox", "tenants")
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class Config:
     default: str | None = None
     fair: Any = None  # scheduler.FairShare from the scheduler: section; None: fair share off
     sandbox: Any = None  # limits.SandboxConfig from the sandbox: section (tenant jobs); None: defaults
+    tenancy: Any = None  # grants.Tenancy from the tenants: section; None: nothing lent to tenants
 
 
 _cache: dict[str, tuple[tuple[int, int], Config]] = {}  # config.yaml's path -> (its stamp, what it says)
@@ -164,7 +168,15 @@ def _parse(path: Path, data: Any) -> Config:
             sandbox = limits.parse(data["sandbox"])
         except SpecError as err:
             raise SpecError(f"{path}: {err.message}", hint=f"{err.hint} (docs/security.md)") from None
-    return Config(path, profiles, default, fair, sandbox)
+    tenancy = None
+    if data.get("tenants") is not None:
+        from autoresearch import grants
+
+        try:
+            tenancy = grants.parse(data["tenants"])
+        except SpecError as err:
+            raise SpecError(f"{path}: {err.message}", hint=f"{err.hint} (docs/security.md)") from None
+    return Config(path, profiles, default, fair, sandbox, tenancy)
 
 
 def resolve(name: str, home: str | os.PathLike[str] | None = None) -> Profile:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo
+from autoresearch.backends._env import sent_env
 from autoresearch.errors import BackendError, CapacityError
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
@@ -55,7 +56,6 @@ _WRAP = ('cd "$AUTORESEARCH_RAY_WORKDIR" || exit 2; eval "set -- $AUTORESEARCH_R
          "printf '\\036[autoresearch-exit %s]\\n' \"$s\"; exit \"$s\"")
 ENTRYPOINT = "exec sh -c " + shlex.quote(_WRAP)
 _REFUSALS = ("JOB_SUPERVISOR_ACTOR_START_FAILURE", "RUNTIME_ENV_SETUP_FAILURE")
-_SENT_PREFIXES = ("AUTORESEARCH_", "MLFLOW_")
 _ERROR_LINE = re.compile(r"^\s*\w*(?:Error|Exception): (.+)$", re.MULTILINE)
 
 
@@ -173,8 +173,7 @@ class RayBackend(Backend):
     def _runtime_env(self, request: LaunchRequest) -> dict[str, Any]:
         # Only what the runtime or the job set: the head's own environment holds the rest, and
         # whatever is sent is shown on Ray's dashboard (no copy of the submitter's secrets).
-        env = {k: v for k, v in request.env.items()
-               if k.startswith(_SENT_PREFIXES) or os.environ.get(k) != v}
+        env = sent_env(request)
         env["AUTORESEARCH_RAY_ARGV"] = shlex.join(request.argv)
         env["AUTORESEARCH_RAY_WORKDIR"] = "." if self.upload else request.workdir
         grace = request.grace if math.isfinite(request.grace) else 10.0

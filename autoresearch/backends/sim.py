@@ -165,7 +165,7 @@ class SimBackend(Backend):
             return external_id
         finally:
             tmp.unlink(missing_ok=True)
-        Path(request.log_path).touch()
+        Path(request.log_path).touch(0o600)
         live_dir = self.state.dir / "live"
         live_dir.mkdir(exist_ok=True)
         (live_dir / _safe(request.key)).write_text(str(run_dir))

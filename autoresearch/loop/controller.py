@@ -46,6 +46,7 @@ from typing import Any
 
 from autoresearch import jobs as job_ops
 from autoresearch import outbox
+from autoresearch._private import private_dir
 from autoresearch.errors import AutoresearchError, BackendError, PlanError, StateError
 from autoresearch.jobstore import JobStore
 from autoresearch.loop import _limits, outcomes, pause
@@ -139,7 +140,8 @@ class Controller:
         if self.plan.trial.gpus:
             job_ops.check_capacity(self.runtime, self.plan.trial.gpus, 1)
         lock_dir = self.ledger.home / "loops" / self.plan.name
-        lock_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(lock_dir.parent)
+        private_dir(lock_dir)
         fd = os.open(lock_dir / "controller.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -157,6 +159,9 @@ class Controller:
             s.loop_project = existing["project"]
         self.ctx = ProposerContext(self.plan, existing["id"] if existing else 0, self.plan.name, self.ledger.home,
                                    self.runtime, project=s.loop_project)
+        from autoresearch.loop.ops import tenant_env
+
+        tenant_env(self.runtime, self.plan, s.loop_project)  # a tenant's plan names no server secret, however run
         self.proposer = make_proposer(self.ctx)  # may raise (missing key): nothing exists yet
         s.ahead = self.ahead()
         s.started = time.monotonic()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch import jobs as job_ops
+from autoresearch._private import private_dir
 from autoresearch.errors import NotFoundError, PlanError, SpecError, StateError
 from autoresearch.loop.proposers import _gate
 from autoresearch.loop.proposers._base import Proposal, ProposerInfo
@@ -210,10 +211,11 @@ def start_loop(runtime: Any, plan_path: str | Path, resume: bool = False, wait_s
     if check is not None:
         check(plan)
     kind = resolve_kind(plan)
+    env = tenant_env(runtime, plan, project)  # None: not a tenant's loop, it inherits ours
     if kind in ("llm", "code"):
         from autoresearch.loop.proposers.llm import LLMProposer
 
-        LLMProposer.check(plan)
+        LLMProposer.check(plan, environ=env)
     home = Path(runtime.ledger.home)
     existing = LoopStore.find(runtime.ledger, plan.name)
     if existing is not None and project is not None and existing["project"] != project:
@@ -221,7 +223,8 @@ def start_loop(runtime: Any, plan_path: str | Path, resume: bool = False, wait_s
     if controller_running(home, plan.name):
         raise StateError(f"loop {plan.name!r} is already running", hint="follow it with loop_status / leaderboard")
     state_dir = home / "loops" / plan.name
-    state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(home / "loops")
+    private_dir(state_dir)
     log_path = state_dir / "controller.log"
     argv = [sys.executable, "-m", "autoresearch.cli", "--home", str(home), "run", str(Path(plan_path).resolve()),
             "--json", "--no-report"]
@@ -231,9 +234,10 @@ def start_loop(runtime: Any, plan_path: str | Path, resume: bool = False, wait_s
         argv += ["--project", project]
     if plan.backend_choice()[0] is None:  # the caller's backend (serve --backend), not the detached process's default
         argv += ["--backend", runtime.backend.name]
-    with open(log_path, "ab") as log:
+    with open(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600),
+              "ab") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, cwd=str(Path(plan_path).resolve().parent))
+                                start_new_session=True, cwd=str(Path(plan_path).resolve().parent), env=env)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         code = proc.poll()
@@ -250,6 +254,22 @@ def start_loop(runtime: Any, plan_path: str | Path, resume: bool = False, wait_s
     with contextlib.suppress(Exception):
         (state_dir / "controller.pid").write_text(f"{proc.pid}\n")
     return plan.name, proc.pid, log_path
+
+
+def tenant_env(runtime: Any, plan: Any, project: str | None) -> dict[str, str] | None:
+    """A tenant's loop (its project is served by a tokened server): refuse a plan that names a
+    server variable or an endpoint the server does not allow (:mod:`autoresearch.grants`), and
+    return the clean environment its controller runs with. None for anyone else's loop."""
+    from autoresearch import grants
+    from autoresearch.jobstore import JobStore
+
+    if not project or not JobStore(runtime.ledger).project_tenant_policy(project):
+        return None
+    from autoresearch.backends import profiles
+
+    tenancy = grants.load(runtime.ledger.home)
+    grants.check_plan(plan, project, tenancy, str(profiles.config_path(runtime.ledger.home)))
+    return grants.controller_env(os.environ, project, tenancy)
 
 
 def leaderboard(runtime: Any, name: str, top: int = 10, project: str | None = None) -> tuple[Any, list[dict[str, Any]]]:

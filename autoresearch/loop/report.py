@@ -141,6 +141,10 @@ def write_report(ledger: Ledger, name: str, out_dir: str | Path | None = None, p
     out.mkdir(parents=True, exist_ok=True)
     files = _save(data, out) if plots and data.view.trials else []
     (out / "summary.md").write_text(summary_markdown(data.view, data.plan, files))
+    if out_dir is None:  # under the home: private like the rest of it (a folder you named keeps your umask)
+        from autoresearch._private import tighten
+
+        tighten(out)
     data.view.report_dir = str(out)
     return data.view
 

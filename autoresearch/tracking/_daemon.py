@@ -31,6 +31,7 @@ from typing import Any
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 from tenacity.stop import stop_base
 
+from autoresearch._private import UMASK
 from autoresearch.errors import AutoresearchError, TrackingError
 from autoresearch.tracking import KICK_FILE, LOCK_FILE, LOG_FILE
 
@@ -247,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle", type=float, default=IDLE_EXIT_S)
     args = parser.parse_args(argv)
     home = Path(args.home)
+    os.umask(UMASK)  # what MLflow writes for us (artifacts, their folders) is private; this process runs no job
 
     with contextlib.suppress(OSError):
         if (home / LOG_FILE).stat().st_size > LOG_MAX:

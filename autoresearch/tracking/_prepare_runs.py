@@ -76,6 +76,9 @@ def answer(ledger: Any, entry_id: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     home = args[0] if args else None
+    from autoresearch._private import UMASK
+
+    os.umask(UMASK)  # the runs' artifact folders MLflow makes are private; this process runs no job
     if len(args) > 1:
         threading.Thread(target=_leave_with, args=(int(args[1]), home), daemon=True).start()
     answers = os.fdopen(os.dup(1), "w")  # the protocol's channel; anything else printed goes to stderr

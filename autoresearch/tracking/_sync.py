@@ -40,6 +40,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from autoresearch._private import private_dir, tighten
 from autoresearch.backends import Backend
 from autoresearch.errors import TrackingError
 from autoresearch.ledger import Ledger
@@ -162,8 +163,17 @@ class Syncer:
                     with contextlib.suppress(OSError):  # a home we may not write: nothing of ours creates it
                         held.enter_context(_critical(self.ledger.home))
                     self._check_home()  # (after mlflow's import: seconds in which the home may go)
-                    if not Path(self.uri[len("sqlite:///"):]).exists():
+                    db = Path(self.uri[len("sqlite:///"):])
+                    ours = db.parent.resolve() == self.ledger.home.resolve()  # the home's store, not one of yours
+                    if not db.exists() or db.stat().st_size == 0:
+                        if ours:  # private before SQLAlchemy makes it: SQLite gives -wal/-shm the file's mode
+                            with contextlib.suppress(OSError):
+                                os.close(os.open(db, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
                         SqlAlchemyStore(self.uri, root)
+                    if ours:  # (a store made by an earlier version is tightened here)
+                        for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
+                            tighten(path, recursive=False)
+                        private_dir(db.parent / "mlartifacts")
                         # WAL: the UI reads while the syncer writes, and a commit costs no fsync of the whole journal.
                         use_wal(self.uri[len("sqlite:///"):])
             except TrackingError:

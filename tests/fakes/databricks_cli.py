@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -54,9 +55,14 @@ def runner(run_dir: Path) -> None:
     if (run_dir / "cancelled").exists():  # cancelled while pending: never runs
         (run_dir / "exit.json").write_text(json.dumps({"exit_code": None}))
         return
+    env = dict(os.environ)
+    secrets = json.loads(os.environ.get("FAKE_DATABRICKS_SECRETS", "{}"))  # {"scope/key": value}
+    for name, value in (workload.get("env_variables") or {}).items():  # {{secrets/scope/key}} resolved here
+        ref = re.fullmatch(r"\{\{secrets/([^/]+/[^/]+)\}\}", str(value))
+        env[name] = secrets.get(ref.group(1), "") if ref else str(value)
     with (run_dir / "log").open("wb") as log:
         child = subprocess.Popen(["/bin/sh", "-c", workload["command"]], stdout=log, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, start_new_session=True)
+                                 stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     grace = float(os.environ.get("FAKE_DATABRICKS_GRACE", "3"))
 
     def cancel(*_: object) -> None:

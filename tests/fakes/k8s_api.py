@@ -95,7 +95,15 @@ class Pod:
         for item in container.get("env", []):
             if "value" in item:
                 env[item["name"]] = item["value"]
-            elif "valueFrom" in item:  # fieldRef on the completion index annotation: all the backend uses
+            elif "secretKeyRef" in item.get("valueFrom", {}):  # a Secret of the Job's namespace
+                ref = item["valueFrom"]["secretKeyRef"]
+                value = self.server.secrets.get((self.job["metadata"]["namespace"], ref["name"]), {}).get(ref["key"])
+                if value is None:
+                    self.obj["status"]["containerStatuses"][0]["state"] = {"waiting": {
+                        "reason": "CreateContainerConfigError", "message": f'secret "{ref["name"]}" not found'}}
+                    return
+                env[item["name"]] = value
+            elif "valueFrom" in item:  # fieldRef on the completion index annotation
                 env[item["name"]] = str(self.index)
         if container.get("image") == self.server.unpullable:
             self.obj["status"]["containerStatuses"][0]["state"] = {"waiting": {
@@ -189,6 +197,7 @@ class FakeKubernetes:
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], Pod] = {}
         self.services: dict[tuple[str, str], dict[str, Any]] = {}
+        self.secrets: dict[tuple[str, str], dict[str, str]] = {}  # (namespace, Secret) -> key -> value
         self.requests: list[tuple[str, str, Any]] = []  # (method, path, body) of every call
         self.forbid = False
         self.reject = ""

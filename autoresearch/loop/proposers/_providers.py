@@ -17,6 +17,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,17 +44,19 @@ class Completion:
     latency_s: float
 
 
-def resolve_key(provider: str, api_key: str | None, base_url: str | None) -> str | None:
-    """The key to use, or None when none is configured.
+def resolve_key(provider: str, api_key: str | None, base_url: str | None,
+                environ: Mapping[str, str] | None = None) -> str | None:
+    """The key to use, or None when none is configured (``environ``: where to look; default ours).
 
     A server of our own (``base_url`` set: vLLM, Ollama) usually needs no key, so it
     gets a placeholder; the hosted APIs need a real one.
     """
     if api_key:
         return api_key
+    environ = os.environ if environ is None else environ
     for name in KEY_ENV.get(provider, ()):
-        if os.environ.get(name):
-            return os.environ[name]
+        if environ.get(name):
+            return environ[name]
     if base_url and not _is_hosted(base_url):
         return "not-needed"
     return None

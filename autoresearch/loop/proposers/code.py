@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -189,7 +190,7 @@ def prepare_trial_workdir(workdir: str | Path, patch: str | None, dest: str | Pa
     prefix = os.path.relpath(workdir, root)
     digest = hashlib.sha256((patch or "").encode()).hexdigest()
     marker = dest / MARKER
-    if marker.is_file() and marker.read_text().strip() == digest:
+    if _read_marker(marker) == digest:
         return dest / prefix
     base = patch_base(patch) or _git(root, "rev-parse", "HEAD").strip()
     try:
@@ -202,8 +203,26 @@ def prepare_trial_workdir(workdir: str | Path, patch: str | None, dest: str | Pa
     except _GitFailed as err:
         raise SpecError(f"cannot prepare the trial's worktree at {dest}: {err}",
                         hint="the patch may not apply to the current base commit; see the trial's stored patch") from None
-    marker.write_text(digest + "\n")
+    try:  # never through a link: a patch (or a trial, in its worktree) may have put one there
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as err:
+        raise SpecError(f"cannot mark the trial's worktree at {dest}: {MARKER} is {err.strerror}",
+                        hint=f"a patch must not create {MARKER} (it is autoresearch's own file)") from None
+    with os.fdopen(fd, "w") as out:
+        out.write(digest + "\n")
     return dest / prefix
+
+
+def _read_marker(marker: Path) -> str:
+    """The marker's digest, '' when there is none, it is a link or it is no regular file."""
+    try:
+        fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return ""
+        return f.read(200).decode(errors="replace").strip()
 
 
 def cleanup_worktrees(workdir: str | Path, under: str | Path, keep: tuple[str, ...] = ()) -> int:

@@ -21,6 +21,7 @@ import json
 import os
 import string
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -112,10 +113,11 @@ class LLMProposer(Proposer):
     # -- the preflight the controller runs at plan load ------------------------------------------
 
     @classmethod
-    def check(cls, plan: Any, api_key: str | None = None) -> None:
+    def check(cls, plan: Any, api_key: str | None = None, environ: Mapping[str, str] | None = None) -> None:
         """Raise before anything launches: unknown provider, no model for a custom server,
         a missing API key (:class:`~autoresearch.errors.AuthError`, hint: ``proposer: {kind: tpe}``),
-        a code section that cannot work (not a git repo, uncommitted files)."""
+        a code section that cannot work (not a git repo, uncommitted files). ``environ``: the
+        environment the controller will run with (a tenant's clean one; default: ours)."""
         plan = _gate.as_dict(plan) or {}
         config = _gate.as_dict(plan.get("proposer")) or {}
         provider = str(config.get("provider") or "anthropic")
@@ -125,8 +127,8 @@ class LLMProposer(Proposer):
         if config.get("base_url") and not config.get("model"):
             raise PlanError("proposer.base_url is set but proposer.model is not",
                             hint="name the model the server serves, e.g. model: qwen2.5-coder:7b")
-        key = _api_key(config, api_key)
-        if _providers.resolve_key(provider, key, config.get("base_url")) is None:
+        key = _api_key(config, api_key, environ)
+        if _providers.resolve_key(provider, key, config.get("base_url"), environ) is None:
             env = config.get("api_key_env")
             if env:
                 raise AuthError(f"the llm proposer reads its API key from ${env}, which is not set",
@@ -303,8 +305,8 @@ def _short(params: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()) or "-"
 
 
-def _api_key(config: dict[str, Any], explicit: str | None) -> str | None:
+def _api_key(config: dict[str, Any], explicit: str | None, environ: Mapping[str, str] | None = None) -> str | None:
     if explicit:
         return explicit
     env = config.get("api_key_env")
-    return os.environ.get(env) or None if env else None
+    return (os.environ if environ is None else environ).get(env) or None if env else None

@@ -1,0 +1,140 @@
+"""Engines whose nodes are not this host get only what the job asked for (backends/_env.py): the
+job's env and the runtime's variables, never the submitter's environment; a secret goes as a
+reference to the engine's own store (a Kubernetes Secret, a Databricks secret scope)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from autoresearch.api import Api
+from autoresearch.backends import LaunchRequest, get_backend
+from autoresearch.errors import SpecError
+from tests.conftest import wait_for, wait_state
+from tests.fakes.k8s_api import FakeKubernetes
+
+FAKE_DATABRICKS = Path(__file__).resolve().parent.parent / "fakes" / "databricks_cli.py"
+SUBMITTER = {"HF_TOKEN": "hf_submitters_own_token_0123", "AWS_SECRET_ACCESS_KEY": "aws-submitters-secret-0123",
+             "MLFLOW_TRACKING_TOKEN": "mlflow-submitters-token-0123", "SOME_HOST_PATH": "/home/submitter/private"}
+PRINT = "import os; print('got', os.environ.get('HF_TOKEN'), os.environ.get('BATCH'), os.environ.get('AWS_SECRET_ACCESS_KEY'))"
+
+
+@pytest.fixture
+def submitter(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
+    for name, value in SUBMITTER.items():
+        monkeypatch.setenv(name, value)
+
+
+def job(tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    return {"command": [sys.executable, "-c", PRINT], "workdir": str(tmp_path), "env": {"BATCH": "64"}, **extra}
+
+
+def leaked(text: str) -> list[str]:
+    return [name for name, value in SUBMITTER.items() if value in text]
+
+
+@pytest.mark.parametrize("kind", ["kubernetes", "databricks"])
+def test_the_submitters_environment_stays_home(kind: str, tmp_path: Path, submitter: None,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_DATABRICKS_HOME", str(tmp_path / "workspace"))
+    with FakeKubernetes(tmp_path / "cluster") as k8s:
+        options: dict[str, Any] = {"api": k8s.url, "namespace": "default", "image": "python:3.11"} \
+            if kind == "kubernetes" else {"cli": f"{sys.executable} {FAKE_DATABRICKS}"}
+        api = Api(backend=get_backend(kind, state_dir=str(tmp_path / "state"), **options))
+        job_id = api.submit(job(tmp_path)).id
+        if kind == "kubernetes":
+            sent = json.dumps(wait_for(lambda: next(iter(k8s.jobs.values()), None)))
+        else:
+            sent = wait_for(lambda: next((tmp_path / "home" / "jobs").rglob("workload.yaml"), None)).read_text()
+        assert leaked(sent) == []  # HF_TOKEN, AWS_SECRET_ACCESS_KEY, MLFLOW_TRACKING_TOKEN, host paths
+        assert '"BATCH"' in sent or "BATCH=64" in sent
+        wait_state(api, job_id, "succeeded", timeout=60)
+
+
+def test_a_kubernetes_job_gets_the_jobs_env_and_a_secret_reference_only(
+        tmp_path: Path, submitter: None) -> None:
+    with FakeKubernetes(tmp_path / "cluster") as k8s:
+        k8s.secrets[("default", "hf-creds")] = {"token": "from-the-cluster-secret"}
+        api = Api(backend=get_backend("kubernetes", api=k8s.url, namespace="default", image="python:3.11",
+                                      state_dir=str(tmp_path / "state")))
+        job_id = api.submit(job(tmp_path, secret_env={"HF_TOKEN": "hf-creds/token"})).id
+        manifest = wait_for(lambda: next(iter(k8s.jobs.values()), None))
+        env = manifest["spec"]["template"]["spec"]["containers"][0]["env"]
+        assert leaked(json.dumps(manifest)) == []
+        assert {"name": "BATCH", "value": "64"} in env
+        assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-creds", "key": "token"}}} in env
+        names = {item["name"] for item in env}
+        assert not names & {"PATH", "HOME", "PWD", "SHELL", "USER", "PYTHONPATH"}, names
+        assert {"AUTORESEARCH_JOB_ID", "AUTORESEARCH_ATTEMPT", "PYTHONUNBUFFERED"} <= names
+        wait_state(api, job_id, "succeeded", timeout=60)
+        assert "got from-the-cluster-secret 64" in api.logs(job_id).text
+
+
+def test_a_databricks_workload_names_the_secret_scope_never_the_value(
+        tmp_path: Path, submitter: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_DATABRICKS_HOME", str(tmp_path / "workspace"))
+    monkeypatch.setenv("FAKE_DATABRICKS_SECRETS", json.dumps({"ml-team/hf": "from-the-secret-scope"}))
+    api = Api(backend=get_backend("databricks", cli=f"{sys.executable} {FAKE_DATABRICKS}",
+                                  state_dir=str(tmp_path / "state")))
+    job_id = api.submit(job(tmp_path, secret_env={"HF_TOKEN": "ml-team/hf"})).id
+    workload_file = wait_for(lambda: next((tmp_path / "home" / "jobs").rglob("workload.yaml"), None))
+    text = workload_file.read_text()
+    workload = yaml.safe_load(text)
+    assert workload["env_variables"] == {"HF_TOKEN": "{{secrets/ml-team/hf}}"}
+    assert "export BATCH=64" in workload["command"]
+    assert leaked(text) == []
+    assert "export PATH=" not in workload["command"] and "export HOME=" not in workload["command"]
+    wait_state(api, job_id, "succeeded", timeout=60)
+    assert "got from-the-secret-scope 64" in api.logs(job_id).text
+
+
+def test_a_job_may_still_send_a_variable_the_submitter_also_has(submitter: None, tmp_path: Path) -> None:
+    """What the job's own env names goes, even when its value is the submitter's (the rule is what was
+    asked, not what differs)."""
+    from autoresearch.backends._env import sent_env
+
+    env = {**os.environ, "BATCH": "64", "AUTORESEARCH_JOB_ID": "3", "AUTORESEARCH_TOKENS": "/srv/tokens"}
+    request = LaunchRequest(key="3.1", argv=["true"], env=env, workdir="/", log_path="", run_dir="",
+                            job_env=("BATCH", "HF_TOKEN"))
+    sent = sent_env(request)
+    assert sent["HF_TOKEN"] == SUBMITTER["HF_TOKEN"] and sent["BATCH"] == "64" and sent["AUTORESEARCH_JOB_ID"] == "3"
+    assert not sent.keys() & {"AWS_SECRET_ACCESS_KEY", "MLFLOW_TRACKING_TOKEN", "SOME_HOST_PATH", "PATH",
+                              "AUTORESEARCH_TOKENS"}
+
+
+@pytest.mark.parametrize("kind", ["local", "sim"])
+def test_secret_env_is_refused_where_no_secret_store_resolves_it(kind: str, home: Path, tmp_path: Path) -> None:
+    api = Api(backend=kind)
+    with pytest.raises(SpecError, match="no secret store"):
+        api.submit({"command": ["true"], "workdir": str(tmp_path), "secret_env": {"HF_TOKEN": "s/k"}})
+    assert api.list_jobs().jobs == []
+
+
+@pytest.mark.parametrize("secret_env, words", [
+    ({"HF_TOKEN": "noslash"}, "not a secret reference"), ({"HF_TOKEN": "../etc/passwd"}, "not a secret reference"),
+    ({"HF_TOKEN": "a/b/c"}, "not a secret reference"), ({"HF_TOKEN": "s/.."}, "not a secret reference"),
+    ({"1BAD": "s/k"}, "not a variable name"), ({"A=B": "s/k"}, "not a variable name"),
+    ({"HF_TOKEN": "s/k\n"}, "not a secret reference"), ({"BATCH": "s/k"}, "in both env and secret_env"),
+])
+def test_bad_secret_env_is_refused_at_the_edge(secret_env: dict[str, str], words: str, tmp_path: Path,
+                                               home: Path) -> None:
+    from autoresearch.spec import make_spec
+
+    with pytest.raises(SpecError, match=words) as err:
+        make_spec(job(tmp_path, secret_env=secret_env))
+    assert "secret_env" in err.value.hint
+
+
+def test_kubernetes_refuses_a_reference_that_is_no_secret_name(tmp_path: Path) -> None:
+    from autoresearch.backends._k8s_job import job_manifest
+
+    request = LaunchRequest(key="1.1", argv=["true"], env={}, workdir="/", log_path="", run_dir="",
+                            image="python:3.11", secret_env={"HF_TOKEN": "Upper_Case/token"})
+    with pytest.raises(SpecError, match="not a Kubernetes Secret"):
+        job_manifest(request, "ar-x", "o")
