@@ -32,6 +32,7 @@ from autoresearch.views import (
     ArrayView,
     AttemptView,
     ClusterView,
+    DoctorView,
     GpuHealthView,
     HealthView,
     JobPage,
@@ -552,6 +553,28 @@ def local_health(home: str | os.PathLike[str] | None = None, drain: bool = False
                       "; ".join(f.line() for f in bad)[:400])
     if bad and drain:
         view.action = local.drain(node, "autoresearch health: " + view.reason)
+    return view
+
+
+def doctor(home: str | os.PathLike[str] | None = None, move_aside: bool = False) -> DoctorView:
+    """Whether ``home``'s ledger opens and how many run folders it holds (``autoresearch doctor``). With
+    ``move_aside``: first keep the ledger and every run folder in ``aside-<UTC time>/`` of the home
+    (StateError while an attempt still runs), so that a fresh ledger starts; the view says what moved."""
+    from autoresearch import runfolders
+    from autoresearch.errors import LedgerError
+    from autoresearch.ledger import Ledger, default_home
+
+    base = (Path(home).expanduser() if home else default_home()).absolute()
+    view = DoctorView(str(base), False)
+    if move_aside:
+        aside = runfolders.move_aside(base)
+        view.aside, view.moved, view.aside_run_folders = aside.folder, aside.moved, aside.run_folders
+    try:
+        ledger = Ledger(base)
+        view.ledger_id, view.ledger_ok = ledger.identity, True
+    except LedgerError as err:
+        view.problem, view.hint = err.message, err.hint or ""
+    view.run_folders = runfolders.count(base)
     return view
 
 

@@ -340,6 +340,16 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("queue-1", """
     CREATE INDEX jobs_by_queue_shape ON jobs(state, backend, priority, gpus);
     """),
+    # The ledger's identity: a random id made when the ledger is made (or, for a ledger made before
+    # identities, when it is upgraded). Every run folder records it (the launch request), and a launch
+    # never adopts a folder that names another (docs/architecture.md, "Run folders belong to one ledger").
+    ("identity-1", """
+    CREATE TABLE ledger_identity (
+        id TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    INSERT INTO ledger_identity(id, created_at) VALUES (lower(hex(randomblob(16))), (julianday('now') - 2440587.5) * 86400.0)
+    """),
 ]
 
 
@@ -355,6 +365,7 @@ class Ledger:
         self.home = (Path(home).expanduser() if home else default_home()).absolute()
         self.path = self.home / "ledger.db"
         self._local = threading.local()
+        self._identity = ""
         try:
             self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as err:
@@ -366,6 +377,20 @@ class Ledger:
         with contextlib.suppress(OSError):
             os.close(os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
         self._migrate()
+        try:
+            st = os.stat(self.path)
+            self._file: tuple[int, int] = (st.st_dev, st.st_ino)
+        except OSError:
+            self._file = (0, 0)
+
+    def replaced(self) -> bool:
+        """Whether ``ledger.db`` is gone or another file since this handle opened it (moved aside, restored
+        from a backup): a long-lived process (the pass daemon) must not go on with the old one's connection."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return True
+        return (st.st_dev, st.st_ino) != self._file
 
     # -- connections and transactions -------------------------------------------------
 
@@ -404,7 +429,8 @@ class Ledger:
         if "not a database" in text or "malformed" in text or "corrupt" in text:
             return LedgerError(
                 f"the ledger {self.path} is corrupt ({text})",
-                hint=f"move it aside (mv {self.path} {self.path}.bad) to start a fresh one, or restore a backup",
+                hint=f"restore a backup, or run `autoresearch doctor --move-aside --home {self.home}`: it keeps the "
+                     "corrupt ledger and its run folders in a folder of their own and starts a fresh ledger",
             )
         return LedgerError(f"ledger error: {text}", hint=f"check that {self.path} is on a writable local disk")
 
@@ -462,6 +488,8 @@ class Ledger:
             with self.tx() as c:
                 c.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
                 done = {r[0] for r in c.execute("SELECT name FROM migrations")}
+                if not done:  # a new ledger (or an empty file): never a fresh start beside another's run folders
+                    self._refuse_beside_run_folders()
                 for name, sql in MIGRATIONS:
                     if name in done:
                         continue
@@ -473,6 +501,29 @@ class Ledger:
             self._make_private()
         except sqlite3.Error as err:
             raise self._explain(err) from None
+
+    def _refuse_beside_run_folders(self) -> None:
+        """Raise when the home already holds run folders: they were made by a ledger that is gone (moved,
+        emptied, truncated), and a new one would number its jobs from 1 again and read their files as its own."""
+        from autoresearch.runfolders import count  # (only a new ledger's open gets here)
+
+        found = count(self.home)
+        if found:
+            raise LedgerError(
+                f"the ledger {self.path} is new or empty, but {self.home / 'jobs'} holds {found} run folder(s) "
+                "of an earlier ledger; a fresh ledger here would number its jobs as theirs and report their results as its own",
+                hint=f"restore the ledger (e.g. from a backup, or `mv {self.path}.bad {self.path}` if you moved it), "
+                     f"or run `autoresearch doctor --move-aside --home {self.home}` to keep the old state in a "
+                     "folder of its own and start a fresh ledger",
+            )
+
+    @property
+    def identity(self) -> str:
+        """This ledger's id (hex), made when it was made; read once per handle."""
+        if not self._identity:
+            row = self.one("SELECT id FROM ledger_identity LIMIT 1")
+            self._identity = str(row[0]) if row is not None else ""
+        return self._identity
 
     def _make_private(self) -> None:
         """Once per upgrade (when migrations ran): a home made before 0700 homes becomes private too."""

@@ -35,6 +35,7 @@ from autoresearch.guard import surviving
 from autoresearch.ingest import ingest_attempt, ingest_final_many
 from autoresearch.jobstore import JobStore, attempt_paths
 from autoresearch.ledger import Ledger
+from autoresearch.runfolders import leftovers, live_supervisor, recorded_ledger, set_aside
 from autoresearch.watcher import Watcher, fifo_name
 
 if TYPE_CHECKING:  # at run time the scheduler is imported in schedule(), once something is queued: an idle read never loads it
@@ -454,6 +455,9 @@ class Runtime:
             _prepare_checkpoint(self.ledger.home, job_id, spec)
             env = self._attempt_env(job_id, n, spec, node, gpu_ids, metrics_path, policy, len(placement.alloc), port)
             os.makedirs(job_dir, 0o700, exist_ok=True)
+            found = leftovers(run_dir, log_path, metrics_path)  # none on a clean launch (two lstat calls)
+            if found:
+                self._set_aside(job_id, n, job_dir, run_dir, found)
             request = LaunchRequest(
                 key=f"{job_id}.{n}", argv=_argv(spec), env=env, workdir=spec["workdir"], log_path=log_path,
                 run_dir=run_dir, node=node, gpu_ids=tuple(gpu_ids), nodes=int(spec.get("nodes", 1)),
@@ -464,7 +468,7 @@ class Runtime:
                 wake_fifo=os.path.join(self.ledger.home, fifo_name(self.backend.name)),
                 image=str(spec.get("image") or ""), mounts=dict(spec.get("mounts") or {}),
                 gpus=int(spec.get("gpus") or 0), cpus=float(spec.get("cpus") or 0), memory=int(spec.get("memory") or 0),
-                priority=str(spec.get("priority") or "normal"),
+                priority=str(spec.get("priority") or "normal"), ledger=self.ledger.identity,
             )
             if not self.backend.capabilities.containers:  # a container backend mounts volumes itself
                 _prepare_mounts(spec)
@@ -479,6 +483,22 @@ class Runtime:
             return
         if external_id != run_dir:
             self.jobs.set_external_id(job_id, n, external_id)
+
+    def _set_aside(self, job_id: int, n: int, job_dir: str, run_dir: str, found: list[str]) -> None:
+        """Move the files someone else left where attempt ``n`` of ``job_id`` is to run (another ledger's
+        run folder, copied in or left by a ledger that is gone) aside, never adopting them; one a live
+        supervisor still runs is left alone and this launch fails (BackendError: retried as another attempt)."""
+        owner = recorded_ledger(run_dir)
+        whose = ("an unrecorded ledger" if owner is None else "a ledger made before ledger ids" if owner == ""
+                 else "an attempt this ledger has no record of (restored from a backup?)"
+                 if owner == self.ledger.identity else f"ledger {owner}")
+        pid = live_supervisor(run_dir)
+        if pid is not None:
+            raise BackendError(f"its run folder {run_dir} holds a running attempt of {whose} (supervisor pid {pid})",
+                               hint="run folders from another home must not be copied into this one's jobs/")
+        target = set_aside(job_dir, found)
+        self.jobs.warn("foreign_run_folder", job_id, n,
+                       f"{len(found)} file(s) of {whose} were where this attempt runs; moved to {target}")
 
     def _attempt_env(self, job_id: int, n: int, spec: dict[str, Any], node: str | None, gpu_ids: tuple[str, ...],
                      metrics_path: str, policy: dict[str, Any] | None = None, members: int = 1,

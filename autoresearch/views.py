@@ -217,3 +217,19 @@ def to_dict(view: Any) -> Any:
     if isinstance(view, list):
         return [to_dict(v) for v in view]
     return view
+
+
+@dataclass
+class DoctorView:
+    """``autoresearch doctor``: whether a home's ledger opens, whose run folders it holds, and, with
+    ``--move-aside``, where the old ledger and run folders were kept."""
+
+    home: str
+    ledger_ok: bool
+    ledger_id: str = ""  # the ledger's identity (its run folders' requests name it)
+    run_folders: int = 0  # job folders under jobs/
+    problem: str = ""  # why the ledger does not open
+    hint: str = ""
+    aside: str = ""  # the folder the old state was moved to
+    moved: list[str] = field(default_factory=list)  # what was moved there (names in the home)
+    aside_run_folders: int = 0  # job folders among them

@@ -97,6 +97,9 @@ class LaunchRequest:
     cpus: float = 0.0  # per node
     memory: int = 0  # MB per node
     priority: str = "normal"  # one of spec.PRIORITIES
+    # The id of the ledger that made this attempt: the backend records it with the request, and treats a
+    # run dir whose request names another ledger (or another key) as not its own (autoresearch/runfolders.py).
+    ledger: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -126,7 +126,10 @@ class LocalBackend(Backend):
             os.makedirs(os.path.dirname(request.log_path), mode=0o700, exist_ok=True)
         recorded = os.path.join(request.run_dir, "request.json")
         if os.path.exists(recorded):
-            return request.run_dir  # launched already
+            if _ours(recorded, request):
+                return request.run_dir  # launched already
+            raise BackendError(f"the run dir {request.run_dir} holds another attempt (another ledger's, or "
+                               "another key's): never adopted", hint="launch it in a run dir of its own")
         _remember(self._logs, request.run_dir, request.log_path)  # its ending's ingest reads no request.json
         sup.launch(
             {
@@ -156,7 +159,7 @@ class LocalBackend(Backend):
             return request.run_dir
         try:  # (json.dumps is C; json.dump to a text file is not)
             os.write(fd, json.dumps({"key": request.key, "created_at": time.time(), "log_path": request.log_path,
-                                     "sandbox": request.sandbox is not None}).encode())
+                                     "sandbox": request.sandbox is not None, "ledger": request.ledger}).encode())
         finally:
             os.close(fd)
         return request.run_dir
@@ -261,6 +264,14 @@ class LocalBackend(Backend):
         if request is not None:
             _remember(self._logs, external_id, path)
         return path
+
+
+def _ours(recorded: str, request: LaunchRequest) -> bool:
+    """Whether the request.json at ``recorded`` is ``request``'s: its key and its ledger's id."""
+    data = sup.read_json(recorded)
+    if data is None:  # (being written by the start() that made it: ours only if we are that start, unknowable)
+        return True
+    return data.get("key") == request.key and str(data.get("ledger") or "") == request.ledger
 
 
 def _remember(cache: dict[str, Any], key: str, value: Any) -> None:
