@@ -350,6 +350,14 @@ MIGRATIONS: list[tuple[str, str]] = [
     );
     INSERT INTO ledger_identity(id, created_at) VALUES (lower(hex(randomblob(16))), (julianday('now') - 2440587.5) * 86400.0)
     """),
+    # An attempt whose ending was recorded before all its output was read (more than one read's cap at
+    # its end): the bytes still to read and the points they hold (an estimate), shown by every read until
+    # the pass daemon or a metrics read has read them (autoresearch/ingest.py). Found through the index.
+    ("ingest-1", """
+    ALTER TABLE attempts ADD COLUMN unread_bytes INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE attempts ADD COLUMN unread_points INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX attempts_unread ON attempts(job_id) WHERE unread_bytes > 0
+    """),
 ]
 
 

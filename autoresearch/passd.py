@@ -126,7 +126,8 @@ def serve(home: str, backend: str, idle_s: float = IDLE_S) -> int:
                     owed = True
                     print(f"autoresearch pass failed: {err.render()}", file=sys.stderr)
             now = time.monotonic()
-            if runtime.jobs.any_unfinished(backend):
+            unread = runtime.read_unread()  # an ended attempt's output still being read: read on
+            if unread or runtime.jobs.any_unfinished(backend):
                 last_busy = now
             if now - last_busy >= idle_s or others_listen(root, backend):
                 break

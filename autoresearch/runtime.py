@@ -619,6 +619,16 @@ class Runtime:
         runtime = self.for_backend(job["backend"]) if job is not None else self
         for att in self.jobs.unended_attempts(job_id):
             runtime.ingest_attempt(att)
+        for att in self.jobs.unread_attempts(job_id):  # ended before all its output was read: read on
+            runtime.ingest_attempt(att, final=True)
+
+    def read_unread(self, limit: int = 1) -> bool:
+        """Read on in the output of up to ``limit`` ended attempts whose ending came before all of it was
+        read (one read's cap each); whether any is left (the pass daemon calls it while so)."""
+        for att in self.jobs.unread_attempts(limit=limit):
+            with surviving(self.ledger, self.backend, "ingest", att["job_id"], att["n"]):
+                self.for_backend(att["backend"]).ingest_attempt(att, final=True)
+        return bool(self.jobs.unread_attempts(limit=1))
 
     def ingest_attempt(self, att: Any, final: bool = False) -> None:
         """Move new metric points of one attempt into the ledger; never raises but for the ledger."""

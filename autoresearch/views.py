@@ -58,6 +58,9 @@ class JobView:
     next_step: str | None = None  # what to call next (for agents)
     warnings: list[str] = field(default_factory=list)  # what was dropped or failed while handling it
     backend: str = ""  # the backend (profile or kind) it runs on
+    # Metric points (estimated) of its ended attempts' output still being read: its metrics are partial
+    # until this is 0 (an ending is recorded before all of a huge output is read; detail views only).
+    unread_points: int = 0
 
 
 @dataclass
@@ -109,6 +112,7 @@ class MetricView:
     count: int
     mode: str
     series: list[tuple[int, float | None]] | None = None
+    unread_points: int = 0  # the job's points (estimated) still being read: the values are partial while > 0
 
 
 @dataclass
