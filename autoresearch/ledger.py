@@ -361,6 +361,13 @@ MIGRATIONS: list[tuple[str, str]] = [
 ]
 
 
+RESERVE_NAME, RESERVE_BYTES = "ledger.reserve", 256 << 10  # room for the commits of a home whose disk filled
+
+
+def _disk_full(err: sqlite3.Error) -> bool:
+    return "disk is full" in str(err)
+
+
 def default_home() -> Path:
     return Path(os.environ.get("AUTORESEARCH_HOME") or Path.home() / ".autoresearch").expanduser()
 
@@ -385,6 +392,7 @@ class Ledger:
         with contextlib.suppress(OSError):
             os.close(os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
         self._migrate()
+        self._keep_reserve()
         try:
             st = os.stat(self.path)
             self._file: tuple[int, int] = (st.st_dev, st.st_ino)
@@ -434,6 +442,13 @@ class Ledger:
                 f"the ledger {self.path} stayed locked for {BUSY_TIMEOUT_S:.0f} s",
                 hint="another autoresearch process holds a long write; retry, or find it with `fuser` on the file",
             )
+        if _disk_full(err) or "No space left" in text:
+            return LedgerError(
+                f"the disk of {self.home} is full: the ledger cannot record anything ({text})",
+                hint=f"free space on that disk (finished jobs' run folders under {self.home / 'jobs'}, old "
+                     "checkpoints, aside-* folders), or set AUTORESEARCH_HOME to a larger disk; nothing was lost: "
+                     "the next command records what happened meanwhile",
+            )
         if "not a database" in text or "malformed" in text or "corrupt" in text:
             return LedgerError(
                 f"the ledger {self.path} is corrupt ({text})",
@@ -462,11 +477,46 @@ class Ledger:
             try:
                 conn.execute("COMMIT")
             except sqlite3.Error as err:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                raise self._explain(err) from None
+                if not (_disk_full(err) and conn.in_transaction and self._free_reserve() and self._commit(conn)):
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    raise self._explain(err) from None
         finally:
             writer.release()
+
+    @staticmethod
+    def _commit(conn: sqlite3.Connection) -> bool:
+        try:
+            conn.execute("COMMIT")
+            return True
+        except sqlite3.Error:
+            return False
+
+    def _keep_reserve(self) -> None:
+        """Keep ``RESERVE_BYTES`` set aside beside the ledger (made again once the disk has room): a commit that
+        finds the disk full frees it and commits again, so the ending that was being recorded is not lost."""
+        path = self.home / RESERVE_NAME
+        if os.path.exists(path):
+            return
+        try:
+            vfs = os.statvfs(self.home)
+            if vfs.f_bavail * vfs.f_frsize < 4 * RESERVE_BYTES:
+                return
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, RESERVE_BYTES)
+            finally:
+                os.close(fd)
+        except OSError:
+            return
+
+    def _free_reserve(self) -> bool:
+        """Free the reserve (see :meth:`_keep_reserve`); whether there was one."""
+        try:
+            os.unlink(self.home / RESERVE_NAME)
+            return True
+        except OSError:
+            return False
 
     def query(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
         try:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autoresearch.backends import AttemptStatus, Backend, LaunchRequest, NodeInfo, open_backend
+from autoresearch.backends._base import DISK_FULL
 from autoresearch.backends._supervisor import environ
 from autoresearch.errors import AutoresearchError, BackendError, LedgerError, SpecError
 from autoresearch.guard import surviving
@@ -579,12 +580,16 @@ class Runtime:
         spec = json.loads(att["spec"])
         reason, detail = classify(att, status)
         failed = not (reason in ("cancelled", "preempted") or (reason == "exit" and status.exit_code == 0))
-        failure = self.health.on_ending(att, reason, status.exit_code, detail) if failed else None  # infra/user
+        full = disk_full_hint(detail, self.ledger.home) if reason == "infra" else None
+        # infra/user; a full disk is the home's, not the node's: the health policy never sees it
+        failure = self.health.on_ending(att, reason, status.exit_code, detail) if failed and full is None else None
 
         def next_state(job: Any) -> tuple[str, int]:
             retries = job["retries_used"]
             retryable = (failure.cls == "infra" if failure is not None else reason == "infra") or (
                 reason == "exit" and exit_status(status) in (spec.get("retry_on_exit_codes") or []))
+            if full is not None:
+                retryable = full[1]  # rerun only once the disk has room again, never blindly
             if reason == "exit" and status.exit_code == 0:
                 return "succeeded", retries
             if job["cancel_requested"] or reason == "cancelled":
@@ -596,7 +601,8 @@ class Runtime:
             return "failed", retries
 
         return (job_id, n, status, reason, detail, next_state,
-                (failure.cls, f"{failure.why}\nhint: {failure.hint}") if failure is not None else None)
+                (failure.cls, f"{failure.why}\nhint: {failure.hint}") if failure is not None
+                else ("infra", full[0]) if full is not None else None)
 
     def _record_endings(self, endings: list[tuple[Any, tuple[Any, ...]]]) -> None:
         states = self.jobs.end_attempts([ending for _, ending in endings])  # type: ignore[misc]
@@ -702,6 +708,29 @@ def engine_node_state(node: NodeInfo) -> tuple[str, str]:
     return "down", said[:300]
 
 
+DISK_ROOM_BYTES = 64 << 20  # a full disk's job is run again only once its file system has this much free
+
+
+def disk_full_hint(detail: str, home: Path) -> tuple[str, bool] | None:
+    """For an ending whose disk was full (its detail starts with ``DISK_FULL``): the failure's why and
+    hint (what to free) and whether the disk has room again now; None for any other ending."""
+    if not detail.startswith(DISK_FULL):
+        return None
+    path = detail[len(DISK_FULL):] or str(home)
+    try:
+        vfs = os.statvfs(path)
+        free = vfs.f_bavail * vfs.f_frsize
+    except OSError:
+        free = 0
+    room = free >= DISK_ROOM_BYTES
+    then = ("It has room again: the job is retried." if room else
+            f"The job is not run again until it has {DISK_ROOM_BYTES >> 20} MiB free: resubmit it then.")
+    return (f"the disk of {path} was full at its end (its output may be cut short; not the node's fault)\n"
+            f"hint: free space on {path} ({free >> 20} MiB free now): finished jobs' run folders under "
+            f"{home / 'jobs'}, old checkpoints, {home / 'aside-*'}; or set AUTORESEARCH_HOME to a larger disk. "
+            f"{then}", room)
+
+
 def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
     """End reason (exit, timeout, cancelled, stopped, preempted, infra) and a one-line detail."""
     # Why we stopped it wins — but only if our stop reached it: an attempt that ended on
@@ -715,6 +744,8 @@ def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
         return "preempted", "stopped to make room for a higher-priority job"
     if status.preempted and not stop_reason:
         return "preempted", status.detail or "preempted by the engine"
+    if status.detail.startswith(DISK_FULL):  # (the home's disk: runtime.disk_full_hint)
+        return "infra", status.detail
     if status.state == "lost":
         return "infra", status.detail or "attempt lost"
     if status.timed_out:

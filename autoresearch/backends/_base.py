@@ -102,6 +102,12 @@ class LaunchRequest:
     ledger: str = ""
 
 
+# An attempt's ``detail`` that starts with this (then the full file system's mount point): its run dir's
+# disk was full at its end. Recorded as infra but the home's fault, not the node's: never counted
+# against the node, and retried only once the disk has room again (runtime.Runtime._ending).
+DISK_FULL = "disk full: "
+
+
 @dataclass(frozen=True, slots=True)
 class AttemptStatus:
     """An attempt's state as its backend reports it (poll)."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from autoresearch.backends import _supervisor as sup
 from autoresearch.backends._base import (
+    DISK_FULL,
     AttemptStatus,
     Backend,
     Capabilities,
@@ -185,6 +186,7 @@ class LocalBackend(Backend):
                 started_at=done.get("started_at"),
                 ended_at=done.get("ended_at"),
                 peak_rss_mb=done.get("peak_rss_mb"),
+                detail=f"{DISK_FULL}{str(done['disk_full'])[:300]}" if done.get("disk_full") else "",
             )
         state = self._states.get(external_id) or sup.read_json(os.path.join(external_id, sup.STATE))
         if state is not None:
