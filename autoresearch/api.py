@@ -32,6 +32,7 @@ from autoresearch.views import (
     ArrayView,
     AttemptView,
     ClusterView,
+    DoctorView,
     GpuHealthView,
     HealthView,
     JobPage,
@@ -205,6 +206,7 @@ class Api:
         job = self._job_row(job_id, project)
         self._runtime.ingest(job["id"])
         rows = self._jobs.metric_points(job["id"])
+        unread = sum(a["unread_points"] for a in self._jobs.unread_attempts(job["id"]))
         by_name: dict[str, list[tuple[int, float | None]]] = {}
         for r in M.best_source(rows):
             if names and r["name"] not in names:
@@ -216,7 +218,7 @@ class Api:
             values = [v for _, v in points if v is not None]
             best = (min(values) if mode == "min" else max(values)) if values else None
             out.append(MetricView(name, points[-1][1], best, points[-1][0], len(points), mode,
-                                  M.downsample(points, max_points) if series else None))
+                                  M.downsample(points, max_points) if series else None, unread))
         return out
 
     def nodes(self) -> list[NodeView]:
@@ -539,12 +541,17 @@ class Api:
         )
         if not detail:
             return view
-        for a in self._jobs.attempts(job["id"]):
+        attempts = self._jobs.attempts(job["id"])
+        for a in attempts:
             view.attempt_list.append(AttemptView(
                 a["n"], a["state"], a["node"], json.loads(a["gpu_ids"]), a["started_at"], a["ended_at"],
                 a["exit_code"], a["signal"], a["end_reason"], a["detail"] and redact(a["detail"], secrets),
                 a["peak_rss_mb"], a["failure_class"]))
         view.warnings = [redact(w, secrets) for w in warnings_of(self._ledger, job["id"], job["state"] == "queued")]  # they quote trial output
+        for a in attempts:
+            if a["unread_bytes"] > 0:
+                view.unread_points += a["unread_points"]
+                view.warnings.append(unread_warning(a["n"], a["unread_points"], a["unread_bytes"]))
         if job["state"] == "failed" and view.attempt_list:
             last = view.attempt_list[-1]
             view.failure_class = last.failure_class or ("infra" if last.end_reason == "infra" else "user")
@@ -555,6 +562,12 @@ class Api:
             page = self.logs(job["id"], attempt=last.n, tail_lines=EXCERPT_LINES, max_bytes=2000)
             view.log_excerpt = page.text
         return view
+
+
+def unread_warning(n: int, points: int, size: int) -> str:
+    """The line every read shows while an ended attempt's output is still being read."""
+    return (f"attempt {n}: ended before all its output was read; about {points:,} metric point(s) "
+            f"({size / 2**20:.1f} MiB) are still being read: its metrics are partial until then")
 
 
 def local_health(home: str | os.PathLike[str] | None = None, drain: bool = False,
@@ -579,6 +592,28 @@ def local_health(home: str | os.PathLike[str] | None = None, drain: bool = False
                       "; ".join(f.line() for f in bad)[:400])
     if bad and drain:
         view.action = local.drain(node, "autoresearch health: " + view.reason)
+    return view
+
+
+def doctor(home: str | os.PathLike[str] | None = None, move_aside: bool = False) -> DoctorView:
+    """Whether ``home``'s ledger opens and how many run folders it holds (``autoresearch doctor``). With
+    ``move_aside``: first keep the ledger and every run folder in ``aside-<UTC time>/`` of the home
+    (StateError while an attempt still runs), so that a fresh ledger starts; the view says what moved."""
+    from autoresearch import runfolders
+    from autoresearch.errors import LedgerError
+    from autoresearch.ledger import Ledger, default_home
+
+    base = (Path(home).expanduser() if home else default_home()).absolute()
+    view = DoctorView(str(base), False)
+    if move_aside:
+        aside = runfolders.move_aside(base)
+        view.aside, view.moved, view.aside_run_folders = aside.folder, aside.moved, aside.run_folders
+    try:
+        ledger = Ledger(base)
+        view.ledger_id, view.ledger_ok = ledger.identity, True
+    except LedgerError as err:
+        view.problem, view.hint = err.message, err.hint or ""
+    view.run_folders = runfolders.count(base)
     return view
 
 

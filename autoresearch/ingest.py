@@ -34,23 +34,64 @@ def ingest_attempt(ledger: Ledger, backend: Backend, att: Any, final: bool = Fal
 
     Reads at most ``MAX_CHUNKS`` chunks per call, so one pass is never held for long by an
     enormous (or endless) output: a running attempt's next pass reads on from there.
+
+    ``final`` (the attempt is over): a chunk another process stored first does not end the read (that
+    process may stop at its own cap); it reads on from where that one got to. When the cap stops it
+    before the end of the files, the attempt records how many bytes (and, estimated, points) are still
+    to read (``unread_bytes``, ``unread_points``: every read shows them, and the pass daemon and each
+    metrics read go on reading them); once it reaches the end they are 0 again.
     """
+    more = False
     for _ in range(MAX_CHUNKS):
         try:
-            more = _ingest_chunk(ledger, backend, att, final)
+            step = _ingest_chunk(ledger, backend, att, final)
         except LedgerError:
             raise
         except Exception as err:  # a parser bug must not stop the pass: skip what we could not read
-            more = _skip_chunk(ledger, backend, att, f"{type(err).__name__}: {err}")
-        if not more:
-            return
+            step = "more" if _skip_chunk(ledger, backend, att, f"{type(err).__name__}: {err}") else "done"
+        more = step != "done"
+        if not more or (step == "raced" and not final):
+            break
         fresh = JobStore(ledger).attempt(att["job_id"], att["n"])
         if fresh is None:
             return
         att = fresh
     if final:
-        JobStore(ledger).warn("metrics_dropped", att["job_id"], att["n"],
-                              f"output past the first {MAX_CHUNKS * LOG_CHUNK >> 20} MiB read at its end was not read")
+        _record_unread(ledger, backend, att, more)
+
+
+def _record_unread(ledger: Ledger, backend: Backend, att: Any, more: bool) -> None:
+    """Record what is left of an ended attempt's output after a final read (nothing: 0)."""
+    left = 0
+    if more:
+        fresh = JobStore(ledger).attempt(att["job_id"], att["n"])
+        if fresh is None:
+            return
+        att = fresh
+        left = _unread_bytes(backend, att)
+    had = att["unread_bytes"] if "unread_bytes" in att.keys() else 0
+    if not left and not had:
+        return
+    points = 0
+    if left:  # (an estimate: the points per byte of what was read so far)
+        read = int(att["metrics_offset"]) + int(att["log_offset"])
+        points = max(1, round(left * JobStore(ledger).point_count(att["job_id"], att["n"]) / max(1, read)))
+    JobStore(ledger).set_unread(att["job_id"], att["n"], left, points)
+
+
+def _unread_bytes(backend: Backend, att: Any) -> int:
+    left = 0
+    if att["external_id"]:
+        try:
+            left += max(0, backend.log_size(att["external_id"]) - int(att["log_offset"]))
+        except Exception:  # noqa: BLE001, S110 - a backend that cannot say: the metrics file's part only
+            pass
+    if backend.capabilities.shared_fs:
+        try:
+            left += max(0, os.lstat(att["metrics_path"]).st_size - int(att["metrics_offset"]))
+        except OSError:
+            pass
+    return left
 
 
 def _read(ledger: Ledger, backend: Backend, att: Any) -> tuple[bytes, bytes, str]:
@@ -72,16 +113,17 @@ def _read(ledger: Ledger, backend: Backend, att: Any) -> tuple[bytes, bytes, str
         return f.read(LOG_CHUNK), l_chunk, ""
 
 
-def _ingest_chunk(ledger: Ledger, backend: Backend, att: Any, final: bool) -> bool:
-    """One chunk of each source; True when there is more to read right away."""
+def _ingest_chunk(ledger: Ledger, backend: Backend, att: Any, final: bool) -> str:
+    """One chunk of each source: "more" when there is more to read right away, "done" when not,
+    "raced" when another process stored this chunk first (where it got to is read again)."""
     chunk = _parse_chunk(ledger, backend, att, final)
     if chunk is None:
-        return False
+        return "done"
     if not JobStore(ledger).store_points(*chunk.store):
-        return False  # another process ingested this chunk
+        return "raced"  # another process ingested this chunk
     if chunk.log_lines:
         _health_signatures(ledger, backend, att, chunk.log_lines)
-    return chunk.more
+    return "more" if chunk.more else "done"
 
 
 class _Chunk(NamedTuple):

@@ -609,6 +609,23 @@ class JobStore:
                 out.append(True)
         return out
 
+    def set_unread(self, job_id: int, n: int, unread_bytes: int, unread_points: int) -> None:
+        """Record how much of an ended attempt's output is still to be read (0, 0: all of it is read)."""
+        with self.ledger.tx() as c:
+            c.execute("UPDATE attempts SET unread_bytes=?, unread_points=? WHERE job_id=? AND n=?",
+                      (max(0, unread_bytes), max(0, unread_points), job_id, n))
+
+    def unread_attempts(self, job_id: int | None = None, limit: int = 100) -> list[sqlite3.Row]:
+        """Attempts (with their job's backend) whose output is still being read after their ending
+        (of ``job_id``, or of any job); through the partial index, never a scan."""
+        where = "a.unread_bytes > 0" + (" AND a.job_id=?" if job_id is not None else "")
+        return self.ledger.query(_ATTEMPT_WITH_JOB + f"WHERE {where} ORDER BY a.job_id LIMIT ?",
+                                 (*((job_id,) if job_id is not None else ()), limit))
+
+    def point_count(self, job_id: int, n: int) -> int:
+        row = self.ledger.one("SELECT COUNT(*) FROM metrics WHERE job_id=? AND attempt=?", (job_id, n))
+        return int(row[0]) if row is not None else 0
+
     def skip_chunk(self, att: Any, offsets: tuple[int, int], new_offsets: tuple[int, int], reason: str) -> bool:
         """Move the read offsets past a chunk that could not be read, with a warning; False when
         another process moved them first."""

@@ -346,7 +346,32 @@ MIGRATIONS: list[tuple[str, str]] = [
     ALTER TABLE nodes ADD COLUMN kernel_cursor TEXT;
     ALTER TABLE nodes ADD COLUMN machine_event_at REAL;
     """),
+    # The ledger's identity: a random id made when the ledger is made (or, for a ledger made before
+    # identities, when it is upgraded). Every run folder records it (the launch request), and a launch
+    # never adopts a folder that names another (docs/architecture.md, "Run folders belong to one ledger").
+    ("identity-1", """
+    CREATE TABLE ledger_identity (
+        id TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    INSERT INTO ledger_identity(id, created_at) VALUES (lower(hex(randomblob(16))), (julianday('now') - 2440587.5) * 86400.0)
+    """),
+    # An attempt whose ending was recorded before all its output was read (more than one read's cap at
+    # its end): the bytes still to read and the points they hold (an estimate), shown by every read until
+    # the pass daemon or a metrics read has read them (autoresearch/ingest.py). Found through the index.
+    ("ingest-1", """
+    ALTER TABLE attempts ADD COLUMN unread_bytes INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE attempts ADD COLUMN unread_points INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX attempts_unread ON attempts(job_id) WHERE unread_bytes > 0
+    """),
 ]
+
+
+RESERVE_NAME, RESERVE_BYTES = "ledger.reserve", 256 << 10  # room for the commits of a home whose disk filled
+
+
+def _disk_full(err: sqlite3.Error) -> bool:
+    return "disk is full" in str(err)
 
 
 def default_home() -> Path:
@@ -361,6 +386,7 @@ class Ledger:
         self.home = (Path(home).expanduser() if home else default_home()).absolute()
         self.path = self.home / "ledger.db"
         self._local = threading.local()
+        self._identity = ""
         try:
             self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as err:
@@ -372,6 +398,21 @@ class Ledger:
         with contextlib.suppress(OSError):
             os.close(os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
         self._migrate()
+        self._keep_reserve()
+        try:
+            st = os.stat(self.path)
+            self._file: tuple[int, int] = (st.st_dev, st.st_ino)
+        except OSError:
+            self._file = (0, 0)
+
+    def replaced(self) -> bool:
+        """Whether ``ledger.db`` is gone or another file since this handle opened it (moved aside, restored
+        from a backup): a long-lived process (the pass daemon) must not go on with the old one's connection."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return True
+        return (st.st_dev, st.st_ino) != self._file
 
     # -- connections and transactions -------------------------------------------------
 
@@ -407,10 +448,18 @@ class Ledger:
                 f"the ledger {self.path} stayed locked for {BUSY_TIMEOUT_S:.0f} s",
                 hint="another autoresearch process holds a long write; retry, or find it with `fuser` on the file",
             )
+        if _disk_full(err) or "No space left" in text:
+            return LedgerError(
+                f"the disk of {self.home} is full: the ledger cannot record anything ({text})",
+                hint=f"free space on that disk (finished jobs' run folders under {self.home / 'jobs'}, old "
+                     "checkpoints, aside-* folders), or set AUTORESEARCH_HOME to a larger disk; nothing was lost: "
+                     "the next command records what happened meanwhile",
+            )
         if "not a database" in text or "malformed" in text or "corrupt" in text:
             return LedgerError(
                 f"the ledger {self.path} is corrupt ({text})",
-                hint=f"move it aside (mv {self.path} {self.path}.bad) to start a fresh one, or restore a backup",
+                hint=f"restore a backup, or run `autoresearch doctor --move-aside --home {self.home}`: it keeps the "
+                     "corrupt ledger and its run folders in a folder of their own and starts a fresh ledger",
             )
         return LedgerError(f"ledger error: {text}", hint=f"check that {self.path} is on a writable local disk")
 
@@ -434,11 +483,46 @@ class Ledger:
             try:
                 conn.execute("COMMIT")
             except sqlite3.Error as err:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                raise self._explain(err) from None
+                if not (_disk_full(err) and conn.in_transaction and self._free_reserve() and self._commit(conn)):
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    raise self._explain(err) from None
         finally:
             writer.release()
+
+    @staticmethod
+    def _commit(conn: sqlite3.Connection) -> bool:
+        try:
+            conn.execute("COMMIT")
+            return True
+        except sqlite3.Error:
+            return False
+
+    def _keep_reserve(self) -> None:
+        """Keep ``RESERVE_BYTES`` set aside beside the ledger (made again once the disk has room): a commit that
+        finds the disk full frees it and commits again, so the ending that was being recorded is not lost."""
+        path = self.home / RESERVE_NAME
+        if os.path.exists(path):
+            return
+        try:
+            vfs = os.statvfs(self.home)
+            if vfs.f_bavail * vfs.f_frsize < 4 * RESERVE_BYTES:
+                return
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, RESERVE_BYTES)
+            finally:
+                os.close(fd)
+        except OSError:
+            return
+
+    def _free_reserve(self) -> bool:
+        """Free the reserve (see :meth:`_keep_reserve`); whether there was one."""
+        try:
+            os.unlink(self.home / RESERVE_NAME)
+            return True
+        except OSError:
+            return False
 
     def query(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
         try:
@@ -468,6 +552,8 @@ class Ledger:
             with self.tx() as c:
                 c.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
                 done = {r[0] for r in c.execute("SELECT name FROM migrations")}
+                if not done:  # a new ledger (or an empty file): never a fresh start beside another's run folders
+                    self._refuse_beside_run_folders()
                 for name, sql in MIGRATIONS:
                     if name in done:
                         continue
@@ -479,6 +565,29 @@ class Ledger:
             self._make_private()
         except sqlite3.Error as err:
             raise self._explain(err) from None
+
+    def _refuse_beside_run_folders(self) -> None:
+        """Raise when the home already holds run folders: they were made by a ledger that is gone (moved,
+        emptied, truncated), and a new one would number its jobs from 1 again and read their files as its own."""
+        from autoresearch.runfolders import count  # (only a new ledger's open gets here)
+
+        found = count(self.home)
+        if found:
+            raise LedgerError(
+                f"the ledger {self.path} is new or empty, but {self.home / 'jobs'} holds {found} run folder(s) "
+                "of an earlier ledger; a fresh ledger here would number its jobs as theirs and report their results as its own",
+                hint=f"restore the ledger (e.g. from a backup, or `mv {self.path}.bad {self.path}` if you moved it), "
+                     f"or run `autoresearch doctor --move-aside --home {self.home}` to keep the old state in a "
+                     "folder of its own and start a fresh ledger",
+            )
+
+    @property
+    def identity(self) -> str:
+        """This ledger's id (hex), made when it was made; read once per handle."""
+        if not self._identity:
+            row = self.one("SELECT id FROM ledger_identity LIMIT 1")
+            self._identity = str(row[0]) if row is not None else ""
+        return self._identity
 
     def _make_private(self) -> None:
         """Once per upgrade (when migrations ran): a home made before 0700 homes becomes private too."""

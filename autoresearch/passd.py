@@ -115,6 +115,8 @@ def serve(home: str, backend: str, idle_s: float = IDLE_S) -> int:
         runtime.prepare_endings()  # before the first ending, not between it and the next launch
         while True:
             woke = watcher.wait(WAKE_S)
+            if runtime.ledger.replaced():  # moved aside or restored: never a pass on the old file's connection
+                break
             if woke:
                 named = watcher.take()
                 try:  # the attempts the pokes named (and the starting ones), not every running one
@@ -124,14 +126,15 @@ def serve(home: str, backend: str, idle_s: float = IDLE_S) -> int:
                     owed = True
                     print(f"autoresearch pass failed: {err.render()}", file=sys.stderr)
             now = time.monotonic()
-            if runtime.jobs.any_unfinished(backend):
+            unread = runtime.read_unread()  # an ended attempt's output still being read: read on
+            if unread or runtime.jobs.any_unfinished(backend):
                 last_busy = now
-            if now - last_busy >= idle_s or not runtime.ledger.path.exists() or others_listen(root, backend):
+            if now - last_busy >= idle_s or others_listen(root, backend):
                 break
     finally:
         watcher.close()  # from here a supervisor's poke finds no reader and runs the pass itself
         try:
-            if runtime.ledger.path.exists():
+            if not runtime.ledger.replaced():
                 runtime.tick()  # endings poked before the close, still waiting for their acknowledgement
         finally:
             os.close(fd)

@@ -29,12 +29,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autoresearch.backends import AttemptStatus, Backend, LaunchRequest, NodeInfo, open_backend
+from autoresearch.backends._base import DISK_FULL
 from autoresearch.backends._supervisor import environ
 from autoresearch.errors import AutoresearchError, BackendError, LedgerError, SpecError
 from autoresearch.guard import surviving
 from autoresearch.ingest import ingest_attempt, ingest_final_many
 from autoresearch.jobstore import JobStore, attempt_paths
 from autoresearch.ledger import Ledger
+from autoresearch.runfolders import leftovers, live_supervisor, recorded_ledger, set_aside
 from autoresearch.watcher import Watcher, fifo_name
 
 if TYPE_CHECKING:  # at run time the scheduler is imported in schedule(), once something is queued: an idle read never loads it
@@ -454,6 +456,9 @@ class Runtime:
             _prepare_checkpoint(self.ledger.home, job_id, spec)
             env = self._attempt_env(job_id, n, spec, node, gpu_ids, metrics_path, policy, len(placement.alloc), port)
             os.makedirs(job_dir, 0o700, exist_ok=True)
+            found = leftovers(run_dir, log_path, metrics_path)  # none on a clean launch (two lstat calls)
+            if found:
+                self._set_aside(job_id, n, job_dir, run_dir, found)
             request = LaunchRequest(
                 key=f"{job_id}.{n}", argv=_argv(spec), env=env, workdir=spec["workdir"], log_path=log_path,
                 run_dir=run_dir, node=node, gpu_ids=tuple(gpu_ids), nodes=int(spec.get("nodes", 1)),
@@ -464,7 +469,7 @@ class Runtime:
                 wake_fifo=os.path.join(self.ledger.home, fifo_name(self.backend.name)),
                 image=str(spec.get("image") or ""), mounts=dict(spec.get("mounts") or {}),
                 gpus=int(spec.get("gpus") or 0), cpus=float(spec.get("cpus") or 0), memory=int(spec.get("memory") or 0),
-                priority=str(spec.get("priority") or "normal"),
+                priority=str(spec.get("priority") or "normal"), ledger=self.ledger.identity,
                 job_env=tuple(spec.get("env") or ()), secret_env=dict(spec.get("secret_env") or {}),
             )
             if not self.backend.capabilities.containers:  # a container backend mounts volumes itself
@@ -480,6 +485,22 @@ class Runtime:
             return
         if external_id != run_dir:
             self.jobs.set_external_id(job_id, n, external_id)
+
+    def _set_aside(self, job_id: int, n: int, job_dir: str, run_dir: str, found: list[str]) -> None:
+        """Move the files someone else left where attempt ``n`` of ``job_id`` is to run (another ledger's
+        run folder, copied in or left by a ledger that is gone) aside, never adopting them; one a live
+        supervisor still runs is left alone and this launch fails (BackendError: retried as another attempt)."""
+        owner = recorded_ledger(run_dir)
+        whose = ("an unrecorded ledger" if owner is None else "a ledger made before ledger ids" if owner == ""
+                 else "an attempt this ledger has no record of (restored from a backup?)"
+                 if owner == self.ledger.identity else f"ledger {owner}")
+        pid = live_supervisor(run_dir)
+        if pid is not None:
+            raise BackendError(f"its run folder {run_dir} holds a running attempt of {whose} (supervisor pid {pid})",
+                               hint="run folders from another home must not be copied into this one's jobs/")
+        target = set_aside(job_dir, found)
+        self.jobs.warn("foreign_run_folder", job_id, n,
+                       f"{len(found)} file(s) of {whose} were where this attempt runs; moved to {target}")
 
     def _attempt_env(self, job_id: int, n: int, spec: dict[str, Any], node: str | None, gpu_ids: tuple[str, ...],
                      metrics_path: str, policy: dict[str, Any] | None = None, members: int = 1,
@@ -560,13 +581,18 @@ class Runtime:
         spec = json.loads(att["spec"])
         reason, detail = classify(att, status)
         failed = not (reason in ("cancelled", "preempted") or (reason == "exit" and status.exit_code == 0))
+        full = disk_full_hint(detail, self.ledger.home) if reason == "infra" else None
+        # infra, infra-suspect, unknown (all retried) or user; a full disk is the home's, not the node's:
+        # the health policy never sees it
         failure = (self.health.on_ending(att, reason, status.exit_code, detail, signal=status.signal)
-                   if failed else None)  # infra, infra-suspect, unknown (all retried) or user
+                   if failed and full is None else None)
 
         def next_state(job: Any) -> tuple[str, int]:
             retries = job["retries_used"]
             retryable = (failure.retried if failure is not None else reason == "infra") or (
                 reason == "exit" and exit_status(status) in (spec.get("retry_on_exit_codes") or []))
+            if full is not None:
+                retryable = full[1]  # rerun only once the disk has room again, never blindly
             if reason == "exit" and status.exit_code == 0:
                 return "succeeded", retries
             if job["cancel_requested"] or reason == "cancelled":
@@ -578,7 +604,8 @@ class Runtime:
             return "failed", retries
 
         return (job_id, n, status, reason, detail, next_state,
-                (failure.cls, f"{failure.why}\nhint: {failure.hint}") if failure is not None else None)
+                (failure.cls, f"{failure.why}\nhint: {failure.hint}") if failure is not None
+                else ("infra", full[0]) if full is not None else None)
 
     def _record_endings(self, endings: list[tuple[Any, tuple[Any, ...]]]) -> None:
         states = self.jobs.end_attempts([ending for _, ending in endings])  # type: ignore[misc]
@@ -605,6 +632,16 @@ class Runtime:
         runtime = self.for_backend(job["backend"]) if job is not None else self
         for att in self.jobs.unended_attempts(job_id):
             runtime.ingest_attempt(att)
+        for att in self.jobs.unread_attempts(job_id):  # ended before all its output was read: read on
+            runtime.ingest_attempt(att, final=True)
+
+    def read_unread(self, limit: int = 1) -> bool:
+        """Read on in the output of up to ``limit`` ended attempts whose ending came before all of it was
+        read (one read's cap each); whether any is left (the pass daemon calls it while so)."""
+        for att in self.jobs.unread_attempts(limit=limit):
+            with surviving(self.ledger, self.backend, "ingest", att["job_id"], att["n"]):
+                self.for_backend(att["backend"]).ingest_attempt(att, final=True)
+        return bool(self.jobs.unread_attempts(limit=1))
 
     def ingest_attempt(self, att: Any, final: bool = False) -> None:
         """Move new metric points of one attempt into the ledger; never raises but for the ledger."""
@@ -678,6 +715,29 @@ def engine_node_state(node: NodeInfo) -> tuple[str, str]:
     return "down", said[:300]
 
 
+DISK_ROOM_BYTES = 64 << 20  # a full disk's job is run again only once its file system has this much free
+
+
+def disk_full_hint(detail: str, home: Path) -> tuple[str, bool] | None:
+    """For an ending whose disk was full (its detail starts with ``DISK_FULL``): the failure's why and
+    hint (what to free) and whether the disk has room again now; None for any other ending."""
+    if not detail.startswith(DISK_FULL):
+        return None
+    path = detail[len(DISK_FULL):] or str(home)
+    try:
+        vfs = os.statvfs(path)
+        free = vfs.f_bavail * vfs.f_frsize
+    except OSError:
+        free = 0
+    room = free >= DISK_ROOM_BYTES
+    then = ("It has room again: the job is retried." if room else
+            f"The job is not run again until it has {DISK_ROOM_BYTES >> 20} MiB free: resubmit it then.")
+    return (f"the disk of {path} was full at its end (its output may be cut short; not the node's fault)\n"
+            f"hint: free space on {path} ({free >> 20} MiB free now): finished jobs' run folders under "
+            f"{home / 'jobs'}, old checkpoints, {home / 'aside-*'}; or set AUTORESEARCH_HOME to a larger disk. "
+            f"{then}", room)
+
+
 def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
     """End reason (exit, timeout, cancelled, stopped, preempted, infra) and a one-line detail."""
     # Why we stopped it wins — but only if our stop reached it: an attempt that ended on
@@ -691,6 +751,8 @@ def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
         return "preempted", "stopped to make room for a higher-priority job"
     if status.preempted and not stop_reason:
         return "preempted", status.detail or "preempted by the engine"
+    if status.detail.startswith(DISK_FULL):  # (the home's disk: runtime.disk_full_hint)
+        return "infra", status.detail
     if status.state == "lost":
         return "infra", status.detail or "attempt lost"
     if status.timed_out:

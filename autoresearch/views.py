@@ -60,6 +60,9 @@ class JobView:
     next_step: str | None = None  # what to call next (for agents)
     warnings: list[str] = field(default_factory=list)  # what was dropped or failed while handling it
     backend: str = ""  # the backend (profile or kind) it runs on
+    # Metric points (estimated) of its ended attempts' output still being read: its metrics are partial
+    # until this is 0 (an ending is recorded before all of a huge output is read; detail views only).
+    unread_points: int = 0
 
 
 @dataclass
@@ -111,6 +114,7 @@ class MetricView:
     count: int
     mode: str
     series: list[tuple[int, float | None]] | None = None
+    unread_points: int = 0  # the job's points (estimated) still being read: the values are partial while > 0
 
 
 @dataclass
@@ -247,3 +251,19 @@ def to_dict(view: Any) -> Any:
     if isinstance(view, list):
         return [to_dict(v) for v in view]
     return view
+
+
+@dataclass
+class DoctorView:
+    """``autoresearch doctor``: whether a home's ledger opens, whose run folders it holds, and, with
+    ``--move-aside``, where the old ledger and run folders were kept."""
+
+    home: str
+    ledger_ok: bool
+    ledger_id: str = ""  # the ledger's identity (its run folders' requests name it)
+    run_folders: int = 0  # job folders under jobs/
+    problem: str = ""  # why the ledger does not open
+    hint: str = ""
+    aside: str = ""  # the folder the old state was moved to
+    moved: list[str] = field(default_factory=list)  # what was moved there (names in the home)
+    aside_run_folders: int = 0  # job folders among them

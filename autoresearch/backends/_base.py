@@ -108,6 +108,15 @@ class LaunchRequest:
     # its env (always sent), and its secret_env (NAME -> STORE/KEY, resolved by the engine).
     job_env: tuple[str, ...] = ()
     secret_env: dict[str, str] = field(default_factory=dict)
+    # The id of the ledger that made this attempt: the backend records it with the request, and treats a
+    # run dir whose request names another ledger (or another key) as not its own (autoresearch/runfolders.py).
+    ledger: str = ""
+
+
+# An attempt's ``detail`` that starts with this (then the full file system's mount point): its run dir's
+# disk was full at its end. Recorded as infra but the home's fault, not the node's: never counted
+# against the node, and retried only once the disk has room again (runtime.Runtime._ending).
+DISK_FULL = "disk full: "
 
 
 @dataclass(frozen=True, slots=True)

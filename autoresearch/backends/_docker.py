@@ -159,7 +159,7 @@ class DockerBackend(Backend):
         with os.fdopen(fd, "w") as f:
             json.dump({"key": request.key, "name": name, "created_at": time.time(), "log_path": request.log_path,
                        "timeout": request.timeout, "grace": request.grace, "on_exit": request.on_exit,
-                       "wake_fifo": request.wake_fifo, "options": self.options}, f)
+                       "wake_fifo": request.wake_fifo, "options": self.options, "ledger": request.ledger}, f)
         if not self._find(request.key, name):  # a container from before a crash is adopted, not run again
             argv, env = self.run_argv(request, name, image)
             done = self._cli(*argv, env=env, check=False, timeout=max(self.timeout, 600.0))  # may pull the image

@@ -17,6 +17,7 @@ from typing import Any
 
 from autoresearch.backends import _supervisor as sup
 from autoresearch.backends._base import (
+    DISK_FULL,
     AttemptStatus,
     Backend,
     Capabilities,
@@ -126,7 +127,10 @@ class LocalBackend(Backend):
             os.makedirs(os.path.dirname(request.log_path), mode=0o700, exist_ok=True)
         recorded = os.path.join(request.run_dir, "request.json")
         if os.path.exists(recorded):
-            return request.run_dir  # launched already
+            if _ours(recorded, request):
+                return request.run_dir  # launched already
+            raise BackendError(f"the run dir {request.run_dir} holds another attempt (another ledger's, or "
+                               "another key's): never adopted", hint="launch it in a run dir of its own")
         _remember(self._logs, request.run_dir, request.log_path)  # its ending's ingest reads no request.json
         sup.launch(
             {
@@ -157,7 +161,8 @@ class LocalBackend(Backend):
             return request.run_dir
         try:  # (json.dumps is C; json.dump to a text file is not)
             recorded_request: dict[str, Any] = {"key": request.key, "created_at": time.time(),
-                                                "log_path": request.log_path, "sandbox": request.sandbox is not None}
+                                                "log_path": request.log_path, "sandbox": request.sandbox is not None,
+                                                "ledger": request.ledger}
             if request.sandbox is not None and request.sandbox.limits:
                 from autoresearch.backends import _sandbox
 
@@ -189,6 +194,7 @@ class LocalBackend(Backend):
                 started_at=done.get("started_at"),
                 ended_at=done.get("ended_at"),
                 peak_rss_mb=done.get("peak_rss_mb"),
+                detail=f"{DISK_FULL}{str(done['disk_full'])[:300]}" if done.get("disk_full") else "",
             )
         state = self._states.get(external_id) or sup.read_json(os.path.join(external_id, sup.STATE))
         if state is not None:
@@ -268,6 +274,14 @@ class LocalBackend(Backend):
         if request is not None:
             _remember(self._logs, external_id, path)
         return path
+
+
+def _ours(recorded: str, request: LaunchRequest) -> bool:
+    """Whether the request.json at ``recorded`` is ``request``'s: its key and its ledger's id."""
+    data = sup.read_json(recorded)
+    if data is None:  # (being written by the start() that made it: ours only if we are that start, unknowable)
+        return True
+    return data.get("key") == request.key and str(data.get("ledger") or "") == request.ledger
 
 
 def _remember(cache: dict[str, Any], key: str, value: Any) -> None:

@@ -240,7 +240,7 @@ class SlurmBackend(Backend):
         write_file(os.path.join(run_dir, "request.json"), {
             "key": request.key, "name": name, "argv": argv, "workdir": request.workdir, "log_path": request.log_path,
             "timeout": request.timeout, "grace": request.grace, "wake_fifo": request.wake_fifo, "on_exit": on_exit,
-            "created_at": time.time()})
+            "created_at": time.time(), "ledger": request.ledger})
         write_file(os.path.join(run_dir, "env.json"), dict(request.env))
         shutil.copyfile(Path(__file__).with_name("_slurm_wrap.py"), os.path.join(run_dir, "wrap.py"))
         script, flags = os.path.join(run_dir, "job.sbatch"), self.flags(request, name)

@@ -10,6 +10,8 @@ the attempt's run dir::
     state.json   {"supervisor_pid", "supervisor_start", "pid", "pgid", "pgids", "started_at"}
     stop.json    written by stop(): {"grace", "requested_at"}; then SIGTERM to us
     exit.json    {"exit_code", "signal", "timed_out", "stopped", "ended_at", "peak_rss_mb"}
+                 (+ "disk_full": the mount point, when its disk had less than RESERVE_BYTES free at the end)
+    reserve      RESERVE_BYTES set aside while the command runs
                  (+ "members", "failed_member" for a gang: one process group per member)
 
 After the command ends it pokes ``wake_fifo`` when a live process listens there (the
@@ -43,6 +45,9 @@ from collections.abc import Iterator
 from typing import Any, NoReturn
 
 STATE, STOP, EXIT, REAPED = "state.json", "stop.json", "exit.json", "reaped"
+# Set aside before the command starts, freed at its end: room for exit.json and the ending's record
+# on a disk the command (or anyone) filled meanwhile; an end with less than this free is "disk full".
+RESERVE, RESERVE_BYTES = "reserve", 128 << 10
 # A supervisor claims its attempt by creating the attempt's log (O_EXCL), before anything else: a
 # second supervisor of the same attempt (a launcher that forked one itself after its zygote forked one
 # but died before answering, or two calls of start() with one key) finds it made and exits. (The claim
@@ -377,6 +382,7 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
     except FileExistsError:
         return  # another supervisor has this attempt
     _close_all_but({0, 1, 2, log_fd, *keep})
+    _reserve(run_dir)  # room to record the ending in, on a disk that fills while the command runs
 
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
@@ -502,6 +508,11 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
     if len(children) > 1:
         done["members"] = len(children)
         done["failed_member"] = failed
+    full = _disk_full(run_dir)
+    if full:
+        done["disk_full"] = full
+    with contextlib.suppress(OSError):
+        os.unlink(os.path.join(run_dir, RESERVE))
     write_json(os.path.join(run_dir, EXIT), done)
     os.close(log_fd)
     fifo = req.get("wake_fifo")
@@ -544,6 +555,36 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
             pass
         os._exit(0)  # (our descriptors and handlers are the hook's now: not another attempt's)
     return _quiet(wake_r, wake_w)
+
+
+def _reserve(run_dir: str) -> bool:
+    """Set ``RESERVE_BYTES`` aside in the run dir (freed to write exit.json, and the pass's record of the
+    ending, when the disk has filled meanwhile); False where the file system cannot."""
+    try:
+        fd = os.open(os.path.join(run_dir, RESERVE), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return False
+    try:
+        os.posix_fallocate(fd, 0, RESERVE_BYTES)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _disk_full(run_dir: str) -> str | None:
+    """The mount point of ``run_dir`` when its file system has less than ``RESERVE_BYTES`` free for us."""
+    try:
+        vfs = os.statvfs(run_dir)
+    except OSError:
+        return None
+    if vfs.f_bavail * vfs.f_frsize >= RESERVE_BYTES:
+        return None
+    path = os.path.realpath(run_dir)
+    while not os.path.ismount(path) and path != os.path.dirname(path):
+        path = os.path.dirname(path)
+    return path
 
 
 def _quiet(wake_r: int, wake_w: int) -> None:

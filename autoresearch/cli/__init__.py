@@ -23,10 +23,10 @@ import sys
 from typing import Any, NoReturn
 
 from autoresearch import __version__
-from autoresearch.cli import _deferred, backends, completion, health, jobs, loop, serve, tracking
+from autoresearch.cli import _deferred, backends, completion, doctor, health, jobs, loop, serve, tracking
 from autoresearch.errors import AutoresearchError
 
-COMMANDS = (jobs, backends, health, serve, tracking, loop, completion)  # the order of `autoresearch --help`
+COMMANDS = (jobs, backends, health, doctor, serve, tracking, loop, completion)  # the order of `autoresearch --help`
 EXIT_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader went away
 
 

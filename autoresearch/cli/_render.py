@@ -124,6 +124,9 @@ def render_metrics(rows: list[Any]) -> None:
     for m in rows:
         table.add_row(clean(m.name), _num(m.last), f"{_num(m.best)} ({m.mode})", m.step, m.count)
     _print(table.render(_width()))
+    if rows[0].unread_points:
+        print(styled(f"partial: about {rows[0].unread_points:,} more point(s) of its output are still being read; "
+                     "call metrics again for the rest", "yellow"))
 
 
 def _num(value: float | None) -> str:

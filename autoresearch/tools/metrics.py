@@ -35,7 +35,11 @@ def register(server: Any, ctx: ToolContext) -> None:
         project = ctx.caller_project()
         rows = ctx.api.metrics(job_id, names=names, series=series, max_points=max_points, project=project)
         job = ctx.api.status(job_id, project=project, refresh=False)
-        if rows:
+        unread = rows[0].unread_points if rows else 0
+        if unread:
+            step = (f"about {unread:,} more point(s) of its output are still being read: these values are partial; "
+                    "call metrics again for the rest")
+        elif rows:
             step = "" if job.state in ("succeeded", "failed", "cancelled") else \
                 f"the job is {job.state}: call metrics again later for newer values"
         else:
@@ -44,4 +48,4 @@ def register(server: Any, ctx: ToolContext) -> None:
             step = (f"no metrics yet; a job reports them with any of: {' | '.join(METRIC_FORMATS)}; "
                     f"check logs(job_id={job_id})")
         return MetricsResult(job_id=job.id, state=job.state, metrics=[from_view(Metric, r) for r in rows],
-                             next_step=step)
+                             unread_points=unread, next_step=step)

@@ -86,6 +86,8 @@ class JobDetail(JobSummary):
     log_excerpt: str | None = Field(default=None, description="On failure: the last lines of the failed attempt's log.")
     warnings: list[str] = Field(default_factory=list, description="Metrics the job wrote that were dropped "
                                 "(bad step or value), or errors autoresearch hit while handling it.")
+    unread_points: int = Field(default=0, description="Points (estimated) of its ended output still being read: "
+                                                     "its metrics are partial while this is above 0.")
 
 
 class SubmitResult(BaseModel):
@@ -135,6 +137,8 @@ class MetricsResult(BaseModel):
     job_id: int
     state: str
     metrics: list[Metric]
+    unread_points: int = Field(default=0, description="Points (estimated) of the job's ended output still being "
+                                                     "read: the values are partial while this is above 0.")
     next_step: str = ""
 
 

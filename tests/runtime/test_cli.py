@@ -145,7 +145,7 @@ def test_corrupt_ledger(home: Path) -> None:
     home.mkdir(parents=True)
     (home / "ledger.db").write_bytes(b"this is not sqlite" * 100)
     proc = cli("status", check=False)
-    assert proc.returncode == 1 and "corrupt" in proc.stderr and "mv " in proc.stderr
+    assert proc.returncode == 1 and "corrupt" in proc.stderr and "doctor --move-aside" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert "Traceback" in cli("--debug", "status", check=False).stderr
 

@@ -109,7 +109,7 @@ def test_a_corrupt_ledger_is_a_ledger_error_that_says_what_to_do(tmp_path: Path)
     with pytest.raises(LedgerError) as err:
         Ledger(tmp_path)
     assert "corrupt" in str(err.value)
-    assert err.value.hint is not None and "mv " in err.value.hint and "ledger.db.bad" in err.value.hint
+    assert err.value.hint is not None and "autoresearch doctor --move-aside" in err.value.hint
 
 
 def test_an_unwritable_home_is_a_ledger_error(tmp_path: Path) -> None:
