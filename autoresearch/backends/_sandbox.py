@@ -178,6 +178,8 @@ def rlimits(sandbox: Sandbox) -> list[str]:
         out.append(f"--as={int(limits['memory'])}")
     if limits.get("disk"):
         out.append(f"--fsize={int(limits['disk'])}")
+    if limits.get("cpu_seconds"):
+        out.append(f"--cpu={int(limits['cpu_seconds'])}:{int(limits['cpu_seconds']) + 10}")  # SIGXCPU, then SIGKILL
     if not out:
         return []
     import shutil
@@ -189,9 +191,12 @@ def applied(sandbox: Sandbox) -> dict[str, str]:
     """How each configured limit of ``sandbox`` is enforced (recorded with the attempt: request.json)."""
     how = {"processes": "RLIMIT_NPROC of the job's uid", "memory": "RLIMIT_AS (address space)",
            "disk": "RLIMIT_FSIZE (bytes per file written)", "tmp": "size of the tmpfs /tmp and /dev/shm",
-           "cpu": "not enforced: no delegated cgroup v2", "log": "bytes copied to the log, then one marker line",
+           "cpu": "not enforced: no cgroup, and the job has no timeout",
+           "cpu_seconds": "RLIMIT_CPU: cpu x timeout seconds of CPU per process (no cgroup)", "log": "bytes copied to the log, then one marker line",
            "metric_points": "at ingest: points past it dropped"}
     out = {k: how[k] for k in sandbox.limits if k in how}
+    if "cpu_seconds" in out:
+        out["cpu"] = out.pop("cpu_seconds")
     if "memory" in out and sandbox.devices:
         out["memory"] = "not enforced: a GPU job (CUDA reserves more address space than it uses)"
     return out

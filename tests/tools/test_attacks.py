@@ -303,3 +303,14 @@ def test_a_fork_bomb_of_one_project_leaves_another_projects_jobs_their_processes
     assert "fork failed" in a_text and int(a_text.split("started=", 1)[1].split()[0]) < 64, a_text
     assert int(log.split()[0]) >= 200000 and (home / "projects" / "team-a").stat().st_uid != int(log.split()[0])
     api.cancel([bomb.id])
+
+
+@pytest.mark.slow  # (it burns 3 s of CPU)
+def test_a_job_past_its_cpu_time_gets_a_clear_end(api: Any, home: Path) -> None:
+    """No cgroup here: cpu (cores) x the job's timeout is its CPU time per process (RLIMIT_CPU)."""
+    (home / "config.yaml").write_text("sandbox:\n  limits: {cpu: 0.1}\n")
+    _tenant(api, "team-a")
+    view, log = _run(api, home, "exec sh -c 'while :; do :; done'", timeout="20s")  # 3 s of CPU
+    assert "used its CPU time limit" in log and view.attempt_list[-1].signal == 24, (view, log)
+    recorded = json.loads((home / "jobs" / str(view.id) / "attempt-1" / "request.json").read_text())
+    assert recorded["limits"]["cpu"][1].startswith("RLIMIT_CPU"), recorded
