@@ -46,8 +46,10 @@ GPU_CONTROL = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 ROOT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")  # what setpriv needs to drop to the tenant uid
 
 
-@lru_cache(maxsize=4)
-def _probe(uid: int | None, gid: int | None) -> tuple[tuple[str, str] | None, str]:
+@lru_cache(maxsize=2)
+def _probe(root: bool) -> tuple[tuple[str, str] | None, str]:
+    """Whether bwrap (and setpriv, for a root launcher) build the sandbox here: once per process and
+    kind (the tenant uid does not change what works: one probe as nobody stands for every project's)."""
     import shutil
     import subprocess  # only when a tenant job is submitted or launched
 
@@ -57,7 +59,8 @@ def _probe(uid: int | None, gid: int | None) -> tuple[tuple[str, str] | None, st
     if shutil.which("prlimit") is None:
         return None, "prlimit (util-linux) is not installed, and it sets a tenant job's limits"
     setpriv = ""
-    if uid is not None:
+    uid = gid = 65534 if root else None
+    if root:
         setpriv = shutil.which("setpriv") or ""
         if not setpriv:
             return None, "setpriv (util-linux) is not installed, and a root server needs it to drop to the tenant uid"
@@ -80,8 +83,8 @@ def _probe(uid: int | None, gid: int | None) -> tuple[tuple[str, str] | None, st
 def programs(sandbox: Sandbox | None = None) -> tuple[str, str]:
     """bwrap (and setpriv for a root launcher), checked once per process and identity; refuses (fail
     closed) when they cannot build the sandbox."""
-    uid, gid = (sandbox.uid, sandbox.gid) if sandbox is not None else tenant_ids()
-    found, why = _probe(uid, gid)
+    uid = sandbox.uid if sandbox is not None else tenant_ids()[0]
+    found, why = _probe(uid is not None)
     if found is None:
         _probe.cache_clear()  # installing it must not need a restart
         raise BackendError(f"this job must run in a sandbox but {why}",
