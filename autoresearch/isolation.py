@@ -156,7 +156,7 @@ def apply(request: Any, policy: dict[str, Any] | None, ledger: Any, project: str
 
     sandbox = Sandbox(hidden=tuple(dict.fromkeys(hidden)), visible=tuple(dict.fromkeys((*sources, *_runtime_paths()))),
                       own=tuple(own), uid=uid, gid=gid, devices=_sandbox.gpu_devices(gpus),
-                      limits=limits.sandbox_config(ledger.home).for_project(project).as_dict())
+                      limits=_limits(limits.sandbox_config(ledger.home).for_project(project).as_dict(), request.timeout))
     env = {**request.env, "AUTORESEARCH_PROJECT_DIR": str(project_dir)}
     for key, value in env.items():
         if not key or "=" in key or "\0" in key or "\0" in value:
@@ -165,6 +165,14 @@ def apply(request: Any, policy: dict[str, Any] | None, ledger: Any, project: str
             raise SpecError(f"environment variable {key[:60]!r} cannot be set: a name must be non-empty without "
                             "'=' and neither name nor value may hold a NUL byte", hint="fix the job's env")
     return dataclasses.replace(request, sandbox=sandbox, env=env)
+
+
+def _limits(limits: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+    """The job's limits; without a cgroup its ``cpu`` (cores) becomes CPU seconds per process:
+    cores x its timeout (none without a timeout)."""
+    if limits.get("cpu") and timeout:
+        limits["cpu_seconds"] = max(1, int(limits["cpu"] * float(timeout)) + 1)
+    return limits
 
 
 def _give(own: list[str], uid: int, gid: int | None, worktree: str | None) -> None:

@@ -166,8 +166,8 @@ class LocalBackend(Backend):
             if request.sandbox is not None and request.sandbox.limits:
                 from autoresearch.backends import _sandbox
 
-                recorded_request["limits"] = {k: [v, _sandbox.applied(request.sandbox)[k]]
-                                              for k, v in request.sandbox.limits.items()}
+                how = _sandbox.applied(request.sandbox)
+                recorded_request["limits"] = {k: [v, how[k]] for k, v in request.sandbox.limits.items() if k in how}
             os.write(fd, json.dumps(recorded_request).encode())
         finally:
             os.close(fd)

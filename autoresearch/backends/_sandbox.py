@@ -46,8 +46,10 @@ GPU_CONTROL = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 ROOT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")  # what setpriv needs to drop to the tenant uid
 
 
-@lru_cache(maxsize=4)
-def _probe(uid: int | None, gid: int | None) -> tuple[tuple[str, str] | None, str]:
+@lru_cache(maxsize=2)
+def _probe(root: bool) -> tuple[tuple[str, str] | None, str]:
+    """Whether bwrap (and setpriv, for a root launcher) build the sandbox here: once per process and
+    kind (the tenant uid does not change what works: one probe as nobody stands for every project's)."""
     import shutil
     import subprocess  # only when a tenant job is submitted or launched
 
@@ -57,7 +59,8 @@ def _probe(uid: int | None, gid: int | None) -> tuple[tuple[str, str] | None, st
     if shutil.which("prlimit") is None:
         return None, "prlimit (util-linux) is not installed, and it sets a tenant job's limits"
     setpriv = ""
-    if uid is not None:
+    uid = gid = 65534 if root else None
+    if root:
         setpriv = shutil.which("setpriv") or ""
         if not setpriv:
             return None, "setpriv (util-linux) is not installed, and a root server needs it to drop to the tenant uid"
@@ -80,8 +83,8 @@ def _probe(uid: int | None, gid: int | None) -> tuple[tuple[str, str] | None, st
 def programs(sandbox: Sandbox | None = None) -> tuple[str, str]:
     """bwrap (and setpriv for a root launcher), checked once per process and identity; refuses (fail
     closed) when they cannot build the sandbox."""
-    uid, gid = (sandbox.uid, sandbox.gid) if sandbox is not None else tenant_ids()
-    found, why = _probe(uid, gid)
+    uid = sandbox.uid if sandbox is not None else tenant_ids()[0]
+    found, why = _probe(uid is not None)
     if found is None:
         _probe.cache_clear()  # installing it must not need a restart
         raise BackendError(f"this job must run in a sandbox but {why}",
@@ -178,6 +181,8 @@ def rlimits(sandbox: Sandbox) -> list[str]:
         out.append(f"--as={int(limits['memory'])}")
     if limits.get("disk"):
         out.append(f"--fsize={int(limits['disk'])}")
+    if limits.get("cpu_seconds"):
+        out.append(f"--cpu={int(limits['cpu_seconds'])}:{int(limits['cpu_seconds']) + 10}")  # SIGXCPU, then SIGKILL
     if not out:
         return []
     import shutil
@@ -189,9 +194,12 @@ def applied(sandbox: Sandbox) -> dict[str, str]:
     """How each configured limit of ``sandbox`` is enforced (recorded with the attempt: request.json)."""
     how = {"processes": "RLIMIT_NPROC of the job's uid", "memory": "RLIMIT_AS (address space)",
            "disk": "RLIMIT_FSIZE (bytes per file written)", "tmp": "size of the tmpfs /tmp and /dev/shm",
-           "cpu": "not enforced: no delegated cgroup v2", "log": "bytes copied to the log, then one marker line",
+           "cpu": "not enforced: no cgroup, and the job has no timeout",
+           "cpu_seconds": "RLIMIT_CPU: cpu x timeout seconds of CPU per process (no cgroup)", "log": "bytes copied to the log, then one marker line",
            "metric_points": "at ingest: points past it dropped"}
     out = {k: how[k] for k in sandbox.limits if k in how}
+    if "cpu_seconds" in out:
+        out["cpu"] = out.pop("cpu_seconds")
     if "memory" in out and sandbox.devices:
         out["memory"] = "not enforced: a GPU job (CUDA reserves more address space than it uses)"
     return out

@@ -80,7 +80,9 @@ def parse(raw: Any) -> SandboxConfig:
             raise SpecError(f"sandbox: unknown key {str(key)[:60]!r}", hint=f"valid keys: {', '.join(_KEYS)}")
     ids = {k: _id(raw.get(k, DEFAULT_ID), f"sandbox.{k}") for k in ("uid", "gid")}
     base = _limits(raw.get("limits"), "sandbox.limits", Limits(**DEFAULTS))
-    projects = raw.get("projects") or {}
+    projects = raw.get("projects")
+    if projects is None:
+        projects = {}
     if not isinstance(projects, dict):
         raise SpecError(f"sandbox.projects must be a mapping of project -> limits, got {type(projects).__name__}",
                         hint="write sandbox: {projects: {team-a: {memory: 64G}}}")
