@@ -138,3 +138,11 @@ def test_kubernetes_refuses_a_reference_that_is_no_secret_name(tmp_path: Path) -
                             image="python:3.11", secret_env={"HF_TOKEN": "Upper_Case/token"})
     with pytest.raises(SpecError, match="not a Kubernetes Secret"):
         job_manifest(request, "ar-x", "o")
+
+
+def test_the_cli_takes_secret_env_and_words_a_refusal(home: Path, tmp_path: Path) -> None:
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "autoresearch.cli", "submit", "--secret-env", "HF_TOKEN=hf/token",
+                           "--", "true"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "no secret store for secret_env (HF_TOKEN)" in done.stderr, done.stderr
