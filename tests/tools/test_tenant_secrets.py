@@ -92,6 +92,7 @@ async def test_a_tenant_plan_cannot_send_a_server_variable_or_key_to_its_own_url
     assert fake.requests == []  # nothing reached the endpoint: no key, no prompt
 
 
+@pytest.mark.slow  # two loops started over HTTP, each until its first LLM call: ~6 s here
 @pytest.mark.anyio
 async def test_a_tenant_loop_runs_with_a_clean_environment_and_only_its_grant(setting: Any) -> None:
     root, tokens, home, fake = setting
