@@ -28,6 +28,9 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--priority", help="critical | normal | best-effort (best-effort may be preempted)")
     s.add_argument("--env", action="append", metavar="K=V", help="an environment variable for the job (repeatable)")
     s.add_argument("--tag", action="append", metavar="K=V", help="a free-form label (repeatable)")
+    s.add_argument("--secret-env", action="append", metavar="NAME=STORE/KEY",
+                   help="a variable whose value the engine's secret store holds: a Kubernetes Secret and its key, "
+                        "a Databricks secret scope and its key (repeatable; kubernetes and databricks only)")
     s.add_argument("--mount", action="append", metavar="TARGET=SOURCE",
                    help="link TARGET inside the workdir to SOURCE (repeatable)")
     s.add_argument("--workdir", help="directory to run in (default: the current one)")
@@ -197,8 +200,9 @@ def _submit(args: argparse.Namespace) -> int:
     spec.update({k: v for k, v in options.items() if v is not None})
     if args.shell:
         spec["shell"] = True
-    for key, flag in (("env", "--env"), ("tags", "--tag"), ("mounts", "--mount")):
-        values = _kv(getattr(args, key.rstrip("s") if key != "mounts" else "mount"), flag)
+    for key, flag, attr in (("env", "--env", "env"), ("tags", "--tag", "tag"), ("mounts", "--mount", "mount"),
+                            ("secret_env", "--secret-env", "secret_env")):
+        values = _kv(getattr(args, attr), flag)
         if values:
             spec[key] = {**(spec.get(key) or {}), **values}
     spec.setdefault("workdir", os.getcwd())

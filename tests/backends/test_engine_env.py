@@ -138,3 +138,25 @@ def test_kubernetes_refuses_a_reference_that_is_no_secret_name(tmp_path: Path) -
                             image="python:3.11", secret_env={"HF_TOKEN": "Upper_Case/token"})
     with pytest.raises(SpecError, match="not a Kubernetes Secret"):
         job_manifest(request, "ar-x", "o")
+
+
+def test_the_cli_takes_secret_env_and_words_a_refusal(home: Path, tmp_path: Path) -> None:
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "autoresearch.cli", "submit", "--secret-env", "HF_TOKEN=hf/token",
+                           "--", "true"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "no secret store for secret_env (HF_TOKEN)" in done.stderr, done.stderr
+
+
+def test_ray_shares_the_rule(submitter: None) -> None:
+    """Ray's runtime_env comes from the same helper: the job's env (even a value equal to the
+    submitter's), the runtime's variables, nothing else of the submitter's environment."""
+    from autoresearch.backends.ray import RayBackend
+
+    env = {**os.environ, "BATCH": "64", "AUTORESEARCH_JOB_ID": "3"}
+    request = LaunchRequest(key="3.1", argv=["python", "train.py"], env=env, workdir="/w", log_path="", run_dir="",
+                            job_env=("BATCH", "HF_TOKEN"))
+    sent = RayBackend(address="http://127.0.0.1:1")._runtime_env(request)["env_vars"]
+    assert sent["HF_TOKEN"] == SUBMITTER["HF_TOKEN"] and sent["BATCH"] == "64" and sent["AUTORESEARCH_JOB_ID"] == "3"
+    assert leaked(json.dumps({k: v for k, v in sent.items() if k != "HF_TOKEN"})) == []
+    assert "PATH" not in sent and "HOME" not in sent

@@ -92,6 +92,7 @@ async def test_a_tenant_plan_cannot_send_a_server_variable_or_key_to_its_own_url
     assert fake.requests == []  # nothing reached the endpoint: no key, no prompt
 
 
+@pytest.mark.slow  # two loops started over HTTP, each until its first LLM call: ~6 s here
 @pytest.mark.anyio
 async def test_a_tenant_loop_runs_with_a_clean_environment_and_only_its_grant(setting: Any) -> None:
     root, tokens, home, fake = setting
@@ -136,6 +137,7 @@ ALLOWED = ("http://127.0.0.1:8000/v1", "https://llm.internal.example/api", "http
 @pytest.mark.parametrize("url", [
     "http://127.0.0.1:8000/v1", "HTTP://127.0.0.1:8000/v1/", "http://127.0.0.1:8000/v1/chat",
     "https://LLM.internal.example./api", "https://llm.internal.example:443/api/v2", "http://[0:0::1]:9000/v1",
+    "http://127.0.0.1.:8000/v1", "http://127.0.0.1:08000/v1",
 ])
 def test_allowed_endpoints_match_by_value(url: str) -> None:
     assert grants.allowed_url(url, ALLOWED)
@@ -145,6 +147,7 @@ def test_allowed_endpoints_match_by_value(url: str) -> None:
     "http://127.0.0.1:8000/v10", "http://127.0.0.1:8001/v1", "https://127.0.0.1:8000/v1", "http://127.0.0.1/v1",
     "http://127.0.0.1:8000/", "http://localhost:8000/v1", "http://[::2]:9000/v1",
     "https://llm.internal.example.evil.com/api", "https://evil.com/llm.internal.example/api",
+    "http://0x7f.1:8000/v1", "http://2130706433:8000/v1", "http://[::ffff:127.0.0.1]:8000/v1", "http://127.1:8000/v1",
 ])
 def test_other_endpoints_are_refused(url: str) -> None:
     assert not grants.allowed_url(url, ALLOWED)
@@ -156,6 +159,7 @@ def test_other_endpoints_are_refused(url: str) -> None:
     "http://127.0.0.1:8000/v1?u=http://evil", "http://127.0.0.1:8000/v1#x", "ftp://127.0.0.1:8000/v1",
     "file:///etc/passwd", "//127.0.0.1:8000/v1", "http:///v1", "http://127.0.0.1:8000/v1\n", "http://ev il/v1",
     "http://127.0.0.1:99999/v1", "", "x" * 3000, "http://[::1/v1", "http://evil_host/v1",
+    "http://\u217docalhost:8000/v1", "http://127.0.0.1:8000/v1\u0000", "http:\\\\127.0.0.1\\v1",
 ])
 def test_tricky_urls_are_not_urls(url: str) -> None:
     with pytest.raises(ValueError):
