@@ -67,7 +67,7 @@ def test_a_run_folder_copied_in_from_another_home_is_never_adopted(home: Path, t
     (tmp_path / "w").mkdir()
     _run_one(other, OLD, tmp_path / "w")
     api = Api(home)  # this home's ledger, made before the copy: no job yet
-    shutil.copytree(other / "jobs", home / "jobs")
+    shutil.copytree(other / "jobs", home / "jobs", dirs_exist_ok=True)  # (a home makes its jobs/ when opened)
 
     job = api.submit({"command": NEW, "workdir": str(tmp_path / "w")})
     view = wait_state(api, job.id, ("succeeded", "failed"))
