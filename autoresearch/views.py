@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,6 +191,8 @@ def iso(ts: float | None) -> str | None:
     """A Unix time as ISO 8601 in UTC, to the second (``2026-11-30T15:17:27Z``); None stays None."""
     if ts is None or isinstance(ts, bool) or not isinstance(ts, (int, float)):
         return None
+    if 0 <= ts < 253402300800:  # 1970 to 9999: time's C functions, twice datetime's speed (a final view has thousands)
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
     import datetime as _dt
 
     try:

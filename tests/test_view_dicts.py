@@ -8,7 +8,7 @@ import math
 import time
 
 from autoresearch.loop.views import CurveStep, LoopView, TrialRow
-from autoresearch.views import to_dict, with_iso
+from autoresearch.views import iso, to_dict, with_iso
 
 
 def _view(n: int) -> LoopView:
@@ -40,3 +40,16 @@ def test_a_large_final_view_converts_in_a_fraction_of_asdicts_time() -> None:
     assert fast < slow / 2  # measured: 10-17x less
     out = with_iso(plain)
     assert out["trials"][0]["created_at_iso"] and out["trials"][0]["started_at_iso"] is None
+
+
+def test_iso_is_the_same_on_its_fast_path_and_refuses_what_is_not_a_time() -> None:
+    import datetime as dt
+    import random
+
+    rng = random.Random(7)
+    for ts in [0, 0.999, 1.7e9, 1.7e9 + 0.5, 253402300799.9] + [rng.uniform(0, 2.5e11) for _ in range(2000)]:
+        want = dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        assert iso(ts) == want, ts
+    assert iso(-1.5) == "1969-12-31T23:59:58Z"  # before 1970: datetime's path, floored like it
+    for bad in (math.nan, math.inf, -math.inf, 1e30, 253402300800, None, True, "1", [1]):
+        assert iso(bad) is None  # type: ignore[arg-type]
