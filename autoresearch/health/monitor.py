@@ -214,11 +214,7 @@ class Health:
         if classified.cls in ("infra", policy.SUSPECT):
             # The node the machine's evidence names is blamed (member k's, for a gang); a suspicion nobody
             # confirmed is weighed on every member's node (the differential rule decides).
-            blamed = _nodes(placed)
-            if classified.cls == "infra":
-                named = {f.node for f in found + confirmed if f.owner == "machine" and f.cls == "infra"
-                         and f.signature == classified.signature}
-                blamed = [n for n in blamed if n in named] or blamed
+            blamed = policy.blamed(classified, _nodes(placed), found + confirmed)
             self.store.record([Finding(n, "infra_failure", classified.cls, "soft",
                                        "verdict" if classified.cls == "infra" else "ending", None,
                                        f"job {att['job_id']} attempt {att['n']}: {classified.why}"[:300], now,

@@ -156,6 +156,21 @@ class Classified:
         return self.cls in RETRIED
 
 
+def blamed(classified: Classified, members: Sequence[str], findings: Sequence[Finding]) -> list[str]:
+    """The nodes an ended attempt's failure is weighed against (an ``infra_failure`` on each): for
+    ``infra``, the members' nodes the machine's own evidence of that fault names (member k's node for a
+    gang whose fault was there), else every member's; for ``infra-suspect`` (the job's word, nobody's
+    confirmation), every member's node, where the differential rule decides; nothing for ``user`` and
+    ``unknown``. The runtime (health.monitor) and the simulated driver both decide with this."""
+    if classified.cls not in ("infra", SUSPECT):
+        return []
+    nodes = list(dict.fromkeys(members))
+    if classified.cls == "infra":
+        named = {f.node for f in findings if f.machine_fault and f.signature == classified.signature}
+        return [n for n in nodes if n in named] or nodes
+    return nodes
+
+
 _USER_HINTS = {
     "cuda_oom": "the program ran out of GPU memory: lower the batch size or model size, or ask for more GPUs; "
                 "it is not retried",
