@@ -144,7 +144,7 @@ class Health:
                 findings += self._hang(node, att, config, now)
         # throttling is recorded again often enough to keep the node degraded while it lasts
         self.store.record(_redacted(findings), throttle_dedupe_s=min(3600.0, config.degraded_for_s / 3))
-        passed = reader is not None and not blocking(findings)
+        passed = reader is not None and not blocking(findings) and not any(f.signature == "nvml_error" for f in findings)
         review(self.ledger, self.backend, node, now, preflight_passed_at=now if passed and not attempts else None)
 
     def _hang(self, node: str, att: Any, config: C.HealthConfig, now: float) -> list[Finding]:

@@ -123,7 +123,8 @@ def node_state(current: NodeStatus, findings: Sequence[Finding], config: HealthC
         return NodeStatus("cordoned", PREFIX + f"infra failures of {len(jobs)} jobs within "
                           f"{_span(config.cordon_window_s)} that ran elsewhere (last: {last.excerpt[:160]})", now,
                           current.cleared_at)
-    throttled = _window([f for f in live if f.cls == "throttle"], now - config.degraded_for_s)
+    throttled = _window([f for f in live if f.cls == "throttle" or (f.signature == "nvml_error" and f.machine_fault)],
+                        now - config.degraded_for_s)
     if throttled:
         last = max(throttled, key=lambda f: f.ts)
         reason = PREFIX + last.line()[:240]

@@ -204,7 +204,7 @@ def _finding(row: sqlite3.Row) -> Finding | None:
 
 
 def _span(f: Finding, throttle_dedupe_s: float) -> float:
-    return max(1.0, throttle_dedupe_s) if f.cls == "throttle" else DEDUPE_S
+    return max(1.0, throttle_dedupe_s) if f.cls == "throttle" or f.signature == "nvml_error" else DEDUPE_S
 
 
 def _key(f: Finding, ts: float, span: float) -> tuple[Any, ...]:

@@ -59,3 +59,17 @@ def test_a_node_that_goes_bad_while_idle_takes_no_new_job(home: Path, fleet: Fle
     assert view(api, second).state == "queued" and len(fake.attempts()) == 1
     state, reason = node_states(api)["fake-0"]
     assert state == "cordoned" and "xid_79" in reason
+
+
+def test_nvml_failing_after_open_degrades_the_node_with_a_shown_finding_and_places_it_last(
+        home: Path, fleet: Fleet) -> None:
+    api, fake = setup(home)
+    fleet.set("fake-0", "nvml_error")
+    api._runtime.tick()  # the idle nodes' poll
+    state, reason = node_states(api)["fake-0"]
+    assert state == "degraded" and "nvml_error" in reason and "GPU is lost" in reason
+    assert node_states(api)["fake-1"][0] == "healthy"
+    job = submit(api, gpus=1)
+    assert fake.attempt(f"{job}.1").request.node == "fake-1"
+    shown = [f for f in api._runtime.health.store.node_findings("fake-0") if f.signature == "nvml_error"]
+    assert shown and shown[0].owner == "machine" and shown[0].gpu == "2"
