@@ -705,6 +705,8 @@ def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
         return "cancelled", "cancelled by request"
     if stop_reason == "preempted":
         return "preempted", "stopped to make room for a higher-priority job"
+    if stop_reason == "hang":  # health.on_hang: kill (the health checks class it: infra-suspect, re-checked)
+        return "infra", "stopped after it hung: no new log line or metric for health.hang_after (on_hang: kill)"
     if status.preempted and not stop_reason:
         return "preempted", status.detail or "preempted by the engine"
     if status.state == "lost":

@@ -170,9 +170,33 @@ class Health:
         if now - seen_at < hang_after:
             return []
         gpus = ",".join(json.loads(att["gpu_ids"])) or None
-        return [Finding(node, "hang", SUSPECT, "info", "hang", gpus,
-                        f"no new log line or metric for {int(now - seen_at)} s (hang_after {hang_after:g} s)", now,
-                        att["job_id"], att["n"])]
+        silent = f"no new log line or metric for {int(now - seen_at)} s (hang_after {hang_after:g} s)"
+        found = [Finding(node, "hang", SUSPECT, "info", "hang", gpus, silent, now, att["job_id"], att["n"])]
+        if config.on_hang == "kill" and att["stop_reason"] is None:
+            found.append(self._kill_hang(node, att, gpus, silent, now))
+        return found
+
+    def _kill_hang(self, node: str, att: Any, gpus: str | None, silent: str, now: float) -> Finding:
+        """``on_hang: kill``: the hung attempt's Python stack dumped first (``py-spy dump`` when installed,
+        beside its log), then the stop recorded (reason ``hang``) and sent with the job's grace (a program
+        that ignores SIGTERM gets SIGKILL after it). Its ending is infra-suspect: the re-check of the
+        machine decides (a hang is the job's silence, not the machine's word)."""
+        from autoresearch.jobstore import JobStore
+
+        stack = _dump_stack(self.backend, att)
+        row = JobStore(self.ledger).mark_stop(att["job_id"], att["n"], "hang", why=silent)
+        if row is not None:
+            try:
+                grace = float(json.loads(att["spec"]).get("grace") or 0.0) or None
+            except (TypeError, ValueError, AttributeError):
+                grace = None
+            try:
+                self.backend.stop(att["external_id"], grace)
+            except Exception as err:  # noqa: BLE001 - recorded: the pass sends the stop again (STOP_AGAIN_AFTER_S)
+                print(f"warning: could not stop hung attempt {att['job_id']}.{att['n']}: {err}", file=sys.stderr)
+        return Finding(node, "hang_killed", SUSPECT, "soft", "hang", gpus,
+                       f"killed (health.on_hang: kill): {silent}" + (f"; {stack}" if stack else ""), now,
+                       att["job_id"], att["n"])
 
     # -- endings ----------------------------------------------------------------------------
 
@@ -260,6 +284,50 @@ class Health:
         read = klog.read(self.store.kernel_cursor(node))
         self.store.set_kernel_cursor(node, read.cursor)
         return findings_from(node, read, config, now)
+
+
+PYSPY_TIMEOUT_S = 20.0
+
+
+def _dump_stack(backend: Backend, att: Any) -> str:
+    """``py-spy dump --pid`` of the attempt's program, written beside its log (``attempt-N.stack.txt``);
+    a line saying where (and its last frame), or "" when py-spy is not installed or the backend cannot
+    name the process on this machine. Never raises."""
+    import shutil
+    import subprocess
+
+    pyspy = shutil.which("py-spy")
+    pids = getattr(backend, "attempt_pids", None)
+    if pyspy is None or pids is None:
+        return ""
+    try:
+        found = [int(p) for p in pids(att["external_id"])][:4]
+    except Exception:  # noqa: BLE001 - no pid: no stack
+        return ""
+    if not found:
+        return ""
+    parts = []
+    for pid in found:
+        try:
+            done = subprocess.run([pyspy, "dump", "--pid", str(pid)], capture_output=True, timeout=PYSPY_TIMEOUT_S,
+                                  check=False)
+            text = (done.stdout or done.stderr or b"").decode("utf-8", "replace")
+        except (OSError, subprocess.SubprocessError) as err:
+            text = f"py-spy dump --pid {pid} failed: {err}"
+        parts.append(f"$ py-spy dump --pid {pid}\n{text[:200_000]}")
+    path = str(att["log_path"])
+    path = (path[:-4] if path.endswith(".log") else path) + ".stack.txt"
+    try:
+        import os
+
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+            out.write("\n".join(parts))
+    except OSError:
+        path = ""
+    frames = [line.strip() for line in "\n".join(parts).splitlines() if line.strip() and not line.startswith(("$", "Process",
+              "Python v", "Thread"))]
+    top = frames[0][:160] if frames else ""
+    return "stack dumped" + (f" to {path}" if path else "") + (f" (top: {top})" if top else "")
 
 
 def review(ledger: Ledger, backend: Backend, node: str, now: float, preflight_passed_at: float | None = None) -> str:
