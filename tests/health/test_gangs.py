@@ -73,3 +73,17 @@ def test_nvml_failing_after_open_degrades_the_node_with_a_shown_finding_and_plac
     assert fake.attempt(f"{job}.1").request.node == "fake-1"
     shown = [f for f in api._runtime.health.store.node_findings("fake-0") if f.signature == "nvml_error"]
     assert shown and shown[0].owner == "machine" and shown[0].gpu == "2"
+
+
+def test_members_of_an_attempt_survive_a_malformed_placement() -> None:
+    from autoresearch.health.monitor import members
+
+    def row(alloc: object, node: object = "n0", gpu_ids: object = '["0"]') -> dict[str, object]:
+        return {"alloc": alloc, "node": node, "gpu_ids": gpu_ids}
+
+    assert members(row('[["n0", ["0", "1"]], ["n1", ["0"]]]')) == [("n0", ("0", "1")), ("n1", ("0",))]
+    assert members(row('[["n0", ["0"]], ["n0", ["1"]]]')) == [("n0", ("0", "1"))]  # packed on one host
+    for garbage in ("{", "[1, 2]", '[["n0"]]', "null", '"x"'):
+        assert members(row(garbage)) == [("n0", ("0",))]  # the first member's node, as recorded
+    assert members(row(None, None)) == []
+    assert members(row(None, "n0", "not json")) == [("n0", ())]
