@@ -87,6 +87,7 @@ class Stats:
     false_cordons: int = 0  # of a node that had no fault at the time
     false_cordon_gpu_s: float = 0.0  # GPU-seconds healthy nodes stood cordoned
     faults_caught: int = 0  # cordons of a node with a fault
+    catch_s: list[float] = field(default_factory=list)  # per caught fault: its Xid to its cordon (s)
     passes: int = 0
     waits: dict[str, list[float]] = field(default_factory=dict)  # priority -> submit-to-first-start (s)
 
@@ -370,11 +371,13 @@ class Driver:
         self.status[node] = after
         if after.state == "cordoned" and before.state != "cordoned":
             self.stats.cordons += 1
-            if self.schedule_.sick(node, t, self.cordon_log) is None:
+            sick = self.schedule_.sick(node, t, self.cordon_log)
+            if sick is None:
                 self.stats.false_cordons += 1
                 self.false_since[node] = t
             else:
                 self.stats.faults_caught += 1
+                self.stats.catch_s.append(max(0.0, t - sick.t))
                 self.cordon_log.append((node, t))  # the backend's cordon hook: an operator will fix it
         return True
 
