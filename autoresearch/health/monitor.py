@@ -6,9 +6,11 @@ ingestion of logs (the mirror's syncer, a loop's monitor), rate-limited per node
 processes by the ledger (``nodes.poll_due_at``):
 
 * :meth:`Health.preflight` before an attempt starts (cached per node);
-* :meth:`Health.monitor` once per pass: for each node with running attempts and due for a
-  poll, NVML findings, the attempts' logs scanned for signatures (through the ingestion of
-  their metrics, which reads the same bytes), and hangs (no new output for ``hang_after``);
+* :meth:`Health.monitor` once per pass: for each node due for a poll that runs attempts (every
+  member's node of a gang) or is idle and readable here, NVML findings (a GPU's belongs to the
+  attempt that holds it), the attempts' logs scanned for signatures (through the ingestion of
+  their metrics, which reads the same bytes), and hangs (no new output for ``hang_after``;
+  ``on_hang: kill`` stops them, their stack dumped first);
 * :meth:`Health.on_ending`: whose fault a failed attempt was (:func:`policy.failure_class`),
   with a last look at the machine (NVML, the kernel log); an ``infra-suspect`` ending (the
   job's output points at the machine) re-checks the node at once, uncached (and runs the
