@@ -575,6 +575,8 @@ def local_health(home: str | os.PathLike[str] | None = None, drain: bool = False
     """This machine's GPUs checked now (``autoresearch health``; ``--slurm-hc`` for Slurm). The
     thresholds are the home's ``health:`` settings (a bad one raises SpecError with a hint);
     ``drain``: an unhealthy Slurm node drains itself with the reason."""
+    import time
+
     from autoresearch.health import config as health_config
     from autoresearch.health import local
     from autoresearch.health.findings import blocking
@@ -585,13 +587,21 @@ def local_health(home: str | os.PathLike[str] | None = None, drain: bool = False
     if expect_gpus is not None and not 0 <= expect_gpus <= 4096:
         raise SpecError(f"--expect-gpus {expect_gpus} is not a GPU count", hint="pass the node's GPU count, e.g. 8")
     node, sample, findings = local.check_here(config, expect_gpus)
+    state_file = local.state_path(Path(home).expanduser() if home else default_home(), node)
+    state = local.load_state(state_file)
+    findings += local.kernel_here(node, config, state)  # the kernel log since the last run (its cursor)
     bad = blocking(findings)
     gpus = [GpuHealthView(g.index, g.name, g.temperature_c, g.ecc_volatile_uncorrected,
                           reason_names(g.clock_event_reasons), list(g.xids)) for g in sample.gpus]
     view = HealthView(node, not bad, sample.driver_version, gpus, [f.line()[:300] for f in findings],
                       "; ".join(f.line() for f in bad)[:400])
     if bad and drain:
-        view.action = local.drain(node, "autoresearch health: " + view.reason)
+        view.action = local.drain(node, local.drain_reason(bad))
+        if view.action.startswith("drained"):
+            state["drained_at"] = time.time()
+    elif drain:  # a node this program drained itself comes back once it passes (soft causes, after the cool-down)
+        view.action = local.resume_if_own(node, state, config.cooldown_s, time.time())
+    local.save_state(state_file, state)
     return view
 
 

@@ -285,10 +285,11 @@ class JobStore:
         return rows
 
     def any_active_on(self, backend: str, nodes: Collection[str]) -> bool:
-        """Whether a starting or running attempt of ``backend`` is on one of ``nodes`` (its first member's)."""
+        """Whether a starting or running attempt of ``backend`` may be on one of ``nodes``: its first member's,
+        or any gang (its other members' nodes are in its ``alloc``: the monitor sorts them out)."""
         return any(self.ledger.one(
             "SELECT 1 FROM attempts a JOIN jobs j ON j.id=a.job_id WHERE a.state IN ('starting','running') "
-            f"AND j.backend=? AND a.node IN ({marks}) LIMIT 1", (backend, *part)) is not None
+            f"AND j.backend=? AND (a.node IN ({marks}) OR a.alloc IS NOT NULL) LIMIT 1", (backend, *part)) is not None
             for part, marks in _chunks(sorted(nodes), 500))
 
     def busy_backends(self) -> list[str]:

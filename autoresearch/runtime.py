@@ -282,17 +282,26 @@ class Runtime:
         is due is asked); ``node_rows``: the backend's nodes as this pass read them (else read here).
         Whether it ran the checks."""
         waiting = self.jobs.any_health_cordon()  # a passing check may lift it (uncordon: preflight)
-        if active is not None and not active and not waiting:
+        idle = self._watches_idle()  # idle nodes are polled too: one that goes bad idle takes no job
+        if active is not None and not active and not waiting and not idle:
             return False
         now = time.time()
         rows = node_rows if node_rows is not None else self.jobs.nodes(self.backend.name)
         due = {r["name"] for r in rows if (r["poll_due_at"] or 0) <= now}
-        busy = bool(due) and (any(a["node"] in due for a in active) if active is not None
-                              else self.jobs.any_active_on(self.backend.name, due))
+        idle_due = idle and any(r["name"] in due and r["state"] in ("healthy", "degraded")
+                                and r["gpu_ids"] not in (None, "", "[]") for r in rows)
+        busy = idle_due or bool(due) and (any(m in due for a in active for m in _member_nodes(a))
+                                          if active is not None else self.jobs.any_active_on(self.backend.name, due))
         if waiting or busy:
             self.health.monitor(self.jobs.active_attempts(self.backend.name))  # as they are now
             return True
         return False
+
+    def _watches_idle(self) -> bool:
+        """Whether this process reads the backend's nodes' GPUs itself (health.monitor.watches_idle, without
+        importing the health checks on a pass that has nothing due)."""
+        return (self.backend.name == "local" or getattr(self.backend, "gpu_reader", None) is not None
+                or bool(os.environ.get("AUTORESEARCH_NVML_FAKE")))
 
     def refresh_nodes(self) -> list[Any]:
         """Record the nodes the backend reports now; their rows as recorded (what a pass places onto)."""
@@ -656,6 +665,14 @@ def _running(placed: list[Any]) -> list[S.Running]:
                       r["memory"], r["stop_reason"] is not None, r["project"]) for r in placed]
 
 
+def _member_nodes(row: Any) -> list[str]:
+    """The nodes of every member of an active attempt (a gang's), else its one node."""
+    try:
+        return [m for m, _ in _alloc(row)]
+    except (TypeError, ValueError, KeyError, IndexError):
+        return [row["node"]]
+
+
 def _alloc(row: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """An active attempt's placement: every member of a gang, else its one node."""
     if row["alloc"]:
@@ -749,6 +766,8 @@ def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
         return "cancelled", "cancelled by request"
     if stop_reason == "preempted":
         return "preempted", "stopped to make room for a higher-priority job"
+    if stop_reason == "hang":  # health.on_hang: kill (the health checks class it: infra-suspect, re-checked)
+        return "infra", "stopped after it hung: no new log line or metric for health.hang_after (on_hang: kill)"
     if status.preempted and not stop_reason:
         return "preempted", status.detail or "preempted by the engine"
     if status.detail.startswith(DISK_FULL):  # (the home's disk: runtime.disk_full_hint)

@@ -30,7 +30,7 @@ class AttemptView:
     end_reason: str | None
     detail: str | None
     peak_rss_mb: float | None
-    failure_class: str | None = None  # infra | user, when it failed
+    failure_class: str | None = None  # infra | infra-suspect | unknown | user, when it failed
 
 
 @dataclass
@@ -54,7 +54,7 @@ class JobView:
     cancelling: bool = False
     tags: dict[str, str] = field(default_factory=dict)
     attempt_list: list[AttemptView] = field(default_factory=list)
-    failure_class: str | None = None  # "user" or "infra", when the job failed
+    failure_class: str | None = None  # infra | infra-suspect | unknown | user, when the job failed
     failure_why: str | None = None  # the signature that decided it, with its log line (autoresearch/health/)
     failure_hint: str | None = None  # what happens now / what to do
     log_excerpt: str | None = None  # last lines of the failed attempt's log

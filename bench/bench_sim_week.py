@@ -95,18 +95,21 @@ def misbehaving(args: argparse.Namespace) -> None:
     print(f"\nthe same week, {100 * args.spoof:g}% of jobs printing fault-like lines (half a benign Xid mention, "
           f"half an NCCL error line, exit 1) and {100 * args.selfkill:g}% killing themselves (SIGKILL)")
     head = (f"{'policy':9} {'goodput':>8} {'cordons':>8} {'false':>6} {'faults caught':>14} "
-            f"{'GPU-h false cordon':>19} {'GPU-h lost fault':>17} {'failed':>7} {'done':>6} {'wall s':>7}")
+            f"{'GPU-h false cordon':>19} {'GPU-h lost fault':>17} {'Xid to cordon p50/max s':>24} {'failed':>7} "
+            f"{'done':>6} {'wall s':>7}")
     print(head)
     print("-" * len(head))
     for name, cordon in runs:
         s, wall, _ = run(args.seed, args.nodes, args.days, cordon, "trusting" if name == "trusting" else "owner",
                          args.spoof, args.selfkill)
+        catch = f"{pct(s.catch_s, 0.5):.0f} / {max(s.catch_s):.0f}" if s.catch_s else "-"
         print(f"{name:9} {100 * s.goodput:7.1f}% {s.cordons:8d} {s.false_cordons:6d} {s.faults_caught:14d} "
-              f"{s.false_cordon_gpu_s / 3600:19.0f} {s.lost_fault_gpu_s / 3600:17.0f} {s.jobs_failed:7d} "
+              f"{s.false_cordon_gpu_s / 3600:19.0f} {s.lost_fault_gpu_s / 3600:17.0f} {catch:>24} {s.jobs_failed:7d} "
               f"{s.jobs_done:6d} {wall:7.1f}")
     print("owner: evidence has an owner (the machine's cordons; job output is a suspicion, differential rule); "
           "trusting: job output and outside signals counted as the machine's (as before); false: cordons of "
-          "a node with no fault then; GPU-h false cordon: healthy GPUs kept out by them")
+          "a node with no fault then; GPU-h false cordon: healthy GPUs kept out by them; Xid to cordon: from a GPU's "
+          "Xid to its node's cordon, with the monitor polling every node each poll_interval (30 s)")
 
 
 def main() -> int:

@@ -112,6 +112,12 @@ class LocalBackend(Backend):
     def nodes(self) -> list[NodeInfo]:
         return [NodeInfo(self.node_name, local_gpu_ids(), *_host_size())]
 
+    def attempt_pids(self, external_id: str) -> list[int]:
+        """The attempt's program process(es) on this machine (its state.json), for a stack dump of a hang."""
+        state = sup.read_json(os.path.join(external_id, sup.STATE)) or {}
+        pid = state.get("pid")
+        return [pid] if type(pid) is int and pid > 1 else []
+
     def start(self, request: LaunchRequest) -> str:
         members = gang_members(request)
         if request.nodes > 1 and len(members) != request.nodes:

@@ -26,7 +26,8 @@ def add_parser(sub: Any) -> None:
     h.add_argument("--slurm-hc", action="store_true",
                    help="Slurm HealthCheckProgram mode: silent when healthy, one reason line and exit 1 when not")
     h.add_argument("--drain", action="store_true", help="on an unhealthy node, drain it in Slurm (scontrol) "
-                                                        "with the reason")
+                                                        "with the reason; resume a node this program drained "
+                                                        "itself once it passes (soft causes, after the cool-down)")
     h.add_argument("--expect-gpus", type=int, metavar="N", help="the node must have N GPUs (fewer is a fault)")
     h.add_argument("--json", action="store_true", help="print the GPUs and findings as JSON")
     h.set_defaults(handler=run)
@@ -43,8 +44,8 @@ def run(args: argparse.Namespace) -> int:
     elif args.slurm_hc:
         if not view.healthy:
             print(f"autoresearch health: {view.node}: {view.reason}")
-            if view.action:
-                print(view.action)
+        if view.action:
+            print(view.action)
     else:
         from autoresearch.cli._render import render_health
 

@@ -138,6 +138,8 @@ def check_sample(node: str, sample: NodeSample, gpu_ids: tuple[str, ...] | None,
                 g.temperature_c >= g.slowdown_c - config.temperature_margin_c:
             out.append(found("hot", "throttle", "soft", gpu,
                              f"{g.temperature_c:.0f} C, slowdown at {g.slowdown_c:.0f} C"))
+        if g.errors:  # NVML failed on this GPU after open: its other readings are not "healthy", they are unknown
+            out.append(found("nvml_error", "infra", "soft", gpu, "NVML failed after open: " + "; ".join(g.errors)))
         if not g.persistence_mode:
             out.append(found("persistence_off", "infra", "info", gpu, "persistence mode is off (slow first start)"))
     return out

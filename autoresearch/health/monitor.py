@@ -6,9 +6,11 @@ ingestion of logs (the mirror's syncer, a loop's monitor), rate-limited per node
 processes by the ledger (``nodes.poll_due_at``):
 
 * :meth:`Health.preflight` before an attempt starts (cached per node);
-* :meth:`Health.monitor` once per pass: for each node with running attempts and due for a
-  poll, NVML findings, the attempts' logs scanned for signatures (through the ingestion of
-  their metrics, which reads the same bytes), and hangs (no new output for ``hang_after``);
+* :meth:`Health.monitor` once per pass: for each node due for a poll that runs attempts (every
+  member's node of a gang) or is idle and readable here, NVML findings (a GPU's belongs to the
+  attempt that holds it), the attempts' logs scanned for signatures (through the ingestion of
+  their metrics, which reads the same bytes), and hangs (no new output for ``hang_after``;
+  ``on_hang: kill`` stops them, their stack dumped first);
 * :meth:`Health.on_ending`: whose fault a failed attempt was (:func:`policy.failure_class`),
   with a last look at the machine (NVML, the kernel log); an ``infra-suspect`` ending (the
   job's output points at the machine) re-checks the node at once, uncached (and runs the
@@ -92,21 +94,26 @@ class Health:
     # -- the runtime monitor ----------------------------------------------------------------
 
     def monitor(self, active: list[Any], now: float | None = None) -> None:
-        """One rate-limited round over the nodes that run ``active`` attempts (and health-cordoned
-        nodes waiting for a passing check, with ``uncordon: preflight``)."""
+        """One rate-limited round over the nodes that run ``active`` attempts (every member's node of a
+        gang), the idle nodes whose GPUs this process can read (a node that goes bad while idle must not
+        take the next job), and health-cordoned nodes waiting for a passing check (``uncordon: preflight``)."""
         config = self.config
         if not config.enabled:
             return
         now = time.time() if now is None else now
-        by_node: dict[str, list[Any]] = {}
+        by_node: dict[str, list[tuple[Any, tuple[str, ...]]]] = {}
         for att in active:
-            if att["node"]:
-                by_node.setdefault(att["node"], []).append(att)
+            for node, gpus in members(att):
+                by_node.setdefault(node, []).append((att, gpus))
+        rows = self.store.nodes()
         waiting = []
         if config.uncordon == "preflight":
-            waiting = [r["name"] for r in self.store.nodes()
+            waiting = [r["name"] for r in rows
                        if r["state"] == "cordoned" and str(r["reason"]).startswith(policy.PREFIX)]
-        for node in sorted(set(by_node) | set(waiting)):
+        idle = [r["name"] for r in rows if r["state"] in ("healthy", "degraded") and r["name"] not in by_node
+                and r["backend"] == self.backend.name and (r["poll_due_at"] or 0) <= now
+                and _gpus_of(r)] if watches_idle(self.backend) else []
+        for node in sorted(set(by_node) | set(waiting) | set(idle)):
             if not self.store.claim_poll(node, now, config.poll_interval_s):
                 continue
             try:
@@ -116,7 +123,9 @@ class Health:
             except Exception as err:  # noqa: BLE001 - a monitor bug must not stop the pass
                 print(f"warning: health monitor on {node} failed: {type(err).__name__}: {err}", file=sys.stderr)
 
-    def _poll(self, node: str, attempts: list[Any], config: C.HealthConfig, now: float) -> None:
+    def _poll(self, node: str, attempts: list[tuple[Any, tuple[str, ...]]], config: C.HealthConfig,
+              now: float) -> None:
+        """``attempts``: those with a member on ``node``, each with that member's GPUs there."""
         gpus = _gpus_of(self.store.node(node))
         # A node with no GPU slots (a CPU machine: no driver, no AUTORESEARCH_GPUS) has nothing for
         # NVML to check; "NVML unavailable" there is the normal case, not a fault to cordon for.
@@ -125,18 +134,19 @@ class Health:
                                                         config, now)
         if reader is not None:
             findings += check_sample(node, reader.sample(), gpus, config, now)
-            for i, f in enumerate(findings):  # a GPU's fault belongs to the attempt that runs on it
-                owner = next((a for a in attempts if f.gpu is not None and f.gpu in json.loads(a["gpu_ids"])), None)
+            for i, f in enumerate(findings):  # a GPU's fault belongs to the attempt (gang member) that runs on it
+                owner = next((a for a, held in attempts if f.gpu is not None and f.gpu in held), None)
                 if owner is not None:
                     findings[i] = _owned(f, owner["job_id"], owner["n"])
         from autoresearch.ingest import ingest_attempt  # the log's signatures are found as it is ingested
 
-        for att in attempts:
-            ingest_attempt(self.ledger, self.backend, att)
-            findings += self._hang(node, att, config, now)
+        for att, _ in attempts:
+            if att["node"] == node:  # an attempt's log is read once a round: with its first member's node
+                ingest_attempt(self.ledger, self.backend, att)
+                findings += self._hang(node, att, config, now)
         # throttling is recorded again often enough to keep the node degraded while it lasts
         self.store.record(_redacted(findings), throttle_dedupe_s=min(3600.0, config.degraded_for_s / 3))
-        passed = reader is not None and not blocking(findings)
+        passed = reader is not None and not blocking(findings) and not any(f.signature == "nvml_error" for f in findings)
         review(self.ledger, self.backend, node, now, preflight_passed_at=now if passed and not attempts else None)
 
     def _hang(self, node: str, att: Any, config: C.HealthConfig, now: float) -> list[Finding]:
@@ -162,9 +172,33 @@ class Health:
         if now - seen_at < hang_after:
             return []
         gpus = ",".join(json.loads(att["gpu_ids"])) or None
-        return [Finding(node, "hang", SUSPECT, "info", "hang", gpus,
-                        f"no new log line or metric for {int(now - seen_at)} s (hang_after {hang_after:g} s)", now,
-                        att["job_id"], att["n"])]
+        silent = f"no new log line or metric for {int(now - seen_at)} s (hang_after {hang_after:g} s)"
+        found = [Finding(node, "hang", SUSPECT, "info", "hang", gpus, silent, now, att["job_id"], att["n"])]
+        if config.on_hang == "kill" and att["stop_reason"] is None:
+            found.append(self._kill_hang(node, att, gpus, silent, now))
+        return found
+
+    def _kill_hang(self, node: str, att: Any, gpus: str | None, silent: str, now: float) -> Finding:
+        """``on_hang: kill``: the hung attempt's Python stack dumped first (``py-spy dump`` when installed,
+        beside its log), then the stop recorded (reason ``hang``) and sent with the job's grace (a program
+        that ignores SIGTERM gets SIGKILL after it). Its ending is infra-suspect: the re-check of the
+        machine decides (a hang is the job's silence, not the machine's word)."""
+        from autoresearch.jobstore import JobStore
+
+        stack = _dump_stack(self.backend, att)
+        row = JobStore(self.ledger).mark_stop(att["job_id"], att["n"], "hang", why=silent)
+        if row is not None:
+            try:
+                grace = float(json.loads(att["spec"]).get("grace") or 0.0) or None
+            except (TypeError, ValueError, AttributeError):
+                grace = None
+            try:
+                self.backend.stop(att["external_id"], grace)
+            except Exception as err:  # noqa: BLE001 - recorded: the pass sends the stop again (STOP_AGAIN_AFTER_S)
+                print(f"warning: could not stop hung attempt {att['job_id']}.{att['n']}: {err}", file=sys.stderr)
+        return Finding(node, "hang_killed", SUSPECT, "soft", "hang", gpus,
+                       f"killed (health.on_hang: kill): {silent}" + (f"; {stack}" if stack else ""), now,
+                       att["job_id"], att["n"])
 
     # -- endings ----------------------------------------------------------------------------
 
@@ -178,34 +212,41 @@ class Health:
         if end_reason in ("cancelled", "preempted") or (end_reason == "exit" and exit_code == 0):
             return None
         node = att["node"]
+        placed = members(att)
         started = att["started_at"] or att["created_at"] or 0.0
-        if config.enabled and node:
-            seen = self._kernel_findings(node, _kernel(self.backend, node), config, now)
-            reader = _reader(self.backend, node)
-            if reader is not None:  # the Xid that killed it may be in the driver, not in its log
-                gpus = tuple(json.loads(att["gpu_ids"]))
-                if gpus:
-                    seen += check_sample(node, reader.sample(), gpus, config, now)
+        if config.enabled and placed:
+            seen: list[Finding] = []
+            for member, gpus in placed:  # every member's node: the Xid that killed a gang may be on member k's
+                seen += self._kernel_findings(member, _kernel(self.backend, member), config, now)
+                reader = _reader(self.backend, member)
+                if reader is not None and gpus:  # the Xid that killed it may be in the driver, not in its log
+                    seen += check_sample(member, reader.sample(), gpus, config, now)
             self.store.record(_redacted([_owned(f, att["job_id"], att["n"]) for f in seen]))
         found = self.store.attempt_findings(att["job_id"], att["n"])
-        if node:  # what the machine said about the node while it ran (the monitor's polls, the kernel log)
-            found += [f for f in self.store.node_findings(node, since=started - 1)
+        for member in _nodes(placed):  # what the machine said about its nodes while it ran (polls, the kernel log)
+            found += [f for f in self.store.node_findings(member, since=started - 1)
                       if f.owner == "machine" and f.job_id is None and f.ts <= now + 1
                       and ((f.severity == "hard" and f.cls == "infra") or f.signature == "oom_kill")]
         classified = policy.failure_class(end_reason, exit_code, detail, found, signal)
         if classified is None or not node or not config.enabled or detail == NEVER_STARTED:
             return classified  # (a launcher killed mid-launch: nothing ran on the node)
+        confirmed: list[Finding] = []
         if classified.cls == policy.SUSPECT:
-            confirmed = self.recheck(node, att, config, now)
+            for member, gpus in placed:
+                confirmed += self.recheck(member, gpus, config, now)
             if confirmed:  # the machine confirms it: the machine's fault
                 top = confirmed[0]
                 classified = policy.Classified("infra", top.line()[:300], top.excerpt, policy.INFRA_HINT, top.signature)
         if classified.cls in ("infra", policy.SUSPECT):
-            self.store.record([Finding(node, "infra_failure", classified.cls, "soft",
+            # The node the machine's evidence names is blamed (member k's, for a gang); a suspicion nobody
+            # confirmed is weighed on every member's node (the differential rule decides).
+            blamed = policy.blamed(classified, _nodes(placed), found + confirmed)
+            self.store.record([Finding(n, "infra_failure", classified.cls, "soft",
                                        "verdict" if classified.cls == "infra" else "ending", None,
                                        f"job {att['job_id']} attempt {att['n']}: {classified.why}"[:300], now,
-                                       att["job_id"], att["n"])])
-            review(self.ledger, self.backend, node, now)
+                                       att["job_id"], att["n"]) for n in blamed])
+            for n in blamed:
+                review(self.ledger, self.backend, n, now)
         return classified
 
     def on_success(self, att: Any, now: float | None = None) -> None:
@@ -219,9 +260,9 @@ class Health:
             if node != att["node"]:
                 review(self.ledger, self.backend, node, now)
 
-    def recheck(self, node: str, att: Any, config: C.HealthConfig, now: float) -> list[Finding]:
+    def recheck(self, node: str, gpu_ids: tuple[str, ...], config: C.HealthConfig, now: float) -> list[Finding]:
         """Look at ``node`` again now, uncached: NVML on every GPU, the kernel log, the probe when one is
-        configured (on the attempt's GPUs). The blocking faults it found (the machine's word)."""
+        configured (on ``gpu_ids``, the attempt's there). The blocking faults it found (the machine's word)."""
         from autoresearch.health import preflight as P
 
         reader = _reader(self.backend, node)
@@ -230,7 +271,6 @@ class Health:
             self.store.request_recheck(node)  # this process cannot look: the next one that can will
             return []
         row = self.store.node(node)
-        gpu_ids = tuple(json.loads(att["gpu_ids"])) if att["gpu_ids"] else ()
         findings, result = P.check(node, reader, gpu_ids, config, now, _gpus_of(row) or None,
                                    extra=self._kernel_findings(node, klog, config, now))
         self.store.record(_redacted(findings))
@@ -246,6 +286,50 @@ class Health:
         read = klog.read(self.store.kernel_cursor(node))
         self.store.set_kernel_cursor(node, read.cursor)
         return findings_from(node, read, config, now)
+
+
+PYSPY_TIMEOUT_S = 20.0
+
+
+def _dump_stack(backend: Backend, att: Any) -> str:
+    """``py-spy dump --pid`` of the attempt's program, written beside its log (``attempt-N.stack.txt``);
+    a line saying where (and its last frame), or "" when py-spy is not installed or the backend cannot
+    name the process on this machine. Never raises."""
+    import shutil
+    import subprocess
+
+    pyspy = shutil.which("py-spy")
+    pids = getattr(backend, "attempt_pids", None)
+    if pyspy is None or pids is None:
+        return ""
+    try:
+        found = [int(p) for p in pids(att["external_id"])][:4]
+    except Exception:  # noqa: BLE001 - no pid: no stack
+        return ""
+    if not found:
+        return ""
+    parts = []
+    for pid in found:
+        try:
+            done = subprocess.run([pyspy, "dump", "--pid", str(pid)], capture_output=True, timeout=PYSPY_TIMEOUT_S,
+                                  check=False)
+            text = (done.stdout or done.stderr or b"").decode("utf-8", "replace")
+        except (OSError, subprocess.SubprocessError) as err:
+            text = f"py-spy dump --pid {pid} failed: {err}"
+        parts.append(f"$ py-spy dump --pid {pid}\n{text[:200_000]}")
+    path = str(att["log_path"])
+    path = (path[:-4] if path.endswith(".log") else path) + ".stack.txt"
+    try:
+        import os
+
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+            out.write("\n".join(parts))
+    except OSError:
+        path = ""
+    frames = [line.strip() for line in "\n".join(parts).splitlines() if line.strip() and not line.startswith(("$", "Process",
+              "Python v", "Thread"))]
+    top = frames[0][:160] if frames else ""
+    return "stack dumped" + (f" to {path}" if path else "") + (f" (top: {top})" if top else "")
 
 
 def review(ledger: Ledger, backend: Backend, node: str, now: float, preflight_passed_at: float | None = None) -> str:
@@ -322,6 +406,42 @@ def _kernel(backend: Backend, node: str) -> Any:
     if own is not None:
         return own(node)
     return kernel_log.for_node(node, backend.name == "local" and node in local_node_names())
+
+
+def watches_idle(backend: Backend) -> bool:
+    """Whether the passes poll ``backend``'s idle nodes: the nodes whose GPUs a pass can read (this machine's,
+    a simulated fleet's, recorded states). An engine's remote nodes are watched by their own health
+    program (``autoresearch health --slurm-hc``)."""
+    import os
+
+    from autoresearch.health.nvml import FAKE_ENV
+
+    return backend.name == "local" or getattr(backend, "gpu_reader", None) is not None or bool(os.environ.get(FAKE_ENV))
+
+
+def members(att: Any) -> list[tuple[str, tuple[str, ...]]]:
+    """(node, GPU ids) of every member of an attempt: a gang's whole placement (its ``alloc``), else its
+    one node; members that share a node (a gang packed on one host) are one entry."""
+    placed: list[tuple[str, list[str]]] = []
+    try:
+        alloc = json.loads(att["alloc"]) if att["alloc"] else None
+        for node, ids in alloc or ():
+            placed.append((str(node), [str(g) for g in ids]))
+    except (TypeError, ValueError, KeyError, IndexError):
+        placed = []
+    if not placed and att["node"]:
+        try:
+            placed = [(str(att["node"]), [str(g) for g in json.loads(att["gpu_ids"] or "[]")])]
+        except (TypeError, ValueError):
+            placed = [(str(att["node"]), [])]
+    merged: dict[str, list[str]] = {}
+    for node, ids in placed:
+        merged.setdefault(node, []).extend(g for g in ids if g not in merged.get(node, []))
+    return [(node, tuple(ids)) for node, ids in merged.items()]
+
+
+def _nodes(placed: list[tuple[str, tuple[str, ...]]]) -> list[str]:
+    return [node for node, _ in placed]
 
 
 def _gpus_of(row: Any) -> tuple[str, ...]:

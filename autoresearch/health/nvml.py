@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -50,6 +50,7 @@ class GpuSample:
     clock_event_reasons: int = 0
     persistence_mode: bool = True
     xids: tuple[int, ...] = ()  # Xid events seen since the previous sample
+    errors: tuple[str, ...] = ()  # NVML calls that failed on this GPU after open (not "not supported")
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +109,7 @@ def gpu_from_json(data: Any, position: int) -> GpuSample:
         clock_event_reasons=_int(data.get("clock_event_reasons")),
         persistence_mode=bool(data.get("persistence_mode", True)),
         xids=tuple(_int(x) for x in xids[:MAX_XIDS]),
+        errors=tuple(str(e)[:200] for e in (data.get("errors") if isinstance(data.get("errors"), list) else [])[:8]),
     )
 
 
@@ -223,15 +225,28 @@ class RealNvml:
             return NodeSample(error=self._error)
         nvml = self._nvml
 
+        unsupported = {getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", 3), getattr(nvml, "NVML_ERROR_NOT_FOUND", 6)}
+        errors: list[str] = []
+
         def read(call: Any, *args: Any, default: Any = None) -> Any:
             try:
                 return call(*args)
-            except nvml.NVMLError:  # not supported on this board, or lost: the field is unknown
+            except Exception as err:  # noqa: BLE001 - a library that fails mid-run is a finding, not defaults
+                # Not supported on this board: the field is unknown. Anything else (the GPU is lost, the
+                # library or driver broke after open) is said, never read as a healthy default.
+                if not (isinstance(err, nvml.NVMLError) and getattr(err, "value", None) in unsupported):
+                    name = getattr(call, "__name__", "nvml")
+                    errors.append(f"{name}: {type(err).__name__}: {err}"[:200])
                 return default
 
-        xids = self._xids()
+        try:
+            xids = self._xids()
+        except Exception as err:  # noqa: BLE001 - (see read)
+            xids, errors = {}, [f"nvmlEventSetWait: {type(err).__name__}: {err}"[:200]]
+        node_errors = list(errors)
         gpus = []
         for i, h in enumerate(self._handles):
+            errors = []
             pending = read(nvml.nvmlDeviceGetRetiredPagesPendingStatus, h, default=0)
             remap = read(nvml.nvmlDeviceGetRemappedRows, h, default=None)  # (corr, uncorr, pending, failure)
             reasons = read(nvml.nvmlDeviceGetCurrentClocksEventReasons, h, default=None)
@@ -255,8 +270,12 @@ class RealNvml:
                 clock_event_reasons=_int(reasons),
                 persistence_mode=bool(read(nvml.nvmlDeviceGetPersistenceMode, h, default=1)),
                 xids=tuple(xids.get(i, ())[:MAX_XIDS]),
+                errors=tuple(dict.fromkeys(node_errors + errors))[:8],
             ))
+        errors = []
         driver = read(nvml.nvmlSystemGetDriverVersion, default="")
+        if errors and gpus:  # the driver's own call failed: every GPU's reading is in doubt
+            gpus = [replace(g, errors=(*g.errors, *errors)[:8]) for g in gpus]
         return NodeSample(driver_version=driver.decode() if isinstance(driver, bytes) else str(driver or ""),
                           gpus=tuple(gpus))
 

@@ -123,7 +123,8 @@ def node_state(current: NodeStatus, findings: Sequence[Finding], config: HealthC
         return NodeStatus("cordoned", PREFIX + f"infra failures of {len(jobs)} jobs within "
                           f"{_span(config.cordon_window_s)} that ran elsewhere (last: {last.excerpt[:160]})", now,
                           current.cleared_at)
-    throttled = _window([f for f in live if f.cls == "throttle"], now - config.degraded_for_s)
+    throttled = _window([f for f in live if f.cls == "throttle" or (f.signature == "nvml_error" and f.machine_fault)],
+                        now - config.degraded_for_s)
     if throttled:
         last = max(throttled, key=lambda f: f.ts)
         reason = PREFIX + last.line()[:240]
@@ -154,6 +155,21 @@ class Classified:
     @property
     def retried(self) -> bool:
         return self.cls in RETRIED
+
+
+def blamed(classified: Classified, members: Sequence[str], findings: Sequence[Finding]) -> list[str]:
+    """The nodes an ended attempt's failure is weighed against (an ``infra_failure`` on each): for
+    ``infra``, the members' nodes the machine's own evidence of that fault names (member k's node for a
+    gang whose fault was there), else every member's; for ``infra-suspect`` (the job's word, nobody's
+    confirmation), every member's node, where the differential rule decides; nothing for ``user`` and
+    ``unknown``. The runtime (health.monitor) and the simulated driver both decide with this."""
+    if classified.cls not in ("infra", SUSPECT):
+        return []
+    nodes = list(dict.fromkeys(members))
+    if classified.cls == "infra":
+        named = {f.node for f in findings if f.machine_fault and f.signature == classified.signature}
+        return [n for n in nodes if n in named] or nodes
+    return nodes
 
 
 _USER_HINTS = {

@@ -119,10 +119,17 @@ class HealthStore:
             c.execute("UPDATE nodes SET checked_at=NULL, poll_due_at=NULL WHERE name=?", (node,))
 
     def suspect_nodes(self, job_id: int, before: int) -> list[str]:
-        """The nodes where attempts of ``job_id`` before ``before`` failed as infra-suspect."""
-        return [r["node"] for r in self.ledger.query(
-            "SELECT DISTINCT node FROM attempts WHERE job_id=? AND n<? AND failure_class='infra-suspect' "
-            "AND node IS NOT NULL", (job_id, before))]
+        """The nodes where attempts of ``job_id`` before ``before`` failed as infra-suspect (every member's
+        node of a gang)."""
+        found: list[str] = []
+        for r in self.ledger.query("SELECT node, alloc FROM attempts WHERE job_id=? AND n<? "
+                                   "AND failure_class='infra-suspect' AND node IS NOT NULL", (job_id, before)):
+            names = [str(r["node"])]
+            alloc = _load(r["alloc"]) if r["alloc"] else None
+            if isinstance(alloc, list):
+                names += [str(m[0]) for m in alloc if isinstance(m, list) and m]
+            found += [n for n in names if n not in found]
+        return found
 
     def kernel_cursor(self, node: str) -> str | None:
         row = self.ledger.one("SELECT kernel_cursor FROM nodes WHERE name=?", (node,))
@@ -197,7 +204,7 @@ def _finding(row: sqlite3.Row) -> Finding | None:
 
 
 def _span(f: Finding, throttle_dedupe_s: float) -> float:
-    return max(1.0, throttle_dedupe_s) if f.cls == "throttle" else DEDUPE_S
+    return max(1.0, throttle_dedupe_s) if f.cls == "throttle" or f.signature == "nvml_error" else DEDUPE_S
 
 
 def _key(f: Finding, ts: float, span: float) -> tuple[Any, ...]:

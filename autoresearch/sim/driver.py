@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from autoresearch import scheduler as S
 from autoresearch.health import policy as P
 from autoresearch.health.config import HealthConfig
-from autoresearch.health.findings import Finding
+from autoresearch.health.findings import Finding, blocking, check_sample
 from autoresearch.sim.faults import Schedule
 from autoresearch.sim.fleet import Fleet
 from autoresearch.sim.timeline import Ending, Life, Record, live
@@ -87,6 +87,7 @@ class Stats:
     false_cordons: int = 0  # of a node that had no fault at the time
     false_cordon_gpu_s: float = 0.0  # GPU-seconds healthy nodes stood cordoned
     faults_caught: int = 0  # cordons of a node with a fault
+    catch_s: list[float] = field(default_factory=list)  # per caught fault: its Xid to its cordon (s)
     passes: int = 0
     waits: dict[str, list[float]] = field(default_factory=dict)  # priority -> submit-to-first-start (s)
 
@@ -112,7 +113,6 @@ class Driver:
         self.grace = grace_s
         self.types = dict(fleet.nodes())
         self.gpu_ids = {name: tuple(str(g) for g in range(kind.gpus)) for name, kind in self.types.items()}
-        self.watched: set[str] = set()  # nodes the monitor looks at though idle: degraded, cordoned
         self.status = {name: P.NodeStatus("healthy") for name in self.types}
         self.findings: dict[str, list[Finding]] = {name: [] for name in self.types}
         self.cordon_log: list[tuple[str, float]] = []  # what the backend's cordon hook records
@@ -273,6 +273,12 @@ class Driver:
         classified = P.failure_class(reason, end.exit_code, end.detail, found, end.signal)
         if self.policy == "trusting" and classified is not None and end.cause in ("nccl_fail", "selfkill"):
             classified = P.Classified("infra", end.detail)  # before: NCCL text and outside signals were the machine's
+        confirmed: list[Finding] = []
+        if self.cordon and classified is not None and classified.cls == P.SUSPECT:
+            confirmed = self._recheck(att.rec.nodes, end.t)  # Health.recheck on every member's node
+            if confirmed:
+                top = confirmed[0]
+                classified = P.Classified("infra", top.line()[:300], top.excerpt, P.INFRA_HINT, top.signature)
         if classified is not None and classified.retried:
             job.avoid.update(att.rec.nodes)
             if job.retries < job.max_retries:
@@ -284,10 +290,9 @@ class Driver:
         else:
             job.state = "failed"
             self.stats.jobs_failed += 1
-        if self.cordon:
-            for node in att.rec.nodes:
-                if classified is None or classified.cls not in ("infra", P.SUSPECT):
-                    continue
+        if self.cordon and classified is not None:
+            # the runtime's attribution: the node the machine's evidence names (member k's of a gang)
+            for node in P.blamed(classified, att.rec.nodes, found + confirmed):
                 self.findings[node].append(Finding(node, "infra_failure", classified.cls, "soft",
                                                    "verdict" if classified.cls == "infra" else "ending", None,
                                                    f"job {job.id}: {end.cause}", end.t, job.id, att.n))
@@ -314,18 +319,45 @@ class Driver:
     def _ending_findings(self, att: _Attempt, cause: str, t: float) -> list[Finding]:
         """What the health checks saw of this attempt: its log's signatures (the lines the backend writes)."""
         out: list[Finding] = []
-        for node in att.rec.nodes:
+        for node in att.rec.nodes:  # the ending's last look at every member's node (Health.on_ending)
             if cause == "xid" and self.schedule_.sick(node, t, self.cordon_log) is not None:
-                out.append(Finding(node, "xid_79", "infra", "hard", "kernel", None, "Xid 79", t, att.job.id, att.n))
-            elif cause == "nccl_hang":
-                out.append(Finding(node, "collective_timeout", P.SUSPECT, "soft", "log", None,
-                                   "Watchdog caught collective operation timeout", t, att.job.id, att.n))
+                out += self._nvml(node, t, att.job.id, att.n)
+        if cause == "nccl_hang":  # the log is the attempt's, recorded with its first member's node
+            out.append(Finding(att.rec.nodes[0], "collective_timeout", P.SUSPECT, "soft", "log", None,
+                               "Watchdog caught collective operation timeout", t, att.job.id, att.n))
         if self.cordon:
             for f in out:
                 self.findings[f.node].append(f)
         return out
 
     # -- health (cordon=True) ---------------------------------------------------------------
+
+    def _nvml(self, node: str, t: float, job_id: int | None = None, n: int | None = None,
+              busy: bool = True) -> list[Finding]:
+        """What the runtime's own checks (:func:`check_sample`) make of the simulated NVML state of ``node``
+        (an idle node does not throttle: no load). A node with no fault reads clean: it is not sampled."""
+        sick = self.schedule_.sick(node, t, self.cordon_log) is not None
+        if not sick and not (busy and self.schedule_.throttling(node, t)):
+            return []
+        sample = self.schedule_.sample(node, t, self.cordon_log)
+        found = check_sample(node, sample, self.gpu_ids[node], self.health, t)
+        if not busy:
+            found = [f for f in found if f.cls != "throttle"]
+        if job_id is not None:
+            found = [Finding(f.node, f.signature, f.cls, f.severity, f.source, f.gpu, f.excerpt, f.ts, job_id, n)
+                     for f in found]
+        return found
+
+    def _recheck(self, nodes: tuple[str, ...], t: float) -> list[Finding]:
+        """An infra-suspect ending's re-check of every member's node, uncached: the machine's blocking faults."""
+        out: list[Finding] = []
+        for node in dict.fromkeys(nodes):
+            found = self._nvml(node, t)
+            self.findings[node] += found
+            if found:
+                self._review(node, t)
+            out += blocking(found)
+        return out
 
     def _review(self, node: str, t: float) -> bool:
         before = self.status[node]
@@ -339,11 +371,13 @@ class Driver:
         self.status[node] = after
         if after.state == "cordoned" and before.state != "cordoned":
             self.stats.cordons += 1
-            if self.schedule_.sick(node, t, self.cordon_log) is None:
+            sick = self.schedule_.sick(node, t, self.cordon_log)
+            if sick is None:
                 self.stats.false_cordons += 1
                 self.false_since[node] = t
             else:
                 self.stats.faults_caught += 1
+                self.stats.catch_s.append(max(0.0, t - sick.t))
                 self.cordon_log.append((node, t))  # the backend's cordon hook: an operator will fix it
         return True
 
@@ -371,17 +405,19 @@ class Driver:
         """Whether a member's GPUs fail the preflight (a failed GPU reads as an Xid): it is cordoned."""
         blocked = False
         for node, _ in placement.alloc:
-            if self.schedule_.sick(node, t, self.cordon_log) is not None:
-                self.findings[node].append(Finding(node, "xid_79", "infra", "hard", "preflight", None, "Xid 79", t))
+            found = blocking(self._nvml(node, t, busy=False))
+            if found:
+                self.findings[node] += found
                 self._review(node, t)
                 blocked = True
         return blocked
 
     def _monitor(self, t: float) -> bool:
-        """The monitor's round: throttling on busy nodes, and health cordons that can lift (fixed nodes)."""
+        """The monitor's round (Health.monitor): every node that is up, busy or idle, read through the
+        runtime's checks (a GPU's Xid, throttling under load), and health cordons that can lift (fixed nodes)."""
         changed = False
         busy = {n for a in self.running.values() for n in a.rec.nodes}
-        for node in busy | self.watched:
+        for node in self.types:
             status = self.status[node]
             if status.state == "cordoned" and status.by_health:
                 fixed = t >= status.since + self.fleet.faults.repair and self.schedule_.sick(
@@ -401,10 +437,12 @@ class Driver:
                     self.findings[node] = []
                     changed = True
                 continue
-            if node in busy and self.schedule_.throttling(node, t):
-                self.findings[node].append(Finding(node, "throttling", "throttle", "soft", "nvml", None, "HwThermal", t))
+            if status.state == "cordoned" or self.schedule_.down(node, t) is not None:
+                continue
+            found = self._nvml(node, t, busy=node in busy)
+            if found:
+                self.findings[node] += found
                 changed |= self._review(node, t)
             elif status.state == "degraded":
                 changed |= self._review(node, t)
-        self.watched = {n for n, st in self.status.items() if st.state != "healthy"}
         return changed

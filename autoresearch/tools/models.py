@@ -27,8 +27,11 @@ class Attempt(BaseModel):
     end_reason: str | None = Field(description="exit | timeout | cancelled | stopped (by its research loop) | "
                                                  "preempted | infra")
     detail: str | None
-    failure_class: str | None = Field(default=None, description="When it failed: 'infra' (the machine's fault: "
-                                      "retried on another node) or 'user' (the program's: not retried).")
+    failure_class: str | None = Field(default=None, description="When it failed: 'infra' (the machine's own "
+                                      "evidence: retried on another node), 'infra-suspect' (the job's output or a lost "
+                                      "attempt points at the machine, not confirmed by it: retried elsewhere), "
+                                      "'unknown' (a signal nobody sent: retried) or 'user' (the program's: not "
+                                      "retried).")
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -78,8 +81,13 @@ class JobDetail(JobSummary):
     tags: dict[str, str] = Field(default_factory=dict)
     attempt_list: list[Attempt] = Field(default_factory=list)
     failure_class: str | None = Field(default=None, description="On failure: 'user' (the program: its exit code, "
-                                      "its own crash, CUDA out of memory, an exception) or 'infra' (the machine: GPU "
-                                      "fault, Xid, ECC, NCCL error or timeout, lost node or supervisor).")
+                                      "its own crash, CUDA out of memory, illegal memory access, NCCL invalid usage, "
+                                      "an exception, a timeout, an OOM kill), 'infra' (the machine said so: an Xid or "
+                                      "ECC fault from the driver or the kernel log, a failed probe), 'infra-suspect' "
+                                      "(what points at the machine came from the job: an NCCL system error or watchdog "
+                                      "timeout in its log, a lost attempt, a killed hang; the node was re-checked and "
+                                      "found clean) or 'unknown' (a signal nobody sent, e.g. kill -9). All but 'user' "
+                                      "are retried on another node.")
     failure_why: str | None = Field(default=None, description="On failure: the signature that decided the class "
                                     "and its log line or GPU finding.")
     failure_hint: str | None = Field(default=None, description="On failure: what happens next or what to fix.")

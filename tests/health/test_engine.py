@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,9 @@ from tests.health.conftest import Fleet, configure, node_states, setup, submit, 
 
 def test_preflight_turns_a_faulty_node_away_and_the_job_starts_elsewhere_not_as_a_retry(
         home: Path, fleet: Fleet) -> None:
-    fleet.set("fake-0", "xid79")
     api, fake = setup(home)
+    api._runtime.tick()  # the idle nodes' poll, healthy: the next is due in poll_interval
+    fleet.set("fake-0", "xid79")  # (between two polls: the preflight finds it)
     job = submit(api, gpus=8, max_retries=0)
     v = view(api, job)
     assert v.state in ("starting", "running") and v.attempts == 1
@@ -61,8 +63,9 @@ def test_a_passed_preflight_is_cached_per_node(home: Path, fleet: Fleet) -> None
 
 
 def test_a_cpu_only_job_skips_preflight(home: Path, fleet: Fleet) -> None:
-    fleet.set("fake-0", "xid79")
     api, _ = setup(home, nodes=1)
+    api._runtime.tick()  # the idle node's poll, healthy: the next is due in poll_interval
+    fleet.set("fake-0", "xid79")
     job = submit(api)
     v = view(api, job)
     assert v.state in ("starting", "running") and not v.warnings  # (the monitor cordons the node next)
@@ -186,7 +189,7 @@ def test_throttling_degrades_a_node_which_is_placed_last(home: Path, fleet: Flee
     first = submit(api, gpus=1)
     hot = fake.attempt(f"{first}.1").request.node
     fleet.set(hot, "thermal")
-    api._runtime.health.monitor(api._runtime.jobs.active_attempts(api._runtime.backend.name))
+    api._runtime.health.monitor(api._runtime.jobs.active_attempts(api._runtime.backend.name), now=time.time() + 60)
     assert node_states(api)[hot][0] == "degraded"
     assert any(hot in line and "throttling" in line for line in api.cluster().degraded)
     second = submit(api, gpus=1)  # best fit would pick the busier node: degraded, it comes last
@@ -212,9 +215,10 @@ def test_the_monitor_polls_each_node_at_most_once_per_interval(home: Path, fleet
     api, fake = setup(home, nodes=1)
     submit(api, gpus=1)
     store = api._runtime.health.store
-    assert store.claim_poll("fake-0", 1000.0, 30.0)
-    assert not store.claim_poll("fake-0", 1010.0, 30.0)  # another process, within the interval
-    assert store.claim_poll("fake-0", 1031.0, 30.0)
+    t = time.time() + 1000  # (the submit's pass polled it now)
+    assert store.claim_poll("fake-0", t, 30.0)
+    assert not store.claim_poll("fake-0", t + 10, 30.0)  # another process, within the interval
+    assert store.claim_poll("fake-0", t + 31, 30.0)
 
 
 def test_a_health_cordon_lifts_after_a_passing_check_when_configured_a_hand_cordon_does_not(
@@ -356,6 +360,7 @@ def test_a_node_the_monitor_cordons_in_a_pass_gets_nothing_that_pass_places(home
     """A pass places onto the node rows it read before its monitor round only when the round ran no
     check: a fault found in that round (here by the submit's own pass) keeps the job off the node,
     though its preflight result of a moment ago, cached in the row read before, said it passed."""
+    configure(home, "poll_interval: 0")  # (the first submit's pass polled both nodes, idle)
     api, fake = setup(home)
     first = submit(api, gpus=4)
     node = fake.attempt(f"{first}.1").request.node

@@ -52,8 +52,9 @@ def test_slurm_hc_drains_its_own_node_with_the_reason_when_asked(home: Path, tmp
     out = health("--slurm-hc", "--drain", fixture="ecc", env=env)
     assert out.returncode == 1 and "drained gpu-17" in out.stdout
     words = calls.read_text()
-    assert "nodename=gpu-17 state=drain reason=autoresearch health: ecc_uncorrectable on gpu-17 GPU 3" in words
-    assert health("--slurm-hc", "--drain", env=env).returncode == 0 and calls.read_text() == words
+    assert "nodename=gpu-17 state=drain reason=autoresearch health: [hard] ecc_uncorrectable on gpu-17 GPU 3" in words
+    assert health("--slurm-hc", "--drain", env=env).returncode == 0  # healthy: it only asks (show), never updates
+    assert [c for c in calls.read_text().splitlines() if c.startswith("update")] == words.splitlines()
 
 
 def test_invalid_thresholds_fail_the_health_command_with_a_hint(home: Path) -> None:

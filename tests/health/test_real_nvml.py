@@ -14,7 +14,16 @@ from autoresearch.health.nvml import RealNvml
 
 
 class NVMLError(Exception):
-    pass
+    """pynvml's: ``value`` is NVML's return code, ``str`` its message."""
+
+    MESSAGES = {3: "Not Supported", 10: "Timeout", 15: "GPU is lost", 999: "Unknown Error"}
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self) -> str:
+        return self.MESSAGES.get(self.value, f"NVML error {self.value}")
 
 
 def driver(xid_queue: list[tuple[int, int]]) -> types.ModuleType:
@@ -23,16 +32,17 @@ def driver(xid_queue: list[tuple[int, int]]) -> types.ModuleType:
     m.NVMLError = NVMLError  # type: ignore[attr-defined]
     consts = {"NVML_TEMPERATURE_GPU": 0, "NVML_TEMPERATURE_THRESHOLD_SLOWDOWN": 1,
               "NVML_TEMPERATURE_THRESHOLD_SHUTDOWN": 0, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED": 1,
-              "NVML_VOLATILE_ECC": 0, "NVML_AGGREGATE_ECC": 1, "nvmlEventTypeXidCriticalError": 8}
+              "NVML_VOLATILE_ECC": 0, "NVML_AGGREGATE_ECC": 1, "nvmlEventTypeXidCriticalError": 8,
+              "NVML_ERROR_NOT_SUPPORTED": 3, "NVML_ERROR_NOT_FOUND": 6}
     for k, v in consts.items():
         setattr(m, k, v)
 
     def unsupported(*_: Any) -> Any:
-        raise NVMLError("Not Supported")
+        raise NVMLError(3)
 
     def wait(events: Any, timeout_ms: int) -> Any:
         if not xid_queue:
-            raise NVMLError("Timeout")
+            raise NVMLError(10)
         index, xid = xid_queue.pop(0)
         return types.SimpleNamespace(device=handles[index], eventData=xid)
 
@@ -76,3 +86,32 @@ def test_without_a_driver_the_sample_says_why(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setitem(sys.modules, "pynvml", broken)
     sample = RealNvml().sample()
     assert sample.gpus == () and "NVML Shared Library Not Found" in sample.error
+
+
+def test_an_nvml_call_that_fails_mid_run_is_a_machine_finding_not_healthy_defaults(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoresearch.health.config import HealthConfig
+    from autoresearch.health.findings import blocking, check_sample
+
+    module = driver([])
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    reader = RealNvml()
+    assert all(not g.errors for g in reader.sample().gpus)  # opened and read fine
+    lost = module.nvmlDeviceGetHandleByIndex(1)
+
+    def nvmlDeviceGetTotalEccErrors(h: Any, t: int, c: int) -> int:  # noqa: N802 - the library's name
+        if h is lost:
+            raise NVMLError(15)  # the GPU fell off the bus after open
+        return 0
+
+    def crash(*_: Any) -> Any:
+        raise OSError("libnvidia-ml.so.1: cannot read")  # not even an NVMLError
+
+    monkeypatch.setattr(module, "nvmlDeviceGetTotalEccErrors", nvmlDeviceGetTotalEccErrors)
+    sample = reader.sample()
+    g0, g1 = sample.gpus
+    assert g0.errors == () and any("GPU is lost" in e and "nvmlDeviceGetTotalEccErrors" in e for e in g1.errors)
+    found = [f for f in check_sample("n1", sample, None, HealthConfig(), 5.0) if f.signature == "nvml_error"]
+    assert len(found) == 1 and found[0].gpu == "1" and found[0].owner == "machine" and not blocking(found)
+    monkeypatch.setattr(module, "nvmlSystemGetDriverVersion", crash)
+    assert all(any("cannot read" in e for e in g.errors) for g in reader.sample().gpus)
