@@ -23,3 +23,23 @@ def prompts_dir() -> Path:
         if installed.is_dir():
             return installed
     return checkout
+
+
+def lock_held(path: str | os.PathLike[str]) -> bool:
+    """Whether a process holds an flock on ``path`` now (a non-blocking probe). Never creates the file
+    (no file: nobody holds it) nor follows a link; a file that cannot be opened reads as not held."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False

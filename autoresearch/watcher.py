@@ -29,17 +29,9 @@ def listener_lock(home: Path, backend: str = "local") -> Path:
 def others_listen(home: Path, backend: str = "local") -> bool:
     """Whether a loop or a server (a claiming :class:`Watcher`) listens on the backend's FIFO. (No file: nobody
     does; the listener makes it. Asking never makes it: the pass daemon asks in a home that may be removed.)"""
-    try:
-        fd = os.open(listener_lock(home, backend), os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    from autoresearch.paths import lock_held
+
+    return lock_held(listener_lock(home, backend))
 
 
 def wake(home: Path, backend: str = "local") -> bool:

@@ -152,31 +152,23 @@ def _parse(path: Path, data: Any) -> Config:
         if not isinstance(default, str) or (default not in profiles and default not in kinds):
             raise _bad(path, f"default {str(default)[:60]!r} is neither a profile nor a backend kind",
                        _near(str(default), [*profiles, *kinds], "profiles and kinds"))
-    fair = None
-    if data.get("scheduler") is not None:
-        from autoresearch import shares
+    from autoresearch import grants, shares
+    from autoresearch.backends import limits
 
-        try:
-            fair = shares.parse(data["scheduler"])
-        except SpecError as err:
-            raise SpecError(f"{path}: {err.message}", hint=f"{err.hint} (docs/scheduling.md)") from None
-    sandbox = None
-    if data.get("sandbox") is not None:
-        from autoresearch.backends import limits
-
-        try:
-            sandbox = limits.parse(data["sandbox"])
-        except SpecError as err:
-            raise SpecError(f"{path}: {err.message}", hint=f"{err.hint} (docs/security.md)") from None
-    tenancy = None
-    if data.get("tenants") is not None:
-        from autoresearch import grants
-
-        try:
-            tenancy = grants.parse(data["tenants"])
-        except SpecError as err:
-            raise SpecError(f"{path}: {err.message}", hint=f"{err.hint} (docs/security.md)") from None
+    fair = _section(path, data, "scheduler", shares.parse, "docs/scheduling.md")
+    sandbox = _section(path, data, "sandbox", limits.parse, "docs/security.md")
+    tenancy = _section(path, data, "tenants", grants.parse, "docs/security.md")
     return Config(path, profiles, default, fair, sandbox, tenancy)
+
+
+def _section(path: Path, data: dict[str, Any], key: str, parse: Any, doc: str) -> Any:
+    """A top-level section parsed by its own module (None when absent); its error names the file and the doc."""
+    if data.get(key) is None:
+        return None
+    try:
+        return parse(data[key])
+    except SpecError as err:
+        raise SpecError(f"{path}: {err.message}", hint=f"{err.hint} ({doc})") from None
 
 
 def resolve(name: str, home: str | os.PathLike[str] | None = None) -> Profile:

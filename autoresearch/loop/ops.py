@@ -11,7 +11,6 @@ missing one.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import subprocess
@@ -43,17 +42,9 @@ class Submitted:
 
 def controller_running(home: Path, name: str) -> bool:
     """Whether a controller holds the loop's lock right now (in any process)."""
-    path = home / "loops" / name / "controller.lock"
-    if not path.exists():
-        return False
-    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    from autoresearch.paths import lock_held
+
+    return lock_held(home / "loops" / name / "controller.lock")
 
 
 def _plan_of(loop: Any) -> Any:

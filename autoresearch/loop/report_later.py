@@ -51,17 +51,9 @@ def _write_state(loop_dir: Path, **fields: Any) -> None:
 
 def _locked_by_someone(loop_dir: Path) -> bool:
     """Whether a helper holds the report lock now (a non-blocking probe; never creates the file)."""
-    try:
-        fd = os.open(loop_dir / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    from autoresearch.paths import lock_held
+
+    return lock_held(loop_dir / LOCK_FILE)
 
 
 def state(home: str | os.PathLike[str], name: str) -> dict[str, Any] | None:
