@@ -740,6 +740,8 @@ def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
         return "stopped", "stopped by its research loop (early stopping, its end or stop_loop)"
     if stop_reason == "cancelled" or (att["cancel_requested"] and status.stopped):
         return "cancelled", "cancelled by request"
+    if status.cancelled and not stop_reason and not status.timed_out:
+        return "cancelled", status.detail or "cancelled through the engine, not by autoresearch"
     if stop_reason == "preempted":
         return "preempted", "stopped to make room for a higher-priority job"
     if status.preempted and not stop_reason:

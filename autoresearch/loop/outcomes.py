@@ -17,6 +17,7 @@ from typing import Any
 
 from autoresearch import jobs as job_ops
 from autoresearch import metrics as M
+from autoresearch.backends._base import DISK_FULL
 from autoresearch.errors import AutoresearchError
 from autoresearch.jobstore import JobStore
 from autoresearch.loop import noise as N
@@ -137,9 +138,12 @@ def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
             last["failure_class"] == "infra" or (last["failure_class"] is None and job["end_reason"] == "infra")):
         # The machine's fault (a GPU, the driver, NCCL, a lost node): say so, so that the proposer
         # does not learn to avoid a config that did nothing wrong.
-        why = str(last["failure_why"] or last["detail"] or "").partition("\nhint: ")[0]
-        state, failure = "crashed", (f"crashed for the machine's fault, not this config's ({why[:300]}); "
-                                     "infrastructure failure after retries\n" + log_tail(c.runtime, job["id"]))
+        why, _, hint = str(last["failure_why"] or last["detail"] or "").partition("\nhint: ")
+        if str(last["detail"] or "").startswith(DISK_FULL):  # the home's disk: say what to free
+            state, failure = "crashed", (f"crashed: {why[:300]}; {hint[:400]}\n" + log_tail(c.runtime, job["id"]))
+        else:
+            state, failure = "crashed", (f"crashed for the machine's fault, not this config's ({why[:300]}); "
+                                         "infrastructure failure after retries\n" + log_tail(c.runtime, job["id"]))
     else:
         state = "failed"
         why = "timed out" if job["end_reason"] == "timeout" else f"exited {job['exit_code']}"

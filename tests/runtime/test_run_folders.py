@@ -80,6 +80,7 @@ def test_a_run_folder_copied_in_from_another_home_is_never_adopted(home: Path, t
     assert len(kept) == 1 and "loss: 1" in kept[0].read_text()  # the other home's files, kept, not lost
     event = api._ledger.one("SELECT data FROM events WHERE kind='foreign_run_folder'")
     assert event is not None and Ledger(other).identity in event["data"]
+    assert any("moved to" in w and "foreign-" in w for w in api.status(1).warnings)  # status says so
 
 
 def test_doctor_moves_the_old_state_aside_and_a_fresh_ledger_starts(home: Path, tmp_path: Path) -> None:
