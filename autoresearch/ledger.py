@@ -381,6 +381,7 @@ class Ledger:
         self.path = self.home / "ledger.db"
         self._local = threading.local()
         self._identity = ""
+        self._freed = False
         try:
             self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as err:
@@ -477,24 +478,23 @@ class Ledger:
             try:
                 conn.execute("COMMIT")
             except sqlite3.Error as err:
-                if not (_disk_full(err) and conn.in_transaction and self._free_reserve() and self._commit(conn)):
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-                    raise self._explain(err) from None
+                if _disk_full(err) and self._free_reserve():  # (SQLite rolled it back: the caller tries again)
+                    self._freed = True
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise self._explain(err) from None
         finally:
             writer.release()
 
-    @staticmethod
-    def _commit(conn: sqlite3.Connection) -> bool:
-        try:
-            conn.execute("COMMIT")
-            return True
-        except sqlite3.Error:
-            return False
+    def take_freed(self) -> bool:
+        """Whether a commit that found the disk full freed the reserve since the last call: the failed
+        transaction may be tried again once (Runtime.tick does, for the pass that records endings)."""
+        freed, self._freed = self._freed, False
+        return freed
 
     def _keep_reserve(self) -> None:
         """Keep ``RESERVE_BYTES`` set aside beside the ledger (made again once the disk has room): a commit that
-        finds the disk full frees it and commits again, so the ending that was being recorded is not lost."""
+        finds the disk full frees it (SQLite has rolled that transaction back), and the pass tries once more."""
         path = self.home / RESERVE_NAME
         if os.path.exists(path):
             return

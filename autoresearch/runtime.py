@@ -136,7 +136,12 @@ class Runtime:
                 return False
             if only is not None and time.monotonic() - self._full_at >= self.FULL_RECONCILE_S:
                 only = None  # (see FULL_RECONCILE_S)
-            ended, active = self.reconcile(only)
+            try:
+                ended, active = self.reconcile(only)
+            except LedgerError:
+                if not self.ledger.take_freed():
+                    raise
+                ended, active = self.reconcile(only)  # the disk was full: once more, in the ledger's reserve
             rows = nodes if isinstance(nodes, list) and not ended else None  # (the caller's, unless stale)
             try:
                 if nodes is True:
