@@ -401,13 +401,14 @@ class Ledger:
             self._file = (0, 0)
 
     def replaced(self) -> bool:
-        """Whether ``ledger.db`` is gone or another file since this handle opened it (moved aside, restored
-        from a backup): a long-lived process (the pass daemon) must not go on with the old one's connection."""
+        """Whether ``ledger.db`` is gone, emptied or another file since this handle opened it (moved aside,
+        truncated, restored from a backup): a long-lived process (the pass daemon) must not go on with the
+        old one's connection."""
         try:
             st = os.stat(self.path)
         except OSError:
             return True
-        return (st.st_dev, st.st_ino) != self._file
+        return (st.st_dev, st.st_ino) != self._file or st.st_size == 0  # (emptied in place: the same inode)
 
     # -- connections and transactions -------------------------------------------------
 

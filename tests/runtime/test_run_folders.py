@@ -17,7 +17,7 @@ import pytest
 from autoresearch.api import Api, doctor
 from autoresearch.errors import LedgerError, StateError
 from autoresearch.ledger import MIGRATIONS, Ledger
-from tests.conftest import wait_state
+from tests.conftest import wait_for, wait_state
 
 OLD = ["sh", "-c", "echo 'loss: 1'; exit 0"]
 NEW = ["sh", "-c", "echo NEW; exit 3"]
@@ -116,3 +116,19 @@ def test_doctor_refuses_to_move_a_home_whose_attempt_still_runs(home: Path, tmp_
     finally:
         api.cancel([job.id])
         wait_state(api, job.id, "cancelled")
+
+
+def test_a_ledger_emptied_under_a_running_job_reports_nothing_that_did_not_happen(home: Path, tmp_path: Path) -> None:
+    api = Api(home)
+    job = api.submit({"command": ["sh", "-c", "echo 'loss: 1'; sleep 1; exit 0"], "workdir": str(tmp_path)})
+    wait_state(api, job.id, "running")
+    ledger = Ledger(home)
+    (home / "ledger.db").write_bytes(b"")  # emptied in place under it (the same inode)
+    for name in ("ledger.db-wal", "ledger.db-shm"):
+        (home / name).unlink(missing_ok=True)
+    assert ledger.replaced()  # a long-lived process (the pass daemon) lets go of it
+
+    run_dir = home / "jobs" / str(job.id) / "attempt-1"
+    wait_for(lambda: (run_dir / "exit.json").exists(), timeout=30)
+    with pytest.raises(LedgerError):  # never a fresh ledger that reads the job's folder as someone's result
+        Api(home).status(job.id)
