@@ -115,6 +115,10 @@ def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
     del s.active[trial_id]
     if c.stopper is not None or c.plan.budget.steps is not None:
         read_series(c, [row])  # its whole curve: the stopper's rungs, bohb's levels, the steps budget
+    for _ in range(64):  # its ending came before all its output was read (a huge output): read the rest first
+        if not JobStore(c.ledger).unread_attempts(job["id"], limit=1):
+            break
+        c.runtime.ingest(job["id"])
     summary = final_metrics(c.ledger, job["id"])
     value = summary.get(c.plan.objective.metric)
     failure = None
