@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from autoresearch.backends.fake import FakeBackend, Script
 from autoresearch.loop.controller import Controller
 from autoresearch.loop.plan import parse_plan
@@ -54,17 +52,16 @@ def test_one_good_trial_among_the_first_keeps_the_loop_going(home: Path, tmp_pat
         calls["n"] += 1
         return b"val_loss: 0.5\n" if calls["n"] == 2 else b"boom: error\n"
 
-    view, _ = _run(home, tmp_path, Script(output, exit_code=0))
+    view, _ = _run(home, tmp_path, Script(output, exit_code=0), trials=5)
     assert not view.stop_reason.startswith(CANNOT_LEARN)  # type: ignore[attr-defined]
 
 
 def test_fail_fast_zero_never_stops_for_this(home: Path, tmp_path: Path) -> None:
-    view, fake = _run(home, tmp_path, Script(b"nothing\n", exit_code=1), fail_fast=0)
+    view, fake = _run(home, tmp_path, Script(b"nothing\n", exit_code=1), fail_fast=0, trials=5)
     assert not view.stop_reason.startswith(CANNOT_LEARN)  # type: ignore[attr-defined]
-    assert len(fake.attempts()) == 12
+    assert len(fake.attempts()) == 5
 
 
-@pytest.mark.slow
 def test_autoresearch_run_exits_1_with_the_reason(home: Path, tmp_path: Path) -> None:
     plan = tmp_path / "plan.yaml"
     plan.write_text("name: cli-doomed\nobjective: {metric: loss}\n"
