@@ -25,7 +25,7 @@ from autoresearch.errors import LedgerError
 from autoresearch.jobstore import JobStore
 from autoresearch.ledger import Ledger
 
-WARNING_KINDS = ("metrics_dropped", "pass_error", "unschedulable", "metric_unseen", "preflight")
+WARNING_KINDS = ("metrics_dropped", "pass_error", "unschedulable", "metric_unseen", "preflight", "foreign_run_folder")
 GIVE_UP_AFTER = 20
 GIVE_UP_S = 120.0
 
@@ -46,7 +46,7 @@ def warnings_of(ledger: Ledger, job_id: int, queued: bool = False) -> list[str]:
             out.append(f"{where}: preflight turned it away {count} time(s) (not counted as a retry); first: {reason}")
         elif row["kind"] == "metrics_dropped":
             out.append(f"{where}: dropped {count} metric point(s) or line(s) it wrote; first: {reason}")
-        elif row["kind"] in ("unschedulable", "metric_unseen"):
+        elif row["kind"] in ("unschedulable", "metric_unseen", "foreign_run_folder"):
             out.append(f"{where}: {reason}")
         else:
             out.append(f"{where}: autoresearch failed {count} time(s) while handling it; first: {reason}")

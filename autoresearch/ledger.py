@@ -387,6 +387,7 @@ class Ledger:
         self.path = self.home / "ledger.db"
         self._local = threading.local()
         self._identity = ""
+        self._freed = False
         try:
             self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as err:
@@ -406,13 +407,14 @@ class Ledger:
             self._file = (0, 0)
 
     def replaced(self) -> bool:
-        """Whether ``ledger.db`` is gone or another file since this handle opened it (moved aside, restored
-        from a backup): a long-lived process (the pass daemon) must not go on with the old one's connection."""
+        """Whether ``ledger.db`` is gone, emptied or another file since this handle opened it (moved aside,
+        truncated, restored from a backup): a long-lived process (the pass daemon) must not go on with the
+        old one's connection."""
         try:
             st = os.stat(self.path)
         except OSError:
             return True
-        return (st.st_dev, st.st_ino) != self._file
+        return (st.st_dev, st.st_ino) != self._file or st.st_size == 0  # (emptied in place: the same inode)
 
     # -- connections and transactions -------------------------------------------------
 
@@ -483,24 +485,23 @@ class Ledger:
             try:
                 conn.execute("COMMIT")
             except sqlite3.Error as err:
-                if not (_disk_full(err) and conn.in_transaction and self._free_reserve() and self._commit(conn)):
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-                    raise self._explain(err) from None
+                if _disk_full(err) and self._free_reserve():  # (SQLite rolled it back: the caller tries again)
+                    self._freed = True
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise self._explain(err) from None
         finally:
             writer.release()
 
-    @staticmethod
-    def _commit(conn: sqlite3.Connection) -> bool:
-        try:
-            conn.execute("COMMIT")
-            return True
-        except sqlite3.Error:
-            return False
+    def take_freed(self) -> bool:
+        """Whether a commit that found the disk full freed the reserve since the last call: the failed
+        transaction may be tried again once (Runtime.tick does, for the pass that records endings)."""
+        freed, self._freed = self._freed, False
+        return freed
 
     def _keep_reserve(self) -> None:
         """Keep ``RESERVE_BYTES`` set aside beside the ledger (made again once the disk has room): a commit that
-        finds the disk full frees it and commits again, so the ending that was being recorded is not lost."""
+        finds the disk full frees it (SQLite has rolled that transaction back), and the pass tries once more."""
         path = self.home / RESERVE_NAME
         if os.path.exists(path):
             return

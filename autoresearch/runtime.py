@@ -136,7 +136,12 @@ class Runtime:
                 return False
             if only is not None and time.monotonic() - self._full_at >= self.FULL_RECONCILE_S:
                 only = None  # (see FULL_RECONCILE_S)
-            ended, active = self.reconcile(only)
+            try:
+                ended, active = self.reconcile(only)
+            except LedgerError:
+                if not self.ledger.take_freed():
+                    raise
+                ended, active = self.reconcile(only)  # the disk was full: once more, in the ledger's reserve
             rows = nodes if isinstance(nodes, list) and not ended else None  # (the caller's, unless stale)
             try:
                 if nodes is True:
@@ -764,6 +769,8 @@ def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
         return "stopped", "stopped by its research loop (early stopping, its end or stop_loop)"
     if stop_reason == "cancelled" or (att["cancel_requested"] and status.stopped):
         return "cancelled", "cancelled by request"
+    if status.cancelled and not stop_reason and not status.timed_out:
+        return "cancelled", status.detail or "cancelled through the engine, not by autoresearch"
     if stop_reason == "preempted":
         return "preempted", "stopped to make room for a higher-priority job"
     if stop_reason == "hang":  # health.on_hang: kill (the health checks class it: infra-suspect, re-checked)

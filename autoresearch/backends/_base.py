@@ -132,6 +132,9 @@ class AttemptStatus:
     ended_at: float | None = None
     peak_rss_mb: float | None = None
     detail: str = ""
+    # Ended by a cancel someone asked the engine for (Slurm's scancel, Ray's stop), not by us: a person's
+    # cancel, recorded ``cancelled`` and never retried (runtime.classify; our own stops have a stop_reason).
+    cancelled: bool = False
     preempted: bool = False  # the engine took it back (Slurm's requeue): ended, resumes in a next attempt
 
     @property

@@ -315,7 +315,11 @@ class SlurmBackend(Backend):
         if ending is not None:
             return status_of(ending)
         done = read_file(os.path.join(run_dir, "exit.json"))
-        if done is not None and not done.get("term_outside"):
+        # A SIGTERM we did not send reaches the command before wrap.py hears its own (a user's scancel
+        # signals the whole step): Slurm says whether the job was cancelled (a person's cancel, not infra).
+        unasked_term = (done is not None and done.get("signal") == 15
+                        and not os.path.exists(os.path.join(run_dir, "stop.json")))
+        if done is not None and not done.get("term_outside") and not unasked_term:
             return self._end(run_dir, from_exit(done))  # ended on its own or by our stop: no need to ask Slurm
         started = (read_file(os.path.join(run_dir, "state.json")) or {}).get("started_at")
         unknown = AttemptStatus("running" if started else "starting", started_at=started)
@@ -369,7 +373,8 @@ class SlurmBackend(Backend):
             if state == "TIMEOUT":
                 status = dataclasses.replace(status, timed_out=True)
             elif state == "CANCELLED":
-                status = dataclasses.replace(status, detail="cancelled in Slurm by someone else (scancel)")
+                ours = os.path.exists(os.path.join(run_dir, "stop.json"))  # (our stop, or its hard backstop)
+                status = dataclasses.replace(status, cancelled=not ours, detail=_cancelled_by(job, job_id, ours))
             return self._end(run_dir, status)
         stopped = os.path.exists(os.path.join(run_dir, "stop.json"))
         now = time.time()
@@ -380,7 +385,8 @@ class SlurmBackend(Backend):
             return self._end(run_dir, AttemptStatus("exited", signal=9, timed_out=True, ended_at=now))
         if state == "CANCELLED":
             return self._end(run_dir, AttemptStatus("exited", signal=15 if not stopped else 9, stopped=stopped,
-                                                    ended_at=now, detail="cancelled in Slurm"))
+                                                    ended_at=now, cancelled=not stopped,
+                                                    detail=_cancelled_by(job, job_id, stopped)))
         if state == "OUT_OF_MEMORY":
             return self._end(run_dir, AttemptStatus("exited", signal=9, ended_at=now,
                                                     detail="killed by Slurm: out of memory"))
@@ -459,3 +465,17 @@ class SlurmBackend(Backend):
     def _log_path(external_id: str) -> str:
         request = read_file(os.path.join(external_id, "request.json")) or {}
         return str(request.get("log_path") or os.path.join(external_id, "missing.log"))
+
+
+def _cancelled_by(job: dict[str, Any] | None, job_id: int, ours: bool) -> str:
+    """The detail of a job Slurm ended CANCELLED: ours (a stop), or a person's scancel (with the uid
+    when Slurm's record names it: sacct's ``CANCELLED by <uid>``)."""
+    if ours:
+        return "cancelled in Slurm (autoresearch's stop)"
+    who = ""
+    for key in ("cancelled_by", "state_reason", "state_description"):
+        text = str((job or {}).get(key) or "")
+        if text and text.lower() not in ("none", "[]"):
+            who = f" ({text[:80]})"
+            break
+    return f"cancelled in Slurm by a user's scancel of job {job_id}{who}, not by autoresearch: not retried"

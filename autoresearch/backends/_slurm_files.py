@@ -6,6 +6,7 @@ never followed through a link, and never trusted to be whole.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import math
@@ -40,8 +41,9 @@ def from_exit(done: dict[str, Any], state: AttemptState = "exited") -> AttemptSt
 
 
 def status_of(data: dict[str, Any]) -> AttemptStatus:
-    """An ending read back from ending.json."""
-    return from_exit(data, "exited" if data.get("state") == "exited" else "lost")
+    """An ending read back from ending.json (``cancelled``: only ours says so, never the job's exit.json)."""
+    status = from_exit(data, "exited" if data.get("state") == "exited" else "lost")
+    return dataclasses.replace(status, cancelled=True) if data.get("cancelled") is True else status
 
 
 def read_file(path: str) -> dict[str, Any] | None:

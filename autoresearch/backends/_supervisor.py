@@ -10,8 +10,7 @@ the attempt's run dir::
     state.json   {"supervisor_pid", "supervisor_start", "pid", "pgid", "pgids", "started_at"}
     stop.json    written by stop(): {"grace", "requested_at"}; then SIGTERM to us
     exit.json    {"exit_code", "signal", "timed_out", "stopped", "ended_at", "peak_rss_mb"}
-                 (+ "disk_full": the mount point, when its disk had less than RESERVE_BYTES free at the end)
-    reserve      RESERVE_BYTES set aside while the command runs
+                 (+ "disk_full": the mount point, when its disk had less than FULL_BELOW free at the end)
                  (+ "members", "failed_member" for a gang: one process group per member)
 
 After the command ends it pokes ``wake_fifo`` when a live process listens there (the
@@ -45,9 +44,10 @@ from collections.abc import Iterator
 from typing import Any, NoReturn
 
 STATE, STOP, EXIT, REAPED = "state.json", "stop.json", "exit.json", "reaped"
-# Set aside before the command starts, freed at its end: room for exit.json and the ending's record
-# on a disk the command (or anyone) filled meanwhile; an end with less than this free is "disk full".
-RESERVE, RESERVE_BYTES = "reserve", 128 << 10
+# Set aside before the command starts as the blocks of exit.json's own temporary file (write_json's
+# O_TRUNC frees them for its write: no file made or removed for it): room for the ending on a disk the
+# command (or anyone) filled meanwhile. An end with less than FULL_BELOW free is "disk full".
+RESERVE_BYTES, FULL_BELOW = 16 << 10, 1 << 20
 # A supervisor claims its attempt by creating the attempt's log (O_EXCL), before anything else: a
 # second supervisor of the same attempt (a launcher that forked one itself after its zygote forked one
 # but died before answering, or two calls of start() with one key) finds it made and exits. (The claim
@@ -511,9 +511,7 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
     full = _disk_full(run_dir)
     if full:
         done["disk_full"] = full
-    with contextlib.suppress(OSError):
-        os.unlink(os.path.join(run_dir, RESERVE))
-    write_json(os.path.join(run_dir, EXIT), done)
+    write_json(os.path.join(run_dir, EXIT), done)  # (into the reserved blocks: see _reserve)
     os.close(log_fd)
     fifo = req.get("wake_fifo")
     _signal.signal(ACK_SIGNAL, _wake)  # before the poke: a nudge wakes the select below
@@ -558,10 +556,11 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
 
 
 def _reserve(run_dir: str) -> bool:
-    """Set ``RESERVE_BYTES`` aside in the run dir (freed to write exit.json, and the pass's record of the
-    ending, when the disk has filled meanwhile); False where the file system cannot."""
+    """Set ``RESERVE_BYTES`` aside as exit.json's temporary file (this process's: :func:`write_json` opens
+    it again with O_TRUNC, which frees them for its write when the disk has filled meanwhile); False where
+    the file system cannot (the write then takes its chances, as before)."""
     try:
-        fd = os.open(os.path.join(run_dir, RESERVE), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(temp_path(os.path.join(run_dir, EXIT)), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError:
         return False
     try:
@@ -574,12 +573,12 @@ def _reserve(run_dir: str) -> bool:
 
 
 def _disk_full(run_dir: str) -> str | None:
-    """The mount point of ``run_dir`` when its file system has less than ``RESERVE_BYTES`` free for us."""
+    """The mount point of ``run_dir`` when its file system has less than ``FULL_BELOW`` free for us."""
     try:
         vfs = os.statvfs(run_dir)
     except OSError:
         return None
-    if vfs.f_bavail * vfs.f_frsize >= RESERVE_BYTES:
+    if vfs.f_bavail * vfs.f_frsize >= FULL_BELOW:
         return None
     path = os.path.realpath(run_dir)
     while not os.path.ismount(path) and path != os.path.dirname(path):

@@ -227,14 +227,17 @@ class RayBackend(Backend):
         stopped = state == "STOPPED"
         limit = _float((info.get("metadata") or {}).get("autoresearch_timeout"))
         timed_out = bool(stopped and limit is not None and started and ended and ended - started >= limit)
+        # Ray's stop of a job we did not stop (runtime.classify: no stop reason recorded) is a person's
+        # (`ray job stop`, the dashboard): a cancel, never retried.
+        cancelled, why = stopped and not timed_out, "stopped through Ray (ray job stop), not by autoresearch"
         if code is None:  # stopped, and no status written: killed after the grace period
             return AttemptStatus("exited", signal=9, stopped=stopped, timed_out=timed_out, started_at=started,
-                                 ended_at=ended, detail="stopped; killed after the grace period")
+                                 ended_at=ended, detail="stopped; killed after the grace period", cancelled=cancelled)
         if 128 < code <= 128 + 64:  # the shell's way of saying "killed by signal N"
             return AttemptStatus("exited", signal=code - 128, stopped=stopped, timed_out=timed_out,
-                                 started_at=started, ended_at=ended)
+                                 started_at=started, ended_at=ended, cancelled=cancelled, detail=why if cancelled else "")
         return AttemptStatus("exited", exit_code=code, stopped=stopped, timed_out=timed_out, started_at=started,
-                             ended_at=ended)
+                             ended_at=ended, cancelled=cancelled, detail=why if cancelled else "")
 
     def _output(self, sid: str) -> tuple[bytes, int | None]:
         """The program's output (Ray's preamble and our exit mark cut off) and its exit status if written."""

@@ -125,6 +125,13 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(with_iso(out), default=str))
     elif live is not None:
         live.summary(view)
+    from autoresearch.loop.views import CANNOT_LEARN
+
+    if view.stop_reason.startswith(CANNOT_LEARN):  # its first trials all failed alike: say why, exit 1
+        print(f"error: loop {view.name} stopped: {view.stop_reason[len(CANNOT_LEARN):]}", file=sys.stderr)
+        print("hint: fix the trial (its log: autoresearch logs JOB) or the plan's objective.metric, then run it "
+              "again; budget.fail_fast sets how many first trials decide (0: never stop for this)", file=sys.stderr)
+        return 1
     return 0
 
 

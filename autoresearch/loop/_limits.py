@@ -14,10 +14,15 @@ than waited for: a CI job ends with its report, never hangs."""
 
 from __future__ import annotations
 
+import difflib
+import json
+import re
 import time
 from typing import Any
 
 from autoresearch.loop.state import LoopState
+from autoresearch.loop.store import ENDED_TRIAL as ENDED
+from autoresearch.loop.views import CANNOT_LEARN
 
 HARD_STOP_WAIT_S = 60.0  # beyond the plan's grace: how long a hard stop waits for trials to end
 
@@ -36,6 +41,8 @@ def check_limits(s: LoopState) -> list[int]:
         reason = f"steps budget {b.steps} used ({steps_used(s)} steps reported by all trials)"
     if not reason and b.llm_usd is not None and llm_spent(s) >= b.llm_usd:
         reason = f"llm_usd budget ${b.llm_usd:g} used"
+    if not reason and not s.learning_seen:
+        reason = cannot_learn(s)
     if not reason and s.state_counts["crashed"] >= b.trials:
         reason = "every trial crashed on infrastructure failures; check `autoresearch nodes`"
     if not reason:  # the MCP tool stop_loop (autoresearch/loop/ops.py) records this decision
@@ -51,6 +58,77 @@ def check_limits(s: LoopState) -> list[int]:
         s.stop_deadline = time.monotonic() + s.plan.trial.grace + HARD_STOP_WAIT_S
     return [trial_id for trial_id in list(s.active)
             if trial_id not in s.stopping and trial_id not in s.finishing and s.active[trial_id]["job_id"] is not None]
+
+
+FAILED = ("failed", "crashed")
+_DECISIVE = re.compile(r"error|exception|traceback|fatal|killed|not found|no such|denied|disk full|out of memory|"
+                       r"cannot|can't|unable|invalid|abort", re.IGNORECASE)
+
+
+def fail_fast_count(s: LoopState) -> int:
+    """N of the fail-fast rule: the plan's ``budget.fail_fast``, else max(3, parallel); at most the budget."""
+    b = s.plan.budget
+    n = b.fail_fast if b.fail_fast is not None else max(3, b.parallel)
+    return min(n, b.trials)
+
+
+def cannot_learn(s: LoopState) -> str:
+    """The stop reason (``CANNOT_LEARN`` ...) when the loop's first N trials (:func:`fail_fast_count`,
+    repeats aside) have all ended failed or crashed and either none reported the objective or all failed
+    the same way: the first one's decisive log line, and the metric names they did print. '' otherwise;
+    once one of them ends any other way, ``learning_seen`` ends the check for good."""
+    n = fail_fast_count(s)
+    if n <= 0:
+        s.learning_seen = True
+        return ""
+    first = [row for _, row in sorted(s.rows.items()) if row.get("role") != "repeat"][:n]
+    if any(row["state"] not in FAILED and row["state"] in ENDED or row.get("objective") is not None for row in first):
+        s.learning_seen = True  # one of them did something to learn from
+        return ""
+    if len(first) < n or any(row["state"] not in FAILED for row in first):
+        return ""  # not all ended yet
+    failures = [str(row.get("failure") or "") for row in first]
+    ways = {text.partition("\n")[0] for text in failures}
+    metric = s.plan.objective.metric
+    printed = sorted({name for row in first for name in _metric_names(row)} - {metric})
+    unseen = all(metric not in _metric_names(row) for row in first)
+    if not unseen and len(ways) > 1:
+        return ""
+    way = failures[0].partition("\n")[0] or "no reason recorded"
+    alike = len(ways) == 1 and not way.startswith("exited 0 but never reported")
+    if unseen:
+        why = f"none of the first {n} trial(s) reported the objective {metric!r}" + (
+            f"; all failed alike: {way}" if alike else "")
+    else:
+        why = f"the first {n} trial(s) all failed alike: {way}"
+    out = CANNOT_LEARN + why + f"; trial {first[0]['id']}'s log: {decisive_line(failures[0]) or '(empty)'}"
+    if unseen:
+        close = difflib.get_close_matches(metric, printed, n=3, cutoff=0.5)
+        if close:
+            out += f"; did you mean {' or '.join(repr(c) for c in close)}? (objective.metric is {metric!r})"
+        elif printed:
+            out += f"; they printed {', '.join(repr(p) for p in printed[:8])}, not {metric!r}"
+        else:
+            out += f"; they printed no metric (report({metric}=...) or a '{metric}: VALUE' line)"
+    return out[:1500]
+
+
+def decisive_line(failure: str) -> str:
+    """The line of a failed trial's failure text (its reason, then its log's tail) that most likely says why:
+    the last that looks like an error, else the log's last line."""
+    lines = [line.strip() for line in failure.splitlines()[1:] if line.strip()]
+    for line in reversed(lines):
+        if _DECISIVE.search(line):
+            return line[:300]
+    return lines[-1][:300] if lines else ""
+
+
+def _metric_names(row: dict[str, Any]) -> set[str]:
+    try:
+        data = json.loads(row.get("metrics") or "{}")
+    except (TypeError, ValueError):
+        return set()
+    return {str(k) for k in data} if isinstance(data, dict) else set()
 
 
 def llm_spent(s: LoopState) -> float:

@@ -17,6 +17,7 @@ from typing import Any
 
 from autoresearch import jobs as job_ops
 from autoresearch import metrics as M
+from autoresearch.backends._base import DISK_FULL
 from autoresearch.errors import AutoresearchError
 from autoresearch.jobstore import JobStore
 from autoresearch.loop import noise as N
@@ -114,6 +115,10 @@ def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
     del s.active[trial_id]
     if c.stopper is not None or c.plan.budget.steps is not None:
         read_series(c, [row])  # its whole curve: the stopper's rungs, bohb's levels, the steps budget
+    for _ in range(64):  # its ending came before all its output was read (a huge output): read the rest first
+        if not JobStore(c.ledger).unread_attempts(job["id"], limit=1):
+            break
+        c.runtime.ingest(job["id"])
     summary = final_metrics(c.ledger, job["id"])
     value = summary.get(c.plan.objective.metric)
     failure = None
@@ -138,9 +143,12 @@ def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
             or (last["failure_class"] is None and job["end_reason"] == "infra")):
         # The machine's fault (a GPU, the driver, NCCL, a lost node): say so, so that the proposer
         # does not learn to avoid a config that did nothing wrong.
-        why = str(last["failure_why"] or last["detail"] or "").partition("\nhint: ")[0]
-        state, failure = "crashed", (f"crashed for the machine's fault, not this config's ({why[:300]}); "
-                                     "infrastructure failure after retries\n" + log_tail(c.runtime, job["id"]))
+        why, _, hint = str(last["failure_why"] or last["detail"] or "").partition("\nhint: ")
+        if str(last["detail"] or "").startswith(DISK_FULL):  # the home's disk: say what to free
+            state, failure = "crashed", (f"crashed: {why[:300]}; {hint[:400]}\n" + log_tail(c.runtime, job["id"]))
+        else:
+            state, failure = "crashed", (f"crashed for the machine's fault, not this config's ({why[:300]}); "
+                                         "infrastructure failure after retries\n" + log_tail(c.runtime, job["id"]))
     else:
         state = "failed"
         why = "timed out" if job["end_reason"] == "timeout" else f"exited {job['exit_code']}"

@@ -254,6 +254,9 @@ class Budget(_Model):
                                                      "together, stopped ones included; launching stops once spent.")
     stop_in_flight: bool = Field(False, description="steps: also stop the trials still running when it is spent "
                                                     "(otherwise they finish: the overshoot is theirs).")
+    fail_fast: int | None = Field(None, ge=0, description="Stop the loop (exit 1) when its first N trials all fail "
+                                                      "the same way or never report the objective: it cannot learn "
+                                                      "(default: max(3, parallel); 0: never).")
 
     @model_validator(mode="before")
     @classmethod

@@ -47,6 +47,7 @@ class LoopState:
     incumbent: int | None = None
     ahead: int = 0  # trials queued ahead of the free slots (Controller.ahead)
     stop_reason: str = ""
+    learning_seen: bool = False  # one of the first trials reported the objective: the fail-fast check is over
     exhausted: bool = False  # the proposer returned nothing
     unseen_warned: set[int] = field(default_factory=set)  # trials warned that their objective is unseen
     history_loaded: bool = False  # ended trials' curves read for the stopper (once, after a resume)

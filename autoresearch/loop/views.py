@@ -41,6 +41,11 @@ class TrialRow:
     incumbent_after: int | None = None  # the incumbent once it ended
 
 
+# The stop reason of a loop whose first trials all failed the same way or never reported the objective
+# (autoresearch/loop/_limits.py: cannot_learn); `autoresearch run` exits 1 with it.
+CANNOT_LEARN = "cannot learn: "
+
+
 @dataclass
 class LoopView:
     name: str

@@ -193,3 +193,20 @@ def test_an_sbatch_that_timed_out_but_was_submitted_is_found_and_run_once(slurm:
     status = wait_for(lambda: (s := backend.poll(ext)).ended and s, timeout=60)
     assert status.exit_code == 0 and (tmp_path / "a.log").read_text() == "ran\n"
     assert len(slurm.jobs_named(SlurmBackend.job_name("unknown.1", str(tmp_path / "a")))) == 1
+
+
+def test_a_users_own_scancel_is_a_cancel_not_the_machines_fault(sapi: Api, slurm: Any, tmp_path: Path) -> None:
+    """scancel by the user (sacct: CANCELLED by <uid>) is recorded cancelled, never infra, never resubmitted.
+    Before, it read as 'killed by SIGTERM that autoresearch did not send': infra, and the job ran again."""
+    view = sapi.submit({"command": [PY, "-c", "import time; print('up', flush=True); time.sleep(120)"],
+                        "workdir": str(tmp_path)})
+    wait_for(lambda: "up" in sapi.logs(view.id).text, timeout=60)
+    run_dir = sapi._ledger.one("SELECT external_id FROM attempts WHERE job_id=?", (view.id,))["external_id"]
+    slurm_id = (Path(run_dir) / "slurm_job_id").read_text().strip()
+    subprocess.run(["scancel", slurm_id], check=True, capture_output=True, timeout=30)
+
+    done = wait_state(sapi, view.id, ("cancelled", "failed", "succeeded"), timeout=60)
+    assert done.state == "cancelled" and done.attempts == 1, done
+    attempt = done.attempt_list[0]
+    assert attempt.end_reason == "cancelled" and "scancel" in (attempt.detail or "")
+    assert sapi._ledger.one("SELECT COUNT(*) FROM events WHERE kind='finding' AND data LIKE '%infra_failure%'")[0] == 0

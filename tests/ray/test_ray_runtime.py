@@ -70,6 +70,23 @@ def test_cancel_stops_the_ray_job(ray_env: RayHead, api: Api, tmp_path: Path) ->
     assert [j["status"] for j in _ray_jobs(ray_env, ext)] == ["STOPPED"]
 
 
+def test_a_users_own_ray_stop_is_a_cancel_not_the_machines_fault(ray_env: RayHead, api: Api, tmp_path: Path) -> None:
+    """`ray job stop` by a person (not autoresearch) ends the job cancelled, never infra, never run again.
+    Before, it read as 'killed by SIGTERM that autoresearch did not send': infra, and the job ran again."""
+    import urllib.request
+
+    job = api.submit({"command": ["sleep", "120"], "workdir": str(tmp_path), "grace": 1}).id
+    wait_state(api, job, "running", timeout=90)
+    ext = api._ledger.one("SELECT external_id FROM attempts WHERE job_id=?", (job,))["external_id"]
+    [ray_job] = _ray_jobs(ray_env, ext)
+    stop = urllib.request.Request(f"{ray_env.address}/api/jobs/{ray_job['submission_id']}/stop", method="POST")
+    with urllib.request.urlopen(stop, timeout=30):
+        pass
+    view = wait_state(api, job, ("cancelled", "failed", "succeeded"), timeout=90)
+    assert view.state == "cancelled" and view.attempts == 1, view
+    assert view.attempt_list[0].end_reason == "cancelled"
+
+
 CRASH_AFTER_SUBMIT = textwrap.dedent("""\
     import os, signal, sys
     from autoresearch.api import Api

@@ -49,4 +49,5 @@ def test_a_disk_that_fills_under_a_job_is_a_disk_full_ending_not_the_nodes_fault
     findings = api._ledger.one("SELECT COUNT(*) FROM events WHERE kind='finding' AND data LIKE '%infra_failure%'")
     assert findings[0] == 0
     assert [n.state for n in api.nodes()] == ["healthy"]
-    assert not (small_disk / "jobs" / str(job.id) / "attempt-1" / "reserve").exists()  # freed at the end
+    run_dir = small_disk / "jobs" / str(job.id) / "attempt-1"
+    assert (run_dir / "exit.json").exists() and not list(run_dir.glob("exit.json.*.tmp"))  # the reserve became it

@@ -17,7 +17,7 @@ import pytest
 from autoresearch.api import Api, doctor
 from autoresearch.errors import LedgerError, StateError
 from autoresearch.ledger import MIGRATIONS, Ledger
-from tests.conftest import wait_state
+from tests.conftest import wait_for, wait_state
 
 OLD = ["sh", "-c", "echo 'loss: 1'; exit 0"]
 NEW = ["sh", "-c", "echo NEW; exit 3"]
@@ -80,6 +80,7 @@ def test_a_run_folder_copied_in_from_another_home_is_never_adopted(home: Path, t
     assert len(kept) == 1 and "loss: 1" in kept[0].read_text()  # the other home's files, kept, not lost
     event = api._ledger.one("SELECT data FROM events WHERE kind='foreign_run_folder'")
     assert event is not None and Ledger(other).identity in event["data"]
+    assert any("moved to" in w and "foreign-" in w for w in api.status(1).warnings)  # status says so
 
 
 def test_doctor_moves_the_old_state_aside_and_a_fresh_ledger_starts(home: Path, tmp_path: Path) -> None:
@@ -115,3 +116,19 @@ def test_doctor_refuses_to_move_a_home_whose_attempt_still_runs(home: Path, tmp_
     finally:
         api.cancel([job.id])
         wait_state(api, job.id, "cancelled")
+
+
+def test_a_ledger_emptied_under_a_running_job_reports_nothing_that_did_not_happen(home: Path, tmp_path: Path) -> None:
+    api = Api(home)
+    job = api.submit({"command": ["sh", "-c", "echo 'loss: 1'; sleep 1; exit 0"], "workdir": str(tmp_path)})
+    wait_state(api, job.id, "running")
+    ledger = Ledger(home)
+    (home / "ledger.db").write_bytes(b"")  # emptied in place under it (the same inode)
+    for name in ("ledger.db-wal", "ledger.db-shm"):
+        (home / name).unlink(missing_ok=True)
+    assert ledger.replaced()  # a long-lived process (the pass daemon) lets go of it
+
+    run_dir = home / "jobs" / str(job.id) / "attempt-1"
+    wait_for(lambda: (run_dir / "exit.json").exists(), timeout=30)
+    with pytest.raises(LedgerError):  # never a fresh ledger that reads the job's folder as someone's result
+        Api(home).status(job.id)
