@@ -478,8 +478,10 @@ class Plan(_Model):
     def digest(self) -> str:
         # Fields added later stay out while unset, so a loop made before them keeps its digest (and resumes).
         later = {k for k in ("image", "mounts") if not getattr(self.trial, k)}
-        exclude: dict[str, Any] = {"trial": later,
-                                   "budget": {k for k in ("steps", "stop_in_flight") if not getattr(self.budget, k)},
+        budget = {k for k in ("steps", "stop_in_flight") if not getattr(self.budget, k)}
+        if self.budget.fail_fast is None:  # (0, "never stop early", is a choice: digested)
+            budget.add("fail_fast")
+        exclude: dict[str, Any] = {"trial": later, "budget": budget,
                                    "space": {k: {"prior"} for k, p in self.space.items() if p.prior is None}}
         if self.gate is None:
             exclude["gate"] = True
