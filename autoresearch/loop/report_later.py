@@ -37,6 +37,10 @@ MAX_STATE_BYTES = 64 * 1024  # a state file is a few hundred bytes; anything lar
 
 
 def _loop_dir(home: Path, name: str) -> Path:
+    from autoresearch.loop.plan import NAME
+
+    if not isinstance(name, str) or not NAME.match(name):  # a loop's name as plans allow it: never `..` or a path
+        raise ValueError(f"not a loop name: {str(name)[:80]!r}")
     return Path(home) / "loops" / name
 
 
@@ -59,7 +63,10 @@ def _locked_by_someone(loop_dir: Path) -> bool:
 def state(home: str | os.PathLike[str], name: str) -> dict[str, Any] | None:
     """The background report's state: {state, at, ...} (None: never asked for here). A helper
     that left ``pending``/``writing`` behind without holding the lock reads as ``interrupted``."""
-    loop_dir = _loop_dir(Path(home), name)
+    try:
+        loop_dir = _loop_dir(Path(home), name)
+    except ValueError:
+        return None  # (a name no loop can have: nothing was ever asked for)
     try:
         with open(loop_dir / STATE_FILE, "rb") as f:
             raw = f.read(MAX_STATE_BYTES + 1)
@@ -104,6 +111,8 @@ def start(home: str | os.PathLike[str], name: str) -> Path:
 
 def wait(home: str | os.PathLike[str], name: str, timeout_s: float = 120.0) -> dict[str, Any] | None:
     """Wait for a background report in progress to end (the lock released); its final state."""
+    if state(home, name) is None:
+        return None
     loop_dir = _loop_dir(Path(home), name)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -120,7 +129,10 @@ def write(home: str | os.PathLike[str], name: str) -> dict[str, Any]:
     from autoresearch.ledger import Ledger
     from autoresearch.loop.report import write_report
 
-    loop_dir = _loop_dir(Path(home), name)
+    try:
+        loop_dir = _loop_dir(Path(home), name)
+    except ValueError as err:
+        return {"state": "failed", "error": str(err)}
     if not (Path(home) / "ledger.db").is_file() or not loop_dir.is_dir():
         return {"state": "failed", "error": "the home or its loop is gone"}  # a removed home stays removed
     fd = os.open(loop_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)

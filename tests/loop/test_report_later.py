@@ -136,3 +136,13 @@ def test_the_loops_end_does_not_wait_for_the_run_maker(home: Path, monkeypatch: 
     maker.close()
     assert time.monotonic() - t0 < 1.0
     wait_for(lambda: proc.poll() is not None, timeout=120)  # it leaves by itself (reaped by close's thread)
+
+
+@pytest.mark.parametrize("name", ["..", "../../etc", "a/b", "", "x" * 65, "<b>", "-x", "\x00"])
+def test_a_name_no_loop_can_have_reads_nothing_and_writes_nothing(home: Path, name: str) -> None:
+    home.mkdir(parents=True)
+    (home / "report.state").write_text('{"state": "done"}')  # what `..` would reach from loops/
+    assert report_later.state(home, name) is None and report_later.describe(home, name) is None
+    assert report_later.wait(home, name, timeout_s=1) is None
+    assert report_later.write(home, name)["state"] == "failed"
+    assert sorted(p.name for p in home.iterdir()) == ["report.state"]
