@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 
 from autoresearch.loop.views import CurveStep, LoopView, TrialRow
 from autoresearch.views import iso, to_dict, with_iso
@@ -29,15 +28,10 @@ def test_to_dict_is_asdict_for_every_shape_a_view_holds() -> None:
     assert repr(to_dict([view])) == repr([want])
 
 
-def test_a_large_final_view_converts_in_a_fraction_of_asdicts_time() -> None:
+def test_a_large_final_view_converts_to_what_asdict_makes_with_iso_twins() -> None:
     view = _view(3000)
-    t0 = time.perf_counter()
-    dataclasses.asdict(view)
-    slow = time.perf_counter() - t0
-    t0 = time.perf_counter()
     plain = to_dict(view)
-    fast = time.perf_counter() - t0
-    assert fast < slow / 2  # measured: 10-17x less
+    assert repr(plain) == repr(dataclasses.asdict(view))  # (its speed: bench/bench_sweep.py --only users)
     out = with_iso(plain)
     assert out["trials"][0]["created_at_iso"] and out["trials"][0]["started_at_iso"] is None
 

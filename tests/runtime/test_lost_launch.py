@@ -62,7 +62,10 @@ def test_a_launcher_killed_mid_batch_starts_each_job_once_and_retries_the_unstar
     done = subprocess.run([sys.executable, "-c", KILLED_MID_BATCH, str(tmp_path), "3"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 9, done.stderr
-    assert [r["state"] for r in api._ledger.query("SELECT state FROM attempts ORDER BY job_id")] == ["starting"] * 3
+    states = [r["state"] for r in api._ledger.query("SELECT state FROM attempts ORDER BY job_id")]
+    # the first was handed to its supervisor, which may have recorded it running (or ended) by now; the
+    # two never started stay as the dead launcher left them
+    assert states[0] in ("starting", "running", "ended") and states[1:] == ["starting"] * 2, states
 
     api._runtime.tick()
 
