@@ -163,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2:
         print("usage: python -m autoresearch.loop.report_later HOME NAME", file=sys.stderr)
         return 2
+    from autoresearch._private import UMASK
+
+    os.umask(UMASK)  # the report's files are private like the rest of the home; this process runs no job
     with contextlib.suppress(Exception):
         os.nice(5)  # the user's next command comes first
     try:
