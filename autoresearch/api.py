@@ -547,6 +547,11 @@ class Api:
                 a["n"], a["state"], a["node"], json.loads(a["gpu_ids"]), a["started_at"], a["ended_at"],
                 a["exit_code"], a["signal"], a["end_reason"], a["detail"] and redact(a["detail"], secrets),
                 a["peak_rss_mb"], a["failure_class"]))
+        if attempts and job["isolation"]:  # a tenant's: what it may use, and how that is enforced
+            from autoresearch import isolation
+            from autoresearch.jobstore import attempt_paths
+
+            view.limits = isolation.limits_line(attempt_paths(self._ledger.job_path(job["id"]), attempts[-1]["n"])[0])
         view.warnings = [redact(w, secrets) for w in warnings_of(self._ledger, job["id"], job["state"] == "queued")]  # they quote trial output
         for a in attempts:
             if a["unread_bytes"] > 0:

@@ -155,7 +155,7 @@ def apply(request: Any, policy: dict[str, Any] | None, ledger: Any, project: str
     from autoresearch.backends import limits
 
     sandbox = Sandbox(hidden=tuple(dict.fromkeys(hidden)), visible=tuple(dict.fromkeys((*sources, *_runtime_paths()))),
-                      own=tuple(own), uid=uid, gid=gid, devices=_sandbox.gpu_devices(gpus),
+                      own=tuple(own), uid=uid, gid=gid, devices=_sandbox.gpu_devices(gpus), project_dir=str(project_dir),
                       limits=_limits(limits.sandbox_config(ledger.home).for_project(project).as_dict(), request.timeout))
     env = {**request.env, "AUTORESEARCH_PROJECT_DIR": str(project_dir)}
     for key, value in env.items():
@@ -165,6 +165,16 @@ def apply(request: Any, policy: dict[str, Any] | None, ledger: Any, project: str
             raise SpecError(f"environment variable {key[:60]!r} cannot be set: a name must be non-empty without "
                             "'=' and neither name nor value may hold a NUL byte", hint="fix the job's env")
     return dataclasses.replace(request, sandbox=sandbox, env=env)
+
+
+def limits_line(run_dir: str) -> str | None:
+    """The limits an attempt ran under and how they were enforced, in one line (its request.json, as
+    the local backend recorded it); None when it had none (not a tenant's) or the file is not there."""
+    from autoresearch.backends import limits
+    from autoresearch.backends._supervisor import read_json
+
+    recorded = read_json(os.path.join(run_dir, "request.json"))
+    return limits.summary(recorded) if recorded is not None else None
 
 
 def _limits(limits: dict[str, Any], timeout: float | None) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autoresearch.backends import AttemptStatus, Backend, LaunchRequest, NodeInfo, open_backend
-from autoresearch.backends._base import DISK_FULL
+from autoresearch.backends._base import DISK_FULL, LOG_DROPPED, OVER_LIMIT
 from autoresearch.backends._supervisor import environ
 from autoresearch.errors import AutoresearchError, BackendError, LedgerError, SpecError
 from autoresearch.guard import surviving
@@ -783,6 +783,8 @@ def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
         return "infra", status.detail or "attempt lost"
     if status.timed_out:
         return "timeout", "ran past its timeout"
+    if status.detail.startswith(OVER_LIMIT):  # its sandbox's limit stopped it: the job's doing, not retried
+        return "exit", status.detail
     if status.signal is not None:
         try:
             name = _signal.Signals(status.signal).name
@@ -792,9 +794,10 @@ def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
             return "exit", f"crashed with {name} (signal {status.signal})"
         hint = " (out of memory?)" if status.signal == _signal.SIGKILL else ""
         return "infra", f"killed by {name} that autoresearch did not send{hint}"
+    dropped = f"; {status.detail}" if status.detail.startswith(LOG_DROPPED) else ""
     if status.exit_code == 0:
-        return "exit", "exited 0"
-    return "exit", f"exited {status.exit_code}"
+        return "exit", f"exited 0{dropped}"
+    return "exit", f"exited {status.exit_code}{dropped}"
 
 
 def exit_status(status: AttemptStatus) -> int | None:

@@ -64,6 +64,9 @@ class JobView:
     # Metric points (estimated) of its ended attempts' output still being read: its metrics are partial
     # until this is 0 (an ending is recorded before all of a huge output is read; detail views only).
     unread_points: int = 0
+    # A tenant job's limits and how they were enforced (rlimits, or why not a cgroup), its last attempt's:
+    # one line (detail views only; None for a job that ran without a sandbox).
+    limits: str | None = None
 
 
 @dataclass

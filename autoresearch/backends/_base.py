@@ -75,6 +75,7 @@ class Sandbox:
     gid: int | None = None
     devices: tuple[str, ...] = ()  # device nodes bound into its minimal /dev (its GPUs')
     limits: dict[str, Any] = field(default_factory=dict)  # limits.Limits.as_dict(): what it may use
+    project_dir: str = ""  # its project's folder: limits["disk"] bounds its total size too (a check)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +118,11 @@ class LaunchRequest:
 # disk was full at its end. Recorded as infra but the home's fault, not the node's: never counted
 # against the node, and retried only once the disk has room again (runtime.Runtime._ending).
 DISK_FULL = "disk full: "
+# The detail of an attempt its sandbox stopped for going past one of its limits (backends/limits.py):
+# the job's own doing, never retried ("exit", class user), whatever signal ended it.
+OVER_LIMIT = "over its limit: "
+# ... and one whose log went past sandbox.limits.log (the rest dropped; the job ran on): said after its exit.
+LOG_DROPPED = "log past sandbox.limits.log: "
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,6 +144,10 @@ class LocalBackend(Backend):
                 "key": request.key,  # its poke names it (watcher.Watcher.take)
                 "sandbox": request.sandbox is not None,
                 "log_limit": int(request.sandbox.limits.get("log") or 0) if request.sandbox is not None else None,
+                # the project folder's total (sandbox.limits.disk), measured by the supervisor as the job runs
+                "quota": {"path": request.sandbox.project_dir, "bytes": int(request.sandbox.limits["disk"])}
+                if request.sandbox is not None and request.sandbox.project_dir and request.sandbox.limits.get("disk")
+                else None,
                 "env": request.env,
                 # one process group per gang member, all on this host: the master is here
                 "members": [member_env({**request.env, "MASTER_ADDR": "127.0.0.1"}, i, node, ids)
@@ -174,6 +178,7 @@ class LocalBackend(Backend):
 
                 how = _sandbox.applied(request.sandbox)
                 recorded_request["limits"] = {k: [v, how[k]] for k, v in request.sandbox.limits.items() if k in how}
+                recorded_request["limits_by"] = _sandbox.mechanism()
             os.write(fd, json.dumps(recorded_request).encode())
         finally:
             os.close(fd)
@@ -200,7 +205,7 @@ class LocalBackend(Backend):
                 started_at=done.get("started_at"),
                 ended_at=done.get("ended_at"),
                 peak_rss_mb=done.get("peak_rss_mb"),
-                detail=f"{DISK_FULL}{str(done['disk_full'])[:300]}" if done.get("disk_full") else "",
+                detail=f"{DISK_FULL}{str(done['disk_full'])[:300]}" if done.get("disk_full") else str(done.get("limit") or "")[:300],
             )
         state = self._states.get(external_id) or sup.read_json(os.path.join(external_id, sup.STATE))
         if state is not None:

@@ -190,10 +190,22 @@ def rlimits(sandbox: Sandbox) -> list[str]:
     return [shutil.which("prlimit") or "prlimit", *out, "--"]
 
 
+@lru_cache(maxsize=1)
+def mechanism() -> str:
+    """How tenant jobs' limits are enforced on this host, in words (``status`` shows it): rlimits,
+    and why not a cgroup v2 (backends/limits.py: :func:`~autoresearch.backends.limits.cgroup_decision`)."""
+    from autoresearch.backends import limits
+
+    folder, why = limits.cgroup_here()
+    if folder is None:
+        return f"rlimits ({why})"
+    return f"rlimits (a delegated cgroup v2 at {folder} is there, but its use is not built yet)"
+
+
 def applied(sandbox: Sandbox) -> dict[str, str]:
     """How each configured limit of ``sandbox`` is enforced (recorded with the attempt: request.json)."""
     how = {"processes": "RLIMIT_NPROC of the job's uid", "memory": "RLIMIT_AS (address space)",
-           "disk": "RLIMIT_FSIZE (bytes per file written)", "tmp": "size of the tmpfs /tmp and /dev/shm",
+           "disk": "RLIMIT_FSIZE (bytes per file written) and the project folder's total (measured every second)", "tmp": "size of the tmpfs /tmp and /dev/shm",
            "cpu": "not enforced: no cgroup, and the job has no timeout",
            "cpu_seconds": "RLIMIT_CPU: cpu x timeout seconds of CPU per process (no cgroup)", "log": "bytes copied to the log, then one marker line",
            "metric_points": "at ingest: points past it dropped"}

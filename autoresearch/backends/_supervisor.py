@@ -417,6 +417,7 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
             os.close(out)
         children.append(child)
         groups.append(group)
+    quota = _Quota.of(req.get("quota"))
     me = os.getpid()
     write_json(
         os.path.join(run_dir, STATE),
@@ -475,7 +476,11 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
         if kill_at is not None and now >= kill_at:
             signal_all(signal.SIGKILL)
             kill_at = None
-        waits = [t - now for t in (deadline if not (timed_out or stopped) else None, kill_at) if t is not None]
+        if quota is not None and quota.over is None and now >= quota.next_at and quota.check(now):
+            os.write(log_fd, f"\nautoresearch: the job went {quota.over}: stopped\n".encode())
+            signal_all(signal.SIGKILL)  # (every file it writes is bounded by RLIMIT_FSIZE: the overshoot too)
+        waits = [t - now for t in (deadline if not (timed_out or stopped) else None, kill_at,
+                                   quota.next_at if quota is not None and quota.over is None else None) if t is not None]
         try:
             select.select([wake_r, *(log.pipes if log is not None else ())], [], [],
                           max(0.0, min(waits)) if waits else 1.0)
@@ -494,8 +499,10 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
         log.drain()
     final = ends.get(failed if failed is not None else 0)
     code = os.waitstatus_to_exitcode(final) if final is not None else None
-    if req.get("sandbox") and code is not None and code - 128 in _LIMIT_SIGNALS:  # (bwrap: 128+N)
+    ended_by = quota.over if quota is not None else None
+    if req.get("sandbox") and code is not None and code - 128 in _LIMIT_SIGNALS and not ended_by:  # (bwrap: 128+N)
         os.write(log_fd, f"autoresearch: the job {_LIMIT_SIGNALS[code - 128]}\n".encode())
+        ended_by = _LIMIT_DETAILS[code - 128]
     done: dict[str, Any] = {
         "exit_code": code if code is not None and code >= 0 else None,
         "signal": -code if code is not None and code < 0 else None,
@@ -505,6 +512,10 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
         "ended_at": time.time(),
         "peak_rss_mb": round(peak, 1),
     }
+    if ended_by:
+        done["limit"] = ended_by
+    elif log is not None and log.dropped:  # (not OVER_LIMIT: the job ran on, and its exit code says how it ended)
+        done["limit"] = f"log past sandbox.limits.log: {log.dropped} bytes dropped"  # (_base.LOG_DROPPED)
     if len(children) > 1:
         done["members"] = len(children)
         done["failed_member"] = failed
@@ -640,6 +651,73 @@ def env_fd(env: dict[str, str]) -> int:
     return fd
 
 
+class _Quota:
+    """The total size of a tenant's project folder (sandbox.limits.disk), measured every ``EVERY_S``
+    (or 20 times the last measurement's time, so it takes at most 5% of a core): over it, the job is
+    stopped with :attr:`over` as its detail."""
+
+    EVERY_S = 1.0
+
+    def __init__(self, path: str, limit: int) -> None:
+        self.path, self.limit = path, limit
+        self.next_at = 0.0
+        self.over: str | None = None
+
+    @classmethod
+    def of(cls, spec: Any) -> _Quota | None:
+        if not isinstance(spec, dict):
+            return None
+        path, limit = spec.get("path"), spec.get("bytes")
+        if not isinstance(path, str) or not path.startswith("/") or not isinstance(limit, int) or limit <= 0:
+            return None
+        return cls(path, limit)
+
+    def check(self, now: float) -> bool:
+        begun = time.monotonic()
+        used = folder_usage(self.path)
+        took = time.monotonic() - begun
+        self.next_at = now + max(self.EVERY_S, 20 * took)
+        if used > self.limit:
+            self.over = f"over its limit: disk quota (project folder: {_size(used)} of {_size(self.limit)})"
+            return True
+        return False
+
+
+def folder_usage(path: str) -> int:
+    """Bytes of disk the files under ``path`` use (their blocks: a sparse file counts what it holds),
+    each inode once (hard links), never following a link; what cannot be read counts nothing."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    stack = [path]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = os.scandir(folder)
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                key = (st.st_dev, st.st_ino)
+                if key in seen:
+                    continue
+                seen.add(key)
+                total += st.st_blocks * 512
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append(entry.path)
+    return total
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return f"{n}B"
+
+
 class _LogCap:
     """The log of an attempt whose output is bounded: pipes in, at most ``limit`` bytes out."""
 
@@ -711,6 +789,9 @@ def _write_all(fd: int, data: bytes) -> None:
 # A sandboxed job killed by one of these went past a limit of its sandbox (backends/limits.py).
 _LIMIT_SIGNALS: dict[int, str] = {int(signal.SIGXFSZ): "wrote a file past its disk limit (sandbox.limits.disk): stopped",
                                  int(signal.SIGXCPU): "used its CPU time limit: stopped"}
+# exit.json's "limit" (the attempt's detail) for each: backends/_base.py OVER_LIMIT, then what it went past.
+_LIMIT_DETAILS: dict[int, str] = {int(signal.SIGXFSZ): "over its limit: a file past sandbox.limits.disk (SIGXFSZ)",
+                                  int(signal.SIGXCPU): "over its limit: its CPU time (sandbox.limits.cpu x timeout, SIGXCPU)"}
 
 
 def _start_member(req: dict[str, Any], env: dict[str, str], log_fd: int) -> tuple[int, int]:

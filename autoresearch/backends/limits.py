@@ -155,3 +155,74 @@ def parse_bytes(value: Any, where: str = "size") -> int:
             return int(number)
     raise SpecError(f"{where} must be a size like 512M, 16G or a number of bytes > 0, got {str(value)[:60]!r}",
                     hint="write e.g. memory: 16G")
+
+
+# -- how the limits are enforced: a delegated cgroup v2, or rlimits --------------------------------
+
+CGROUP_NEEDS = ("cpu", "memory", "pids")
+
+
+def cgroup_decision(mountinfo: str, self_cgroup: str, controllers: str | None, writable: bool) -> tuple[str | None, str]:
+    """Whether tenant jobs can get a cgroup v2 of their own: (the cgroup folder to make theirs
+    under, "") when ``/sys/fs/cgroup`` is a cgroup2 mount (not v1, not the hybrid layout's
+    ``unified``), our cgroup in it (``0::/PATH`` of /proc/self/cgroup) lists every controller of
+    :data:`CGROUP_NEEDS` and we may write there (delegated); else (None, why not), for ``status``."""
+    kind = None
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) > 4 and fields[4] == "/sys/fs/cgroup" and " - " in line:
+            kind = line.split(" - ", 1)[1].split()[0]  # the last mount there wins, as it covers the others
+    if kind != "cgroup2":
+        return None, f"no cgroup v2 at /sys/fs/cgroup (it is {kind or 'not mounted'}: a cgroup v1 host)"
+    path = next((line[3:] for line in self_cgroup.splitlines() if line.startswith("0::")), None)
+    if path is None or ".." in path.split("/"):
+        return None, "this process is in no cgroup v2"
+    folder = os.path.normpath("/sys/fs/cgroup/" + path.lstrip("/"))
+    missing = [c for c in CGROUP_NEEDS if c not in (controllers or "").split()]
+    if missing:
+        return None, f"the cgroup {folder} lacks the {', '.join(missing)} controller(s) (not delegated to us)"
+    if not writable:
+        return None, f"the cgroup {folder} is not writable by the server (not delegated to us)"
+    return folder, ""
+
+
+def cgroup_here() -> tuple[str | None, str]:
+    """:func:`cgroup_decision` for this host and process."""
+    def read(path: str) -> str | None:
+        try:
+            with open(path) as f:
+                return f.read(1 << 20)
+        except OSError:
+            return None
+
+    mountinfo, mine = read("/proc/self/mountinfo") or "", read("/proc/self/cgroup") or ""
+    folder = "/sys/fs/cgroup/" + next((ln[3:] for ln in mine.splitlines() if ln.startswith("0::")), "").lstrip("/")
+    folder = os.path.normpath(folder)
+    return cgroup_decision(mountinfo, mine, read(os.path.join(folder, "cgroup.controllers")),
+                           os.access(folder, os.W_OK) and os.access(os.path.join(folder, "cgroup.subtree_control"), os.W_OK))
+
+
+def size_text(n: int | float) -> str:
+    """``17179869184`` -> ``16G`` (binary units, as config.yaml writes them)."""
+    for unit, scale in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.0f}{unit}" if value == int(value) or value >= 100 else f"{value:.1f}{unit}"
+    return f"{int(n)}B"
+
+
+def summary(recorded: dict[str, Any]) -> str | None:
+    """One short line of an attempt's limits and how they were enforced (its request.json's
+    ``limits`` and ``limits_by``), for ``status``; None for a job that had none (not a tenant's)."""
+    limits = recorded.get("limits")
+    if not isinstance(limits, dict) or not limits:
+        return None
+    parts = []
+    for key in LIMIT_KEYS:
+        pair = limits.get(key)
+        if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], int | float):
+            continue
+        value = size_text(pair[0]) if key in _SIZES else f"{pair[0]:g}"
+        parts.append(f"{key} {value}" + (" (not enforced)" if str(pair[1]).startswith("not enforced") else ""))
+    by = recorded.get("limits_by")
+    return f"{str(by)[:160] if isinstance(by, str) else 'rlimits'}: {', '.join(parts)}"

@@ -99,6 +99,8 @@ def render_job(v: JobView) -> None:
             notes.append(f"attempt {a.n}: {a.detail}")
     if v.attempt_list:
         _print(table.render(_width()))
+    if v.limits:
+        notes.append(f"limits: {v.limits}")
     for note in notes + [f"warning: {w}" for w in v.warnings]:
         print(clean(note))
     if v.failure_why:

@@ -96,6 +96,8 @@ class JobDetail(JobSummary):
                                 "(bad step or value), or errors autoresearch hit while handling it.")
     unread_points: int = Field(default=0, description="Points (estimated) of its ended output still being read: "
                                                      "its metrics are partial while this is above 0.")
+    limits: str | None = Field(default=None, description="A sandboxed (tenant) job's limits and how they are "
+                                                        "enforced (rlimits, or a cgroup), from its last attempt.")
 
 
 class SubmitResult(BaseModel):

@@ -44,3 +44,52 @@ def test_a_config_file_with_a_bad_sandbox_section_names_the_file(tmp_path: Any) 
     (tmp_path / "config.yaml").write_text("sandbox:\n  limits: {memory: lots}\n")
     with pytest.raises(SpecError, match="config.yaml: sandbox.limits.memory"):
         profiles.load(tmp_path)
+
+
+# -- which mechanism enforces the limits: a delegated cgroup v2, else rlimits ------------------------
+
+V1 = ("31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+      "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+      "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n")  # this host's (hybrid) layout
+V2 = "30 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw,nsdelegate\n"
+
+
+def test_a_cgroup_v1_host_gets_rlimits_and_says_why() -> None:
+    folder, why = limits.cgroup_decision(V1, "0::/\n4:memory:/\n", "", True)
+    assert folder is None and why == "no cgroup v2 at /sys/fs/cgroup (it is tmpfs: a cgroup v1 host)"
+    assert limits.cgroup_decision("", "", None, True)[1].endswith("(it is not mounted: a cgroup v1 host)")
+
+
+def test_a_delegated_cgroup_v2_with_every_controller_is_used() -> None:
+    mine = "0::/user.slice/user-1000.slice/autoresearch.service\n"
+    folder, why = limits.cgroup_decision(V2, mine, "cpuset cpu io memory pids\n", True)
+    assert folder == "/sys/fs/cgroup/user.slice/user-1000.slice/autoresearch.service" and why == ""
+
+
+@pytest.mark.parametrize(("mine", "controllers", "writable", "says"), [
+    ("0::/srv\n", "cpu memory\n", True, "lacks the pids controller(s)"),
+    ("0::/srv\n", None, True, "lacks the cpu, memory, pids controller(s)"),
+    ("0::/srv\n", "cpu memory pids", False, "is not writable by the server"),
+    ("1:name=systemd:/\n", "cpu memory pids", True, "this process is in no cgroup v2"),
+    ("0::/../../etc\n", "cpu memory pids", True, "this process is in no cgroup v2"),
+])
+def test_a_cgroup_v2_not_delegated_to_us_is_not_used(mine: str, controllers: str | None, writable: bool,
+                                                      says: str) -> None:
+    folder, why = limits.cgroup_decision(V2, mine, controllers, writable)
+    assert folder is None and says in why, why
+
+
+def test_this_hosts_decision_is_one_of_the_two() -> None:
+    folder, why = limits.cgroup_here()
+    assert (folder is None) == bool(why)
+
+
+def test_the_status_line_names_each_limit_and_how() -> None:
+    recorded = {"limits": {"processes": [64, "RLIMIT_NPROC of the job's uid"], "disk": [2 << 20, "RLIMIT_FSIZE"],
+                           "memory": [16 << 30, "not enforced: a GPU job"], "tmp": [1536 << 20, "tmpfs"],
+                           "metric_points": [1000, "at ingest"], "bogus": [1, "x"], "log": ["<b>", "x"]},
+                "limits_by": "rlimits (no cgroup v2 at /sys/fs/cgroup (it is tmpfs: a cgroup v1 host))"}
+    line = limits.summary(recorded)
+    assert line == ("rlimits (no cgroup v2 at /sys/fs/cgroup (it is tmpfs: a cgroup v1 host)): processes 64, "
+                    "memory 16G (not enforced), disk 2M, tmp 1.5G, metric_points 1000")
+    assert limits.summary({"sandbox": False}) is None and limits.summary({"limits": "junk"}) is None

@@ -250,6 +250,9 @@ def test_a_fork_bomb_is_bounded(api: Any, home: Path) -> None:
     assert started < 64 and "fork failed: Resource temporarily unavailable" in log, log
     recorded = json.loads((home / "jobs" / str(view.id) / "attempt-1" / "request.json").read_text())
     assert recorded["limits"]["processes"] == [64, "RLIMIT_NPROC of the job's uid"], recorded
+    # status says what applied and how (this host has no delegated cgroup v2: rlimits, and why)
+    assert view.limits is not None and view.limits.startswith("rlimits (") and "processes 64" in view.limits, view
+    assert "disk 2M" in view.limits and "tmp 1M" in view.limits, view.limits
 
 
 def test_writing_until_full_stops_at_the_disk_and_tmp_limits(api: Any, home: Path) -> None:
@@ -260,6 +263,9 @@ def test_writing_until_full_stops_at_the_disk_and_tmp_limits(api: Any, home: Pat
     assert "tmp-rc=1" in log and "No space left on device" in log, log
     assert "wrote a file past its disk limit" in log, log
     assert view.state == "failed" and view.attempt_list[-1].signal == 25, view
+    last = view.attempt_list[-1]  # a clear end, the job's own doing: not "a signal nobody sent", not retried
+    assert last.detail == "over its limit: a file past sandbox.limits.disk (SIGXFSZ)", last
+    assert last.end_reason == "exit" and last.failure_class == "user", last
     assert (home / "projects" / "team-a" / "fill").stat().st_size == 2 << 20
 
 
@@ -288,6 +294,37 @@ def test_a_flood_of_log_keeps_the_first_bytes_and_one_marker(api: Any, home: Pat
     assert 64 * 1024 <= size < 64 * 1024 + 300, size
     assert log.startswith("first-line\n") and "flood-done" not in log, log[:100]
     assert log.count("reached its limit of 65536 bytes (sandbox.limits.log)") == 1, log[-300:]
+    detail = view.attempt_list[-1].detail or ""
+    assert detail.startswith("exited 0; log past sandbox.limits.log: ") and int(detail.split()[5]) > 49_000_000, detail
+
+
+def test_a_project_folder_over_its_disk_quota_stops_the_job_and_not_another_projects(
+        api: Any, home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """sandbox.limits.disk bounds the project folder's total, not only each file: three files of 1M
+    each (every one under the per-file limit) take team-a's folder past 2M; team-b's job goes on."""
+    (home / "config.yaml").write_text(LIMITS)
+    _tenant(api, "team-a", "team-b")
+    other = api.submit({"command": ["sh", "-c", "head -c 1500000 /dev/zero > $AUTORESEARCH_PROJECT_DIR/mine; "
+                                                "sleep 4; echo b-done"], "max_retries": 0}, project="team-b")
+    fill = "for i in 1 2 3; do head -c 1000000 /dev/urandom > $AUTORESEARCH_PROJECT_DIR/f$i; done; echo filled; sleep 60"
+    view, log = _run(api, home, fill, timeout="90s")
+    assert "filled" in log and view.state == "failed", (view, log)
+    last = view.attempt_list[-1]
+    assert (last.detail or "").startswith("over its limit: disk quota (project folder: 2."), last
+    assert last.detail.endswith(" of 2.0M)") and last.failure_class == "user" and last.end_reason == "exit", last
+    assert last.ended_at is not None and last.started_at is not None and last.ended_at - last.started_at < 30, last
+    assert "over its limit: disk quota" in log, log
+    # status says the limits and how they apply: the CLI's `autoresearch status JOB` and the MCP tool's
+    from autoresearch.cli._render import render_job
+    from autoresearch.tools.models import JobDetail, from_view
+
+    assert view.limits and view.limits.startswith("rlimits (") and "disk 2M" in view.limits, view.limits
+    assert from_view(JobDetail, view).limits == view.limits
+    render_job(view)
+    shown = capsys.readouterr().out
+    assert f"limits: {view.limits}" in shown and "attempt 1: over its limit: disk quota" in shown, shown
+    b = wait_state(api, other.id, ("succeeded", "failed"), timeout=60)
+    assert b.state == "succeeded", b
 
 
 HOLD = FORKS.replace('print("started=%d" % len(pids))', 'print("started=%d" % len(pids), flush=True); time.sleep(10)')
@@ -317,6 +354,7 @@ def test_a_job_past_its_cpu_time_gets_a_clear_end(api: Any, home: Path) -> None:
     _tenant(api, "team-a")
     view, log = _run(api, home, "exec sh -c 'while :; do :; done'", timeout="20s")  # 3 s of CPU
     assert "used its CPU time limit" in log and view.attempt_list[-1].signal == 24, (view, log)
+    assert (view.attempt_list[-1].detail or "").startswith("over its limit: its CPU time"), view
     recorded = json.loads((home / "jobs" / str(view.id) / "attempt-1" / "request.json").read_text())
     assert recorded["limits"]["cpu"][1].startswith("RLIMIT_CPU"), recorded
 
