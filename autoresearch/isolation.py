@@ -158,6 +158,8 @@ def apply(request: Any, policy: dict[str, Any] | None, ledger: Any, project: str
                       own=tuple(own), uid=uid, gid=gid, devices=_sandbox.gpu_devices(gpus), project_dir=str(project_dir),
                       limits=_limits(limits.sandbox_config(ledger.home).for_project(project).as_dict(), request.timeout))
     env = {**request.env, "AUTORESEARCH_PROJECT_DIR": str(project_dir)}
+    if "HOME" not in (spec.get("env") or {}):  # the server's HOME is not the job's: its own, the project's
+        env["HOME"] = _own_home(project_dir, uid, gid)
     for key, value in env.items():
         if not key or "=" in key or "\0" in key or "\0" in value:
             from autoresearch.errors import SpecError
@@ -165,6 +167,20 @@ def apply(request: Any, policy: dict[str, Any] | None, ledger: Any, project: str
             raise SpecError(f"environment variable {key[:60]!r} cannot be set: a name must be non-empty without "
                             "'=' and neither name nor value may hold a NUL byte", hint="fix the job's env")
     return dataclasses.replace(request, sandbox=sandbox, env=env)
+
+
+def _own_home(project_dir: Path, uid: int | None, gid: int | None) -> str:
+    """The HOME of a project's tenant jobs: ``.home`` in its project folder (writable, 0700, the tenant
+    uid's; shared by the project's jobs, counted in its disk quota), made on its first launch. A link
+    a job put there is never followed by us (inside the sandbox it leads only where the job can go)."""
+    path = project_dir / ".home"
+    try:
+        os.mkdir(path, 0o700)
+        if uid is not None:
+            os.chown(path, uid, -1 if gid is None else gid, follow_symlinks=False)
+    except FileExistsError:
+        pass
+    return str(path)
 
 
 def limits_line(run_dir: str) -> str | None:

@@ -298,6 +298,20 @@ def test_a_flood_of_log_keeps_the_first_bytes_and_one_marker(api: Any, home: Pat
     assert detail.startswith("exited 0; log past sandbox.limits.log: ") and int(detail.split()[5]) > 49_000_000, detail
 
 
+def test_a_tenant_job_has_its_own_private_writable_home(api: Any, home: Path) -> None:
+    """Not the server's HOME (root's, read-only or hidden in the sandbox): the project's own."""
+    _tenant(api, "team-a")
+    script = 'echo "home=$HOME"; echo hi > "$HOME/.rc" && echo wrote; stat -c "mode=%a uid=%u" "$HOME"; id -u'
+    view, log = _run(api, home, script)
+    own = home / "projects" / "team-a" / ".home"
+    assert view.state == "succeeded" and f"home={own}\n" in log and "wrote" in log, log
+    assert "mode=700" in log and f"uid={log.split()[-1]}" in log, log
+    assert (own / ".rc").read_text() == "hi\n" and os.environ.get("HOME") != str(own)
+    # A job that names its HOME keeps it.
+    view, log = _run(api, home, 'echo "home=$HOME"', env={"HOME": "/tmp"})
+    assert "home=/tmp\n" in log, log
+
+
 def test_a_project_folder_over_its_disk_quota_stops_the_job_and_not_another_projects(
         api: Any, home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """sandbox.limits.disk bounds the project folder's total, not only each file: three files of 1M
