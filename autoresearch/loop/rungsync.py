@@ -45,8 +45,9 @@ class RungSync:
         steps = self.stopper.decision_steps(trial_id)  # type: ignore[attr-defined]
         if not steps:
             return {}
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.path(trial_id).write_text("")  # exists: the trial may wait on it
+        self.dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.dir.mkdir(mode=0o700, exist_ok=True)  # private, as everything under the home (docs/security.md)
+        _write(self.path(trial_id), "")  # exists: the trial may wait on it
         return {"AUTORESEARCH_STOP_STEPS": ",".join(str(s) for s in steps[:MAX_STEPS_LISTED]),
                 "AUTORESEARCH_STOP_FILE": str(self.path(trial_id)), "AUTORESEARCH_STOP_FIFO": str(self.fifo),
                 "AUTORESEARCH_STOP_METRIC": self.metric,
@@ -62,10 +63,17 @@ class RungSync:
             return
         tmp = path.with_name(f".{path.name}.tmp")
         with contextlib.suppress(OSError):
-            tmp.write_text(f"{step} stop" if stop else str(step))
+            _write(tmp, f"{step} stop" if stop else str(step))
             os.replace(tmp, path)
 
     def forget(self, trial_id: int) -> None:
         self.answered.pop(trial_id, None)
         with contextlib.suppress(OSError):
             self.path(trial_id).unlink()
+
+
+def _write(path: Path, text: str) -> None:
+    """``text`` into ``path``, made 0600 whatever the umask (never through a link put there)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)

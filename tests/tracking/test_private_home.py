@@ -22,6 +22,7 @@ space:
   x: {low: 0.0, high: 1.0}
 proposer: {kind: random, seed: 1}
 budget: {trials: 2, parallel: 2}
+early_stop: {kind: asha, min_steps: 1, reduction_factor: 2}
 """
 
 
@@ -54,6 +55,7 @@ def test_a_job_a_loop_its_report_and_the_mlflow_mirror_leave_nothing_readable_by
     cli("sync")
     assert (home / "mlflow.db").exists() and (home / "loops" / "private" / "report" / "summary.md").exists()
     assert any((home / "mlartifacts").rglob("*.log"))  # the attempts' logs were mirrored
+    assert (home / "loops" / "private" / "verdicts").is_dir()  # (early stopping at rungs: the trials' answers)
     assert loose(home) == []
 
 
