@@ -76,6 +76,7 @@ class Sandbox:
     devices: tuple[str, ...] = ()  # device nodes bound into its minimal /dev (its GPUs')
     limits: dict[str, Any] = field(default_factory=dict)  # limits.Limits.as_dict(): what it may use
     project_dir: str = ""  # its project's folder: limits["disk"] bounds its total size too (a check)
+    cgroup: str = ""  # its own cgroup v2 folder (a delegated host): memory, pids and cpu bounded there
 
 
 @dataclass(frozen=True, slots=True)

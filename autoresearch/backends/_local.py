@@ -8,6 +8,7 @@ The external id of an attempt is its run dir, so any process can poll or stop it
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -129,6 +130,8 @@ class LocalBackend(Backend):
 
             argv = _sandbox.wrap(request.argv, request.workdir, request.sandbox)
         _make_dir(request.run_dir)
+        if request.sandbox is not None and request.sandbox.cgroup:
+            _make_cgroup(request.sandbox.cgroup, request.sandbox.limits)
         if os.path.dirname(request.log_path) != os.path.dirname(request.run_dir):  # the runtime's: beside it
             os.makedirs(os.path.dirname(request.log_path), mode=0o700, exist_ok=True)
         recorded = os.path.join(request.run_dir, "request.json")
@@ -144,6 +147,7 @@ class LocalBackend(Backend):
                 "key": request.key,  # its poke names it (watcher.Watcher.take)
                 "sandbox": request.sandbox is not None,
                 "log_limit": int(request.sandbox.limits.get("log") or 0) if request.sandbox is not None else None,
+                "cgroup": request.sandbox.cgroup if request.sandbox is not None and request.sandbox.cgroup else None,
                 # the project folder's total (sandbox.limits.disk), measured by the supervisor as the job runs
                 "quota": {"path": request.sandbox.project_dir, "bytes": int(request.sandbox.limits["disk"])}
                 if request.sandbox is not None and request.sandbox.project_dir and request.sandbox.limits.get("disk")
@@ -178,7 +182,7 @@ class LocalBackend(Backend):
 
                 how = _sandbox.applied(request.sandbox)
                 recorded_request["limits"] = {k: [v, how[k]] for k, v in request.sandbox.limits.items() if k in how}
-                recorded_request["limits_by"] = _sandbox.mechanism()
+                recorded_request["limits_by"] = _sandbox.mechanism(request.sandbox)
             os.write(fd, json.dumps(recorded_request).encode())
         finally:
             os.close(fd)
@@ -301,3 +305,27 @@ def _remember(cache: dict[str, Any], key: str, value: Any) -> None:
     if len(cache) > 100_000:
         cache.clear()
     cache[key] = value
+
+
+def _make_cgroup(path: str, limits: dict[str, Any]) -> None:
+    """An attempt's own cgroup v2 with its limits written (backends/limits.py ``cgroup_files``); its
+    supervisor moves the sandbox into it before the exec. Fails closed: limits that cannot be set are
+    a launch that fails, never a job run without them."""
+    from autoresearch.backends import limits as L
+
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        pass
+    except OSError as err:
+        raise BackendError(f"cannot make the attempt's cgroup {path}: {err}",
+                           hint="check sandbox.cgroup is delegated to the server (docs/security.md)") from err
+    for name, value in L.cgroup_files(limits).items():
+        try:
+            with open(os.path.join(path, name), "w") as f:
+                f.write(value)
+        except OSError as err:
+            if name == "memory.swap.max" and err.errno == errno.ENOENT:
+                continue  # (a kernel without swap accounting)
+            raise BackendError(f"cannot set {name} of the attempt's cgroup {path}: {err}",
+                               hint="check sandbox.cgroup enables cpu, memory and pids for its children") from err

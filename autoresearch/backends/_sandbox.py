@@ -175,13 +175,13 @@ def rlimits(sandbox: Sandbox) -> list[str]:
     CUDA reserves far more address space than it uses."""
     limits = sandbox.limits
     out = []
-    if limits.get("processes"):
+    if limits.get("processes") and not sandbox.cgroup:  # (a cgroup bounds these: pids.max, memory.max, cpu.max)
         out.append(f"--nproc={int(limits['processes'])}")
-    if limits.get("memory") and not sandbox.devices:
+    if limits.get("memory") and not sandbox.devices and not sandbox.cgroup:
         out.append(f"--as={int(limits['memory'])}")
     if limits.get("disk"):
         out.append(f"--fsize={int(limits['disk'])}")
-    if limits.get("cpu_seconds"):
+    if limits.get("cpu_seconds") and not sandbox.cgroup:
         out.append(f"--cpu={int(limits['cpu_seconds'])}:{int(limits['cpu_seconds']) + 10}")  # SIGXCPU, then SIGKILL
     if not out:
         return []
@@ -190,16 +190,20 @@ def rlimits(sandbox: Sandbox) -> list[str]:
     return [shutil.which("prlimit") or "prlimit", *out, "--"]
 
 
-@lru_cache(maxsize=1)
-def mechanism() -> str:
-    """How tenant jobs' limits are enforced on this host, in words (``status`` shows it): rlimits,
-    and why not a cgroup v2 (backends/limits.py: :func:`~autoresearch.backends.limits.cgroup_decision`)."""
+@lru_cache(maxsize=4)
+def cgroup_state(configured: str | None = None) -> tuple[str | None, str]:
+    """(the cgroup v2 folder tenant attempts get theirs under, "") on a host that delegates one to us,
+    else (None, why not): backends/limits.py ``cgroup_decision``; once per process and setting."""
     from autoresearch.backends import limits
 
-    folder, why = limits.cgroup_here()
-    if folder is None:
-        return f"rlimits ({why})"
-    return f"rlimits (a delegated cgroup v2 at {folder} is there, but its use is not built yet)"
+    return limits.cgroup_here(configured)
+
+
+def mechanism(sandbox: Sandbox) -> str:
+    """How ``sandbox``'s limits are enforced, in words (request.json's ``limits_by``; ``status`` shows it)."""
+    if sandbox.cgroup:
+        return f"cgroup v2 ({os.path.dirname(sandbox.cgroup)}) and rlimits"
+    return f"rlimits ({cgroup_state()[1] or 'no cgroup v2 delegated to the server'})"
 
 
 def applied(sandbox: Sandbox) -> dict[str, str]:
@@ -209,10 +213,14 @@ def applied(sandbox: Sandbox) -> dict[str, str]:
            "cpu": "not enforced: no cgroup, and the job has no timeout",
            "cpu_seconds": "RLIMIT_CPU: cpu x timeout seconds of CPU per process (no cgroup)", "log": "bytes copied to the log, then one marker line",
            "metric_points": "at ingest: points past it dropped"}
+    if sandbox.cgroup:
+        how.update(processes="pids.max of its cgroup", memory="memory.max of its cgroup (resident memory, no swap)",
+                   cpu="cpu.max of its cgroup (cores)")
+        how.pop("cpu_seconds")
     out = {k: how[k] for k in sandbox.limits if k in how}
     if "cpu_seconds" in out:
         out["cpu"] = out.pop("cpu_seconds")
-    if "memory" in out and sandbox.devices:
+    if "memory" in out and sandbox.devices and not sandbox.cgroup:
         out["memory"] = "not enforced: a GPU job (CUDA reserves more address space than it uses)"
     return out
 

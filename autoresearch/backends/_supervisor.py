@@ -313,16 +313,19 @@ def _which(name: str, path: str) -> str | None:
     return None
 
 
-def _spawn(argv: list[str], env: dict[str, str], workdir: str, log_fd: int) -> int:
+def _spawn(argv: list[str], env: dict[str, str], workdir: str, log_fd: int, cgroup: str | None = None) -> int:
     """Start the command in its own process group, stdout+stderr to the log.
 
     posix_spawn (vfork underneath) costs the same whatever our size, where a fork of a
     copy of a large parent (a loop controller) costs milliseconds. It has no cwd in
     Python 3.11, so we move to the workdir first (every path we use is absolute).
     When it cannot start the program we fork after all, so the error lands in the log
-    and the attempt ends with 127/126 like a shell's.
+    and the attempt ends with 127/126 like a shell's. With ``cgroup`` (a sandboxed attempt's own
+    cgroup v2) it forks: the child moves itself into it before its exec, so all it starts is there.
     """
     try:
+        if cgroup:
+            raise OSError(errno.EPERM, "a cgroup to join first: fork")
         os.chdir(workdir)
         program = _which(argv[0], env.get("PATH", os.defpath))
         if program is not None:
@@ -342,6 +345,10 @@ def _spawn(argv: list[str], env: dict[str, str], workdir: str, log_fd: int) -> i
             os.chdir(workdir)
             for sig in _DEFAULT_SIGNALS:
                 signal.signal(sig, signal.SIG_DFL)
+            if cgroup:  # fails closed: a job never runs outside the cgroup that bounds it
+                fd = os.open(os.path.join(cgroup, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+                os.write(fd, str(os.getpid()).encode())
+                os.close(fd)
             os.execvpe(argv[0], argv, env)
         except OSError as err:
             os.write(2, f"autoresearch: cannot run {argv[0]!r}: {err.strerror}\n".encode())
@@ -500,6 +507,9 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
     final = ends.get(failed if failed is not None else 0)
     code = os.waitstatus_to_exitcode(final) if final is not None else None
     ended_by = quota.over if quota is not None else None
+    cgroup = req.get("cgroup")
+    if isinstance(cgroup, str) and cgroup:
+        ended_by = ended_by or _cgroup_end(cgroup, code)
     if req.get("sandbox") and code is not None and code - 128 in _LIMIT_SIGNALS and not ended_by:  # (bwrap: 128+N)
         os.write(log_fd, f"autoresearch: the job {_LIMIT_SIGNALS[code - 128]}\n".encode())
         ended_by = _LIMIT_DETAILS[code - 128]
@@ -649,6 +659,34 @@ def env_fd(env: dict[str, str]) -> int:
     os.lseek(fd, 0, os.SEEK_SET)
     os.set_inheritable(fd, True)
     return fd
+
+
+def _cgroup_end(path: str, code: int | None) -> str | None:
+    """After an attempt with a cgroup of its own: why it ended when a limit there did it (an OOM kill:
+    memory.max; a failed job whose forks were refused: pids.max); its leftovers killed, the cgroup removed."""
+    def events(name: str) -> dict[str, int]:
+        try:
+            with open(os.path.join(path, name)) as f:
+                pairs = [line.split() for line in f.read(4096).splitlines()]
+            return {p[0]: int(p[1]) for p in pairs if len(p) == 2 and p[1].isdigit()}
+        except OSError:
+            return {}
+
+    why = None
+    if events("memory.events").get("oom_kill", 0) > 0:
+        why = "over its limit: memory (memory.max of its cgroup: killed when out of memory)"
+    elif code not in (0, None) and events("pids.events").get("max", 0) > 0:
+        why = "over its limit: processes (pids.max of its cgroup: forks were refused)"
+    with contextlib.suppress(OSError):
+        with open(os.path.join(path, "cgroup.kill"), "w") as f:
+            f.write("1")
+    for _ in range(50):  # (empty once the killed tasks are gone)
+        try:
+            os.rmdir(path)
+            break
+        except OSError:
+            time.sleep(0.02)
+    return why
 
 
 class _Quota:
@@ -807,7 +845,8 @@ def _start_member(req: dict[str, Any], env: dict[str, str], log_fd: int) -> tupl
         argv = [str(args) if a == ARGS_FD else str(info_w) if a == INFO_FD else a for a in argv]
         env = LAUNCHER_ENV
     try:
-        child = _spawn(argv, env, req["workdir"], log_fd)
+        cgroup = req.get("cgroup")
+        child = _spawn(argv, env, req["workdir"], log_fd, cgroup if isinstance(cgroup, str) and cgroup else None)
     finally:
         if args is not None:
             os.close(args)

@@ -4,6 +4,7 @@
       uid: 65534            # the uid and gid tenant jobs run as when the server is root
       gid: 65534
       uid_base: 200000      # instead: each project its own uid and gid, uid_base + its tenant number
+      cgroup: /sys/fs/cgroup/autoresearch   # a delegated cgroup v2 folder for the jobs' cgroups (else ours)
       limits:               # every tenant job (each attempt), unless its project says otherwise
         processes: 512      # tasks of the job's uid (RLIMIT_NPROC) / of its cgroup (pids.max)
         memory: 16G         # address space (RLIMIT_AS) / cgroup memory.max
@@ -30,7 +31,7 @@ from typing import Any
 from autoresearch.errors import SpecError
 
 DEFAULT_ID = 65534
-_KEYS = ("uid", "gid", "uid_base", "limits", "projects")
+_KEYS = ("uid", "gid", "uid_base", "limits", "projects", "cgroup")
 LIMIT_KEYS = ("processes", "memory", "cpu", "disk", "tmp", "log", "metric_points")
 _SIZES = ("memory", "disk", "tmp", "log")
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -64,6 +65,7 @@ class SandboxConfig:
     limits: Limits = field(default_factory=lambda: Limits(**DEFAULTS))
     projects: dict[str, Limits] = field(default_factory=dict)
     uid_base: int | None = None  # each project's own uid/gid: uid_base + its tenant number
+    cgroup: str | None = None  # the cgroup v2 folder under which each tenant attempt gets its own
 
     def for_project(self, project: str) -> Limits:
         return self.projects.get(project, self.limits)
@@ -98,7 +100,14 @@ def parse(raw: Any) -> SandboxConfig:
         if uid_base + (1 << 20) >= (1 << 32) - 1:
             raise SpecError(f"sandbox.uid_base {uid_base} leaves no room for a million projects below 2**32-1",
                             hint="write e.g. uid_base: 200000")
-    return SandboxConfig(ids["uid"], ids["gid"], base, out, uid_base)
+    cgroup = raw.get("cgroup")
+    if cgroup is not None and (not isinstance(cgroup, str) or len(cgroup) > 500 or "\0" in cgroup
+                               or not os.path.normpath(cgroup).startswith("/sys/fs/cgroup/")):
+        raise SpecError(f"sandbox.cgroup must be a folder under /sys/fs/cgroup, got {str(cgroup)[:60]!r}",
+                        hint="write cgroup: /sys/fs/cgroup/autoresearch (delegated to the server, with cpu, memory "
+                             "and pids in its cgroup.subtree_control)")
+    return SandboxConfig(ids["uid"], ids["gid"], base, out, uid_base,
+                         os.path.normpath(cgroup) if cgroup is not None else None)
 
 
 def sandbox_config(home: str | os.PathLike[str] | None = None) -> SandboxConfig:
@@ -162,11 +171,12 @@ def parse_bytes(value: Any, where: str = "size") -> int:
 CGROUP_NEEDS = ("cpu", "memory", "pids")
 
 
-def cgroup_decision(mountinfo: str, self_cgroup: str, controllers: str | None, writable: bool) -> tuple[str | None, str]:
-    """Whether tenant jobs can get a cgroup v2 of their own: (the cgroup folder to make theirs
-    under, "") when ``/sys/fs/cgroup`` is a cgroup2 mount (not v1, not the hybrid layout's
-    ``unified``), our cgroup in it (``0::/PATH`` of /proc/self/cgroup) lists every controller of
-    :data:`CGROUP_NEEDS` and we may write there (delegated); else (None, why not), for ``status``."""
+def cgroup_decision(mountinfo: str, folder: str | None, subtree: str | None, writable: bool) -> tuple[str | None, str]:
+    """Whether tenant attempts can get a cgroup v2 each: (the folder to make them in, "") when
+    ``/sys/fs/cgroup`` is a cgroup2 mount (not v1, nor the hybrid layout's ``unified`` beside v1),
+    ``folder`` (config.yaml ``sandbox.cgroup``, else our own cgroup) lists every controller of
+    :data:`CGROUP_NEEDS` in its ``cgroup.subtree_control`` (``subtree``: enabled for its children)
+    and we may write there (delegated to us); else (None, why not), which ``status`` says."""
     kind = None
     for line in mountinfo.splitlines():
         fields = line.split()
@@ -174,20 +184,27 @@ def cgroup_decision(mountinfo: str, self_cgroup: str, controllers: str | None, w
             kind = line.split(" - ", 1)[1].split()[0]  # the last mount there wins, as it covers the others
     if kind != "cgroup2":
         return None, f"no cgroup v2 at /sys/fs/cgroup (it is {kind or 'not mounted'}: a cgroup v1 host)"
-    path = next((line[3:] for line in self_cgroup.splitlines() if line.startswith("0::")), None)
-    if path is None or ".." in path.split("/"):
+    if folder is None or not os.path.normpath(folder).startswith("/sys/fs/cgroup"):
         return None, "this process is in no cgroup v2"
-    folder = os.path.normpath("/sys/fs/cgroup/" + path.lstrip("/"))
-    missing = [c for c in CGROUP_NEEDS if c not in (controllers or "").split()]
+    missing = [c for c in CGROUP_NEEDS if c not in (subtree or "").split()]
     if missing:
-        return None, f"the cgroup {folder} lacks the {', '.join(missing)} controller(s) (not delegated to us)"
+        return None, (f"{folder} does not enable {', '.join(missing)} for its children (cgroup.subtree_control): "
+                      "not delegated to us")
     if not writable:
-        return None, f"the cgroup {folder} is not writable by the server (not delegated to us)"
+        return None, f"{folder} is not writable by the server: not delegated to us"
     return folder, ""
 
 
-def cgroup_here() -> tuple[str | None, str]:
-    """:func:`cgroup_decision` for this host and process."""
+def own_cgroup(self_cgroup: str) -> str | None:
+    """Our cgroup v2 folder, from /proc/self/cgroup's ``0::/PATH`` (None when there is none)."""
+    path = next((line[3:] for line in self_cgroup.splitlines() if line.startswith("0::")), None)
+    if path is None or ".." in path.split("/"):
+        return None
+    return os.path.normpath("/sys/fs/cgroup/" + path.lstrip("/"))
+
+
+def cgroup_here(configured: str | None = None) -> tuple[str | None, str]:
+    """:func:`cgroup_decision` for this host: ``configured`` (``sandbox.cgroup``) or our own cgroup."""
     def read(path: str) -> str | None:
         try:
             with open(path) as f:
@@ -195,11 +212,24 @@ def cgroup_here() -> tuple[str | None, str]:
         except OSError:
             return None
 
-    mountinfo, mine = read("/proc/self/mountinfo") or "", read("/proc/self/cgroup") or ""
-    folder = "/sys/fs/cgroup/" + next((ln[3:] for ln in mine.splitlines() if ln.startswith("0::")), "").lstrip("/")
-    folder = os.path.normpath(folder)
-    return cgroup_decision(mountinfo, mine, read(os.path.join(folder, "cgroup.controllers")),
-                           os.access(folder, os.W_OK) and os.access(os.path.join(folder, "cgroup.subtree_control"), os.W_OK))
+    folder = configured or own_cgroup(read("/proc/self/cgroup") or "")
+    subtree = read(os.path.join(folder, "cgroup.subtree_control")) if folder else None
+    writable = bool(folder) and os.access(str(folder), os.W_OK)
+    return cgroup_decision(read("/proc/self/mountinfo") or "", folder, subtree, writable)
+
+
+def cgroup_files(limits: dict[str, Any]) -> dict[str, str]:
+    """What to write in an attempt's own cgroup for ``limits`` (a :meth:`Limits.as_dict`): its
+    memory (resident, GPU jobs' too), its tasks, its CPU share (cores: a quota of 100 ms periods)."""
+    out = {}
+    if limits.get("memory"):
+        out["memory.max"] = str(int(limits["memory"]))
+        out["memory.swap.max"] = "0"
+    if limits.get("processes"):
+        out["pids.max"] = str(int(limits["processes"]))
+    if limits.get("cpu"):
+        out["cpu.max"] = f"{max(1000, int(float(limits['cpu']) * 100_000))} 100000"
+    return out
 
 
 def size_text(n: int | float) -> str:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -55,33 +58,52 @@ V2 = "30 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - cgroup2 cgro
 
 
 def test_a_cgroup_v1_host_gets_rlimits_and_says_why() -> None:
-    folder, why = limits.cgroup_decision(V1, "0::/\n4:memory:/\n", "", True)
+    folder, why = limits.cgroup_decision(V1, "/sys/fs/cgroup/x", "cpu memory pids", True)
     assert folder is None and why == "no cgroup v2 at /sys/fs/cgroup (it is tmpfs: a cgroup v1 host)"
-    assert limits.cgroup_decision("", "", None, True)[1].endswith("(it is not mounted: a cgroup v1 host)")
+    assert limits.cgroup_decision("", None, None, True)[1].endswith("(it is not mounted: a cgroup v1 host)")
 
 
 def test_a_delegated_cgroup_v2_with_every_controller_is_used() -> None:
-    mine = "0::/user.slice/user-1000.slice/autoresearch.service\n"
+    mine = limits.own_cgroup("0::/user.slice/user-1000.slice/autoresearch.service\n")
+    assert mine == "/sys/fs/cgroup/user.slice/user-1000.slice/autoresearch.service"
     folder, why = limits.cgroup_decision(V2, mine, "cpuset cpu io memory pids\n", True)
-    assert folder == "/sys/fs/cgroup/user.slice/user-1000.slice/autoresearch.service" and why == ""
+    assert folder == mine and why == ""
 
 
-@pytest.mark.parametrize(("mine", "controllers", "writable", "says"), [
-    ("0::/srv\n", "cpu memory\n", True, "lacks the pids controller(s)"),
-    ("0::/srv\n", None, True, "lacks the cpu, memory, pids controller(s)"),
-    ("0::/srv\n", "cpu memory pids", False, "is not writable by the server"),
-    ("1:name=systemd:/\n", "cpu memory pids", True, "this process is in no cgroup v2"),
-    ("0::/../../etc\n", "cpu memory pids", True, "this process is in no cgroup v2"),
+@pytest.mark.parametrize(("folder", "subtree", "writable", "says"), [
+    ("/sys/fs/cgroup/srv", "cpu memory\n", True, "does not enable pids for its children"),
+    ("/sys/fs/cgroup/srv", None, True, "does not enable cpu, memory, pids"),
+    ("/sys/fs/cgroup/srv", "cpu memory pids", False, "is not writable by the server"),
+    (None, "cpu memory pids", True, "this process is in no cgroup v2"),
+    ("/etc", "cpu memory pids", True, "this process is in no cgroup v2"),
 ])
-def test_a_cgroup_v2_not_delegated_to_us_is_not_used(mine: str, controllers: str | None, writable: bool,
+def test_a_cgroup_v2_not_delegated_to_us_is_not_used(folder: str | None, subtree: str | None, writable: bool,
                                                       says: str) -> None:
-    folder, why = limits.cgroup_decision(V2, mine, controllers, writable)
-    assert folder is None and says in why, why
+    found, why = limits.cgroup_decision(V2, folder, subtree, writable)
+    assert found is None and says in why, why
+
+
+def test_our_own_cgroup_is_read_from_proc_and_never_escapes() -> None:
+    assert limits.own_cgroup("0::/\n") == "/sys/fs/cgroup"
+    assert limits.own_cgroup("1:name=systemd:/\n") is None and limits.own_cgroup("0::/../../etc\n") is None
 
 
 def test_this_hosts_decision_is_one_of_the_two() -> None:
     folder, why = limits.cgroup_here()
     assert (folder is None) == bool(why)
+
+
+def test_the_cgroup_files_of_the_limits() -> None:
+    assert limits.cgroup_files({"memory": 1 << 30, "processes": 64, "cpu": 2.5, "tmp": 5}) == {
+        "memory.max": "1073741824", "memory.swap.max": "0", "pids.max": "64", "cpu.max": "250000 100000"}
+    assert limits.cgroup_files({"cpu": 0.001}) == {"cpu.max": "1000 100000"} and limits.cgroup_files({}) == {}
+
+
+@pytest.mark.parametrize("bad", ["/etc/x", "/sys/fs/cgroup/../../etc", 5, "x" * 600, "/sys/fs/cgroup/a\0"])
+def test_a_cgroup_setting_outside_the_cgroup_mount_is_refused(bad: Any) -> None:
+    with pytest.raises(SpecError, match="sandbox.cgroup must be a folder under /sys/fs/cgroup"):
+        limits.parse({"cgroup": bad})
+    assert limits.parse({"cgroup": "/sys/fs/cgroup/autoresearch/"}).cgroup == "/sys/fs/cgroup/autoresearch"
 
 
 def test_the_status_line_names_each_limit_and_how() -> None:
@@ -93,3 +115,46 @@ def test_the_status_line_names_each_limit_and_how() -> None:
     assert line == ("rlimits (no cgroup v2 at /sys/fs/cgroup (it is tmpfs: a cgroup v1 host)): processes 64, "
                     "memory 16G (not enforced), disk 2M, tmp 1.5G, metric_points 1000")
     assert limits.summary({"sandbox": False}) is None and limits.summary({"limits": "junk"}) is None
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+def test_an_attempt_with_a_cgroup_joins_it_before_its_sandbox_and_an_oom_kill_there_is_its_end(
+        home: Any, tmp_path: Path) -> None:
+    """The cgroup v2 path, end to end but for the kernel (this host is cgroup v1: no controller can be
+    delegated; docs/security.md): a stand-in folder gets the limits' files, the supervisor's child
+    writes its pid into cgroup.procs before it execs the sandbox, and an ``oom_kill`` in memory.events
+    becomes the attempt's end reason."""
+    import json
+    import time
+
+    from autoresearch.backends import Sandbox, _local, _sandbox
+    from autoresearch.backends._base import LaunchRequest
+
+    cgroup = tmp_path / "cg" / "autoresearch-1.1"
+    cgroup.mkdir(parents=True)
+    (cgroup / "cgroup.procs").write_text("")  # (the kernel's files of a new cgroup)
+    work = Path(tempfile.mkdtemp(prefix="cgroup-", dir="/var/tmp"))  # (a tenant uid can enter it)
+    work.chmod(0o755)
+    uid, gid = _sandbox.tenant_ids()
+    box = Sandbox(uid=uid, gid=gid, cgroup=str(cgroup), limits={"memory": 1 << 30, "processes": 64, "cpu": 2})
+    request = LaunchRequest(key="1.1", argv=["sh", "-c", "sleep 2; echo ran"], env={"PATH": "/usr/bin:/bin"},
+                            workdir=str(work), log_path=str(tmp_path / "attempt-1.log"),
+                            run_dir=str(tmp_path / "attempt-1"), sandbox=box)
+    backend = _local.LocalBackend()
+    run_dir = backend.start(request)
+    assert (cgroup / "memory.max").read_text() == str(1 << 30) and (cgroup / "pids.max").read_text() == "64"
+    assert (cgroup / "cpu.max").read_text() == "200000 100000"
+    deadline = time.time() + 30
+    while not (cgroup / "cgroup.procs").read_text() and time.time() < deadline:
+        time.sleep(0.05)
+    (cgroup / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")  # what the kernel would say
+    while (status := backend.poll(run_dir)).state != "exited" and time.time() < deadline:
+        time.sleep(0.05)
+    state = json.loads((Path(run_dir) / "state.json").read_text())
+    assert (cgroup / "cgroup.procs").read_text() == str(state["pid"])  # the sandbox's first process joined it
+    assert status.detail == "over its limit: memory (memory.max of its cgroup: killed when out of memory)", status
+    recorded = json.loads((Path(run_dir) / "request.json").read_text())
+    assert recorded["limits_by"] == f"cgroup v2 ({cgroup.parent}) and rlimits", recorded
+    assert recorded["limits"]["processes"] == [64, "pids.max of its cgroup"], recorded
+    assert limits.summary(recorded) == f"cgroup v2 ({cgroup.parent}) and rlimits: processes 64, memory 1G, cpu 2"
+    shutil.rmtree(work, ignore_errors=True)
