@@ -155,12 +155,12 @@ def apply(request: Any, policy: dict[str, Any] | None, ledger: Any, project: str
     from autoresearch.backends import limits
 
     conf = limits.sandbox_config(ledger.home)
-    folder = _sandbox.cgroup_state(conf.cgroup)[0]  # a delegated cgroup v2: one of its own per attempt
+    folder, no_cgroup = _sandbox.cgroup_state(conf.cgroup)  # a delegated cgroup v2: one of its own per attempt
     cgroup = os.path.join(folder, "autoresearch-" + re.sub(r"[^0-9A-Za-z_.-]", "_", request.key)) if folder else ""
     sandbox = Sandbox(hidden=tuple(dict.fromkeys(hidden)), visible=tuple(dict.fromkeys((*sources, *_runtime_paths()))),
                       own=tuple(own), uid=uid, gid=gid, devices=_sandbox.gpu_devices(gpus), project_dir=str(project_dir),
                       limits=_limits(conf.for_project(project).as_dict(), None if cgroup else request.timeout),
-                      cgroup=cgroup)
+                      cgroup=cgroup, no_cgroup=no_cgroup)
     env = {**request.env, "AUTORESEARCH_PROJECT_DIR": str(project_dir)}
     if "HOME" not in (spec.get("env") or {}):  # the server's HOME is not the job's: its own, the project's
         env["HOME"] = _own_home(project_dir, uid, gid)

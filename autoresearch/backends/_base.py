@@ -77,6 +77,7 @@ class Sandbox:
     limits: dict[str, Any] = field(default_factory=dict)  # limits.Limits.as_dict(): what it may use
     project_dir: str = ""  # its project's folder: limits["disk"] bounds its total size too (a check)
     cgroup: str = ""  # its own cgroup v2 folder (a delegated host): memory, pids and cpu bounded there
+    no_cgroup: str = ""  # else why there is none (status says it)
 
 
 @dataclass(frozen=True, slots=True)

@@ -203,7 +203,7 @@ def mechanism(sandbox: Sandbox) -> str:
     """How ``sandbox``'s limits are enforced, in words (request.json's ``limits_by``; ``status`` shows it)."""
     if sandbox.cgroup:
         return f"cgroup v2 ({os.path.dirname(sandbox.cgroup)}) and rlimits"
-    return f"rlimits ({cgroup_state()[1] or 'no cgroup v2 delegated to the server'})"
+    return f"rlimits ({sandbox.no_cgroup or 'no cgroup v2 delegated to the server'})"
 
 
 def applied(sandbox: Sandbox) -> dict[str, str]:

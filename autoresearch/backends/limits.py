@@ -252,7 +252,7 @@ def summary(recorded: dict[str, Any]) -> str | None:
         pair = limits.get(key)
         if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], int | float):
             continue
-        value = size_text(pair[0]) if key in _SIZES else f"{pair[0]:g}"
+        value = size_text(pair[0]) if key in _SIZES else str(pair[0]) if isinstance(pair[0], int) else f"{pair[0]:g}"
         parts.append(f"{key} {value}" + (" (not enforced)" if str(pair[1]).startswith("not enforced") else ""))
     by = recorded.get("limits_by")
     return f"{str(by)[:160] if isinstance(by, str) else 'rlimits'}: {', '.join(parts)}"

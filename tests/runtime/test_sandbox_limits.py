@@ -109,11 +109,11 @@ def test_a_cgroup_setting_outside_the_cgroup_mount_is_refused(bad: Any) -> None:
 def test_the_status_line_names_each_limit_and_how() -> None:
     recorded = {"limits": {"processes": [64, "RLIMIT_NPROC of the job's uid"], "disk": [2 << 20, "RLIMIT_FSIZE"],
                            "memory": [16 << 30, "not enforced: a GPU job"], "tmp": [1536 << 20, "tmpfs"],
-                           "metric_points": [1000, "at ingest"], "bogus": [1, "x"], "log": ["<b>", "x"]},
+                           "metric_points": [10_000_000, "at ingest"], "cpu": [0.5, "RLIMIT_CPU"], "bogus": [1, "x"], "log": ["<b>", "x"]},
                 "limits_by": "rlimits (no cgroup v2 at /sys/fs/cgroup (it is tmpfs: a cgroup v1 host))"}
     line = limits.summary(recorded)
     assert line == ("rlimits (no cgroup v2 at /sys/fs/cgroup (it is tmpfs: a cgroup v1 host)): processes 64, "
-                    "memory 16G (not enforced), disk 2M, tmp 1.5G, metric_points 1000")
+                    "memory 16G (not enforced), cpu 0.5, disk 2M, tmp 1.5G, metric_points 10000000")
     assert limits.summary({"sandbox": False}) is None and limits.summary({"limits": "junk"}) is None
 
 
