@@ -723,29 +723,23 @@ class _Quota:
 
 def folder_usage(path: str) -> int:
     """Bytes of disk the files under ``path`` use (their blocks: a sparse file counts what it holds),
-    each inode once (hard links), never following a link; what cannot be read counts nothing."""
+    each inode once (hard links), never following a link. By descriptors (``os.fwalk``): a path
+    longer than PATH_MAX deep down is counted too; what cannot be read counts nothing."""
     seen: set[tuple[int, int]] = set()
     total = 0
-    stack = [path]
-    while stack:
-        folder = stack.pop()
-        try:
-            entries = os.scandir(folder)
-        except OSError:
-            continue
-        with entries:
-            for entry in entries:
+    try:
+        for _top, dirs, files, top_fd in os.fwalk(path, follow_symlinks=False):
+            for name in dirs + files:
                 try:
-                    st = entry.stat(follow_symlinks=False)
+                    st = os.stat(name, dir_fd=top_fd, follow_symlinks=False)
                 except OSError:
                     continue
                 key = (st.st_dev, st.st_ino)
-                if key in seen:
-                    continue
-                seen.add(key)
-                total += st.st_blocks * 512
-                if stat.S_ISDIR(st.st_mode):
-                    stack.append(entry.path)
+                if key not in seen:
+                    seen.add(key)
+                    total += st.st_blocks * 512
+    except OSError:
+        pass
     return total
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -158,3 +159,32 @@ def test_an_attempt_with_a_cgroup_joins_it_before_its_sandbox_and_an_oom_kill_th
     assert recorded["limits"]["processes"] == [64, "pids.max of its cgroup"], recorded
     assert limits.summary(recorded) == f"cgroup v2 ({cgroup.parent}) and rlimits: processes 64, memory 1G, cpu 2"
     shutil.rmtree(work, ignore_errors=True)
+
+
+def test_a_folders_usage_counts_each_inode_once_follows_no_link_and_reaches_past_path_max(tmp_path: Path) -> None:
+    """What a tenant could do to hide its project folder's size from the quota's measure."""
+    from autoresearch.backends._supervisor import folder_usage
+
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "a").write_bytes(os.urandom(1 << 20))
+    os.link(folder / "a", folder / "a-again")  # a hard link: the same blocks
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "big").write_bytes(os.urandom(2 << 20))
+    (folder / "link").symlink_to(outside, target_is_directory=True)  # not ours: not counted
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:  # a folder 60 levels of 100 characters deep: its path is past PATH_MAX (4096)
+        for _ in range(60):
+            os.mkdir("d" * 100, dir_fd=fd)
+            deeper = os.open("d" * 100, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = deeper
+        leaf = os.open("deep", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd)
+        os.write(leaf, os.urandom(1 << 20))
+        os.close(leaf)
+    finally:
+        os.close(fd)
+    used = folder_usage(str(folder))
+    assert (2 << 20) <= used < (2 << 20) + (1 << 20), used  # a and deep, each once; not outside/big
+    assert folder_usage(str(tmp_path / "missing")) == 0
