@@ -175,13 +175,15 @@ class Decisions(_Record):
 
 
 class _Node:
-    __slots__ = ("name", "total", "free", "cpus", "memory", "tier", "victims", "stopping", "reserved_for", "ver")
+    __slots__ = ("name", "total", "free", "cpus", "memory", "tier", "best_effort", "priced", "stopping",
+                 "reserved_for", "ver")
 
     def __init__(self, name: str, total: int, free: list[str], cpus: float, memory: int,
                  degraded: bool = False) -> None:
         self.name, self.total, self.free, self.cpus, self.memory = name, total, free, cpus, memory
         self.tier = 1 if degraded else 0  # health tier: degraded (throttling) nodes are used last
-        self.victims: list[_Victim] = []  # best-effort attempts on it, least work lost first
+        self.best_effort: list[Running] = []  # best-effort attempts on it: preemption's victims
+        self.priced: list[_Victim] | None = None  # the same, priced, least work lost first (when first asked)
         self.stopping: list[Running] = []  # already being stopped, unclaimed
         self.reserved_for: int | None = None
         self.ver = 0  # bumped on every change: an entry of a preemption index with another is stale
@@ -284,16 +286,15 @@ def schedule(
             if att.stopping:
                 slot.stopping.append(att)
             elif att.priority == "best-effort":
-                slot.victims.append(_Victim(att, name, now))
+                slot.best_effort.append(att)
     for name, held in used.items():
         if (slot := state.get(name)) is not None:
-            slot.free = [g for g in slot.free if g not in held]
+            slot.free = [] if held.issuperset(slot.free) else [g for g in slot.free if g not in held]
     preemptible: list[_Node] = []
     for slot in state.values():
-        if slot.victims or slot.stopping:
-            slot.victims.sort(key=lambda v: v.rank)
+        if slot.best_effort or slot.stopping:
             preemptible.append(slot)
-    index = _Index(state.values(), max((len(n.gpu_ids) for n in nodes if n.schedulable), default=0), preemptible)
+    index = _Index(state.values(), max((len(n.gpu_ids) for n in nodes if n.schedulable), default=0), preemptible, now)
 
     # Free resources only shrink during one pass, so a shape that failed once fails again:
     # remembering the smallest failing GPU count keeps 10,000-job queues linear.
@@ -476,9 +477,10 @@ class _Index:
     a node's version changes with it; a node's price only rises in a pass, so the top, once fresh, is
     the cheapest)."""
 
-    __slots__ = ("state", "buckets", "max_gpus", "preemptible", "heaps")
+    __slots__ = ("state", "buckets", "max_gpus", "preemptible", "heaps", "now")
 
-    def __init__(self, nodes: Iterable[_Node], max_gpus: int, preemptible: list[_Node]) -> None:
+    def __init__(self, nodes: Iterable[_Node], max_gpus: int, preemptible: list[_Node], now: float) -> None:
+        self.now = now
         self.state = {slot.name: slot for slot in nodes}
         self.max_gpus = max_gpus
         self.buckets: tuple[list[dict[str, _Node]], ...] = tuple([{} for _ in range(max_gpus + 1)] for _ in range(2))
@@ -543,7 +545,7 @@ class _Index:
         if heap is None:
             heap = []
             for slot in self.preemptible:
-                plan = _plan(slot, job.gpus, 0.0, 0)
+                plan = _plan(slot, self.victims(slot), job.gpus, 0.0, 0)
                 if plan is not None:
                     heap.append((plan[0], slot.ver, slot.name))
             heapq.heapify(heap)
@@ -570,26 +572,32 @@ class _Index:
                 continue
             if ver != slot.ver:  # it changed since: its price for this many GPUs, again
                 heapq.heappop(heap)
-                plan = _plan(slot, job.gpus, 0.0, 0)
+                plan = _plan(slot, self.victims(slot), job.gpus, 0.0, 0)
                 if plan is not None:
                     heapq.heappush(heap, (plan[0], slot.ver, name))
                 continue
             if len(found) >= job.nodes and found[job.nodes - 1][0] <= bound:
                 break  # no node left in the heap costs less (its GPUs-only price is a lower bound)
             popped.append(heapq.heappop(heap))
-            plan = _plan(slot, job.gpus, job.cpus, job.memory)
+            plan = _plan(slot, self.victims(slot), job.gpus, job.cpus, job.memory)
             if plan is not None:
                 bisect.insort(found, (plan[0], plan), key=lambda f: f[0])
         for entry in popped:
             heapq.heappush(heap, entry)
         return found[: job.nodes] if len(found) >= job.nodes else []
 
+    def victims(self, slot: _Node) -> list[_Victim]:
+        """``slot``'s best-effort attempts, priced (once a pass, when a preemption first looks at it)."""
+        if slot.priced is None:
+            slot.priced = sorted((_Victim(att, slot.name, self.now) for att in slot.best_effort), key=lambda v: v.rank)
+        return slot.priced
+
 
 _Plan = tuple[_Option, list[Running], list["_Victim"]]  # (price, stopping attempts claimed, victims)
 EXACT_VICTIMS = 6  # up to this many victims on a node, the cheapest set is found by trying every one
 
 
-def _plan(slot: _Node, gpus: int, cpus: float, memory: int) -> _Plan | None:
+def _plan(slot: _Node, victims: list[_Victim], gpus: int, cpus: float, memory: int) -> _Plan | None:
     """What ``slot`` must give up to hold (``gpus``, ``cpus``, ``memory``): the attempts already
     stopping first (free to claim), then the set of victims that loses the least work (GPU-seconds
     since their last checkpoint; then the fewest; so the youngest and the recently saved go first),
@@ -607,7 +615,6 @@ def _plan(slot: _Node, gpus: int, cpus: float, memory: int) -> _Plan | None:
     if g >= gpus and c + 1e-9 >= cpus and m >= memory:
         return (0.0, 0, slot.name), taken, []
     need_g, need_c, need_m = gpus - g, cpus - c - 1e-9, memory - m
-    victims = slot.victims
     if (sum(v.gpus for v in victims) < need_g or sum(v.cpus for v in victims) < need_c
             or sum(v.memory for v in victims) < need_m):
         return None
@@ -656,7 +663,7 @@ def _preempt(job: Pending, index: _Index, out: Decisions) -> bool:
         for att in taken_stopping:
             slot.stopping.remove(att)
         for v in taken_victims:
-            slot.victims.remove(v)
+            index.victims(slot).remove(v)
             out.preemptions.append(Preemption(v.att.job_id, v.att.attempt, job.job_id))
         index.moved(slot, old_free)
     return True

@@ -18,6 +18,7 @@ a node with a failed GPU keeps taking work until someone notices (``unattended_r
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from dataclasses import dataclass, field
 
@@ -70,6 +71,7 @@ class _Attempt:
     life: Life
     alloc: tuple[tuple[str, tuple[str, ...]], ...]
     stopping: bool = False
+    view: S.Running | None = None  # what the last pass handed the scheduler
 
 
 @dataclass(slots=True)
@@ -112,8 +114,11 @@ class Driver:
         self.pass_s = pass_s
         self.grace = grace_s
         self.types = dict(fleet.nodes())
+        self._rank = {name: i for i, name in enumerate(self.types)}  # the fleet's order of its nodes
         self.gpu_ids = {name: tuple(str(g) for g in range(kind.gpus)) for name, kind in self.types.items()}
         self.status = {name: P.NodeStatus("healthy") for name in self.types}
+        self._node_states = {name: S.NodeState(name, self.gpu_ids[name]) for name in self.types}
+        self._abnormal: set[str] = set()  # nodes last seen down, cordoned or degraded
         self.findings: dict[str, list[Finding]] = {name: [] for name in self.types}
         self.cordon_log: list[tuple[str, float]] = []  # what the backend's cordon hook records
         self.running: dict[int, _Attempt] = {}  # job id -> its live attempt
@@ -170,21 +175,14 @@ class Driver:
 
     def _pass(self, t: float, rounds: int = 3) -> None:
         self.stats.passes += 1
-        nodes = []
-        for name in self.types:
-            down = self.schedule_.down(name, t) is not None
-            state = self.status[name].state
-            nodes.append(S.NodeState(name, self.gpu_ids[name],
-                                     schedulable=not down and state not in ("cordoned", "down"),
-                                     degraded=state == "degraded"))
         queued = self._queued()
         if not queued:
             return
+        nodes = self._nodes(t)
         pending = [S.Pending(j.id, j.priority, j.gpus, j.nodes, waited_s=t - j.queued_since,
                              avoid=frozenset(j.avoid)) for j in queued]
-        running = [S.Running(a.job.id, a.n, a.job.priority, a.alloc, a.rec.t0, stopping=a.stopping)
-                   for a in self.running.values()]
-        decisions = S.schedule(pending, nodes, running)
+        running = [self._view(a, t) for a in self.running.values()]
+        decisions = S.schedule(pending, nodes, running, now=t)
         for pre in decisions.preemptions:
             att = self.running.get(pre.job_id)
             if att is not None and not att.stopping:
@@ -199,6 +197,37 @@ class Driver:
             self._launch(self.jobs[placement.job_id], placement.alloc, t)
         if blocked and rounds > 1:
             self._pass(t, rounds - 1)  # place what preflight turned away on other nodes, as the runtime does
+
+    def _nodes(self, t: float) -> list[S.NodeState]:
+        """The fleet as the scheduler sees it at ``t``. Only nodes that are or were lately not plain healthy
+        (a node loss in reach, a health state, last pass's answer) are worked out again: O(such nodes)."""
+        f = self.fleet.faults
+        look = (self.schedule_.touched(t - f.repair - 1.0, t, "node_loss") | self._abnormal
+                | {n for n, st in self.status.items() if st.state != "healthy"})
+        for name in look:
+            down = self.schedule_.down(name, t) is not None
+            state = self.status[name].state
+            node = S.NodeState(name, self.gpu_ids[name], schedulable=not down and state not in ("cordoned", "down"),
+                               degraded=state == "degraded")
+            self._node_states[name] = node
+            if node.schedulable and not node.degraded:
+                self._abnormal.discard(name)
+            else:
+                self._abnormal.add(name)
+        return list(self._node_states.values())
+
+    @staticmethod
+    def _view(att: _Attempt, t: float) -> S.Running:
+        """The scheduler's view of an attempt at ``t``, with its last checkpoint by then (made again only
+        when that or its stopping changed)."""
+        marks = att.life.checkpoints
+        i = bisect.bisect_right(marks, (t, 1 << 62))
+        saved = marks[i - 1][0] if i else None
+        view = att.view
+        if view is None or view.saved_at != saved or view.stopping != att.stopping:
+            att.view = view = S.Running(att.job.id, att.n, att.job.priority, att.alloc, att.rec.t0,
+                                        stopping=att.stopping, saved_at=saved)
+        return view
 
     def _queued(self) -> list[Job]:
         """The queue as the scheduler sees it: at most ``SHAPE_CAP`` jobs of one class and shape (the
@@ -361,10 +390,12 @@ class Driver:
 
     def _review(self, node: str, t: float) -> bool:
         before = self.status[node]
-        keep = t - max(self.health.cordon_window_s, self.health.degraded_for_s)
         found = self.findings[node]
-        if len(found) > 64:  # what no window counts any more (hard faults always count)
-            self.findings[node] = found = [f for f in found if f.ts >= keep or f.severity == "hard"]
+        if len(found) > 64:  # what no window counts any more: hard faults always count, endings and verdicts
+            # (and the fleet's differential) for cordon_window, the rest (throttling) for degraded_for
+            ending, other = t - self.health.cordon_window_s, t - self.health.degraded_for_s
+            self.findings[node] = found = [f for f in found if f.severity == "hard" or f.ts >= other or (
+                f.ts >= ending and f.source in ("ending", "verdict"))]
         after = P.node_state(before, found, self.health, t, diff=self._differential(node, found, t))
         if after == before:
             return False
@@ -417,7 +448,12 @@ class Driver:
         runtime's checks (a GPU's Xid, throttling under load), and health cordons that can lift (fixed nodes)."""
         changed = False
         busy = {n for a in self.running.values() for n in a.rec.nodes}
-        for node in self.types:
+        # Only a node with a fault in reach (lost, a failed GPU not fixed yet, throttling) or a state of its
+        # own (cordoned, degraded) can read anything but clean: the rest are not looked at one by one.
+        f = self.fleet.faults
+        reach = max(f.repair, f.unattended_repair, f.thermal_for) + 1.0
+        look = self.schedule_.touched(t - reach, t) | {n for n, st in self.status.items() if st.state != "healthy"}
+        for node in sorted(look, key=self._rank.__getitem__):
             status = self.status[node]
             if status.state == "cordoned" and status.by_health:
                 fixed = t >= status.since + self.fleet.faults.repair and self.schedule_.sick(

@@ -28,6 +28,8 @@ def gang(monkeypatch: pytest.MonkeyPatch) -> tuple[Driver, tuple[str, ...], dict
         return bad.get(node)
 
     monkeypatch.setattr(driver.schedule_, "sick", sick)
+    # the monitor looks only at the nodes the schedule says a fault is in reach of: these
+    monkeypatch.setattr(driver.schedule_, "touched", lambda t0, t1, kind="": set(bad))
     return driver, members, bad
 
 
