@@ -92,6 +92,7 @@ class Stats:
     catch_s: list[float] = field(default_factory=list)  # per caught fault: its Xid to its cordon (s)
     passes: int = 0
     waits: dict[str, list[float]] = field(default_factory=dict)  # priority -> submit-to-first-start (s)
+    project_gpu_s: dict[str, float] = field(default_factory=dict)  # GPU-seconds each project's attempts held
 
     @property
     def goodput(self) -> float:
@@ -101,12 +102,13 @@ class Stats:
 class Driver:
     def __init__(self, fleet: Fleet, jobs: list[Job], horizon_s: float, cordon: bool = True,
                  health: HealthConfig | None = None, pass_s: float = 30.0, grace_s: float = 30.0,
-                 policy: str = "owner") -> None:
+                 policy: str = "owner", fair: S.FairShare | None = None) -> None:
         self.fleet = fleet
         self.schedule_ = Schedule(fleet)
         self.jobs = {j.id: j for j in jobs}
         self.horizon = horizon_s
         self.cordon = cordon
+        self.fair = fair  # fair share between projects (the runtime's scheduler: section), None: off
         self.policy = policy  # owner: evidence has an owner (today's code) | trusting: job output decides (as before)
         self.successes: list[tuple[float, tuple[str, ...], int, str]] = []  # (t, nodes, job, project)
         self.false_since: dict[str, float] = {}
@@ -122,6 +124,7 @@ class Driver:
         self.findings: dict[str, list[Finding]] = {name: [] for name in self.types}
         self.cordon_log: list[tuple[str, float]] = []  # what the backend's cordon hook records
         self.running: dict[int, _Attempt] = {}  # job id -> its live attempt
+        self.waiting: set[int] = set()  # the jobs queued (and some that were: dropped as a pass meets them)
         self.events: list[tuple[float, int, int, int]] = []  # (t, seq, job id, attempt n): an ending
         self.seq = 0
         self.stats = Stats(capacity_gpu_s=fleet.total_gpus * horizon_s)
@@ -137,7 +140,7 @@ class Driver:
         while t <= self.horizon:
             while arrival < len(self.arrivals) and self.arrivals[arrival].submit_t <= t:
                 job = self.arrivals[arrival]
-                job.state, job.queued_since = "queued", job.submit_t
+                self.enqueue(job, job.submit_t)
                 arrival += 1
                 dirty = True
             while self.events and self.events[0][0] <= t:
@@ -165,6 +168,7 @@ class Driver:
             used = self.horizon - att.rec.t0
             gpus = att.rec.gpus
             self.stats.busy_gpu_s += gpus * used
+            self._held(att.job.project, gpus * used)
             self.stats.useful_gpu_s += gpus * used
         for job in self.jobs.values():
             if job.state in ("queued", "running") and job.first_start is None and job.submit_t <= self.horizon:
@@ -180,9 +184,9 @@ class Driver:
             return
         nodes = self._nodes(t)
         pending = [S.Pending(j.id, j.priority, j.gpus, j.nodes, waited_s=t - j.queued_since,
-                             avoid=frozenset(j.avoid)) for j in queued]
+                             avoid=frozenset(j.avoid), project=j.project) for j in queued]
         running = [self._view(a, t) for a in self.running.values()]
-        decisions = S.schedule(pending, nodes, running, now=t)
+        decisions = S.schedule(pending, nodes, running, now=t, fair=self.fair)
         for pre in decisions.preemptions:
             att = self.running.get(pre.job_id)
             if att is not None and not att.stopping:
@@ -226,18 +230,29 @@ class Driver:
         view = att.view
         if view is None or view.saved_at != saved or view.stopping != att.stopping:
             att.view = view = S.Running(att.job.id, att.n, att.job.priority, att.alloc, att.rec.t0,
-                                        stopping=att.stopping, saved_at=saved)
+                                        stopping=att.stopping, project=att.job.project, saved_at=saved)
         return view
 
+    def _held(self, project: str, gpu_s: float) -> None:
+        self.stats.project_gpu_s[project] = self.stats.project_gpu_s.get(project, 0.0) + gpu_s
+
+    def enqueue(self, job: Job, t: float) -> None:
+        """``job`` waits for a pass from ``t`` on (submitted, preempted or retried)."""
+        job.state, job.queued_since = "queued", t
+        self.waiting.add(job.id)
+
     def _queued(self) -> list[Job]:
-        """The queue as the scheduler sees it: at most ``SHAPE_CAP`` jobs of one class and shape (the
-        rest have the same shape, so the same answer this pass; they move up as those start)."""
-        seen: dict[tuple[str, int, int], int] = {}
+        """The queue as the scheduler sees it: at most ``SHAPE_CAP`` jobs of one class and shape (and project,
+        with fair share on) (the rest have the same shape, so the same answer this pass; they move up as those
+        start)."""
+        seen: dict[tuple[str, int, int, str], int] = {}
         out = []
-        for j in self.jobs.values():  # in id order: submit order
+        for job_id in sorted(self.waiting):  # in id order: submit order
+            j = self.jobs[job_id]
             if j.state != "queued":
+                self.waiting.discard(job_id)
                 continue
-            shape = (j.priority, j.gpus, j.nodes)
+            shape = (j.priority, j.gpus, j.nodes, j.project if self.fair is not None else "")
             if seen.get(shape, 0) < SHAPE_CAP:
                 seen[shape] = seen.get(shape, 0) + 1
                 out.append(j)
@@ -279,6 +294,7 @@ class Driver:
         gpus = att.rec.gpus
         used = end.t - att.rec.t0
         self.stats.busy_gpu_s += gpus * used
+        self._held(job.project, gpus * used)
         kept = att.life.checkpoint_at(end.t, att.rec.resume) if end.cause != "done" else len(job.seconds)
         useful = sum(job.seconds[att.rec.resume:kept]) / att.rec.speed if kept > att.rec.resume else 0.0
         useful = min(useful, used)
@@ -291,7 +307,7 @@ class Driver:
             return
         if end.cause == "stop":
             self.stats.lost_preempt_gpu_s += gpus * (used - useful)
-            job.state, job.queued_since = "queued", end.t
+            self.enqueue(job, end.t)
             return
         self.stats.lost_fault_gpu_s += gpus * (used - useful)
         self.stats.faults_hit[end.cause] = self.stats.faults_hit.get(end.cause, 0) + 1
@@ -312,7 +328,7 @@ class Driver:
             job.avoid.update(att.rec.nodes)
             if job.retries < job.max_retries:
                 job.retries += 1
-                job.state, job.queued_since = "queued", end.t
+                self.enqueue(job, end.t)
             else:
                 job.state = "failed"
                 self.stats.jobs_failed += 1
