@@ -25,10 +25,15 @@ Policy (what a Slurm or Kueue user would expect):
 * Group caps: a job of a group (a research loop's trials) starts only while fewer than the
   group's cap of its jobs run, like Slurm's array throttle (``--array=0-99%16``); one that
   waits for its group holds nothing back (no reservation, no preemption).
-* Preemption: a critical or normal job that cannot fit may stop best-effort attempts,
-  youngest first, choosing the node(s) that need the fewest victims. Victims keep
+* Preemption: a critical or normal job that cannot fit may stop best-effort attempts: those
+  that lose the least work (GPU-seconds since their last checkpoint, ``Running.saved_at``, or
+  since their start: the youngest and the recently saved first), then the fewest, on the
+  node(s) where that costs least, and never one more than the job needs. Victims keep
   their slots until they exit (grace period); meanwhile their slots are claimed by
   the job they were stopped for, so later passes do not pick more victims.
+* Cost: free capacity is indexed by health tier and free GPUs (placement and reservations look
+  only at nodes that fit), preemptible nodes by price in lazily refreshed heaps: a pass is
+  O(nodes + running + queue), not O(nodes x queue) (docs/scheduling.md, "Cost").
 """
 
 from __future__ import annotations
