@@ -124,7 +124,7 @@ class Driver:
         self.findings: dict[str, list[Finding]] = {name: [] for name in self.types}
         self.cordon_log: list[tuple[str, float]] = []  # what the backend's cordon hook records
         self.running: dict[int, _Attempt] = {}  # job id -> its live attempt
-        self.waiting: set[int] = set()  # the jobs queued (and some that were: dropped as a pass meets them)
+        self.queues: dict[tuple[str, int, int, str], list[int]] = {}  # per shape, the queued jobs' ids in order
         self.events: list[tuple[float, int, int, int]] = []  # (t, seq, job id, attempt n): an ending
         self.seq = 0
         self.stats = Stats(capacity_gpu_s=fleet.total_gpus * horizon_s)
@@ -239,26 +239,31 @@ class Driver:
     def enqueue(self, job: Job, t: float) -> None:
         """``job`` waits for a pass from ``t`` on (submitted, preempted or retried)."""
         job.state, job.queued_since = "queued", t
-        self.waiting.add(job.id)
+        bisect.insort(self.queues.setdefault(self._shape(job), []), job.id)
+
+    def _shape(self, job: Job) -> tuple[str, int, int, str]:
+        return (job.priority, job.gpus, job.nodes, job.project if self.fair is not None else "")
 
     def _queued(self) -> list[Job]:
         """The queue as the scheduler sees it: at most ``SHAPE_CAP`` jobs of one class and shape (and project,
-        with fair share on) (the rest have the same shape, so the same answer this pass; they move up as those
-        start)."""
-        seen: dict[tuple[str, int, int, str], int] = {}
-        out = []
-        for job_id in sorted(self.waiting):  # in id order: submit order
-            j = self.jobs[job_id]
-            if j.state != "queued":
-                self.waiting.discard(job_id)
-                continue
-            shape = (j.priority, j.gpus, j.nodes, j.project if self.fair is not None else "")
-            if seen.get(shape, 0) < SHAPE_CAP:
-                seen[shape] = seen.get(shape, 0) + 1
-                out.append(j)
-        return out
+        with fair share on), the first in submit order (the rest have the same shape, so the same answer this
+        pass; they move up as those start). Kept per shape in id order: O(shapes), however long the queue."""
+        out: list[int] = []
+        for ids in self.queues.values():
+            i = 0
+            while i < len(ids) and i < SHAPE_CAP:
+                if self.jobs[ids[i]].state != "queued":
+                    del ids[i]  # (left the queue some other way than a launch)
+                    continue
+                out.append(ids[i])
+                i += 1
+        return [self.jobs[i] for i in sorted(out)]
 
     def _launch(self, job: Job, alloc: tuple[tuple[str, tuple[str, ...]], ...], t: float) -> None:
+        ids = self.queues.get(self._shape(job), [])
+        i = bisect.bisect_left(ids, job.id)
+        if i < len(ids) and ids[i] == job.id:
+            del ids[i]
         job.attempts += 1
         job.state = "running"
         if job.first_start is None:
