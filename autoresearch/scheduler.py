@@ -556,13 +556,10 @@ class _Index:
             heapq.heapify(heap)
             self.heaps[job.gpus] = heap
         found: list[tuple[_Option, _Plan]] = []
-        if job.nodes > 1:  # a gang: the nodes that hold a member as they are cost nothing
-            for k in range(job.gpus, self.max_gpus + 1):
-                for tier in self.buckets:
-                    for slot in tier[k].values():
-                        if len(found) < job.nodes - 1 and slot.cpus + 1e-9 >= job.cpus and (
-                                slot.memory >= job.memory or job.memory == 0):
-                            found.append(((0.0, 0, slot.name), ((0.0, 0, slot.name), [], [])))
+        if job.nodes > 1:  # a gang: the nodes that hold a member as they are cost nothing (fewer than it needs:
+            # with as many, it would have been placed)
+            for slot in self.free_nodes(job):
+                found.append(((0.0, 0, slot.name), ((0.0, 0, slot.name), [], [])))
             found.sort(key=lambda f: f[0])
         free = {f[0][2] for f in found}
         popped: list[tuple[_Option, int, str]] = []
@@ -590,6 +587,18 @@ class _Index:
         for entry in popped:
             heapq.heappush(heap, entry)
         return found[: job.nodes] if len(found) >= job.nodes else []
+
+    def free_nodes(self, job: Pending) -> Iterator[_Node]:
+        """Up to ``job.nodes - 1`` nodes that hold a member of ``job`` as they are (any tier)."""
+        count = 0
+        for k in range(job.gpus, self.max_gpus + 1):
+            for tier in self.buckets:
+                for slot in tier[k].values():
+                    if count == job.nodes - 1:
+                        return
+                    if slot.cpus + 1e-9 >= job.cpus and (slot.memory >= job.memory or job.memory == 0):
+                        count += 1
+                        yield slot
 
     def victims(self, slot: _Node) -> list[_Victim]:
         """``slot``'s best-effort attempts, priced (once a pass, when a preemption first looks at it)."""
