@@ -25,16 +25,23 @@ Policy (what a Slurm or Kueue user would expect):
 * Group caps: a job of a group (a research loop's trials) starts only while fewer than the
   group's cap of its jobs run, like Slurm's array throttle (``--array=0-99%16``); one that
   waits for its group holds nothing back (no reservation, no preemption).
-* Preemption: a critical or normal job that cannot fit may stop best-effort attempts,
-  youngest first, choosing the node(s) that need the fewest victims. Victims keep
+* Preemption: a critical or normal job that cannot fit may stop best-effort attempts: those
+  that lose the least work (GPU-seconds since their last checkpoint, ``Running.saved_at``, or
+  since their start: the youngest and the recently saved first), then the fewest, on the
+  node(s) where that costs least, and never one more than the job needs. Victims keep
   their slots until they exit (grace period); meanwhile their slots are claimed by
   the job they were stopped for, so later passes do not pick more victims.
+* Cost: free capacity is indexed by health tier and free GPUs (placement and reservations look
+  only at nodes that fit), preemptible nodes by price in lazily refreshed heaps: a pass is
+  O(nodes + running + queue), not O(nodes x queue) (docs/scheduling.md, "Cost").
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
 import heapq
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final, Self
 
 RANK = {"critical": 0, "normal": 1, "best-effort": 2}
@@ -104,11 +111,12 @@ class Pending(_Record):
 
 
 class Running(_Record):
-    __slots__ = ("job_id", "attempt", "priority", "alloc", "started_at", "cpus", "memory", "stopping", "project")
+    __slots__ = ("job_id", "attempt", "priority", "alloc", "started_at", "cpus", "memory", "stopping", "project",
+                 "saved_at")
 
     def __init__(self, job_id: int, attempt: int, priority: str, alloc: tuple[tuple[str, tuple[str, ...]], ...],
                  started_at: float = 0.0, cpus: float = 0.0, memory: int = 0, stopping: bool = False,
-                 project: str = "") -> None:
+                 project: str = "", saved_at: float | None = None) -> None:
         self.job_id: Final = job_id
         self.attempt: Final = attempt
         self.priority: Final = priority
@@ -118,6 +126,8 @@ class Running(_Record):
         self.memory: Final = memory
         self.stopping: Final = stopping
         self.project: Final = project
+        # when its last checkpoint was written (None: none known): a preemption loses the work since
+        self.saved_at: Final = saved_at
 
 
 class Share(_Record):
@@ -170,15 +180,35 @@ class Decisions(_Record):
 
 
 class _Node:
-    __slots__ = ("name", "total", "free", "cpus", "memory", "degraded", "victims", "stopping", "reserved_for")
+    __slots__ = ("name", "total", "free", "cpus", "memory", "tier", "best_effort", "priced", "stopping",
+                 "reserved_for", "ver")
 
     def __init__(self, name: str, total: int, free: list[str], cpus: float, memory: int,
                  degraded: bool = False) -> None:
         self.name, self.total, self.free, self.cpus, self.memory = name, total, free, cpus, memory
-        self.degraded = degraded
-        self.victims: list[Running] = []  # best-effort, youngest first
+        self.tier = 1 if degraded else 0  # health tier: degraded (throttling) nodes are used last
+        self.best_effort: list[Running] = []  # best-effort attempts on it: preemption's victims
+        self.priced: list[_Victim] | None = None  # the same, priced, least work lost first (when first asked)
         self.stopping: list[Running] = []  # already being stopped, unclaimed
         self.reserved_for: int | None = None
+        self.ver = 0  # bumped on every change: an entry of a preemption index with another is stale
+
+
+class _Victim:
+    """A best-effort attempt on one node: what stopping it frees there and the work it loses."""
+
+    __slots__ = ("att", "gpus", "cpus", "memory", "lost", "rank")
+
+    def __init__(self, att: Running, name: str, now: float) -> None:
+        members = _members_on(att, name)
+        self.att = att
+        self.gpus = sum(len(ids) for n, ids in att.alloc if n == name)
+        self.cpus = att.cpus * members
+        self.memory = att.memory * members
+        since = att.started_at if att.saved_at is None else max(att.started_at, att.saved_at)
+        # GPU-seconds since its last checkpoint (or its start): what a preemption throws away
+        self.lost = max(0.0, now - since) * max(1, sum(len(ids) for _, ids in att.alloc))
+        self.rank = (self.lost, -att.started_at, -att.job_id)  # then youngest first, then the later job
 
 
 def _cores(cpus: float) -> float:
@@ -226,18 +256,23 @@ def schedule(
     fair: FairShare | None = None,
     pack_gangs: bool = False,
     room: Mapping[str, int] | None = None,
+    now: float | None = None,
 ) -> Decisions:
     """``room``: per capped group, how many more of its jobs may start (a group's running cap less
     its running jobs, like Slurm's ``--array=0-99%16``); a job of a group with none left waits,
-    without reserving or preempting anything, and the jobs behind it go on."""
+    without reserving or preempting anything, and the jobs behind it go on. ``now``: the time
+    ``started_at`` and ``saved_at`` are on, to weigh the work a preemption loses (None: the
+    latest of them, which keeps the order: youngest and most recently saved first)."""
     out = Decisions()
     left = _Room(room)
     state: dict[str, _Node] = {}
     for node in nodes:
         if node.schedulable:
-            state[node.name] = _Node(node.name, len(node.gpu_ids), sorted(node.gpu_ids, key=_slot_key), node.cpus,
+            state[node.name] = _Node(node.name, len(node.gpu_ids), list(_sorted_ids(node.gpu_ids)), node.cpus,
                                      node.memory, node.degraded)
     usage = _Usage(fair, nodes) if fair is not None else None
+    if now is None:
+        now = max((max(a.started_at, a.saved_at or 0.0) for a in running), default=0.0)
     used: dict[str, set[str]] = {}  # per node, the GPU ids its attempts hold: its free list filtered once below
     for att in running:
         if usage is not None:
@@ -256,22 +291,20 @@ def schedule(
             if att.stopping:
                 slot.stopping.append(att)
             elif att.priority == "best-effort":
-                slot.victims.append(att)
+                slot.best_effort.append(att)
     for name, held in used.items():
         if (slot := state.get(name)) is not None:
-            slot.free = [g for g in slot.free if g not in held]
+            slot.free = [] if held.issuperset(slot.free) else [g for g in slot.free if g not in held]
+    preemptible: list[_Node] = []
     for slot in state.values():
-        slot.victims.sort(key=lambda a: (-a.started_at, -a.job_id))
-    max_gpus = max((len(n.gpu_ids) for n in nodes if n.schedulable), default=0)
-    buckets: list[dict[str, _Node]] = [{} for _ in range(max_gpus + 1)]
-    for slot in state.values():
-        buckets[len(slot.free)][slot.name] = slot
+        if slot.best_effort or slot.stopping:
+            preemptible.append(slot)
+    index = _Index(state.values(), max((len(n.gpu_ids) for n in nodes if n.schedulable), default=0), preemptible, now)
 
     # Free resources only shrink during one pass, so a shape that failed once fails again:
     # remembering the smallest failing GPU count keeps 10,000-job queues linear.
     fail_fit: dict[tuple[int, float, int], int] = {}
     fail_preempt: dict[tuple[int, float, int, int], int] = {}
-    preemptible = any(s.victims or s.stopping for s in state.values())
     fail_reserve = 1 << 30
 
     order = (usage.order(pending) if usage is not None
@@ -287,14 +320,14 @@ def schedule(
             continue  # its group runs its cap
         shape = (job.nodes, job.cpus, job.memory)
         if job.gpus < fail_fit.get(shape, 1 << 30):
-            chosen = _fit(job, buckets, max_gpus)
+            chosen = index.fit(job)
             if chosen is not None:
                 alloc: list[tuple[str, tuple[str, ...]]] = []
                 for slot in chosen:
                     taken, slot.free = slot.free[: job.gpus], slot.free[job.gpus:]
-                    _rebucket(buckets, slot, len(slot.free) + job.gpus)
                     slot.cpus -= job.cpus
                     slot.memory -= job.memory
+                    index.moved(slot, len(slot.free) + job.gpus)
                     alloc.append((slot.name, tuple(taken)))
                 if job.nodes != members:
                     alloc = _split(alloc[0], members)
@@ -307,14 +340,14 @@ def schedule(
         if job.priority != "best-effort" and preemptible:
             key = (*shape, RANK[job.priority])
             if job.gpus < fail_preempt.get(key, 1 << 30):
-                if _preempt(job, state, buckets, out):
+                if _preempt(job, index, out):
                     left.take(job)  # the slots it claims are its: a later pass starts it
                     if usage is not None:  # its slots are claimed: they count as its project's from now on
                         usage.add(job.project, job.priority, job.gpus * job.nodes, _cores(job.cpus) * job.nodes)
                     continue
                 fail_preempt[key] = job.gpus
         if job.waited_s >= reserve_after_s and job.gpus < fail_reserve:
-            if not _reserve(job, state, buckets, out):
+            if not index.reserve(job, out):
                 fail_reserve = job.gpus  # held nodes only grow in a pass: no bigger job finds one either
     return out
 
@@ -433,91 +466,218 @@ def _slot_key(gpu_id: str) -> tuple[int, str]:
     return (int(gpu_id), "") if gpu_id.isdigit() else (1 << 30, gpu_id)
 
 
-def _rebucket(buckets: list[dict[str, _Node]], slot: _Node, old_free: int) -> None:
-    buckets[old_free].pop(slot.name, None)
-    if slot.reserved_for is None:
-        buckets[len(slot.free)][slot.name] = slot
+@functools.lru_cache(maxsize=256)
+def _sorted_ids(gpu_ids: tuple[str, ...]) -> tuple[str, ...]:
+    """A node's GPU ids in slot order (a fleet's nodes share a handful of id tuples: sorted once each)."""
+    return tuple(sorted(gpu_ids, key=_slot_key))
 
 
-def _fit(job: Pending, buckets: list[dict[str, _Node]], max_gpus: int) -> list[_Node] | None:
-    """Best fit; degraded nodes and the nodes the job failed on (infra) only when nothing else fits."""
-    chosen: list[_Node] = []
-    last: list[_Node] = []
-    for k in range(job.gpus, max_gpus + 1):
-        for slot in buckets[k].values():
-            if slot.cpus + 1e-9 >= job.cpus and (slot.memory >= job.memory or job.memory == 0):
-                if slot.degraded or slot.name in job.avoid:
-                    last.append(slot)
-                    continue
-                chosen.append(slot)
-                if len(chosen) == job.nodes:
-                    return chosen
-    for slot in last:  # best fit among them too: they were met in the same order
-        chosen.append(slot)
-        if len(chosen) == job.nodes:
-            return chosen
-    return None
+_Option = tuple[float, int, str]  # (GPU-seconds lost, victims, node): a node's price for a preemption
 
 
-def _preempt(job: Pending, state: dict[str, _Node], buckets: list[dict[str, _Node]], out: Decisions) -> bool:
-    """Plan the fewest best-effort victims (youngest first) that let ``job`` fit."""
-    options: list[tuple[int, str, list[Running], list[Running]]] = []
-    for slot in state.values():
-        if slot.reserved_for is not None:
-            continue
-        gpus, cpus, memory = len(slot.free), slot.cpus, slot.memory
-        taken_stopping: list[Running] = []
-        taken_victims: list[Running] = []
-        for att in [*slot.stopping, *slot.victims]:
-            if gpus >= job.gpus and cpus + 1e-9 >= job.cpus and memory >= job.memory:
-                break
-            members = _members_on(att, slot.name)
-            gpus += sum(len(ids) for n, ids in att.alloc if n == slot.name)
-            cpus += att.cpus * members
-            memory += att.memory * members
-            (taken_stopping if att.stopping else taken_victims).append(att)
-        if gpus >= job.gpus and cpus + 1e-9 >= job.cpus and memory >= job.memory:
-            options.append((len(taken_victims), slot.name, taken_stopping, taken_victims))
-    if len(options) < job.nodes:
+class _Index:
+    """Free capacity by shape: per health tier, the unreserved nodes by free GPU count (a placement
+    looks only at nodes that fit, best fit first: O(candidates), not O(nodes)), and per GPU count
+    asked, a heap of the preemptible nodes by what a preemption there costs (lazily rebuilt entries:
+    a node's version changes with it; a node's price only rises in a pass, so the top, once fresh, is
+    the cheapest)."""
+
+    __slots__ = ("state", "buckets", "max_gpus", "preemptible", "heaps", "now")
+
+    def __init__(self, nodes: Iterable[_Node], max_gpus: int, preemptible: list[_Node], now: float) -> None:
+        self.now = now
+        self.state = {slot.name: slot for slot in nodes}
+        self.max_gpus = max_gpus
+        self.buckets: tuple[list[dict[str, _Node]], ...] = tuple([{} for _ in range(max_gpus + 1)] for _ in range(2))
+        for slot in self.state.values():
+            self.buckets[slot.tier][len(slot.free)][slot.name] = slot
+        self.preemptible = preemptible
+        self.heaps: dict[int, list[tuple[_Option, int, str]]] = {}
+
+    def moved(self, slot: _Node, old_free: int) -> None:
+        """``slot`` changed (its free GPUs were ``old_free``): rebucket it, mark index entries stale."""
+        slot.ver += 1
+        self.buckets[slot.tier][old_free].pop(slot.name, None)
+        if slot.reserved_for is None:
+            self.buckets[slot.tier][len(slot.free)][slot.name] = slot
+
+    def fit(self, job: Pending) -> list[_Node] | None:
+        """Best fit; degraded nodes and the nodes the job failed on (infra) only when nothing else fits
+        (among them best fit too)."""
+        chosen: list[_Node] = []
+        last: list[list[_Node]] = [[] for _ in range(self.max_gpus + 1)]
+        healthy, degraded = self.buckets
+        for k in range(job.gpus, self.max_gpus + 1):
+            for slot in healthy[k].values():
+                if slot.cpus + 1e-9 >= job.cpus and (slot.memory >= job.memory or job.memory == 0):
+                    if slot.name in job.avoid:
+                        last[k].append(slot)
+                        continue
+                    chosen.append(slot)
+                    if len(chosen) == job.nodes:
+                        return chosen
+        for k in range(job.gpus, self.max_gpus + 1):
+            for slot in [*degraded[k].values(), *last[k]]:
+                if slot.cpus + 1e-9 >= job.cpus and (slot.memory >= job.memory or job.memory == 0):
+                    chosen.append(slot)
+                    if len(chosen) == job.nodes:
+                        return chosen
+        return None
+
+    def reserve(self, job: Pending, out: Decisions) -> bool:
+        """Hold the node closest to fitting a job that has waited too long; False when none is left.
+
+        Without runtime estimates any running attempt may end first, so "closest" is the
+        node with the most free GPUs among those big enough.
+        """
+        for k in range(self.max_gpus, -1, -1):
+            for tier in self.buckets:
+                for slot in tier[k].values():
+                    if slot.total >= job.gpus:
+                        self.hold(slot, job.job_id, out)
+                        return True
         return False
-    options.sort(key=lambda o: (o[0], o[1]))
-    for _, name, taken_stopping, taken_victims in options[: job.nodes]:
+
+    def hold(self, slot: _Node, job_id: int, out: Decisions) -> None:
+        self.buckets[slot.tier][len(slot.free)].pop(slot.name, None)
+        slot.reserved_for = job_id
+        slot.ver += 1
+        out.reserved[slot.name] = job_id
+
+    def cheapest(self, job: Pending) -> list[tuple[_Option, _Plan]]:
+        """The ``job.nodes`` nodes where preempting for ``job`` costs least, cheapest first (fewer: none)."""
+        heap = self.heaps.get(job.gpus)
+        if heap is None:
+            heap = []
+            for slot in self.preemptible:
+                plan = _plan(slot, self.victims(slot), job.gpus, 0.0, 0)
+                if plan is not None:
+                    heap.append((plan[0], slot.ver, slot.name))
+            heapq.heapify(heap)
+            self.heaps[job.gpus] = heap
+        found: list[tuple[_Option, _Plan]] = []
+        if job.nodes > 1:  # a gang: the nodes that hold a member as they are cost nothing (fewer than it needs:
+            # with as many, it would have been placed)
+            for slot in self.free_nodes(job):
+                found.append(((0.0, 0, slot.name), ((0.0, 0, slot.name), [], [])))
+            found.sort(key=lambda f: f[0])
+        free = {f[0][2] for f in found}
+        popped: list[tuple[_Option, int, str]] = []
+        while heap:
+            bound, ver, name = heap[0]
+            slot = self.state[name]
+            if name in free:
+                popped.append(heapq.heappop(heap))
+                continue
+            if slot.reserved_for is not None:
+                heapq.heappop(heap)
+                continue
+            if ver != slot.ver:  # it changed since: its price for this many GPUs, again
+                heapq.heappop(heap)
+                plan = _plan(slot, self.victims(slot), job.gpus, 0.0, 0)
+                if plan is not None:
+                    heapq.heappush(heap, (plan[0], slot.ver, name))
+                continue
+            if len(found) >= job.nodes and found[job.nodes - 1][0] <= bound:
+                break  # no node left in the heap costs less (its GPUs-only price is a lower bound)
+            popped.append(heapq.heappop(heap))
+            plan = _plan(slot, self.victims(slot), job.gpus, job.cpus, job.memory)
+            if plan is not None:
+                bisect.insort(found, (plan[0], plan), key=lambda f: f[0])
+        for entry in popped:
+            heapq.heappush(heap, entry)
+        return found[: job.nodes] if len(found) >= job.nodes else []
+
+    def free_nodes(self, job: Pending) -> Iterator[_Node]:
+        """Up to ``job.nodes - 1`` nodes that hold a member of ``job`` as they are (any tier)."""
+        count = 0
+        for k in range(job.gpus, self.max_gpus + 1):
+            for tier in self.buckets:
+                for slot in tier[k].values():
+                    if count == job.nodes - 1:
+                        return
+                    if slot.cpus + 1e-9 >= job.cpus and (slot.memory >= job.memory or job.memory == 0):
+                        count += 1
+                        yield slot
+
+    def victims(self, slot: _Node) -> list[_Victim]:
+        """``slot``'s best-effort attempts, priced (once a pass, when a preemption first looks at it)."""
+        if slot.priced is None:
+            slot.priced = sorted((_Victim(att, slot.name, self.now) for att in slot.best_effort), key=lambda v: v.rank)
+        return slot.priced
+
+
+_Plan = tuple[_Option, list[Running], list["_Victim"]]  # (price, stopping attempts claimed, victims)
+EXACT_VICTIMS = 6  # up to this many victims on a node, the cheapest set is found by trying every one
+
+
+def _plan(slot: _Node, victims: list[_Victim], gpus: int, cpus: float, memory: int) -> _Plan | None:
+    """What ``slot`` must give up to hold (``gpus``, ``cpus``, ``memory``): the attempts already
+    stopping first (free to claim), then the set of victims that loses the least work (GPU-seconds
+    since their last checkpoint; then the fewest; so the youngest and the recently saved go first),
+    none of them superfluous. None when even all of them would not do."""
+    g, c, m = len(slot.free), slot.cpus, slot.memory
+    taken: list[Running] = []
+    for att in slot.stopping:
+        if g >= gpus and c + 1e-9 >= cpus and m >= memory:
+            break
+        members = _members_on(att, slot.name)
+        g += sum(len(ids) for n, ids in att.alloc if n == slot.name)
+        c += att.cpus * members
+        m += att.memory * members
+        taken.append(att)
+    if g >= gpus and c + 1e-9 >= cpus and m >= memory:
+        return (0.0, 0, slot.name), taken, []
+    need_g, need_c, need_m = gpus - g, cpus - c - 1e-9, memory - m
+    if (sum(v.gpus for v in victims) < need_g or sum(v.cpus for v in victims) < need_c
+            or sum(v.memory for v in victims) < need_m):
+        return None
+    if len(victims) == 1:
+        return (victims[0].lost, 1, slot.name), taken, list(victims)
+    if len(victims) <= EXACT_VICTIMS:
+        best: tuple[tuple[float, int, tuple[int, ...]], list[_Victim]] | None = None
+        for mask in range(1, 1 << len(victims)):
+            pick = [v for i, v in enumerate(victims) if mask >> i & 1]
+            if (sum(v.gpus for v in pick) >= need_g and sum(v.cpus for v in pick) >= need_c
+                    and sum(v.memory for v in pick) >= need_m):
+                key = (sum(v.lost for v in pick), len(pick), tuple(victims.index(v) for v in pick))
+                if best is None or key < best[0]:
+                    best = (key, pick)
+        assert best is not None  # all of them do
+        return (best[0][0], best[0][1], slot.name), taken, best[1]
+    pick = []  # many small victims: the cheapest until it fits, then drop what is not needed, dearest first
+    for v in victims:
+        pick.append(v)
+        if sum(p.gpus for p in pick) >= need_g and sum(p.cpus for p in pick) >= need_c and sum(
+                p.memory for p in pick) >= need_m:
+            break
+    for v in reversed(list(pick)):
+        rest = [p for p in pick if p is not v]
+        if sum(p.gpus for p in rest) >= need_g and sum(p.cpus for p in rest) >= need_c and sum(
+                p.memory for p in rest) >= need_m:
+            pick = rest
+    return (sum(v.lost for v in pick), len(pick), slot.name), taken, pick
+
+
+def _preempt(job: Pending, index: _Index, out: Decisions) -> bool:
+    """Stop the best-effort attempts that cost least (work lost, then fewest) so that ``job`` fits."""
+    options = index.cheapest(job)
+    if not options:
+        return False
+    for (_, _, name), (_, taken_stopping, taken_victims) in options:
         # Claim exactly what the job needs on this node: the free slots it will use and the
         # attempts being stopped for it. What is left stays available to later jobs.
-        slot = state[name]
-        freed = [*taken_stopping, *taken_victims]
+        slot = index.state[name]
+        freed = [*taken_stopping, *(v.att for v in taken_victims)]
         use_free = max(0, job.gpus - sum(len(ids) for att in freed for n, ids in att.alloc if n == name))
         old_free = len(slot.free)
         slot.free = slot.free[use_free:]
-        _rebucket(buckets, slot, old_free)
         slot.cpus += sum(a.cpus * _members_on(a, name) for a in freed) - job.cpus
         slot.memory += sum(a.memory * _members_on(a, name) for a in freed) - job.memory
         for att in taken_stopping:
             slot.stopping.remove(att)
-        for att in taken_victims:
-            slot.victims.remove(att)
-            out.preemptions.append(Preemption(att.job_id, att.attempt, job.job_id))
+        for v in taken_victims:
+            index.victims(slot).remove(v)
+            out.preemptions.append(Preemption(v.att.job_id, v.att.attempt, job.job_id))
+        index.moved(slot, old_free)
     return True
-
-
-def _reserve(job: Pending, state: dict[str, _Node], buckets: list[dict[str, _Node]], out: Decisions) -> bool:
-    """Hold the node closest to fitting a job that has waited too long; False when none is left.
-
-    Without runtime estimates any running attempt may end first, so "closest" is the
-    node with the most free GPUs among those big enough.
-    """
-    best: _Node | None = None
-    for slot in state.values():
-        if slot.reserved_for is None and slot.total >= job.gpus:
-            if best is None or len(slot.free) > len(best.free):
-                best = slot
-    if best is None:
-        return False
-    _hold(best, job.job_id, buckets, out)
-    return True
-
-
-def _hold(slot: _Node, job_id: int, buckets: list[dict[str, _Node]], out: Decisions) -> None:
-    buckets[len(slot.free)].pop(slot.name, None)
-    slot.reserved_for = job_id
-    out.reserved[slot.name] = job_id

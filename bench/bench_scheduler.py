@@ -28,10 +28,19 @@ from autoresearch.scheduler import FairShare, NodeState, Pending, Running, Share
 PROJECTS = [f"p{i:02d}" for i in range(20)]
 
 
+def full_fleet(nodes: int, gpus: int = 8) -> tuple[list[NodeState], list[Running]]:
+    """Every GPU held, an attempt of a whole node each, one node in 8 best-effort: a fleet in its steady state."""
+    states = [NodeState(f"node{i:05d}", tuple(str(g) for g in range(gpus)), cpus=64.0) for i in range(nodes)]
+    running = [Running(1_000_000 + i, 1, "best-effort" if i % 8 == 0 else "normal",
+                       ((f"node{i:05d}", tuple(str(g) for g in range(gpus))),), float(i), cpus=4.0,
+                       project=PROJECTS[i % len(PROJECTS)]) for i in range(nodes)]
+    return states, running
+
+
 def fleet(nodes: int = 128, gpus: int = 8) -> tuple[list[NodeState], list[Running]]:
-    states = [NodeState(f"node{i:03d}", tuple(str(g) for g in range(gpus)), cpus=64.0) for i in range(nodes)]
+    states = [NodeState(f"node{i:05d}", tuple(str(g) for g in range(gpus)), cpus=64.0) for i in range(nodes)]
     running = [Running(1_000_000 + i, 1, "best-effort" if i % 2 else "normal",
-                       ((f"node{i:03d}", tuple(str(g) for g in range(gpus // 2))),), float(i), cpus=4.0,
+                       ((f"node{i:05d}", tuple(str(g) for g in range(gpus // 2))),), float(i), cpus=4.0,
                        project=PROJECTS[i % len(PROJECTS)]) for i in range(nodes)]
     return states, running
 
@@ -59,15 +68,42 @@ def time_pass(pending: list[Pending], nodes: list[NodeState], running: list[Runn
         out = schedule(pending, nodes, running, fair=fair)
         wall.append((time.perf_counter() - t0) * 1000)
         cpu.append((time.process_time() - c0) * 1000)
-    assert out.placements
+    assert out.placements or out.preemptions
     return wall, cpu
+
+
+def fleets(sizes: list[int], runs: int, queued: int = 10_000) -> None:
+    """A pass with ``queued`` jobs at each fleet size (8-GPU nodes), fair share on: wall and CPU p50 and p99."""
+    print(f"scheduler.schedule, {queued:,} queued, fair share on, 20 projects (runs={runs}, {os.cpu_count()} cores, "
+          f"load {os.getloadavg()[0]:.1f})")
+    head = (f"{'GPUs':>7} {'fleet':>10} {'wall p50 ms':>12} {'p99':>8} {'CPU p50 ms':>11} {'p99':>8} {'decisions':>10} "
+            f"{'goal':>6}")
+    print(head)
+    print("-" * len(head))
+    pending = queue(queued)
+    for gpus in sizes:
+        for name, make in (("half free", fleet), ("full", full_fleet)):
+            nodes, running = make(gpus // 8)
+            wall, cpu = time_pass(pending, nodes, running, shares(), runs)
+            out = schedule(pending, nodes, running, fair=shares())
+            decided = len(out.placements) + len(out.preemptions) + len(out.reserved)
+            print(f"{gpus:7,} {name:>10} {statistics.median(wall):12.1f} {pct(wall, 0.99):8.1f} "
+                  f"{statistics.median(cpu):11.1f} {pct(cpu, 0.99):8.1f} {decided:10,} "
+                  f"{'<= 20' if gpus == 16_384 else '':>6}")
+    print("half free: a quarter of the GPUs busy with normal work, a quarter with best-effort (the pass places "
+          "thousands); full: every GPU held, one node in 8 best-effort (the steady state). decisions: placements, "
+          "preemptions and reservations the pass made")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--sizes", default="1000,3000,10000,30000")
+    parser.add_argument("--fleets", default="", help="GPU counts (e.g. 512,4096,16384): one pass with 10,000 queued "
+                        "at each fleet size instead (fair share on), p50 and p99")
     args = parser.parse_args()
+    if args.fleets:
+        return fleets([int(g) for g in args.fleets.split(",")], args.runs)
     from rich.console import Console
     from rich.table import Table
 

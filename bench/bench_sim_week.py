@@ -7,6 +7,13 @@ checkpoint every 30 min), sweeps of 1-GPU trials (normal, checkpoint every 15 mi
 best-effort soak backlog of whole-node jobs (checkpoint every hour) that fills idle GPUs.
 
     python bench/bench_sim_week.py [--seed 7] [--nodes 64] [--days 7]
+    python bench/bench_sim_week.py --scale 512,4096,16384 [--days 7]   # the fleet-size table
+
+``--scale``: at each fleet size (GPUs), faults on, cordons on, preemption on, fair share between 8
+projects (weights 1,1,1,1,2,2,4,4), every project with the same demand, more than the whole fleet
+(the mix above plus a backlog of normal whole-node jobs per project): wall and CPU seconds, CPU per
+simulated day, goodput and Jain's index over the projects' GPU-hours relative to their weights
+(1: each got its weight's share), with fair share on and, at the first size, off.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_runtime import pct  # noqa: E402
 
+from autoresearch.scheduler import FairShare, Share  # noqa: E402
 from autoresearch.sim.driver import Driver, Job, Stats  # noqa: E402
 from autoresearch.sim.fleet import parse  # noqa: E402
 
@@ -112,6 +120,59 @@ def misbehaving(args: argparse.Namespace) -> None:
           "Xid to its node's cordon, with the monitor polling every node each poll_interval (30 s)")
 
 
+PROJECTS = {f"p{i}": w for i, w in enumerate((1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0))}
+
+
+def shared_mix(seed: int, horizon: float, nodes: int) -> list[Job]:
+    """The mix, each job in one of the 8 projects at random (same demand each), plus per project a backlog of
+    normal whole-node jobs of ~6 h submitted over the horizon: half the fleet's GPU-hours each (every project
+    wants more than its share: 4x the fleet in all)."""
+    rng = random.Random(seed + 2)
+    jobs = job_mix(seed, horizon, nodes)
+    names = list(PROJECTS)
+    for job in jobs:
+        job.project = rng.choice(names)
+    per = math.ceil(0.5 * nodes * horizon / (6 * 3600))
+    for name in names:
+        for _ in range(per):
+            hours = rng.lognormvariate(math.log(6), 0.3)
+            steps = max(1, round(hours * 12))
+            jobs.append(Job(len(jobs) + 1, "normal", 8, 1, (hours * 3600 / steps,) * steps, rng.uniform(0, horizon),
+                            6, "backlog", project=name))
+    return jobs
+
+
+def jain(stats: Stats) -> float:
+    """Jain's fairness index over the projects' GPU-hours divided by their weights."""
+    x = [stats.project_gpu_s.get(p, 0.0) / w for p, w in PROJECTS.items()]
+    return sum(x) ** 2 / (len(x) * sum(v * v for v in x)) if any(x) else 0.0
+
+
+def scale(args: argparse.Namespace) -> None:
+    fair = FairShare({p: Share(w) for p, w in PROJECTS.items()})
+    print(f"simulated {args.days:g} days, seed {args.seed}, faults {FAULTS}, cordons on, preemption on, 8 projects "
+          f"(weights {', '.join(f'{w:g}' for w in PROJECTS.values())}), equal demand over the fleet's capacity")
+    head = (f"{'GPUs':>7} {'fair':>5} {'wall s':>8} {'CPU s':>8} {'CPU s/day':>10} {'goodput':>8} {'Jain':>6} "
+            f"{'passes':>7} {'attempts':>9} {'GPU-h by project / weight':>40}")
+    print(head)
+    print("-" * len(head))
+    sizes = [int(g) for g in args.scale.split(",")]
+    runs = [(sizes[0], None), *[(g, fair) for g in sizes]] if args.fair_off else [(g, fair) for g in sizes]
+    for gpus, share in runs:
+        nodes = gpus // 8
+        fleet = parse([{"name": "h100", "count": nodes, "gpus": 8}], FAULTS, args.seed)
+        horizon = args.days * 86400
+        jobs = shared_mix(args.seed, horizon, nodes)
+        started, cpu = time.perf_counter(), time.process_time()
+        s = Driver(fleet, jobs, horizon, fair=share).run()
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        per = " ".join(f"{s.project_gpu_s.get(p, 0.0) / 3600 / w / 1000:.1f}" for p, w in PROJECTS.items())
+        print(f"{gpus:7,} {'on' if share else 'off':>5} {wall:8.1f} {cpu:8.1f} {cpu / args.days:10.2f} "
+              f"{100 * s.goodput:7.1f}% {jain(s):6.3f} {s.passes:7d} {s.attempts:9d} {per:>40}", flush=True)
+    print("GPU-h by project / weight: thousands of GPU-hours each project's attempts held, over its weight "
+          "(equal: fair); Jain's index over those (1.0: perfectly fair)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seed", type=int, default=7)
@@ -120,7 +181,12 @@ def main() -> int:
     parser.add_argument("--spoof", type=float, default=0.05, help="share of jobs printing fault-like lines")
     parser.add_argument("--selfkill", type=float, default=0.02, help="share of jobs killing themselves")
     parser.add_argument("--only-misbehaving", action="store_true", help="print only the misbehaving-jobs table")
+    parser.add_argument("--scale", default="", help="fleet sizes in GPUs (e.g. 512,4096,16384): the fleet-size table")
+    parser.add_argument("--fair-off", action="store_true", help="with --scale: also the first size with fair share off")
     args = parser.parse_args()
+    if args.scale:
+        scale(args)
+        return 0
     if args.only_misbehaving:
         misbehaving(args)
         return 0

@@ -18,6 +18,7 @@ a node with a failed GPU keeps taking work until someone notices (``unattended_r
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from dataclasses import dataclass, field
 
@@ -70,6 +71,7 @@ class _Attempt:
     life: Life
     alloc: tuple[tuple[str, tuple[str, ...]], ...]
     stopping: bool = False
+    view: S.Running | None = None  # what the last pass handed the scheduler
 
 
 @dataclass(slots=True)
@@ -90,6 +92,7 @@ class Stats:
     catch_s: list[float] = field(default_factory=list)  # per caught fault: its Xid to its cordon (s)
     passes: int = 0
     waits: dict[str, list[float]] = field(default_factory=dict)  # priority -> submit-to-first-start (s)
+    project_gpu_s: dict[str, float] = field(default_factory=dict)  # GPU-seconds each project's attempts held
 
     @property
     def goodput(self) -> float:
@@ -99,12 +102,13 @@ class Stats:
 class Driver:
     def __init__(self, fleet: Fleet, jobs: list[Job], horizon_s: float, cordon: bool = True,
                  health: HealthConfig | None = None, pass_s: float = 30.0, grace_s: float = 30.0,
-                 policy: str = "owner") -> None:
+                 policy: str = "owner", fair: S.FairShare | None = None) -> None:
         self.fleet = fleet
         self.schedule_ = Schedule(fleet)
         self.jobs = {j.id: j for j in jobs}
         self.horizon = horizon_s
         self.cordon = cordon
+        self.fair = fair  # fair share between projects (the runtime's scheduler: section), None: off
         self.policy = policy  # owner: evidence has an owner (today's code) | trusting: job output decides (as before)
         self.successes: list[tuple[float, tuple[str, ...], int, str]] = []  # (t, nodes, job, project)
         self.false_since: dict[str, float] = {}
@@ -112,11 +116,15 @@ class Driver:
         self.pass_s = pass_s
         self.grace = grace_s
         self.types = dict(fleet.nodes())
+        self._rank = {name: i for i, name in enumerate(self.types)}  # the fleet's order of its nodes
         self.gpu_ids = {name: tuple(str(g) for g in range(kind.gpus)) for name, kind in self.types.items()}
         self.status = {name: P.NodeStatus("healthy") for name in self.types}
+        self._node_states = {name: S.NodeState(name, self.gpu_ids[name]) for name in self.types}
+        self._abnormal: set[str] = set()  # nodes last seen down, cordoned or degraded
         self.findings: dict[str, list[Finding]] = {name: [] for name in self.types}
         self.cordon_log: list[tuple[str, float]] = []  # what the backend's cordon hook records
         self.running: dict[int, _Attempt] = {}  # job id -> its live attempt
+        self.queues: dict[tuple[str, int, int, str], list[int]] = {}  # per shape, the queued jobs' ids in order
         self.events: list[tuple[float, int, int, int]] = []  # (t, seq, job id, attempt n): an ending
         self.seq = 0
         self.stats = Stats(capacity_gpu_s=fleet.total_gpus * horizon_s)
@@ -132,7 +140,7 @@ class Driver:
         while t <= self.horizon:
             while arrival < len(self.arrivals) and self.arrivals[arrival].submit_t <= t:
                 job = self.arrivals[arrival]
-                job.state, job.queued_since = "queued", job.submit_t
+                self.enqueue(job, job.submit_t)
                 arrival += 1
                 dirty = True
             while self.events and self.events[0][0] <= t:
@@ -160,6 +168,7 @@ class Driver:
             used = self.horizon - att.rec.t0
             gpus = att.rec.gpus
             self.stats.busy_gpu_s += gpus * used
+            self._held(att.job.project, gpus * used)
             self.stats.useful_gpu_s += gpus * used
         for job in self.jobs.values():
             if job.state in ("queued", "running") and job.first_start is None and job.submit_t <= self.horizon:
@@ -170,21 +179,14 @@ class Driver:
 
     def _pass(self, t: float, rounds: int = 3) -> None:
         self.stats.passes += 1
-        nodes = []
-        for name in self.types:
-            down = self.schedule_.down(name, t) is not None
-            state = self.status[name].state
-            nodes.append(S.NodeState(name, self.gpu_ids[name],
-                                     schedulable=not down and state not in ("cordoned", "down"),
-                                     degraded=state == "degraded"))
         queued = self._queued()
         if not queued:
             return
+        nodes = self._nodes(t)
         pending = [S.Pending(j.id, j.priority, j.gpus, j.nodes, waited_s=t - j.queued_since,
-                             avoid=frozenset(j.avoid)) for j in queued]
-        running = [S.Running(a.job.id, a.n, a.job.priority, a.alloc, a.rec.t0, stopping=a.stopping)
-                   for a in self.running.values()]
-        decisions = S.schedule(pending, nodes, running)
+                             avoid=frozenset(j.avoid), project=j.project) for j in queued]
+        running = [self._view(a, t) for a in self.running.values()]
+        decisions = S.schedule(pending, nodes, running, now=t, fair=self.fair)
         for pre in decisions.preemptions:
             att = self.running.get(pre.job_id)
             if att is not None and not att.stopping:
@@ -200,21 +202,68 @@ class Driver:
         if blocked and rounds > 1:
             self._pass(t, rounds - 1)  # place what preflight turned away on other nodes, as the runtime does
 
+    def _nodes(self, t: float) -> list[S.NodeState]:
+        """The fleet as the scheduler sees it at ``t``. Only nodes that are or were lately not plain healthy
+        (a node loss in reach, a health state, last pass's answer) are worked out again: O(such nodes)."""
+        f = self.fleet.faults
+        look = (self.schedule_.touched(t - f.repair - 1.0, t, "node_loss") | self._abnormal
+                | {n for n, st in self.status.items() if st.state != "healthy"})
+        for name in look:
+            down = self.schedule_.down(name, t) is not None
+            state = self.status[name].state
+            node = S.NodeState(name, self.gpu_ids[name], schedulable=not down and state not in ("cordoned", "down"),
+                               degraded=state == "degraded")
+            self._node_states[name] = node
+            if node.schedulable and not node.degraded:
+                self._abnormal.discard(name)
+            else:
+                self._abnormal.add(name)
+        return list(self._node_states.values())
+
+    @staticmethod
+    def _view(att: _Attempt, t: float) -> S.Running:
+        """The scheduler's view of an attempt at ``t``, with its last checkpoint by then (made again only
+        when that or its stopping changed)."""
+        marks = att.life.checkpoints
+        i = bisect.bisect_right(marks, (t, 1 << 62))
+        saved = marks[i - 1][0] if i else None
+        view = att.view
+        if view is None or view.saved_at != saved or view.stopping != att.stopping:
+            att.view = view = S.Running(att.job.id, att.n, att.job.priority, att.alloc, att.rec.t0,
+                                        stopping=att.stopping, project=att.job.project, saved_at=saved)
+        return view
+
+    def _held(self, project: str, gpu_s: float) -> None:
+        self.stats.project_gpu_s[project] = self.stats.project_gpu_s.get(project, 0.0) + gpu_s
+
+    def enqueue(self, job: Job, t: float) -> None:
+        """``job`` waits for a pass from ``t`` on (submitted, preempted or retried)."""
+        job.state, job.queued_since = "queued", t
+        bisect.insort(self.queues.setdefault(self._shape(job), []), job.id)
+
+    def _shape(self, job: Job) -> tuple[str, int, int, str]:
+        return (job.priority, job.gpus, job.nodes, job.project if self.fair is not None else "")
+
     def _queued(self) -> list[Job]:
-        """The queue as the scheduler sees it: at most ``SHAPE_CAP`` jobs of one class and shape (the
-        rest have the same shape, so the same answer this pass; they move up as those start)."""
-        seen: dict[tuple[str, int, int], int] = {}
-        out = []
-        for j in self.jobs.values():  # in id order: submit order
-            if j.state != "queued":
-                continue
-            shape = (j.priority, j.gpus, j.nodes)
-            if seen.get(shape, 0) < SHAPE_CAP:
-                seen[shape] = seen.get(shape, 0) + 1
-                out.append(j)
-        return out
+        """The queue as the scheduler sees it: at most ``SHAPE_CAP`` jobs of one class and shape (and project,
+        with fair share on), the first in submit order (the rest have the same shape, so the same answer this
+        pass; they move up as those start). Kept per shape in id order: O(shapes), however long the queue."""
+        out: list[int] = []
+        for ids in self.queues.values():
+            i = 0
+            while i < len(ids) and i < SHAPE_CAP:
+                if self.jobs[ids[i]].state != "queued":
+                    del ids[i]  # (left the queue some other way than a launch)
+                    continue
+                out.append(ids[i])
+                i += 1
+        return [self.jobs[i] for i in sorted(out)]
 
     def _launch(self, job: Job, alloc: tuple[tuple[str, tuple[str, ...]], ...], t: float) -> None:
+        ids = self.queues.get(self._shape(job), [])
+        i = bisect.bisect_left(ids, job.id)
+        if i < len(ids) and ids[i] == job.id:
+            del ids[i]
         job.attempts += 1
         job.state = "running"
         if job.first_start is None:
@@ -250,6 +299,7 @@ class Driver:
         gpus = att.rec.gpus
         used = end.t - att.rec.t0
         self.stats.busy_gpu_s += gpus * used
+        self._held(job.project, gpus * used)
         kept = att.life.checkpoint_at(end.t, att.rec.resume) if end.cause != "done" else len(job.seconds)
         useful = sum(job.seconds[att.rec.resume:kept]) / att.rec.speed if kept > att.rec.resume else 0.0
         useful = min(useful, used)
@@ -262,7 +312,7 @@ class Driver:
             return
         if end.cause == "stop":
             self.stats.lost_preempt_gpu_s += gpus * (used - useful)
-            job.state, job.queued_since = "queued", end.t
+            self.enqueue(job, end.t)
             return
         self.stats.lost_fault_gpu_s += gpus * (used - useful)
         self.stats.faults_hit[end.cause] = self.stats.faults_hit.get(end.cause, 0) + 1
@@ -283,7 +333,7 @@ class Driver:
             job.avoid.update(att.rec.nodes)
             if job.retries < job.max_retries:
                 job.retries += 1
-                job.state, job.queued_since = "queued", end.t
+                self.enqueue(job, end.t)
             else:
                 job.state = "failed"
                 self.stats.jobs_failed += 1
@@ -361,10 +411,12 @@ class Driver:
 
     def _review(self, node: str, t: float) -> bool:
         before = self.status[node]
-        keep = t - max(self.health.cordon_window_s, self.health.degraded_for_s)
         found = self.findings[node]
-        if len(found) > 64:  # what no window counts any more (hard faults always count)
-            self.findings[node] = found = [f for f in found if f.ts >= keep or f.severity == "hard"]
+        if len(found) > 64:  # what no window counts any more: hard faults always count, endings and verdicts
+            # (and the fleet's differential) for cordon_window, the rest (throttling) for degraded_for
+            ending, other = t - self.health.cordon_window_s, t - self.health.degraded_for_s
+            self.findings[node] = found = [f for f in found if f.severity == "hard" or f.ts >= other or (
+                f.ts >= ending and f.source in ("ending", "verdict"))]
         after = P.node_state(before, found, self.health, t, diff=self._differential(node, found, t))
         if after == before:
             return False
@@ -417,7 +469,12 @@ class Driver:
         runtime's checks (a GPU's Xid, throttling under load), and health cordons that can lift (fixed nodes)."""
         changed = False
         busy = {n for a in self.running.values() for n in a.rec.nodes}
-        for node in self.types:
+        # Only a node with a fault in reach (lost, a failed GPU not fixed yet, throttling) or a state of its
+        # own (cordoned, degraded) can read anything but clean: the rest are not looked at one by one.
+        f = self.fleet.faults
+        reach = max(f.repair, f.unattended_repair, f.thermal_for) + 1.0
+        look = self.schedule_.touched(t - reach, t) | {n for n, st in self.status.items() if st.state != "healthy"}
+        for node in sorted(look, key=self._rank.__getitem__):
             status = self.status[node]
             if status.state == "cordoned" and status.by_health:
                 fixed = t >= status.since + self.fleet.faults.repair and self.schedule_.sick(

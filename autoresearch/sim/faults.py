@@ -46,6 +46,7 @@ class Schedule:
         self._gpus = {name: t.gpus for name, t in fleet.nodes()}
         self._chunk = functools.lru_cache(maxsize=65536)(self._draw)
         self._times = functools.lru_cache(maxsize=65536)(self._draw_times)
+        self._day = functools.lru_cache(maxsize=64)(self._draw_day)
         self._any = self.f.any
 
     def _draw(self, node: str, day: int) -> tuple[Fault, ...]:
@@ -77,6 +78,22 @@ class Schedule:
             if i < len(times) and times[i] <= t1:
                 return times[i]
         return None
+
+    def _draw_day(self, day: int, kind: str) -> tuple[tuple[float, ...], tuple[str, ...]]:
+        """Every node's ``kind`` faults of one simulated day (all kinds: ""), in time order: (times, nodes)."""
+        hits = sorted((x.t, x.node) for node in self._gpus for x in self._chunk(node, day) if not kind or x.kind == kind)
+        return tuple(t for t, _ in hits), tuple(n for _, n in hits)
+
+    def touched(self, t0: float, t1: float, kind: str = "") -> set[str]:
+        """The nodes with a ``kind`` fault (any: "") in ``(t0, t1]``: the fleet's faults are indexed by
+        day, so a question about the whole fleet costs O(faults in the window), not O(nodes)."""
+        out: set[str] = set()
+        if not self._any or t1 <= t0:
+            return out
+        for day in range(max(0, int(t0 // DAY)), int(t1 // DAY) + 1):
+            times, nodes = self._day(day, kind)
+            out.update(nodes[bisect.bisect_right(times, t0):bisect.bisect_right(times, t1)])
+        return out
 
     def events(self, node: str, t0: float, t1: float) -> list[Fault]:
         """Faults on ``node`` with ``t0 < t <= t1``, in time order."""

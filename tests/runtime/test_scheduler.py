@@ -159,3 +159,35 @@ def test_the_records_compare_hash_and_replace_like_the_frozen_dataclasses_they_w
         a.extra = 1  # type: ignore[attr-defined]
     assert repr(Placement(3, (("n1", ("0",)),))) == "Placement(job_id=3, alloc=(('n1', ('0',)),))"
     assert Decisions() == Decisions() and Decisions().placements is not Decisions().placements
+
+
+def test_gang_preempts_the_two_youngest_not_the_first_nodes_by_name() -> None:
+    """Best-effort whole-node jobs started at 0, 0.5, 1 and 1.5 h (on n0..n3) and a critical
+    2-node gang: the two youngest lose the least work, whatever the nodes are called."""
+    nodes = [node(f"n{i}", 8) for i in range(4)]
+    all8 = tuple(str(g) for g in range(8))
+    busy = [running(10 + i, "best-effort", f"n{i}", all8, started=i * 1800.0) for i in range(4)]
+    out = schedule([Pending(1, "critical", 8, nodes=2)], nodes, busy, now=2 * 3600.0)
+    assert sorted(p.job_id for p in out.preemptions) == [12, 13]
+    assert schedule([Pending(1, "critical", 8, nodes=2)], nodes, busy).preemptions == out.preemptions  # now: latest
+
+
+def test_preemption_spares_work_a_recent_checkpoint_does_not_hold() -> None:
+    """The older job saved a checkpoint a minute ago: stopping it loses a minute, the younger one an hour."""
+    nodes = [node("a", 1), node("b", 1)]
+    busy = [Running(10, 1, "best-effort", (("a", ("0",)),), started_at=0.0, saved_at=7140.0),
+            Running(11, 1, "best-effort", (("b", ("0",)),), started_at=3600.0)]
+    out = schedule([Pending(1, "normal", 1)], nodes, busy, now=7200.0)
+    assert [p.job_id for p in out.preemptions] == [10]
+
+
+def test_never_more_victims_than_the_job_needs() -> None:
+    """Two small young victims and one big old one on a node: a 4-GPU job stops the big one alone
+    (the young ones would not free enough with it anyway), a 2-GPU job the two young ones."""
+    nodes = [node("a", 6)]
+    busy = [running(10, "best-effort", "a", ("0", "1", "2", "3"), started=0.0),
+            running(11, "best-effort", "a", ("4",), started=100.0),
+            running(12, "best-effort", "a", ("5",), started=200.0)]
+    assert [p.job_id for p in schedule([Pending(1, "critical", 4)], nodes, busy, now=300.0).preemptions] == [10]
+    two = schedule([Pending(1, "critical", 2)], nodes, busy, now=300.0).preemptions
+    assert sorted(p.job_id for p in two) == [11, 12]

@@ -18,7 +18,7 @@ NO_FAULTS = {"node_loss": 0, "xid": 0, "nccl_hang": 0, "thermal": 0}
 def gang(monkeypatch: pytest.MonkeyPatch) -> tuple[Driver, tuple[str, ...], dict[str, Any]]:
     fleet = parse([{"name": "h100", "count": 4, "gpus": 8}], NO_FAULTS, 3)
     driver = Driver(fleet, [Job(1, "normal", 8, 2, (600.0,) * 6, 0.0, 2, "gang", project="p")], 86400.0)
-    driver.jobs[1].state = "queued"
+    driver.enqueue(driver.jobs[1], 0.0)
     driver._pass(0.0)
     members = driver.running[1].rec.nodes
     assert len(members) == 2
@@ -28,6 +28,8 @@ def gang(monkeypatch: pytest.MonkeyPatch) -> tuple[Driver, tuple[str, ...], dict
         return bad.get(node)
 
     monkeypatch.setattr(driver.schedule_, "sick", sick)
+    # the monitor looks only at the nodes the schedule says a fault is in reach of: these
+    monkeypatch.setattr(driver.schedule_, "touched", lambda t0, t1, kind="": set(bad))
     return driver, members, bad
 
 
