@@ -1,7 +1,8 @@
 """The Docker backend: one container per attempt, on this host's Docker engine (``kind: docker``).
 
-Built from the ``docker`` CLI's documented interface and tested against a fake CLI that
-records command lines (tests/fakes/docker); not yet exercised against a live engine.
+Built on the ``docker`` CLI's documented interface; tested against a real engine (a private
+``dockerd`` that backends/docker/kit.py starts, tests/backends/test_docker_engine.py) and,
+for the exact command lines, a fake CLI that records them (tests/fakes/bin/docker).
 
 * ``start``: ``docker run -d --name ar-<key>-<h> --label autoresearch.key=<key> --gpus
   '"device=0,1"' -v src:dst ... -w workdir -e NAME ... image argv``. Our scheduler places
