@@ -71,8 +71,11 @@ budget: {{trials: 2, parallel: 2}}
     written = sorted(p.name for p in data.iterdir())
     assert written == ["x-0.25", "x-0.5"] and not os.path.lexists(target)
     assert all((data / name).read_text() not in ("", socket.gethostname()) for name in written)
-    wait_for(lambda: not _docker(docker_engine, "ps", "-aq", "--filter", "label=autoresearch.key").split(),
-             timeout=60)  # released once the ledger recorded each ending
+    def ours() -> list[str]:  # this home's containers (the engine is the session's: other tests' are there too)
+        dirs = _docker(docker_engine, "ps", "-a", "--format", '{{.Label "autoresearch.run_dir"}}').split("\n")
+        return [d for d in dirs if d.startswith(str(home))]
+
+    wait_for(lambda: not ours(), timeout=60)  # released once the ledger recorded each ending
 
 
 @pytest.mark.slow
@@ -82,9 +85,30 @@ def test_cancel_stops_the_container_and_its_log_reads_what_it_printed(docker_eng
     job = cli("submit", "--backend", "box", "--image", docker_engine.image, "--", "/bin/sh", "-c",
               script).stdout.strip()
     wait_for(lambda: "ready" in cli("logs", job).stdout, timeout=120)
-    running = _docker(docker_engine, "ps", "--filter", "label=autoresearch.key", "--format", "{{.Names}}").split()
+    rows = _docker(docker_engine, "ps", "--format", '{{.Names}} {{.Label "autoresearch.run_dir"}}').splitlines()
+    running = [row.split(" ", 1)[0] for row in rows if row.split(" ", 1)[-1].startswith(str(home))]
     assert len(running) == 1
     cli("cancel", job)
     wait_for(lambda: json.loads(cli("status", job, "--json").stdout)["state"] == "cancelled", timeout=120)
     assert cli("logs", job).stdout.splitlines() == ["ready", "got TERM"]  # the TERM reached the container's shell
     wait_for(lambda: not _docker(docker_engine, "ps", "-aq", "--filter", f"name={running[0]}").split(), timeout=60)
+
+
+def test_paths_with_colons_commas_and_quotes_mount_as_one_path(docker_engine: Any, tmp_path: Path) -> None:
+    # Before: `-v source:target` split a path at its ':' ("invalid mode"), and every attempt failed to start.
+    from autoresearch.backends import LaunchRequest
+
+    work = tmp_path / 'w:ork,dir"q'
+    data = tmp_path / "da:ta,1"
+    work.mkdir()
+    data.mkdir()
+    (data / "f").write_text("through the mount\n")
+    backend = DockerBackend(image=docker_engine.image, host=docker_engine.host)
+    request = LaunchRequest(key="colon.1", argv=["/bin/sh", "-c", 'cat /in/f; pwd; echo made > out'], env={},
+                            workdir=str(work), log_path=str(tmp_path / "log" / "a.log"), run_dir=str(tmp_path / "run"),
+                            mounts={"/in": str(data)})
+    ext = backend.start(request)
+    wait_for(lambda: backend.poll(ext).ended, timeout=60)
+    assert backend.poll(ext).exit_code == 0
+    assert backend.read_log(ext).decode().splitlines() == ["through the mount", str(work)]
+    assert (work / "out").read_text() == "made\n"
