@@ -287,3 +287,19 @@ def test_release_cancels_a_run_the_ledger_never_saw_end(dbx: FakeDatabricks, tmp
     backend.release(request.run_dir)
     status = _wait(backend, run)
     assert status.stopped
+
+
+def test_code_goes_to_a_volume_with_code_volume_and_each_content_once(dbx: FakeDatabricks, tmp_path: Path) -> None:
+    code = tmp_path / "code"  # nothing else in it: the same content for both attempts
+    code.mkdir()
+    (code / "t.py").write_text("print('from the volume')\n")
+    backend = _backend(dbx, tmp_path, code_volume="/Volumes/main/ml/code")
+    runs = [backend.start(LaunchRequest(key=f"4.{i}", argv=[sys.executable, "t.py"], env={}, workdir=str(code),
+                                        log_path="", run_dir=str(tmp_path / f"run-{i}"))) for i in (1, 2)]
+    assert [_wait(backend, run).exit_code for run in runs] == [0, 0]
+    assert backend.read_log(runs[1]) == b"from the volume\n"
+    puts = [p for m, p, _ in dbx.requests if m == "PUT"]
+    assert len(puts) == 1 and puts[0].startswith("/api/2.0/fs/files/Volumes/main/ml/code/autoresearch-code/")
+    (script,) = {dbx.file(s["tasks"][0]["ai_runtime_task"]["deployments"][0]["command_path"]).read_text().split(
+        "code=")[1].split("\n")[0] for s in dbx.submits()}
+    assert '"${AUTORESEARCH_DATABRICKS_ROOT:-}"/Volumes/main/ml/code/autoresearch-code/' in script
