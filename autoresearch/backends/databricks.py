@@ -10,7 +10,7 @@ workspace. What each attempt does:
 
 * The code is shipped: the attempt's workdir as a tar.gz (symlinks kept as links, ``.git`` and
   ``__pycache__`` left out), content-addressed, through the workspace files API (at most 10 MB,
-  under ``workspace_dir``) or, with ``code_volume``, the Files API into a Unity Catalog volume
+  under ``workspace_dir``, by default the caller's ``/Users/<name>/.autoresearch``) or, with ``code_volume``, the Files API into a Unity Catalog volume
   (at most 1 GB). A script (``command_path``) unpacks it into a fresh folder on each node, goes
   there and runs the command; no path of the submitter's machine is used on the node.
 * ``jobs.submit(run_name, idempotency_token=<attempt key>, tasks=[SubmitTask(ai_runtime_task=...)])``:
@@ -98,7 +98,7 @@ class DatabricksBackend(Backend):
                                 shared_fs=False, secrets=True)
 
     def __init__(self, accelerator_type: str = "GPU_1xA10", pool_id: str = "", experiment: str = "autoresearch",
-                 host: str = "", token: str = "", profile: str = "", workspace_dir: str = "/Shared/autoresearch",
+                 host: str = "", token: str = "", profile: str = "", workspace_dir: str = "",
                  code_volume: str = "", state_dir: str = "", timeout: float = 60.0,
                  priority_classes: dict[str, str] | None = None) -> None:
         priorities = tuple(PRIORITY_CLASSES)  # spec.PRIORITIES (spec imports pydantic: not on a status read)
@@ -112,9 +112,9 @@ class DatabricksBackend(Backend):
         if not _ACCELERATOR.fullmatch(accelerator_type):
             raise SpecError(f"databricks option accelerator_type {accelerator_type[:80]!r} is not GPU_<n>x<model>",
                             hint="use the exact value from the workspace, e.g. GPU_8xH100 or GPU_1xA10")
-        if not _WORKSPACE_DIR.fullmatch(workspace_dir) or ".." in workspace_dir.split("/"):
+        if workspace_dir and (not _WORKSPACE_DIR.fullmatch(workspace_dir) or ".." in workspace_dir.split("/")):
             raise SpecError(f"databricks option workspace_dir {workspace_dir[:80]!r} is not a workspace folder",
-                            hint="an absolute workspace path, e.g. /Shared/autoresearch or /Users/me@example.com/ar")
+                            hint="an absolute workspace path, e.g. /Users/me@example.com/autoresearch")
         if code_volume and (not _UC_VOLUME.fullmatch(code_volume) or ".." in code_volume.split("/")):
             raise SpecError(f"databricks option code_volume {code_volume[:80]!r} is not a Unity Catalog volume path",
                             hint="/Volumes/<catalog>/<schema>/<volume>[/folder]")
@@ -132,7 +132,7 @@ class DatabricksBackend(Backend):
         self.accelerator_type, self.pool_id, self.experiment = accelerator_type, pool_id, experiment
         self.per_node = int(_ACCELERATOR.fullmatch(accelerator_type).group(1))  # type: ignore[union-attr]
         self.host, self.token, self.profile, self.timeout = host, token, profile, float(timeout)
-        self.workspace_dir, self.code_volume = workspace_dir.rstrip("/") or "/", code_volume.rstrip("/")
+        self.workspace_dir, self.code_volume = workspace_dir.rstrip("/"), code_volume.rstrip("/")
         self.priority_classes = classes
         home = os.environ.get("AUTORESEARCH_HOME") or str(Path.home() / ".autoresearch")
         self.state_dir = Path(state_dir or Path(home) / "backends" / "databricks").expanduser()
@@ -243,7 +243,7 @@ class DatabricksBackend(Backend):
             return str(pointer["run_id"])
         owner = owner_of(request.env)
         key = f"autoresearch-{owner}-{request.key}"[:64]
-        base = f"{self.workspace_dir}/{owner}/{_safe(request.key)}"
+        base = f"{self._folder()}/{owner}/{_safe(request.key)}"
         code = self._ship_code(request.workdir, owner)
         script = base + "/run.sh"
         self._upload(script, self.script(request, code).encode())
@@ -335,6 +335,18 @@ class DatabricksBackend(Backend):
                   f'echo "{EXIT_MARK}$rc"', 'exit "$rc"']
         return "\n".join(lines) + "\n"
 
+    def _folder(self) -> str:
+        """``workspace_dir``, by default the caller's own home folder (``/Users/<name>/.autoresearch``):
+        the code and scripts are not for every user of the workspace to read, as ``/Shared`` is."""
+        if not self.workspace_dir:
+            me = self._call("the current user", self.client.current_user.me)
+            name = str(getattr(me, "user_name", "") or "")
+            if not name or "/" in name or "\0" in name or name in (".", ".."):
+                raise BackendError(f"Databricks named the current user {name[:80]!r}: no home folder to use",
+                                   hint="set workspace_dir: in the profile, e.g. /Users/me@example.com/autoresearch")
+            self.workspace_dir = f"/Users/{name}/.autoresearch"
+        return self.workspace_dir
+
     def _ship_code(self, workdir: str, owner: str) -> str:
         """Upload the workdir's archive (once per content); return its path in the workspace or volume."""
         data = _archive(workdir, VOLUME_LIMIT if self.code_volume else WORKSPACE_LIMIT)
@@ -342,7 +354,7 @@ class DatabricksBackend(Backend):
         if self.code_volume:
             path = f"{self.code_volume}/autoresearch-code/{owner}/{digest}.tar.gz"
         else:
-            path = f"{self.workspace_dir}/{owner}/code/{digest}.tar.gz"
+            path = f"{self._folder()}/{owner}/code/{digest}.tar.gz"
         marker = self.state_dir / "shipped" / hashlib.sha256(f"{self.host}|{self.profile}|{path}".encode()).hexdigest()
         if not marker.exists():
             self._upload(path, data)

@@ -95,6 +95,7 @@ def test_the_request_is_the_sdks_ai_runtime_task_and_the_code_is_shipped(dbx: Fa
     (deployment,) = air["deployments"]
     assert deployment["compute"] == {"accelerator_type": "GPU_8xH100", "accelerator_count": 16,
                                      "provisioned_capacity_id": "pool-7"}
+    assert deployment["command_path"].startswith("/Users/me@example.com/.autoresearch/")  # the caller's own folder
     script = dbx.file(deployment["command_path"]).read_text()
     assert "export A='x y'" in script and "ln -sfn /Volumes/main/ml/datasets/imagenet /data" in script
     assert f"timeout -s TERM -k 30 600 {sys.executable} train.py" in script
