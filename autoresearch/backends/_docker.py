@@ -1,15 +1,17 @@
 """The Docker backend: one container per attempt, on this host's Docker engine (``kind: docker``).
 
-Built from the ``docker`` CLI's documented interface and tested against a fake CLI that
-records command lines (tests/fakes/docker); not yet exercised against a live engine.
+Built on the ``docker`` CLI's documented interface; tested against a real engine (a private
+``dockerd`` that backends/docker/kit.py starts, tests/backends/test_docker_engine.py) and,
+for the exact command lines, a fake CLI that records them (tests/fakes/bin/docker).
 
 * ``start``: ``docker run -d --name ar-<key>-<h> --label autoresearch.key=<key> --gpus
-  '"device=0,1"' -v src:dst ... -w workdir -e NAME ... image argv``. Our scheduler places
+  '"device=0,1"' --mount ... -w workdir -e NAME ... image argv``. Our scheduler places
   GPUs (``places``), so ``--gpus`` names the slots it chose. The values of ``-e`` travel in
   the CLI's environment, never on its command line (``ps`` shows argv). The workdir, the
   job's directory (metrics file, log) and the checkpoint directory are bind-mounted at the
   same paths, so the attempt's ``AUTORESEARCH_*`` paths hold inside the container; a
-  spec's ``mounts`` become ``-v source:target``. The container runs as the submitting
+  spec's ``mounts`` become ``--mount "type=bind","source=...","target=..."`` (quoted CSV: a
+  path with ``:`` or ``,`` stays one path, where ``-v`` would split it). The container runs as the submitting
   user (``--user uid:gid``) so what it writes stays the user's.
 * At most once per key: ``request.json`` in the run dir is created with O_EXCL first, and
   a container already there (``docker ps -a --filter label=... --filter name=...``; a
@@ -198,7 +200,7 @@ class DockerBackend(Backend):
                 binds[folder] = folder
         binds.update({target: source for target, source in request.mounts.items()})
         for target, source in binds.items():
-            argv += ["-v", f"{source}:{target}"]
+            argv += ["--mount", bind_mount(source, target)]
         argv += ["-w", request.workdir]
         for key in sorted(env):
             argv += ["-e", key]  # the value comes from the CLI's environment, off the command line
@@ -319,6 +321,13 @@ class DockerBackend(Backend):
         self.read_log(external_id, 0, 0)  # keep the whole log before the container goes
         with contextlib.suppress(BackendError):
             self._cli("rm", "-f", req["name"], check=False)
+
+
+def bind_mount(source: str, target: str) -> str:
+    """``--mount``'s value for a bind mount: CSV fields, each quoted (a ``"`` doubled), so a path with
+    ``:`` or ``,`` stays one path (``-v src:dst`` splits at every ``:``: "invalid mode")."""
+    fields = ("type=bind", f"source={source}", f"target={target}")
+    return ",".join('"' + field.replace('"', '""') + '"' for field in fields)
 
 
 def container_name(key: str, run_dir: str) -> str:

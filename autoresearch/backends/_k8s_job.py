@@ -35,6 +35,20 @@ _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")  # a DNS subdomain
 _SECRET_KEY = re.compile(r"^(?!\.{1,2}$)[-._a-zA-Z0-9]{1,253}$")
 _MAX_NAME = 52  # Indexed Jobs' pod hostnames add "-<index>" and must stay a 63-character label
+# What the API server checks of labels beyond the published schema (which says only "string"):
+# a value is empty or a 63-character name; a key is an optional DNS-subdomain prefix and '/' and a name.
+_LABEL_NAME = re.compile(r"^(?=.{1,63}$)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def label_value_ok(value: str) -> bool:
+    return value == "" or bool(_LABEL_NAME.fullmatch(value))
+
+
+def label_key_ok(key: str) -> bool:
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _SECRET_NAME.fullmatch(prefix)):
+        return False
+    return bool(_LABEL_NAME.fullmatch(name))
 
 
 def dns_name(text: str, limit: int = _MAX_NAME) -> str:
@@ -108,6 +122,16 @@ def job_manifest(request: Any, name: str, owner: str, *, queue: str = "", priori
         "metadata": {"name": name, "labels": labels, "annotations": {ANNOTATION: request.key, OWNER: owner}},
         "spec": spec,
     }
+
+
+def service_manifest(name: str, job_uid: str | None) -> dict[str, Any]:
+    """The headless Service of a gang's Job: stable DNS for its pods (``<job>-<index>.<job>``),
+    deleted with the Job (an owner reference to it, once the API has given the Job its uid)."""
+    meta: dict[str, Any] = {"name": name, "labels": {LABEL: name}}
+    if job_uid:
+        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": job_uid}]
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+            "spec": {"clusterIP": "None", "selector": {LABEL: name}}}
 
 
 def secret_ref(name: str, ref: str) -> dict[str, Any]:

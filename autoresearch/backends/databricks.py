@@ -1,40 +1,42 @@
-"""The Databricks AI Runtime backend (kind ``databricks``): one AIR workload per attempt.
+"""The Databricks AI Runtime backend (kind ``databricks``): one AI Runtime run per attempt.
 
-Built from the documented interfaces and tested against recorded command lines with a fake
-``databricks`` executable (``tests/fakes/databricks_cli.py``); not yet exercised against a
-live workspace. What was used:
+Speaks to the workspace through Databricks' own SDK (``databricks-sdk``, an optional dependency:
+``pip install 'autoresearch[databricks]'``): the request is built from its types
+(``SubmitTask`` with an ``AiRuntimeTask``: ``DeploymentSpec``, ``ComputeSpec``, the enums of
+accelerator types and priority classes), so what the SDK cannot express is refused here, not by
+the workspace. Tested against a local HTTP fake of the REST endpoints that decodes every payload
+with the SDK's own types (``tests/fakes/databricks_api.py``); not yet exercised against a live
+workspace. What each attempt does:
 
-* ``databricks air run -f workload.yaml --idempotency-key K``, ``air get RUN``, ``air logs RUN``,
-  ``air cancel RUN``, ``air list`` (the AIR CLI as summarized in the project's ANCHORS.md);
-  ``-o json`` and ``--profile`` are the Databricks CLI's global flags.
-* The workload YAML (docs.databricks.com .../ai-runtime/connecting/cli/yaml-config):
-  ``experiment_name``, ``compute`` (``accelerator_type``, ``num_accelerators`` = GPUs per node x
-  nodes, ``pool_id``, ``priority_class`` BEST_EFFORT|NORMAL|CRITICAL, which needs ``pool_id``),
-  ``environment`` (``version``, or ``unity_catalog_image: <catalog>.<schema>.<image>:<tag>``, the
-  custom container), ``command`` (one shell string), ``max_retries`` (0: the runtime retries).
-* Not documented where we looked: the JSON ``air run``/``air get`` print. The parser accepts the
-  run id as ``run_id``/``id``/``workload_id`` and the state as ``state``/``status``/
-  ``life_cycle_state``/``result_state`` (a string or ``{"state": ...}``), the exit code as
-  ``exit_code`` when present; see backends/databricks/README.md.
-
-At most once (issue 9 item 4): the attempt key becomes the idempotency key, and the workload
-file and key are written to the run dir before ``air run``; a launcher killed before the
-ledger had the run id is adopted by re-sending the same key (Databricks returns the run it
-already made). A timeout is ``timeout -k GRACE T`` around the command (exit 124/137 = timed
-out); environment variables are exported by the command; mounts are links to Unity Catalog
-volume paths (``uc:/Volumes/<catalog>/<schema>/<volume>[/path]``). ``cancel`` uses the engine's
-own grace period (the CLI takes none). ``places = False``: Databricks schedules.
+* The code is shipped: the attempt's workdir as a tar.gz (symlinks kept as links, ``.git`` and
+  ``__pycache__`` left out), content-addressed, through the workspace files API (at most 10 MB,
+  under ``workspace_dir``, by default the caller's ``/Users/<name>/.autoresearch``) or, with ``code_volume``, the Files API into a Unity Catalog volume
+  (at most 1 GB). A script (``command_path``) unpacks it into a fresh folder on each node, goes
+  there and runs the command; no path of the submitter's machine is used on the node.
+* ``jobs.submit(run_name, idempotency_token=<attempt key>, tasks=[SubmitTask(ai_runtime_task=...)])``:
+  the key makes a repeated submit (a submitter killed before the ledger had the run id) return
+  the run already made. ``compute.accelerator_count`` is the accelerator type's GPUs per node x
+  nodes, checked against what the job asks per node (a clear error with a hint).
+* State from ``jobs.get_run`` (``status``, else the legacy ``state``); logs from
+  ``jobs.get_run_output`` of the task's run; ``jobs.cancel_run`` to stop (the engine's grace).
+  The exit code travels as the script's last log line (``autoresearch-exit: N``), taken out of
+  the log the user reads. A timeout is ``timeout -k GRACE T`` in the script (124/137: timed out).
+* Secrets (``secret_env``) are the task's environment variables as ``{{secrets/SCOPE/KEY}}``
+  references, resolved by Databricks; everything else the job sends is exported by the script.
+* ``places = False``: Databricks schedules.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import json
 import math
 import os
 import re
 import shlex
-import subprocess
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -45,20 +47,29 @@ from autoresearch.backends._k8s_job import HOST_ONLY_ENV, owner_of
 from autoresearch.backends._supervisor import read_json
 from autoresearch.errors import AuthError, BackendError, SpecError
 
-PRIORITY_CLASSES = {"critical": "CRITICAL", "normal": "NORMAL", "best-effort": "BEST_EFFORT"}
+# The SDK's AiRuntimeTaskPriorityClass has BEST_EFFORT and NORMAL only: critical work runs NORMAL.
+PRIORITY_CLASSES = {"critical": "NORMAL", "normal": "NORMAL", "best-effort": "BEST_EFFORT"}
+AIR_PRIORITIES = ("BEST_EFFORT", "NORMAL")
 POINTER = "databricks.json"
-INSTALL_HINT = ("install the Databricks CLI (https://docs.databricks.com/dev-tools/cli/install.html) and log in "
-                "(databricks auth login --host https://<workspace>), or set the backend option cli")
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")  # never a flag
+EXIT_MARK = "autoresearch-exit: "
+INSTALL_HINT = ("pip install 'autoresearch[databricks]' (Databricks' SDK), and log in: databricks auth login "
+                "--host https://<workspace>, or set the backend options host and token")
+WORKSPACE_LIMIT = 10 << 20  # the workspace import API's limit
+VOLUME_LIMIT = 1 << 30
+_RUN_ID = re.compile(r"^[0-9]{1,19}$")  # a Jobs run id
 _UC_IMAGE = re.compile(r"^[\w-]+\.[\w-]+\.[\w-]+(:[\w.-]+)?$")
+_DOCKER_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._-]*(/[a-z0-9][a-z0-9._-]*)+(:[\w.-]+)?$")
 _UC_VOLUME = re.compile(r"^/Volumes/[^/\0]+/[^/\0]+/[^/\0]+(/[^\0]*)?$")
+_WORKSPACE_DIR = re.compile(r"^/[^\0\n]{1,400}$")
+_ACCELERATOR = re.compile(r"^GPU_(\d+)x[\w-]+$")
 _STARTING = {"PENDING", "QUEUED", "SUBMITTED", "STARTING", "PROVISIONING", "SCHEDULED", "WAITING", "BLOCKED",
              "WAITING_FOR_RETRY", "CREATED"}
 _OK = {"SUCCEEDED", "SUCCESS", "COMPLETED", "FINISHED"}
-_CANCELLED = {"CANCELED", "CANCELLED", "KILLED", "CANCELING", "CANCELLING", "TERMINATING"}
+_CANCELLED = {"CANCELED", "CANCELLED", "KILLED", "USER_CANCELED"}
+_ENDING = {"CANCELING", "CANCELLING", "TERMINATING"}  # still running: the ending is when it is over
 _FAILED = {"FAILED", "ERROR", "TIMEDOUT", "TIMED_OUT"}
-_LOST = {"INTERNAL_ERROR", "PREEMPTED", "LOST", "SKIPPED", "EVICTED"}
-_LOG_CAP = 1 << 40
+_LOST = {"INTERNAL_ERROR", "PREEMPTED", "LOST", "SKIPPED", "EVICTED", "CLOUD_FAILURE"}
+_SKIP = {".git", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 _SECRET_PART = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}$")
 
 
@@ -72,86 +83,97 @@ def secret_ref(name: str, ref: str) -> str:
     return "{{secrets/" + scope + "/" + key + "}}"
 
 
+def _sdk() -> Any:
+    try:
+        from databricks.sdk.service import jobs
+    except ImportError:
+        raise BackendError("the databricks backend needs Databricks' SDK (databricks-sdk), which is not installed",
+                           hint=INSTALL_HINT) from None
+    return jobs
+
+
 class DatabricksBackend(Backend):
     name = "databricks"
     capabilities = Capabilities(gpus=True, preemption=True, multi_node=True, containers=True, places=False,
                                 shared_fs=False, secrets=True)
 
     def __init__(self, accelerator_type: str = "GPU_1xA10", pool_id: str = "", experiment: str = "autoresearch",
-                 environment_version: str | int = "", profile: str = "", cli: str = "databricks",
-                 state_dir: str = "", timeout: float = 60.0, priority_classes: dict[str, str] | None = None) -> None:
+                 host: str = "", token: str = "", profile: str = "", workspace_dir: str = "",
+                 code_volume: str = "", state_dir: str = "", timeout: float = 60.0,
+                 priority_classes: dict[str, str] | None = None) -> None:
         priorities = tuple(PRIORITY_CLASSES)  # spec.PRIORITIES (spec imports pydantic: not on a status read)
-        texts = dict(accelerator_type=accelerator_type, pool_id=pool_id, experiment=experiment, profile=profile,
-                     cli=cli, state_dir=state_dir)
+        texts = dict(accelerator_type=accelerator_type, pool_id=pool_id, experiment=experiment, host=host,
+                     token=token, profile=profile, workspace_dir=workspace_dir, code_volume=code_volume,
+                     state_dir=state_dir)
         for what, value in texts.items():
-            if not isinstance(value, str) or "\0" in value:
-                raise SpecError(f"databricks option {what} must be text, got {str(value)[:80]!r}",
+            if not isinstance(value, str) or "\0" in value or "\n" in value:
+                raise SpecError(f"databricks option {what} must be one line of text, got {str(value)[:80]!r}",
                                 hint=f"write {what}: as a string")
-        if isinstance(environment_version, bool) or not isinstance(environment_version, (str, int)):
-            raise SpecError(f"databricks option environment_version must be a number or a name, got "
-                            f"{str(environment_version)[:80]!r}", hint="e.g. environment_version: 6")
-        if not re.fullmatch(r"GPU_\d+x[\w-]+", str(accelerator_type)):
-            raise SpecError(f"databricks option accelerator_type {str(accelerator_type)[:80]!r} is not GPU_<n>x<model>",
+        if not _ACCELERATOR.fullmatch(accelerator_type):
+            raise SpecError(f"databricks option accelerator_type {accelerator_type[:80]!r} is not GPU_<n>x<model>",
                             hint="use the exact value from the workspace, e.g. GPU_8xH100 or GPU_1xA10")
+        if workspace_dir and (not _WORKSPACE_DIR.fullmatch(workspace_dir) or ".." in workspace_dir.split("/")):
+            raise SpecError(f"databricks option workspace_dir {workspace_dir[:80]!r} is not a workspace folder",
+                            hint="an absolute workspace path, e.g. /Users/me@example.com/autoresearch")
+        if code_volume and (not _UC_VOLUME.fullmatch(code_volume) or ".." in code_volume.split("/")):
+            raise SpecError(f"databricks option code_volume {code_volume[:80]!r} is not a Unity Catalog volume path",
+                            hint="/Volumes/<catalog>/<schema>/<volume>[/folder]")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or not 0 < timeout <= 600:
             raise SpecError(f"databricks option timeout must be seconds in (0, 600], got {timeout!r}",
                             hint="leave it out for 60 s")
         classes = dict(PRIORITY_CLASSES)
         if priority_classes is not None:
             if not isinstance(priority_classes, dict) or any(k not in priorities for k in priority_classes) or any(
-                    str(v) not in PRIORITY_CLASSES.values() for v in priority_classes.values()):
+                    str(v) not in AIR_PRIORITIES for v in priority_classes.values()):
                 raise SpecError(f"databricks option priority_classes {str(priority_classes)[:120]!r} is not a map of "
-                                "autoresearch priorities to BEST_EFFORT|NORMAL|CRITICAL",
+                                "autoresearch priorities to BEST_EFFORT|NORMAL (the SDK's AiRuntimeTaskPriorityClass)",
                                 hint="e.g. {normal: BEST_EFFORT}")
             classes.update({k: str(v) for k, v in priority_classes.items()})
-        try:
-            self.cli = shlex.split(str(cli))
-        except ValueError as err:
-            raise SpecError(f"databricks option cli {str(cli)[:80]!r}: {err}", hint="a path to the databricks CLI") from None
-        if not self.cli:
-            raise SpecError("databricks option cli is empty", hint=INSTALL_HINT)
-        self.accelerator_type, self.pool_id, self.experiment = str(accelerator_type), str(pool_id), str(experiment)
-        self.environment_version, self.profile, self.timeout = environment_version, str(profile), float(timeout)
+        self.accelerator_type, self.pool_id, self.experiment = accelerator_type, pool_id, experiment
+        self.per_node = int(_ACCELERATOR.fullmatch(accelerator_type).group(1))  # type: ignore[union-attr]
+        self.host, self.token, self.profile, self.timeout = host, token, profile, float(timeout)
+        self.workspace_dir, self.code_volume = workspace_dir.rstrip("/"), code_volume.rstrip("/")
         self.priority_classes = classes
         home = os.environ.get("AUTORESEARCH_HOME") or str(Path.home() / ".autoresearch")
         self.state_dir = Path(state_dir or Path(home) / "backends" / "databricks").expanduser()
+        self._client: Any = None
 
-    # -- the CLI ------------------------------------------------------------------------------
+    # -- the SDK ------------------------------------------------------------------------------
 
-    def _cli(self, *args: str, json_out: bool = False) -> str:
-        argv = [*self.cli, *(["--profile", self.profile] if self.profile else []), "air", *args,
-                *(["-o", "json"] if json_out else [])]
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            _sdk()
+            from databricks.sdk import WorkspaceClient
+            from databricks.sdk.config import Config
+
+            options: dict[str, Any] = {"http_timeout_seconds": self.timeout,
+                                       "retry_timeout_seconds": max(1, int(self.timeout))}
+            for key in ("host", "token", "profile"):
+                if getattr(self, key):
+                    options[key] = getattr(self, key)
+            try:
+                self._client = WorkspaceClient(config=Config(**options))
+            except Exception as err:  # the SDK's ValueError on no or half a configuration
+                raise AuthError(f"no Databricks workspace is configured: {str(err)[:300]}", hint=INSTALL_HINT) from None
+        return self._client
+
+    def _call(self, what: str, fn: Any, *args: Any, **kw: Any) -> Any:
+        from databricks.sdk.errors import DatabricksError, PermissionDenied, Unauthenticated
+
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout, stdin=subprocess.DEVNULL)
-        except FileNotFoundError:
-            raise BackendError(f"the databricks CLI {self.cli[0]!r} is not installed or not on PATH",
-                               hint=INSTALL_HINT) from None
-        except subprocess.TimeoutExpired:
-            raise BackendError(f"`databricks air {args[0]}` did not answer within {self.timeout:g} s",
-                               hint="check the workspace is reachable (databricks auth describe)") from None
-        if done.returncode != 0:
-            said = " ".join((done.stderr or done.stdout).strip().splitlines()[-3:])[:400] or f"exit {done.returncode}"
-            if re.search(r"401|403|unauthori[sz]ed|authenticat|credentials|invalid access token|permission",
-                         said, re.I):
-                raise AuthError(f"Databricks refused `air {args[0]}`: {said}",
-                                hint="log in again (databricks auth login --host https://<workspace>) or pick the "
-                                     "right profile (backend option profile)")
-            raise BackendError(f"Databricks rejected `air {args[0]}`: {said}",
+            return fn(*args, **kw)
+        except (Unauthenticated, PermissionDenied) as err:
+            raise AuthError(f"Databricks refused {what}: {str(err)[:300]}",
+                            hint="log in again (databricks auth login --host https://<workspace>), or check the "
+                                 "token and its permissions") from None
+        except DatabricksError as err:
+            raise BackendError(f"Databricks rejected {what}: {str(err)[:400]}",
                                hint="fix what Databricks names (accelerator_type, pool_id, image); "
-                                    "see backends/databricks/README.md")
-        return done.stdout
-
-    def _json(self, *args: str) -> dict[str, Any]:
-        out = self._cli(*args, json_out=True)
-        try:
-            data = json.loads(out)
-        except ValueError:
-            raise BackendError(f"`databricks air {args[0]}` printed no JSON: {out[:200]!r}",
-                               hint="upgrade the Databricks CLI to one with the air commands") from None
-        if not isinstance(data, dict):
-            raise BackendError(f"`databricks air {args[0]}` printed {type(data).__name__}, not an object",
-                               hint="upgrade the Databricks CLI")
-        return data
+                                    "see backends/databricks/README.md") from None
+        except (OSError, ValueError, TimeoutError) as err:
+            raise BackendError(f"{what} did not reach Databricks: {str(err)[:300]}",
+                               hint="check the workspace is reachable (databricks auth describe)") from None
 
     # -- files --------------------------------------------------------------------------------
 
@@ -167,112 +189,187 @@ class DatabricksBackend(Backend):
 
     def _run_id(self, external_id: str) -> str:
         """The run id; a run dir (the launcher died before the ledger had the id) is resolved by
-        re-sending its idempotency key: Databricks answers with the run it already made."""
+        submitting its request again: its idempotency token makes Databricks answer with the run it made."""
         if os.path.isabs(str(external_id)):
             pointer = _load(Path(external_id) / POINTER)
             if not pointer or not pointer.get("key"):
-                raise _NeverSubmitted(f"no workload was recorded for run dir {str(external_id)[:200]!r}",
+                raise _NeverSubmitted(f"no run was recorded for run dir {str(external_id)[:200]!r}",
                                       hint="the launcher died before it reached Databricks; the attempt is retried")
             if pointer.get("run_id"):
                 return str(pointer["run_id"])
-            return self._submit(Path(external_id), str(pointer["key"]), pointer.get("timeout"))
+            return self._submit(Path(external_id), pointer)
         if not _RUN_ID.match(str(external_id)):
             raise BackendError(f"{str(external_id)[:120]!r} is not a Databricks run id",
-                               hint="the ledger's external id of a databricks attempt is its AIR run id")
+                               hint="the ledger's external id of a databricks attempt is its Jobs run id")
         return str(external_id)
 
     # -- the contract -----------------------------------------------------------------------
 
     def check(self, spec: Any) -> None:
-        """Also refused at submit: no CLI, an image that is not a Unity Catalog image, a mount that
-        is not a Unity Catalog volume path."""
+        """Also refused at submit: no SDK, an image Databricks cannot run, a mount that is not a
+        Unity Catalog volume, more GPUs per node than the accelerator type has."""
         super().check(spec)
-        import shutil
-
-        if shutil.which(self.cli[0]) is None:  # not a network call: a missing CLI fails every attempt
-            raise BackendError(f"the databricks CLI {self.cli[0]!r} is not installed or not on PATH",
-                               hint=INSTALL_HINT)
+        _sdk()
         mounts = getattr(spec, "mounts", None)
         probe = LaunchRequest(key="check", argv=["true"], env={}, workdir="/", log_path="", run_dir="",
-                              image=str(getattr(spec, "image", "") or ""),
-                              mounts=dict(mounts) if isinstance(mounts, dict) else {})
-        self.workload(probe)
+                              image=str(getattr(spec, "image", "") or ""), gpus=int(getattr(spec, "gpus", 0) or 0),
+                              nodes=int(getattr(spec, "nodes", 1) or 1),
+                              mounts=dict(mounts) if isinstance(mounts, dict) else {},
+                              secret_env=dict(getattr(spec, "secret_env", None) or {}))
+        self.task(probe, "/check.sh")
 
     def nodes(self) -> list[NodeInfo]:
         return []
 
     def probe(self) -> None:
-        self._cli("list", json_out=True)
+        self._call("the current user", self.client.current_user.me)
+
+    def accelerators(self, request: LaunchRequest) -> int:
+        """``accelerator_count``: whole nodes of the accelerator type, checked against the job's GPUs per node."""
+        gpus, nodes = int(request.gpus), max(1, int(request.nodes))
+        if gpus > self.per_node:
+            fits = [f"nodes: {math.ceil(gpus * nodes / self.per_node)} with gpus: {self.per_node}"] \
+                if (gpus * nodes) % self.per_node == 0 else []
+            raise SpecError(f"the job asks {gpus} GPUs per node, and {self.accelerator_type} has {self.per_node} "
+                            "per node", hint=f"ask gpus: {self.per_node} or fewer per node"
+                            + (f" (e.g. {fits[0]})" if fits else "") + ", or a profile whose accelerator_type "
+                            "has more GPUs per node (GPU_8xH100)")
+        return self.per_node * nodes
 
     def start(self, request: LaunchRequest) -> str:
-        workload = self.workload(request)
-        key = f"autoresearch-{owner_of(request.env)}-{request.key}"[:64]
         run_dir = Path(request.run_dir)
         pointer = _load(run_dir / POINTER)
         if pointer and pointer.get("run_id"):
             return str(pointer["run_id"])
-        import yaml  # only on a launch
+        owner = owner_of(request.env)
+        key = f"autoresearch-{owner}-{request.key}"[:64]
+        base = f"{self._folder()}/{owner}/{_safe(request.key)}"
+        code = self._ship_code(request.workdir, owner)
+        script = base + "/run.sh"
+        self._upload(script, self.script(request, code).encode())
+        task = self.task(request, script)
+        pointer = {"key": key, "timeout": request.timeout, "task": task, "run_name": f"autoresearch {request.key}"}
+        self._write(run_dir / POINTER, json.dumps(pointer).encode())  # write-ahead: the request before the submit
+        return self._submit(run_dir, pointer)
 
-        self._write(run_dir / "workload.yaml", yaml.safe_dump(workload, sort_keys=False).encode())
-        self._write(run_dir / POINTER, json.dumps({"key": key, "timeout": request.timeout}).encode())
-        return self._submit(run_dir, key, request.timeout)
-
-    def _submit(self, run_dir: Path, key: str, timeout: Any) -> str:
-        data = self._json("run", "-f", str(run_dir / "workload.yaml"), "--idempotency-key", key)
-        run = str(data.get("run_id") or data.get("id") or data.get("workload_id") or "")
+    def _submit(self, run_dir: Path, pointer: dict[str, Any]) -> str:
+        jobs = _sdk()
+        task = jobs.SubmitTask.from_dict(pointer["task"])
+        variables = pointer["task"].get("_variables")
+        extra: dict[str, Any] = {}
+        if variables:
+            extra["environment_variables"] = [jobs.JobEnvironmentVariables(
+                "autoresearch", spec=jobs.JobEnvironmentVariablesSpec(variables=variables))]
+        waiter = self._call("the run's submission", self.client.jobs.submit, run_name=pointer["run_name"],
+                            idempotency_token=pointer["key"], tasks=[task], **extra)
+        bound = waiter.bind() if hasattr(waiter, "bind") else {}
+        run = str(bound.get("run_id") or getattr(getattr(waiter, "response", None), "run_id", "") or "")
         if not _RUN_ID.match(run):
-            raise BackendError(f"`databricks air run` printed no run id: {json.dumps(data)[:200]}",
-                               hint="upgrade the Databricks CLI")
-        self._write(self._file(run, ".json"), json.dumps({"timeout": timeout}).encode())
-        self._write(run_dir / POINTER, json.dumps({"key": key, "timeout": timeout, "run_id": run}).encode())
+            raise BackendError(f"Databricks answered the submission without a run id ({run[:40]!r})",
+                               hint="upgrade databricks-sdk")
+        self._write(self._file(run, ".json"), json.dumps({"timeout": pointer.get("timeout")}).encode())
+        self._write(run_dir / POINTER, json.dumps({**pointer, "run_id": run}).encode())
         return run
 
-    def workload(self, request: LaunchRequest) -> dict[str, Any]:
-        """The workload YAML (as a mapping) for ``request``."""
-        compute: dict[str, Any] = {"accelerator_type": self.accelerator_type,
-                                   "num_accelerators": max(1, int(request.gpus)) * max(1, int(request.nodes))}
-        if self.pool_id:
-            compute["pool_id"] = self.pool_id
-            compute["priority_class"] = self.priority_classes.get(request.priority, "NORMAL")
-        environment: dict[str, Any] = {}
+    def task(self, request: LaunchRequest, command_path: str) -> dict[str, Any]:
+        """The ``SubmitTask`` for ``request`` as the SDK serializes it (built from the SDK's types:
+        an accelerator type or priority class the SDK does not know is refused here)."""
+        jobs = _sdk()
+        try:
+            accelerator = jobs.ComputeSpecAcceleratorType(self.accelerator_type)
+        except ValueError:
+            known = ", ".join(t.value for t in jobs.ComputeSpecAcceleratorType)
+            raise SpecError(f"databricks option accelerator_type {self.accelerator_type!r} is not one Databricks' "
+                            "SDK knows", hint=f"one of {known}") from None
+        compute = jobs.ComputeSpec(accelerator_type=accelerator, accelerator_count=self.accelerators(request),
+                                   provisioned_capacity_id=self.pool_id or None)
+        air = jobs.AiRuntimeTask(experiment=self.experiment, deployments=[jobs.DeploymentSpec(
+            compute=compute, command_path=command_path, name="main")])
+        if self.pool_id:  # a priority class is refused on on-demand capacity
+            air.priority_class = jobs.AiRuntimeTaskPriorityClass(self.priority_classes.get(request.priority, "NORMAL"))
         if request.image:
-            if not _UC_IMAGE.match(request.image):
-                raise SpecError(f"image {request.image[:80]!r} is not a Unity Catalog image",
-                                hint="Databricks runs custom containers registered in Unity Catalog: "
-                                     "image: <catalog>.<schema>.<image>:<tag>")
-            environment["unity_catalog_image"] = request.image
-        elif self.environment_version != "":
-            environment["version"] = self.environment_version
-        out: dict[str, Any] = {"experiment_name": self.experiment, "compute": compute}
-        if environment:
-            out["environment"] = environment
+            if _UC_IMAGE.match(request.image):
+                air.unity_catalog_image_path = request.image
+            elif _DOCKER_IMAGE.match(request.image):
+                air.docker_image_url = request.image
+            else:
+                raise SpecError(f"image {request.image[:80]!r} is neither a Unity Catalog image nor "
+                                "<organization>/<repository>:<tag>",
+                                hint="Databricks runs custom containers registered in Unity Catalog "
+                                     "(<catalog>.<schema>.<image>:<tag>) or from a registry (org/repo:tag)")
+        for target, source in sorted(request.mounts.items()):
+            _volume_of(target, source)
+        task = jobs.SubmitTask(task_key="main", ai_runtime_task=air, max_retries=0)
+        out: dict[str, Any] = task.as_dict()
         secrets = {name: secret_ref(name, ref) for name, ref in sorted(request.secret_env.items())}
-        if secrets:  # resolved by Databricks on the node: the workload names the secret, never its value
-            out["env_variables"] = secrets
-        out.update(command=self.command(request), max_retries=0)
+        if secrets:  # resolved by Databricks on the node: the request names the secret, never its value
+            out["environment_variables_key"] = "autoresearch"
+            out["_variables"] = secrets
         return out
 
-    @staticmethod
-    def command(request: LaunchRequest) -> str:
+    def script(self, request: LaunchRequest, code: str) -> str:
+        """The script each node runs (``command_path``): the job's variables, its mounts as links to
+        Unity Catalog volume paths, the shipped code unpacked, the command, its exit code as the last line."""
         asked = set(request.job_env)
-        lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(sent_env(request).items())
-                 if (k not in HOST_ONLY_ENV or k in asked) and k not in request.secret_env
-                 and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
+        lines = ["#!/bin/bash", "# autoresearch attempt " + request.key.replace("\n", " ")]
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(sent_env(request).items())
+                  if (k not in HOST_ONLY_ENV or k in asked) and k not in request.secret_env
+                  and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
         for target, source in sorted(request.mounts.items()):
-            path = source[3:] if source.startswith("uc:") else ""
-            if not _UC_VOLUME.match(path) or ".." in path.split("/") or not target.startswith("/") \
-                    or ".." in target.split("/"):
-                raise SpecError(f"mount {target!r}: {source!r} is not a Unity Catalog volume path",
-                                hint="mount /abs/target: uc:/Volumes/<catalog>/<schema>/<volume>[/path]")
+            path = _volume_of(target, source)
             lines.append(f"mkdir -p {shlex.quote(os.path.dirname(target))} && ln -sfn {shlex.quote(path)} "
                          f"{shlex.quote(target)}")
-        lines.append(f"cd {shlex.quote(request.workdir)} || exit 1")
+        # On the node workspace files are under /Workspace; AUTORESEARCH_DATABRICKS_ROOT is empty there.
+        where = code if code.startswith("/Volumes/") else "/Workspace" + code
+        lines.append(f'code="${{AUTORESEARCH_DATABRICKS_ROOT:-}}"{shlex.quote(where)}')
+        lines.append('dir=$(mktemp -d) && tar -xzf "$code" -C "$dir" && cd "$dir" || exit 1')
         argv = shlex.join(request.argv)
         if request.timeout:
             grace = max(1, int(math.ceil(request.grace)))
             argv = f"timeout -s TERM -k {grace} {max(1, int(math.ceil(request.timeout)))} {argv}"
-        lines.append(f"exec {argv}")
-        return "\n".join(lines)
+        # In the background with a trap, so that a cancel's TERM (sent to the first process, as container
+        # runtimes do) reaches the command and the shell outlives it to say its exit code; the second
+        # `wait` returns the command's own status once the trap has interrupted the first.
+        lines += [f"{argv} &", "child=$!", """trap 'kill -TERM "$child" 2>/dev/null' TERM""",
+                  'wait "$child"; rc=$?', 'if [ "$rc" -gt 128 ]; then wait "$child"; rc=$?; fi',
+                  f'echo "{EXIT_MARK}$rc"', 'exit "$rc"']
+        return "\n".join(lines) + "\n"
+
+    def _folder(self) -> str:
+        """``workspace_dir``, by default the caller's own home folder (``/Users/<name>/.autoresearch``):
+        the code and scripts are not for every user of the workspace to read, as ``/Shared`` is."""
+        if not self.workspace_dir:
+            me = self._call("the current user", self.client.current_user.me)
+            name = str(getattr(me, "user_name", "") or "")
+            if not name or "/" in name or "\0" in name or name in (".", ".."):
+                raise BackendError(f"Databricks named the current user {name[:80]!r}: no home folder to use",
+                                   hint="set workspace_dir: in the profile, e.g. /Users/me@example.com/autoresearch")
+            self.workspace_dir = f"/Users/{name}/.autoresearch"
+        return self.workspace_dir
+
+    def _ship_code(self, workdir: str, owner: str) -> str:
+        """Upload the workdir's archive (once per content); return its path in the workspace or volume."""
+        data = _archive(workdir, VOLUME_LIMIT if self.code_volume else WORKSPACE_LIMIT)
+        digest = hashlib.sha256(data).hexdigest()[:20]
+        if self.code_volume:
+            path = f"{self.code_volume}/autoresearch-code/{owner}/{digest}.tar.gz"
+        else:
+            path = f"{self._folder()}/{owner}/code/{digest}.tar.gz"
+        marker = self.state_dir / "shipped" / hashlib.sha256(f"{self.host}|{self.profile}|{path}".encode()).hexdigest()
+        if not marker.exists():
+            self._upload(path, data)
+            self._write(marker, b"")
+        return path
+
+    def _upload(self, path: str, data: bytes) -> None:
+        if path.startswith("/Volumes/"):
+            self._call(f"the upload of {path}", self.client.files.upload, path, io.BytesIO(data), overwrite=True)
+            return
+        from databricks.sdk.service.workspace import ImportFormat
+
+        self._call(f"the folder {os.path.dirname(path)}", self.client.workspace.mkdirs, os.path.dirname(path))
+        self._call(f"the upload of {path}", self.client.workspace.upload, path, data, format=ImportFormat.AUTO,
+                   overwrite=True)
 
     def poll(self, external_id: str) -> AttemptStatus:
         try:
@@ -282,13 +379,33 @@ class DatabricksBackend(Backend):
         ended = _load(self._file(run, ".end.json"))
         if ended is not None:
             return AttemptStatus(**ended)
-        status = _interpret(self._json("get", run), (_load(self._file(run, ".json")) or {}).get("timeout"))
+        got = self._call(f"run {run}", self.client.jobs.get_run, int(run))
+        answer = _answer(got.as_dict() if hasattr(got, "as_dict") else {})
+        timeout = (_load(self._file(run, ".json")) or {}).get("timeout")
+        if _interpret(answer, timeout).ended:
+            log = self._output(run, got)
+            code = _exit_code(log)
+            if code is not None:
+                answer["exit_code"] = code
+            self._write(self._file(run, ".log"), _strip_mark(log))
+        status = _interpret(answer, timeout)
         if status.ended:
-            with contextlib.suppress(BackendError):
-                self._write(self._file(run, ".log"), self._cli("logs", run).encode())
             fields = {k: getattr(status, k) for k in AttemptStatus.__dataclass_fields__}
             self._write(self._file(run, ".end.json"), json.dumps(fields).encode())
         return status
+
+    def _output(self, run: str, got: Any = None) -> bytes:
+        """The task run's output (its stdout and stderr), b"" while there is none."""
+        from databricks.sdk.errors import DatabricksError
+
+        try:
+            got = got if got is not None else self.client.jobs.get_run(int(run))
+            tasks = list(getattr(got, "tasks", None) or [])
+            task_run = getattr(tasks[0], "run_id", None) if tasks else None
+            out = self.client.jobs.get_run_output(int(task_run or run))
+        except (DatabricksError, OSError, ValueError):
+            return b""
+        return str(getattr(out, "logs", "") or "").encode()
 
     def read_log(self, external_id: str, offset: int = 0, max_bytes: int = 1 << 20) -> bytes:
         try:
@@ -301,7 +418,7 @@ class DatabricksBackend(Backend):
             with cached.open("rb") as f:
                 f.seek(offset)
                 return f.read(max(0, min(max_bytes, cached.stat().st_size - offset)))
-        return self._cli("logs", run).encode()[offset: offset + max_bytes]
+        return _strip_mark(self._output(run))[offset: offset + max_bytes]
 
     def log_size(self, external_id: str) -> int:
         try:
@@ -311,7 +428,7 @@ class DatabricksBackend(Backend):
         cached = self._file(run, ".log")
         if self._file(run, ".end.json").exists() and cached.exists():
             return cached.stat().st_size
-        return len(self._cli("logs", run).encode())
+        return len(_strip_mark(self._output(run)))
 
     def stop(self, external_id: str, grace: float | None = None) -> None:
         try:
@@ -320,20 +437,12 @@ class DatabricksBackend(Backend):
             return
         if self._file(run, ".end.json").exists():
             return  # over already (stop is idempotent): the ending stays its own
-        # Detached, so stop() never waits on a network round trip; what the CLI says is kept beside the run.
-        log = self._file(run, ".cancel.log")
-        log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        argv = [*self.cli, *(["--profile", self.profile] if self.profile else []), "air", "cancel", run]
-        with log.open("ab") as out:
-            try:
-                subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
-            except OSError:
-                raise BackendError(f"the databricks CLI {self.cli[0]!r} cannot be run", hint=INSTALL_HINT) from None
-
+        # cancel_run returns at once (a waiter we do not wait on): the engine's own grace applies.
+        self._call(f"the cancel of run {run}", self.client.jobs.cancel_run, int(run))
 
     def release(self, external_id: str) -> None:
-        """The ledger has ended the attempt; a run it never saw end (its launch raised after
-        ``air run`` made it) is cancelled so that it never runs beside the retry."""
+        """The ledger has ended the attempt; a run it never saw end (its launch raised after the
+        submit made it) is cancelled so that it never runs beside the retry."""
         with contextlib.suppress(BackendError):
             known = _load(Path(external_id) / POINTER) if os.path.isabs(str(external_id)) else {"run_id": external_id}
             run = str((known or {}).get("run_id") or "")
@@ -341,8 +450,83 @@ class DatabricksBackend(Backend):
                 self.stop(run)
 
 
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "-" for c in text)[:80].strip(".") or "x"
+
+
+def _volume_of(target: str, source: str) -> str:
+    path = source[3:] if source.startswith("uc:") else ""
+    if not _UC_VOLUME.match(path) or ".." in path.split("/") or not target.startswith("/") \
+            or ".." in target.split("/"):
+        raise SpecError(f"mount {target!r}: {source!r} is not a Unity Catalog volume path",
+                        hint="mount /abs/target: uc:/Volumes/<catalog>/<schema>/<volume>[/path]")
+    return path
+
+
+def _archive(workdir: str, limit: int) -> bytes:
+    """The workdir as a deterministic tar.gz (links kept as links, never followed); refused over ``limit``."""
+    buf = io.BytesIO()
+    total = 0
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=6) as tar:
+        for root, dirs, files in os.walk(workdir):
+            dirs[:] = sorted(d for d in dirs if d not in _SKIP)
+            for name in sorted(files):
+                full = os.path.join(root, name)
+                try:
+                    info = tar.gettarinfo(full, arcname=os.path.relpath(full, workdir))
+                except OSError:
+                    continue  # vanished, or unreadable
+                if not (info.isfile() or info.issym()):
+                    continue  # no FIFOs, devices or sockets
+                info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+                total += info.size
+                if total > limit:
+                    raise SpecError(f"the workdir {workdir[:120]!r} holds more than {limit >> 20} MB to ship",
+                                    hint="set code_volume: /Volumes/<catalog>/<schema>/<volume> (up to 1 GB), or "
+                                         "run from a folder with only the code (data goes in mounts)")
+                if info.isfile():
+                    with open(full, "rb") as f:
+                        tar.addfile(info, f)
+                else:
+                    tar.addfile(info)
+    return buf.getvalue()
+
+
+def _exit_code(log: bytes) -> int | None:
+    tail = log[-200:].decode("utf-8", "replace").rstrip("\n").rsplit("\n", 1)[-1]
+    if tail.startswith(EXIT_MARK) and tail[len(EXIT_MARK):].isdigit():
+        return int(tail[len(EXIT_MARK):])
+    return None
+
+
+def _strip_mark(log: bytes) -> bytes:
+    body, _, last = log.rstrip(b"\n").rpartition(b"\n")
+    if last.startswith(EXIT_MARK.encode()):
+        return body + b"\n" if body else b""
+    return log
+
+
+def _answer(run: dict[str, Any]) -> dict[str, Any]:
+    """A Jobs ``Run`` (as the SDK serializes it) as the words :func:`_interpret` reads."""
+    status, state = run.get("status") or {}, run.get("state") or {}
+    word = ""
+    if status.get("state") == "TERMINATED":
+        details = status.get("termination_details") or {}
+        code, kind = str(details.get("code") or ""), str(details.get("type") or "")
+        word = ("SUCCEEDED" if code == "SUCCESS" else "CANCELED" if code in ("CANCELED", "USER_CANCELED")
+                else "TIMEDOUT" if "TIMEOUT" in code or "TIMED_OUT" in code
+                else "INTERNAL_ERROR" if kind in ("INTERNAL_ERROR", "CLOUD_FAILURE") else "FAILED")
+        message = details.get("message") or state.get("state_message") or ""
+    elif status.get("state"):
+        word, message = str(status["state"]), state.get("state_message") or ""
+    else:
+        word = str(state.get("result_state") or state.get("life_cycle_state") or "")
+        message = state.get("state_message") or ""
+    return {"state": word, "state_message": message}
+
+
 class _NeverSubmitted(BackendError):
-    """A run dir without a workload key: the launch died before ``air run``."""
+    """A run dir without a request: the launch died before the submit."""
 
 
 def _load(path: Path) -> dict[str, Any] | None:
@@ -366,7 +550,7 @@ def _interpret(data: dict[str, Any], timeout: Any) -> AttemptStatus:
     code = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
     if word in _STARTING or not word:
         return AttemptStatus("starting")
-    if word == "RUNNING":
+    if word == "RUNNING" or word in _ENDING:
         return AttemptStatus("running")
     if word not in _OK | _CANCELLED | _LOST | _FAILED:
         # A state this backend does not know: never call it an ending (a retry beside a run that

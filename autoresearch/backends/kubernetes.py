@@ -2,8 +2,11 @@
 
 Built from the documented interfaces (the batch/v1 Job and core/v1 Pod APIs, Kueue's
 ``kueue.x-k8s.io/queue-name`` and ``kueue.x-k8s.io/priority-class`` labels), tested against a
-fake API server that runs each pod's command as a local process (``tests/fakes/k8s_api.py``);
-not yet exercised against a live cluster. The Job itself is ``_k8s_job.py``, reading its state
+fake API server that runs each pod's command as a local process (``tests/fakes/k8s_api.py``)
+and refuses what the published schema of its version refuses (``tests/fakes/k8s_schema.py``);
+not yet exercised against a live cluster. Options that would make every Job invalid (a node
+selector or priority class that is no label, a name prefix no Service name may start with)
+are refused at load. The Job itself is ``_k8s_job.py``, reading its state
 ``_k8s_status.py``, the HTTP client and its configuration (api/token/CA, kubeconfig,
 in-cluster) ``_k8s_api.py``.
 
@@ -64,6 +67,12 @@ class KubernetesBackend(Backend):
                                 f"WorkloadPriorityClass names, got {str(priority_classes)[:120]!r}",
                                 hint=f"keys among {', '.join(priorities)}, e.g. {{critical: autoresearch-critical}}")
             classes.update({k: str(v) for k, v in priority_classes.items()})
+            for klass in classes.values():  # a Job label's value, and a WorkloadPriorityClass's name
+                if not manifest.label_value_ok(klass) or manifest.dns_name(klass, 63) != klass:
+                    raise SpecError(f"kubernetes option priority_classes: {klass[:80]!r} is not a "
+                                    "WorkloadPriorityClass name the API accepts as a label value",
+                                    hint="lower-case letters, digits and '-', at most 63 characters, "
+                                         "e.g. autoresearch-critical")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or not 0 < timeout <= 600:
             raise SpecError(f"kubernetes option timeout must be seconds in (0, 600], got {timeout!r}",
                             hint="leave it out for 10 s")
@@ -71,6 +80,10 @@ class KubernetesBackend(Backend):
             if value and manifest.dns_name(str(value), 63) != value:
                 raise SpecError(f"kubernetes option {what} {str(value)[:80]!r} is not a DNS-1123 name",
                                 hint="lower-case letters, digits and '-', at most 63 characters")
+        if name_prefix and not name_prefix[0].isalpha():  # a gang's headless Service takes the Job's name (DNS-1035)
+            raise SpecError(f"kubernetes option name_prefix {name_prefix[:80]!r} must start with a letter",
+                            hint="a gang job's Service is named like its Job, and Service names start with a "
+                                 "letter; e.g. name_prefix: ar")
         texts = dict(api=api, token=token, token_file=token_file, ca_file=ca_file, kubeconfig=kubeconfig,
                      context=context, image=image, service_account=service_account, state_dir=state_dir)
         for what, value in texts.items():
@@ -81,6 +94,13 @@ class KubernetesBackend(Backend):
                 isinstance(v, (str, int, bool)) for v in node_selector.values())):
             raise SpecError(f"kubernetes option node_selector must map labels to values, got {str(node_selector)[:80]!r}",
                             hint="e.g. node_selector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}")
+        for key, value in (node_selector or {}).items():
+            if not manifest.label_key_ok(str(key)) or not manifest.label_value_ok(str(value)):
+                raise SpecError(f"kubernetes option node_selector: {str(key)[:80]!r}: {str(value)[:80]!r} is not a "
+                                "node label the API accepts",
+                                hint="keys are [prefix/]name, values at most 63 letters, digits, '-', '_' or '.', "
+                                     "starting and ending alphanumeric, e.g. {nvidia.com/gpu.product: "
+                                     "NVIDIA-H100-80GB-HBM3}")
         if ttl_after_finished is not None and (isinstance(ttl_after_finished, bool) or not isinstance(
                 ttl_after_finished, int) or not 0 <= ttl_after_finished <= 2**31 - 1):
             raise SpecError(f"kubernetes option ttl_after_finished must be whole seconds >= 0, "
@@ -227,11 +247,7 @@ class KubernetesBackend(Backend):
     def _headless_service(self, ns: str, name: str, job: dict[str, Any]) -> None:
         """Stable DNS for a gang's pods (``<job>-<index>.<job>``), deleted with the Job (owner reference)."""
         uid = (job.get("metadata") or {}).get("uid")
-        meta: dict[str, Any] = {"name": name, "labels": {manifest.LABEL: name}}
-        if uid:
-            meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid}]
-        service = {"apiVersion": "v1", "kind": "Service", "metadata": meta,
-                   "spec": {"clusterIP": "None", "selector": {manifest.LABEL: name}}}
+        service = manifest.service_manifest(name, str(uid) if uid else None)
         with contextlib.suppress(ApiError):  # 409: made by the first start; anything else: the gang still runs
             self.api.call("POST", f"/api/v1/namespaces/{ns}/services", service)
 

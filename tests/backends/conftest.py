@@ -68,3 +68,43 @@ def slurm(slurm_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[C
     yield slurm_cluster
     subprocess.run(["scancel", "--me"], env={**os.environ, "SLURM_CONF": slurm_cluster.conf},
                    capture_output=True, timeout=30)
+
+
+DOCKER_KIT = Path(__file__).resolve().parents[2] / "backends" / "docker" / "kit.py"
+
+
+@dataclass
+class Engine:
+    dir: Path
+    host: str
+    image: str
+    kit: ModuleType
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> Iterator[Engine]:
+    """A real private Docker engine (backends/docker/kit.py) and the test image, when dockerd runs here.
+
+    `.ci/run` installs docker.io; elsewhere (or where dockerd cannot start) the tests skip and say why."""
+    import tempfile
+
+    spec = importlib.util.spec_from_file_location("docker_kit", DOCKER_KIT)
+    assert spec and spec.loader
+    kit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kit)
+    missing = kit.installed()
+    if missing:
+        pytest.skip(f"Docker is not installed here: {missing}; .ci/run does it")
+    where = Path(tempfile.mkdtemp(prefix="ar-docker-"))  # short: dockerd's sockets live under it
+    try:
+        host = kit.start(where)
+        image = kit.image(where)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as err:
+        kit.stop(where)
+        shutil.rmtree(where, ignore_errors=True)
+        pytest.skip(f"dockerd cannot run here: {err}")
+    try:
+        yield Engine(where, host, image, kit)
+    finally:
+        kit.stop(where)
+        shutil.rmtree(where, ignore_errors=True)

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from autoresearch.api import Api
 from autoresearch.backends import LaunchRequest, get_backend
@@ -19,7 +18,6 @@ from autoresearch.errors import SpecError
 from tests.conftest import wait_for, wait_state
 from tests.fakes.k8s_api import FakeKubernetes
 
-FAKE_DATABRICKS = Path(__file__).resolve().parent.parent / "fakes" / "databricks_cli.py"
 SUBMITTER = {"HF_TOKEN": "hf_submitters_own_token_0123", "AWS_SECRET_ACCESS_KEY": "aws-submitters-secret-0123",
              "MLFLOW_TRACKING_TOKEN": "mlflow-submitters-token-0123", "SOME_HOST_PATH": "/home/submitter/private"}
 PRINT = "import os; print('got', os.environ.get('HF_TOKEN'), os.environ.get('BATCH'), os.environ.get('AWS_SECRET_ACCESS_KEY'))"
@@ -40,18 +38,26 @@ def leaked(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("kind", ["kubernetes", "databricks"])
-def test_the_submitters_environment_stays_home(kind: str, tmp_path: Path, submitter: None,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FAKE_DATABRICKS_HOME", str(tmp_path / "workspace"))
-    with FakeKubernetes(tmp_path / "cluster") as k8s:
+def test_the_submitters_environment_stays_home(kind: str, tmp_path: Path, submitter: None) -> None:
+    import contextlib
+
+    dbx: Any = None
+    if kind == "databricks":
+        pytest.importorskip("databricks.sdk", reason="databricks-sdk is not installed (pip install -e '.[test]')")
+        from tests.fakes.databricks_api import FakeDatabricks
+
+        dbx = FakeDatabricks(tmp_path / "workspace")
+    with FakeKubernetes(tmp_path / "cluster") as k8s, dbx or contextlib.nullcontext():
         options: dict[str, Any] = {"api": k8s.url, "namespace": "default", "image": "python:3.11"} \
-            if kind == "kubernetes" else {"cli": f"{sys.executable} {FAKE_DATABRICKS}"}
+            if kind == "kubernetes" else {"host": dbx.url, "token": dbx.token}
         api = Api(backend=get_backend(kind, state_dir=str(tmp_path / "state"), **options))
         job_id = api.submit(job(tmp_path)).id
         if kind == "kubernetes":
             sent = json.dumps(wait_for(lambda: next(iter(k8s.jobs.values()), None)))
         else:
-            sent = wait_for(lambda: next((tmp_path / "home" / "jobs").rglob("workload.yaml"), None)).read_text()
+            submit = wait_for(lambda: next(iter(dbx.submits()), None))
+            script = dbx.file(submit["tasks"][0]["ai_runtime_task"]["deployments"][0]["command_path"])
+            sent = json.dumps(submit) + script.read_text()
         assert leaked(sent) == []  # HF_TOKEN, AWS_SECRET_ACCESS_KEY, MLFLOW_TRACKING_TOKEN, host paths
         assert '"BATCH"' in sent or "BATCH=64" in sent
         wait_state(api, job_id, "succeeded", timeout=60)
@@ -76,22 +82,24 @@ def test_a_kubernetes_job_gets_the_jobs_env_and_a_secret_reference_only(
         assert "got from-the-cluster-secret 64" in api.logs(job_id).text
 
 
-def test_a_databricks_workload_names_the_secret_scope_never_the_value(
-        tmp_path: Path, submitter: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FAKE_DATABRICKS_HOME", str(tmp_path / "workspace"))
-    monkeypatch.setenv("FAKE_DATABRICKS_SECRETS", json.dumps({"ml-team/hf": "from-the-secret-scope"}))
-    api = Api(backend=get_backend("databricks", cli=f"{sys.executable} {FAKE_DATABRICKS}",
-                                  state_dir=str(tmp_path / "state")))
-    job_id = api.submit(job(tmp_path, secret_env={"HF_TOKEN": "ml-team/hf"})).id
-    workload_file = wait_for(lambda: next((tmp_path / "home" / "jobs").rglob("workload.yaml"), None))
-    text = workload_file.read_text()
-    workload = yaml.safe_load(text)
-    assert workload["env_variables"] == {"HF_TOKEN": "{{secrets/ml-team/hf}}"}
-    assert "export BATCH=64" in workload["command"]
-    assert leaked(text) == []
-    assert "export PATH=" not in workload["command"] and "export HOME=" not in workload["command"]
-    wait_state(api, job_id, "succeeded", timeout=60)
-    assert "got from-the-secret-scope 64" in api.logs(job_id).text
+def test_a_databricks_run_names_the_secret_scope_never_the_value(tmp_path: Path, submitter: None) -> None:
+    pytest.importorskip("databricks.sdk", reason="databricks-sdk is not installed (pip install -e '.[test]')")
+    from tests.fakes.databricks_api import FakeDatabricks
+
+    with FakeDatabricks(tmp_path / "workspace") as dbx:
+        dbx.secrets["ml-team/hf"] = "from-the-secret-scope"
+        api = Api(backend=get_backend("databricks", host=dbx.url, token=dbx.token, state_dir=str(tmp_path / "state")))
+        job_id = api.submit(job(tmp_path, secret_env={"HF_TOKEN": "ml-team/hf"})).id
+        submit = wait_for(lambda: next(iter(dbx.submits()), None))
+        assert submit["tasks"][0]["environment_variables_key"] == "autoresearch"
+        assert submit["environment_variables"] == [{"environment_variables_key": "autoresearch",
+                                                    "spec": {"variables": {"HF_TOKEN": "{{secrets/ml-team/hf}}"}}}]
+        script = dbx.file(submit["tasks"][0]["ai_runtime_task"]["deployments"][0]["command_path"]).read_text()
+        assert "export BATCH=64" in script
+        assert leaked(json.dumps(submit) + script) == []
+        assert "export PATH=" not in script and "export HOME=" not in script
+        wait_state(api, job_id, "succeeded", timeout=60)
+        assert "got from-the-secret-scope 64" in api.logs(job_id).text
 
 
 def test_a_job_may_still_send_a_variable_the_submitter_also_has(submitter: None, tmp_path: Path) -> None:

@@ -13,6 +13,10 @@ deletes the pods); Pods: list by ``labelSelector=k=v``, delete with ``gracePerio
 ``activeDeadlineSeconds`` fails the Job with ``DeadlineExceeded``; ``backoffLimit`` 0 fails it
 on the first failed pod (``BackoffLimitExceeded``); an Indexed Job runs ``completions`` pods.
 
+Every created object and DeleteOptions body is checked as a real server of ``version`` would
+(``k8s_schema.problems``: the published schema, strict, and the server's name, label, env and
+quantity rules) and answered 422 Invalid when refused, where ``kubernetes-validate`` is installed.
+
 Faults: ``token`` (401 without it), ``forbid`` (403), ``reject`` (the next create answers 422
 with that message), ``drop_create_answer`` (the next create is made but never answered), ``evict(pod)``, ``suspend(job)`` (what Kueue does to preempt).
 A deleted pod stays visible ``linger`` seconds after its process ended, as a terminated pod
@@ -34,6 +38,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+from tests.fakes.k8s_schema import kubernetes_validate, problems
 
 RECORDED = Path(__file__).parent / "recorded"
 
@@ -191,8 +197,8 @@ def with_signal(proc: subprocess.Popen[bytes], sig: int) -> None:
 class FakeKubernetes:
     """``with FakeKubernetes(tmp_path) as k8s: KubernetesBackend(api=k8s.url, ...)``."""
 
-    def __init__(self, root: Path, token: str = "", linger: float = 30.0) -> None:
-        self.root, self.token, self.linger = Path(root), token, linger
+    def __init__(self, root: Path, token: str = "", linger: float = 30.0, version: str = "1.30.0") -> None:
+        self.root, self.token, self.linger, self.version = Path(root), token, linger, version
         self.lock = threading.RLock()
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], Pod] = {}
@@ -327,10 +333,16 @@ class FakeKubernetes:
         self.requests.append((method, path, body))
         parts = path.strip("/").split("/")
         if path == "/version":
-            return 200, {"major": "1", "minor": "30", "gitVersion": "v1.30.0", "platform": "linux/amd64"}
+            major, minor, _ = self.version.split(".")
+            return 200, {"major": major, "minor": minor, "gitVersion": f"v{self.version}", "platform": "linux/amd64"}
         if self.forbid:
             return 403, status(403, "Forbidden", f'jobs.batch is forbidden: User "system:serviceaccount:ns:x" '
                                                  f'cannot {method.lower()} resource at {path}')
+        if method in ("POST", "DELETE") and isinstance(body, dict) and body and kubernetes_validate is not None:
+            refused = problems(body, self.version, delete=method == "DELETE")  # the published schema and the server's own checks
+            if refused:
+                kind, name = body.get("kind", "Object"), (body.get("metadata") or {}).get("name", "")
+                return 422, status(422, "Invalid", f'{kind} "{name}" is invalid: {"; ".join(refused)[:2000]}')
         with self.lock:
             if parts[:3] == ["apis", "batch", "v1"] and len(parts) >= 6 and parts[5] == "jobs":
                 return self._jobs(method, parts[4], parts[6] if len(parts) > 6 else "", body)

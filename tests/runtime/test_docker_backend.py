@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from autoresearch.backends import Backend, LaunchRequest, get_backend
-from autoresearch.backends._docker import DockerBackend
+from autoresearch.backends._docker import DockerBackend, bind_mount
 from autoresearch.errors import BackendError, SpecError
 from autoresearch.testing.backends import BackendConformance
 
@@ -75,8 +75,8 @@ def test_docker_run_names_the_key_the_gpus_mounts_workdir_and_keeps_values_off_t
     name = argv[argv.index("--name") + 1]
     assert name.startswith("ar-7.1-")
     assert "autoresearch.key=7.1" in argv and argv[argv.index("--gpus") + 1] == '"device=0,1"'
-    assert f"{tmp_path}:/data" in argv  # a spec mount: source:target
-    assert f"{tmp_path / 'jobs' / '7'}:{tmp_path / 'jobs' / '7'}" in argv  # the metrics file and log's folder
+    assert bind_mount(str(tmp_path), "/data") in argv  # a spec mount
+    assert bind_mount(str(tmp_path / "jobs" / "7"), str(tmp_path / "jobs" / "7")) in argv  # the metrics file and log's folder
     assert argv[argv.index("-w") + 1] == str(tmp_path) and argv[argv.index("--user") + 1] == "1000:1000"
     assert argv[-4:] == ["pytorch/pytorch:2.3", sys.executable, "-c", "print('hi')"]
     assert "--cpus" not in argv and "--memory" not in argv  # nothing reserved: no limit
@@ -174,7 +174,7 @@ def test_a_docker_profile_runs_a_job_end_to_end_through_the_cli(home: Path, fake
     assert "lr 0.1" in cli("logs", job).stdout
     assert json.loads(cli("metrics", job, "--json").stdout)[0]["last"] == 0.5
     argv = calls(fake_docker, "run")[0]["argv"]
-    assert f"{data}:{target}" in argv and not os.path.lexists(target)  # a bind mount, no link on the host
+    assert bind_mount(str(data), target) in argv and not os.path.lexists(target)  # a bind mount, no link on the host
     assert argv[argv.index("--gpus") + 1] == '"device=0"'
     wait_for(lambda: calls(fake_docker, "rm"))  # released once the ledger recorded the ending
 
