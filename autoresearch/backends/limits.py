@@ -8,7 +8,7 @@
       limits:               # every tenant job (each attempt), unless its project says otherwise
         processes: 512      # tasks of the job's uid (RLIMIT_NPROC) / of its cgroup (pids.max)
         memory: 16G         # address space (RLIMIT_AS) / cgroup memory.max
-        cpu: 4              # cores (cgroup cpu.max); without a cgroup, seconds of CPU (RLIMIT_CPU)
+        cpu: 4              # cores (cgroup cpu.max); without a cgroup, cpu x the job's timeout seconds of CPU (RLIMIT_CPU)
         disk: 20G           # the project folder and every file the job writes (RLIMIT_FSIZE, a check)
         tmp: 2G             # the size of the job's private /tmp (and /dev/shm)
         log: 100M           # bytes of log per attempt; the rest is dropped, with one marker line

@@ -52,6 +52,10 @@ def test_a_job_a_loop_its_report_and_the_mlflow_mirror_leave_nothing_readable_by
 
     cli("submit", "--wait", "--", sys.executable, "-c", "print('loss: 1')")
     cli("run", "plan.yaml")
+    # the command returns before its report (a background helper writes it): wait for it, however loaded
+    from autoresearch.loop import report_later
+
+    assert (report_later.wait(home, "private", timeout_s=300) or {}).get("state") == "done"
     cli("sync")
     assert (home / "mlflow.db").exists() and (home / "loops" / "private" / "report" / "summary.md").exists()
     assert any((home / "mlartifacts").rglob("*.log"))  # the attempts' logs were mirrored
