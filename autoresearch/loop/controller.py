@@ -444,7 +444,7 @@ class Controller:
         for row in s.pending():
             s.update_trial(row["id"], state="skipped", failure=f"not launched: {s.stop_reason}")
         view = self.view()
-        s.store.decide("finish", inputs={"counts": view.counts, "elapsed_s": self.elapsed()},
+        s.store.decide("finish", inputs={"counts": view.counts, "elapsed_s": self.elapsed(), "spent": _limits.spent(s)},
                        outputs={"reason": s.stop_reason, "best_trial": view.best_trial,
                                 "best_value": view.best_value, "noise_floor": view.noise_floor},
                        rationale=f"loop finished: {s.stop_reason}")

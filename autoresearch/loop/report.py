@@ -74,6 +74,8 @@ def summary_markdown(view: LoopView, plan: dict[str, Any], files: list[str]) -> 
     lines.append(f"Trials: {counts} · budget {view.budget_trials} at parallel {view.parallel} · "
                  f"wall {view.elapsed_s:.1f} s · decisions {view.decisions}"
                  + (f" · LLM ${view.llm_usd:.4f} ({view.tokens} tokens)" if view.tokens else ""))
+    if view.budget_spent:
+        lines.append(f"**Budgets spent / given:** {view.budget_spent}.")
     if view.warm_start:
         lines.append(f"**Warm start:** {view.warm_start.removeprefix('warm start: ')}.")
     lines.append("")

@@ -76,6 +76,7 @@ class LoopView:
     curve: list[CurveStep] = field(default_factory=list)  # the incumbent sequence (:func:`incumbent_sequence`)
     not_shown: int = 0  # trials left out of ``trials``: a live view (:mod:`._live_view`) carries only what is shown
     warm_start: str = ""  # which earlier loops' trials warmed its proposer, and how many (loop/proposers/_warm.py)
+    budget_spent: str = ""  # the finished loop's compute budgets, spent / given ("steps 27/20 · GPU-h 0.1/1")
 
 
 @dataclass(frozen=True)
@@ -265,6 +266,7 @@ def _loop_part(view: LoopView, store: LoopStore, loop: Any, plan: dict[str, Any]
     view.elapsed_s = elapsed_s if elapsed_s is not None else float(loop["elapsed_s"] or 0.0)
     view.stop_reason = (json.loads(finish["outputs"]).get("reason", "")
                         if finish and loop["state"] == "finished" else "")
+    view.budget_spent = spent_text(json.loads(finish["inputs"]).get("spent")) if finish else ""
     durations = [t.ended_at - t.started_at for t in view.trials if t.ended_at and t.started_at and t.state == "succeeded"]
     launched = sum(1 for t in view.trials if t.job_id is not None and t.state not in ("crashed", "skipped"))
     remaining = max(0, view.budget_trials - launched)
@@ -281,6 +283,19 @@ def _loop_part(view: LoopView, store: LoopStore, loop: Any, plan: dict[str, Any]
     else:
         view.next_step = f"see `autoresearch report {loop['name']}`"
     return view
+
+
+def spent_text(spent: Any) -> str:
+    """A finish decision's ``spent`` (budget -> [spent, given]) in words: ``steps 27/20 · GPU-h 0.12/1``."""
+    if not isinstance(spent, dict):
+        return ""
+    names = {"steps": "steps", "gpu_hours": "GPU-h", "wall_s": "wall s"}
+    parts = []
+    for key, label in names.items():
+        pair = spent.get(key)
+        if isinstance(pair, list) and len(pair) == 2 and all(isinstance(v, (int, float)) for v in pair):
+            parts.append(f"{label} {pair[0]:.4g}/{pair[1]:.4g}")
+    return " · ".join(parts)
 
 
 def ranked(view: LoopView) -> list[TrialRow]:
