@@ -63,7 +63,7 @@ from autoresearch.loop.rungsync import RungSync
 from autoresearch.loop.state import LoopState
 from autoresearch.loop.stopping import Series, Stopper, make_stopper
 from autoresearch.loop.store import ENDED_TRIAL, LoopStore
-from autoresearch.loop.views import LoopView, incumbent_of, loop_view, reread_loop
+from autoresearch.loop.views import LoopView, incumbents_of, loop_view, reread_loop
 
 SIM_WAIT_S = 600.0  # simulated seconds a wait may skip when no event comes first
 
@@ -210,7 +210,7 @@ class Controller:
             if self.stopper is not None:  # stop at the rung: trials' report() waits for the verdict there
                 s.sync = RungSync(self.ledger.home, self.plan.name, self.runtime.backend.name, self.stopper,
                                   self.plan.objective.metric)
-        s.incumbent = incumbent_of(self.ledger, s.store.loop_id)
+        s.incumbent, s.previous_incumbents = incumbents_of(self.ledger, s.store.loop_id)
         pause.promote(self)  # after a restart: a paused trial that is promotable goes first
 
     def _adopt(self, changed: bool) -> None:

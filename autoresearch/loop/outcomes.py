@@ -25,6 +25,7 @@ from autoresearch.loop import ordered, pause
 from autoresearch.loop.proposers import Proposal, ProposeResult, ProposerInfo
 from autoresearch.loop.state import LoopHost
 from autoresearch.loop.store import to_record
+from autoresearch.loop.views import kept_on_means
 
 LOG_TAIL_LINES = 30
 
@@ -198,6 +199,9 @@ def take_effect(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
         c.proposer.observe(record)
     if verdict is not None and verdict.promote:
         promote(c, fresh)
+    elif fresh["role"] == "repeat" and fresh["parent_trial"] == s.incumbent and s.incumbent is not None:
+        # its seeds say what it is worth: an earlier incumbent with a better mean takes its place back
+        s.incumbent = kept_on_means(s.incumbent, s.previous_incumbents, s.groups, c.sign)
     pause.promote(c)  # a slot is free: a paused trial that is now promotable goes first
     c.publish(force=True)
 
@@ -250,6 +254,8 @@ def judge(c: LoopHost, row: Any, conn: Any = None) -> N.Judgement | None:
 def promote(c: LoopHost, row: Any) -> None:
     """``row``'s trial is the new incumbent (its promote decision is written): the target, the repeats."""
     s = c.state
+    if s.incumbent is not None:
+        s.previous_incumbents.append(s.incumbent)
     s.incumbent = row["id"]
     target = c.plan.objective.target
     if target is not None and c.sign * row["objective"] <= c.sign * target:

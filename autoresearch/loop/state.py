@@ -45,6 +45,7 @@ class LoopState:
     finishing: set[int] = field(default_factory=set)  # trials a loop's stop leaves to finish (reached the target)
     launch_decided: set[int] = field(default_factory=set)  # trials with a launch decision
     incumbent: int | None = None
+    previous_incumbents: list[int] = field(default_factory=list)  # newest last (views.kept_on_means)
     ahead: int = 0  # trials queued ahead of the free slots (Controller.ahead)
     stop_reason: str = ""
     learning_seen: bool = False  # one of the first trials reported the objective: the fail-fast check is over

@@ -155,6 +155,7 @@ class IncumbentTracker:
         self.incumbent: int | None = None
         self.seeds: dict[int, list[float]] = {}  # config (explore trial id) -> values of its ended seeds
         self.groups: dict[int, list[float]] = {}  # the configs of ``seeds`` with repeats (:func:`seed_groups`)
+        self.previous: list[int] = []  # the incumbents before this one, newest last
         self.last: CurveStep | None = None
 
     def step(self, r: Any, verdict: Verdict | None) -> CurveStep:
@@ -166,7 +167,11 @@ class IncumbentTracker:
                 group.append(float(r["objective"]))
                 self.groups[r["parent_trial"]] = group
         if verdict is not None and verdict.promoted:
+            if self.incumbent is not None:
+                self.previous.append(self.incumbent)
             self.incumbent = r["id"]
+        elif r["role"] == "repeat" and r["parent_trial"] == self.incumbent and self.incumbent is not None:
+            self.incumbent = kept_on_means(self.incumbent, self.previous, self.seeds, self.sign)
         values = self.seeds.get(self.incumbent) if self.incumbent is not None else None
         self.last = CurveStep(r["id"], float(r["ended_at"]), self.incumbent,
                               sum(values) / len(values) if values else None, self.floor().value)
@@ -177,10 +182,32 @@ class IncumbentTracker:
         return incumbent_floor(self.incumbent if self.incumbent in self.seeds else None, self.groups, self.sign)
 
 
+def kept_on_means(incumbent: int, previous: list[int], seeds: dict[int, list[float]], sign: float = 1.0) -> int:
+    """The incumbent once its repeats report: a challenger is kept on one run (beyond the incumbent's
+    noise floor), but once it has two seeds or more, an earlier incumbent whose mean over its own
+    seeds (two or more) is better takes its place back (popped from ``previous``): the best is
+    chosen on means, not on a lucky seed."""
+    while previous:
+        mine, theirs = seeds.get(incumbent) or [], seeds.get(previous[-1]) or []
+        if len(mine) < 2 or len(theirs) < 2 or sign * sum(theirs) / len(theirs) >= sign * sum(mine) / len(mine):
+            break
+        incumbent = previous.pop()
+    return incumbent
+
+
 def incumbent_of(ledger: Ledger, loop_id: int) -> int | None:
     """The incumbent now: the last step of :func:`incumbent_sequence`."""
-    steps = incumbent_sequence(LoopStore(ledger, loop_id).trials(), verdicts(ledger, loop_id))
-    return steps[-1].incumbent if steps else None
+    return incumbents_of(ledger, loop_id)[0]
+
+
+def incumbents_of(ledger: Ledger, loop_id: int) -> tuple[int | None, list[int]]:
+    """The incumbent now and the ones before it, newest last (:func:`kept_on_means` reads them)."""
+    store = LoopStore(ledger, loop_id)
+    loop = store.loop()
+    goal = json.loads(loop["plan"]).get("objective", {}).get("goal", "minimize") if loop is not None else "minimize"
+    tracker = IncumbentTracker(-1.0 if goal == "maximize" else 1.0)
+    incumbent_sequence(store.trials(), verdicts(ledger, loop_id), tracker)
+    return tracker.incumbent, list(tracker.previous)
 
 
 def seed_groups(trials: list[Any]) -> dict[int, list[float]]:
