@@ -76,6 +76,7 @@ class LoopView:
     curve: list[CurveStep] = field(default_factory=list)  # the incumbent sequence (:func:`incumbent_sequence`)
     not_shown: int = 0  # trials left out of ``trials``: a live view (:mod:`._live_view`) carries only what is shown
     warm_start: str = ""  # which earlier loops' trials warmed its proposer, and how many (loop/proposers/_warm.py)
+    best_confirmed: bool | None = None  # its repeats (repeats.seeds) all ended; None: the plan has no repeats
     budget_spent: str = ""  # the finished loop's compute budgets, spent / given ("steps 27/20 · GPU-h 0.1/1")
 
 
@@ -268,7 +269,27 @@ def loop_view(ledger: Ledger, name: str, live: dict[int, tuple[int, float]] | No
         noise_floor=floor.value, noise_basis=floor.basis(incumbent), rejected_as_noise=store.rejected_as_noise(),
         budget_trials=int(plan["budget"]["trials"]), parallel=int(plan["budget"]["parallel"]),
     )
+    view.best_confirmed = confirmed(view.best_seeds, plan) if incumbent is not None else None
     return _loop_part(view, store, loop, plan, elapsed_s)
+
+
+def confirmed(seeds: int, plan: dict[str, Any]) -> bool | None:
+    """Whether a best measured on ``seeds`` ended seeds is confirmed: all of the plan's ``repeats.seeds``
+    ended (None: the plan has no repeats, there is nothing to confirm it with)."""
+    repeats = plan.get("repeats")
+    if not isinstance(repeats, dict) or not isinstance(repeats.get("seeds"), int):
+        return None
+    return seeds >= int(repeats["seeds"])
+
+
+def confirmed_text(view: LoopView, plan: dict[str, Any] | None = None) -> str:
+    """``confirmed (3 seeds)`` / ``not confirmed: 1 of 3 seeds ended`` / '' (no repeats)."""
+    if view.best_confirmed is None or view.best_trial is None:
+        return ""
+    if view.best_confirmed:
+        return f"confirmed ({view.best_seeds} seeds)"
+    want = (plan or {}).get("repeats", {}).get("seeds") if plan else None
+    return f"not confirmed: {view.best_seeds}" + (f" of {want}" if want else "") + " seed(s) ended"
 
 
 def reread_loop(ledger: Ledger, view: LoopView, elapsed_s: float | None = None) -> LoopView:

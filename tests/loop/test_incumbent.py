@@ -182,3 +182,18 @@ def test_the_best_is_chosen_on_means_once_repeats_exist() -> None:
     steps = incumbent_sequence(rows, judged)
     assert [s.incumbent for s in steps] == [13, 13, 13, 14, 13, 13]  # 14 kept on one run; two seeds undo it
     assert steps[-1].value == pytest.approx((0.0750 + 0.0757 + 0.07553) / 3)
+
+
+def test_the_best_says_whether_its_seeds_confirmed_it(api: Any) -> None:
+    """A best whose repeats have not all ended (the budget ended first) was called best like any other."""
+    from autoresearch.loop.report import summary_markdown
+    from autoresearch.loop.views import LoopView, confirmed, confirmed_text
+
+    seed(api)
+    view = loop_view(api._ledger, "noisy")
+    assert view.best_trial == 1 and view.best_confirmed is True  # itself and its two repeats ended
+    assert "· **confirmed (3 seeds)**" in summary_markdown(view, {"repeats": {"seeds": 3}}, [])
+    assert confirmed(1, {"repeats": {"seeds": 3}}) is False and confirmed(3, {}) is None
+    alone = LoopView("x", 1, "finished", "loss", "minimize", [], {}, 4, 0.1, best_seeds=1, best_confirmed=False)
+    assert confirmed_text(alone, {"repeats": {"seeds": 3}}) == "not confirmed: 1 of 3 seed(s) ended"
+    assert "**not confirmed: 1 of 3 seed(s) ended**" in summary_markdown(alone, {"repeats": {"seeds": 3}}, [])
