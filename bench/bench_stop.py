@@ -27,6 +27,14 @@ TRIAL = textwrap.dedent("""\
         time.sleep(pause)
         report(step=step, loss=x + 1.0 / step)
 """)
+# the same trial printing its metric (a documented log format) instead of calling report()
+PRINTED = textwrap.dedent("""\
+    import sys, time
+    x, steps, pause = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+    for step in range(1, steps + 1):
+        time.sleep(pause)
+        print(f"epoch {step} loss: {x + 1.0 / step}", flush=True)
+""")
 
 
 def main() -> None:
@@ -34,10 +42,11 @@ def main() -> None:
     ap.add_argument("--bad", type=int, default=8)
     ap.add_argument("--epoch-s", type=float, default=0.2)
     ap.add_argument("--epochs", type=int, default=20)
+    ap.add_argument("--printed", action="store_true", help="trials print 'epoch N loss: X' lines")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-stop-"))
     os.environ.update(AUTORESEARCH_HOME=str(work / "home"), AUTORESEARCH_TRACKING="off")
-    (work / "trial.py").write_text(TRIAL)
+    (work / "trial.py").write_text(PRINTED if args.printed else TRIAL)
     from autoresearch.api import Api
     from autoresearch.loop.controller import Controller
     from autoresearch.loop.plan import parse_plan

@@ -23,7 +23,8 @@ next queued one with nobody watching.
 One forked by the zygote runs the zygote's next request once its attempt is over and recorded
 (:func:`attempt` returns; see backends/_zygote.py); any other ends with its attempt.
 
-Stdlib only, and nothing here imports anything after the fork.
+Stdlib only, and nothing here imports anything after the fork (but the metrics line parser, for a job
+whose printed lines are watched for rungs: :class:`_Rungs`).
 """
 
 from __future__ import annotations
@@ -416,7 +417,12 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
     # A bound on the log's bytes (a tenant's sandbox.limits.log): the members write into pipes we copy
     # from, up to the bound, then one marker line; the rest is read and dropped (the job never blocks).
     limit = req.get("log_limit")
-    log = _LogCap(log_fd, int(limit)) if isinstance(limit, int) and limit > 0 else None
+    # Stop at the rung for printed metrics too (a loop whose stopper decides at fixed steps: the
+    # job's AUTORESEARCH_STOP_* env): its output comes through a pipe we scan, and a line that
+    # reports the objective at a rung holds the job (SIGSTOP) until the loop's verdict (_Rungs).
+    rungs = _Rungs.from_env(envs[0])
+    cap = int(limit) if isinstance(limit, int) and limit > 0 else None
+    log = _LogCap(log_fd, cap, rungs) if cap is not None or rungs is not None else None
     for env in envs:
         out = log.pipe() if log is not None else log_fd
         child, group = _start_member(req, env, out)
@@ -440,6 +446,9 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
         for child, group in zip(children, groups, strict=True):
             if child in live:
                 _signal_group(group, sig, group != child)
+        if sig != signal.SIGSTOP and rungs is not None and rungs.held is not None:
+            rungs.held = None  # held at a rung: the signal lands (a stopped process only takes SIGKILL)
+            signal_all(signal.SIGCONT)
 
     timeout = req.get("timeout")
     grace = float(req.get("grace") or 0)
@@ -486,8 +495,12 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
         if quota is not None and quota.over is None and now >= quota.next_at and quota.check(now):
             os.write(log_fd, f"\nautoresearch: the job went {quota.over}: stopped\n".encode())
             signal_all(signal.SIGKILL)  # (every file it writes is bounded by RLIMIT_FSIZE: the overshoot too)
+        if rungs is not None and rungs.held is not None and rungs.verdict(now):
+            signal_all(signal.SIGCONT)  # go on (or no verdict in time); a stop comes as the stop above
         waits = [t - now for t in (deadline if not (timed_out or stopped) else None, kill_at,
                                    quota.next_at if quota is not None and quota.over is None else None) if t is not None]
+        if rungs is not None and rungs.held is not None:
+            waits.append(rungs.look_s)
         try:
             select.select([wake_r, *(log.pipes if log is not None else ())], [], [],
                           max(0.0, min(waits)) if waits else 1.0)
@@ -498,7 +511,10 @@ def attempt(req: dict[str, Any], keep: tuple[int, ...] = (), previous: tuple[str
         except OSError:
             pass  # nothing to drain: the select timed out
         if log is not None:
-            log.copy()
+            at = log.copy()
+            if at is not None and rungs is not None and rungs.held is None and not (stopped or timed_out):
+                signal_all(signal.SIGSTOP)
+                rungs.hold(at, time.time())
     for child, group in zip(children, groups, strict=True):
         for pgid in {child, group}:
             _signal_group(pgid, signal.SIGKILL)  # leftovers of the group, as Slurm does at job end
@@ -750,11 +766,127 @@ def _size(n: int) -> str:
     return f"{n}B"
 
 
-class _LogCap:
-    """The log of an attempt whose output is bounded: pipes in, at most ``limit`` bytes out."""
+class _Rungs:
+    """Stop at the rung for a job that prints its metrics (``epoch 3 val_loss: 0.41``).
 
-    def __init__(self, log_fd: int, limit: int) -> None:
+    A trial's ``report()`` waits for the loop's verdict at a rung itself (autoresearch/report.py,
+    autoresearch/loop/rungsync.py); a printed line cannot. So its output comes through a pipe that
+    we scan: a complete line that reports the objective (``AUTORESEARCH_STOP_METRIC``) at one of
+    ``AUTORESEARCH_STOP_STEPS`` stops the job's process groups (SIGSTOP) right after it is written,
+    pokes the loop's FIFO (``r``: judge now) and holds them until the verdict file says the step (go
+    on: SIGCONT) or ``<step> stop`` (the loop cancelled the job first: the SIGTERM is sent with a
+    SIGCONT), at most ``AUTORESEARCH_STOP_WAIT_S``. A stopped job thus prints no step past its rung.
+    The line parser is the runtime's (autoresearch/metrics.py), imported here only for such a job."""
+
+    look_s = 0.005  # how often a held job's verdict file is read
+
+    def __init__(self, steps: frozenset[int], metric: str, file: str, fifo: str, wait_s: float) -> None:
+        self.steps, self.metric, self.file, self.fifo, self.wait_s = steps, metric, file, fifo, wait_s
+        self.needle = metric.encode()
+        self.partial = b""
+        self.held: int | None = None
+        self.until = 0.0
+        self.judged = -1  # the last rung held at: a line repeated at it does not hold the job again
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> _Rungs | None:
+        steps, file, fifo = env.get("AUTORESEARCH_STOP_STEPS"), env.get("AUTORESEARCH_STOP_FILE"), env.get("AUTORESEARCH_STOP_FIFO")
+        metric = env.get("AUTORESEARCH_STOP_METRIC", "")
+        if not (steps and file and fifo and metric) or len(metric) > 250:
+            return None
+        try:
+            wait_s = min(max(float(env.get("AUTORESEARCH_STOP_WAIT_S", "5")), 0.0), 60.0)
+            parsed = frozenset(int(s) for s in steps.split(",")[:64])
+        except ValueError:
+            return None
+        return cls(parsed, metric, file, fifo, wait_s) if wait_s == wait_s and wait_s > 0 else None
+
+    def scan(self, data: bytes) -> int | None:
+        """The rung a complete line of ``data`` reports the objective at (the last such line), if any."""
+        text = self.partial + data
+        if self.needle not in text:
+            self.partial = text[text.rfind(b"\n") + 1:][-4096:]
+            return None
+        lines = text.split(b"\n")
+        self.partial = lines.pop()[-4096:]
+        found = None
+        for line in lines:
+            if self.needle in line and len(line) <= 2000:
+                step = self._rung(line.decode("utf-8", "replace"))
+                if step is not None and step > self.judged:
+                    found = step
+        return found
+
+    def _rung(self, line: str) -> int | None:
+        try:
+            STEP_KEYS, _log_pairs = _line_parser()
+            pairs = _log_pairs(line)
+        except Exception:  # noqa: BLE001 - a job's output never breaks its supervisor
+            return None
+        if not pairs or not any(n == self.metric and v is not None for n, v in pairs):
+            return None
+        step = next((v for n, v in pairs if n.lower() in STEP_KEYS and v is not None), None)
+        if step is None or step != step or not 0 <= step <= 2**53 or int(step) != step:
+            return None
+        return int(step) if int(step) in self.steps else None
+
+    def hold(self, step: int, now: float) -> None:
+        """The job was just stopped at ``step``: poke the loop to judge it now."""
+        self.held, self.judged, self.until = step, step, now + self.wait_s
+        try:
+            if not stat.S_ISFIFO(os.stat(self.fifo).st_mode):
+                raise OSError
+            fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO: no loop listens
+        except OSError:
+            self.until = now  # nobody to wait for: go on at once
+            return
+        try:
+            os.write(fd, b"r")
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    def verdict(self, now: float) -> bool:
+        """Whether the held job may go on now: the loop answered this step (without a stop: a stop
+        is the loop's cancel, which reaches us as SIGTERM) or the wait is over."""
+        if now >= self.until:
+            self.held = None
+            return True
+        try:
+            with open(self.file, "rb") as f:
+                words = f.read(64).split()
+        except OSError:  # not visible here: no wait
+            self.held = None
+            return True
+        if words and words[0].isdigit() and int(words[0]) >= (self.held or 0):
+            if words[1:2] == [b"stop"]:
+                return False  # its SIGTERM is on its way (signal_all continues it then)
+            self.held = None
+            return True
+        return False
+
+
+def _line_parser() -> tuple[Any, Any]:
+    """autoresearch.metrics' log line parser (stdlib only). The zygote runs this module on its own
+    (``python -S -E`` with this folder as sys.path[0]): then the package is found beside it."""
+    import sys
+
+    try:
+        from autoresearch.metrics import STEP_KEYS, _log_pairs
+    except ImportError:
+        sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+        from autoresearch.metrics import STEP_KEYS, _log_pairs
+    return STEP_KEYS, _log_pairs
+
+
+class _LogCap:
+    """The log of an attempt whose output goes through pipes we copy: bounded (at most ``limit`` bytes
+    out), or scanned for rung lines (:class:`_Rungs`), or both."""
+
+    def __init__(self, log_fd: int, limit: int | None, rungs: _Rungs | None = None) -> None:
         self.log_fd, self.limit, self.written, self.dropped = log_fd, limit, 0, 0
+        self.rungs = rungs
         self.pipes: list[int] = []
 
     def pipe(self) -> int:
@@ -764,8 +896,10 @@ class _LogCap:
         self.pipes.append(r)
         return w
 
-    def copy(self) -> None:
-        """What the pipes hold now; a pipe whose writers are all gone is closed."""
+    def copy(self) -> int | None:
+        """What the pipes hold now; a pipe whose writers are all gone is closed. Returns the rung a
+        line of it reported the objective at (with :class:`_Rungs`), else None."""
+        found = None
         for r in list(self.pipes):
             while True:
                 try:
@@ -779,6 +913,13 @@ class _LogCap:
                     self.pipes.remove(r)
                     break
                 self._write(data)
+                if self.rungs is not None:
+                    try:
+                        at = self.rungs.scan(data)
+                    except Exception:  # noqa: BLE001 - a job's output never breaks its supervisor
+                        at = None
+                    found = at if at is not None else found
+        return found
 
     def drain(self, within: float = 2.0) -> None:
         """After the attempt: the rest, until every writer is gone (killed with the group) or ``within``."""
@@ -794,6 +935,9 @@ class _LogCap:
         self.pipes.clear()
 
     def _write(self, data: bytes) -> None:
+        if self.limit is None:
+            _write_all(self.log_fd, data)
+            return
         room = self.limit - self.written
         if room > 0:
             part = data[:room]

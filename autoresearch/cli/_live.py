@@ -144,7 +144,9 @@ class LiveTable:
             c.print(view.warm_start, highlight=False, markup=False, soft_wrap=True)
         if view.best_trial is not None:
             seeds = f" (mean of {view.best_seeds} seeds)" if view.best_seeds > 1 else ""
-            c.print(f"best: trial {view.best_trial} {view.metric}={_num(view.best_value)}{seeds} "
+            status = ("" if view.best_confirmed is None else " confirmed" if view.best_confirmed
+                      else " NOT CONFIRMED (its seeds have not all ended)")
+            c.print(f"best: trial {view.best_trial} {view.metric}={_num(view.best_value)}{seeds}{status} "
                     f"{json.dumps(view.best_params, sort_keys=True)}", highlight=False, markup=False,
                     soft_wrap=True)
         if view.noise_floor is not None:

@@ -3,10 +3,10 @@ spend, all trials crashed, an agent's ``stop_loop``, the trial budget, an exhaus
 and, for a hard stop, which trials still running to stop. Works on the
 :class:`~autoresearch.loop.state.LoopState`.
 
-GPU hours, ``steps`` (the compute budget: reported steps summed over all trials) and LLM
-dollars normally stop launching and let running trials finish (``budget.stop_in_flight``
-stops them too for ``steps``: the overshoot is then at most what they reported before their
-stop decision); with
+GPU hours and ``steps`` (the compute budget: reported steps summed over all trials) hold: once
+one is spent nothing more launches and the running trials are stopped (stop decisions), so the
+overshoot is at most what they reported since the last look, before their stop
+(``budget.stop_in_flight: false`` lets them finish instead); LLM dollars stop proposing; with
 ``hard_budgets`` (``--ci``) every budget stops the running trials too, a ``max_wall``
 (``--max-wall``) caps the wall time whatever the plan says, and trials that have not ended
 ``HARD_STOP_WAIT_S`` after their grace are left behind (named in the stop reason) rather
@@ -50,7 +50,8 @@ def check_limits(s: LoopState) -> list[int]:
         reason = f"stopped by stop_loop: {stop['rationale']}" if stop is not None else ""
     if reason and not s.stop_reason:
         s.stop_reason = reason
-    soft = ("llm_usd", "gpu_hours") if b.stop_in_flight else ("llm_usd", "gpu_hours", "steps")
+    # steps and gpu_hours hold: the running trials are stopped once one is spent (unless stop_in_flight: false)
+    soft = ("llm_usd", "gpu_hours", "steps") if b.stop_in_flight is False else ("llm_usd",)
     hard = s.stop_reason and (s.hard_budgets or not s.stop_reason.startswith(soft))
     if not hard:
         return []
@@ -145,6 +146,19 @@ def steps_used(s: LoopState) -> int:
     """Compute spent so far: the last step each trial reported (its curve of the objective),
     summed over every trial of the loop, stopped, failed and repeats included."""
     return sum(series[-1][0] for series in s.series.values() if series)
+
+
+def spent(s: LoopState) -> dict[str, list[float]]:
+    """The compute budgets the plan gives, each as [spent, given] (the finish decision's ``spent``)."""
+    b, out = s.plan.budget, {}
+    if b.steps is not None:
+        out["steps"] = [float(steps_used(s)), float(b.steps)]
+    if b.gpu_hours is not None:
+        out["gpu_hours"] = [round(gpu_hours(s), 4), float(b.gpu_hours)]
+    walls = [w for w in (b.wall, s.max_wall) if w is not None]
+    if walls:
+        out["wall_s"] = [round(s.elapsed(), 1), float(min(walls))]
+    return out
 
 
 def gpu_hours(s: LoopState) -> float:

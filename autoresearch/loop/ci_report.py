@@ -88,7 +88,7 @@ def summary(view: Any, result: GateResult | None, code: int, reason: str, stops:
     best = None
     if view.best_trial is not None:
         best = {"trial": view.best_trial, "value": view.best_value, "seeds": view.best_seeds,
-                "params": view.best_params}
+                "confirmed": view.best_confirmed, "params": view.best_params}
     return {"format": SUMMARY_FORMAT, "loop": view.name, "state": view.state, "stop_reason": view.stop_reason,
             "metric": view.metric, "goal": view.goal, "exit_code": code, "verdict": VERDICT.get(code, "ERROR"),
             "reason": reason, "best": best, "noise_floor": view.noise_floor,

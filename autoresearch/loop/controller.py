@@ -50,6 +50,7 @@ from autoresearch._private import private_dir
 from autoresearch.errors import AutoresearchError, BackendError, PlanError, StateError
 from autoresearch.jobstore import JobStore
 from autoresearch.loop import _limits, outcomes, pause
+from autoresearch.loop import ordered as ordered_mode
 from autoresearch.loop._interrupt import LoopInterrupted, SigintFlag, wake
 from autoresearch.loop._launch import ProposeCall, launch_many, timed
 from autoresearch.loop._live_view import LiveView
@@ -61,8 +62,8 @@ from autoresearch.loop.proposers import Proposer, ProposerContext, ProposeResult
 from autoresearch.loop.rungsync import RungSync
 from autoresearch.loop.state import LoopState
 from autoresearch.loop.stopping import Series, Stopper, make_stopper
-from autoresearch.loop.store import LoopStore
-from autoresearch.loop.views import LoopView, incumbent_of, loop_view, reread_loop
+from autoresearch.loop.store import ENDED_TRIAL, LoopStore
+from autoresearch.loop.views import LoopView, incumbents_of, loop_view, reread_loop
 
 SIM_WAIT_S = 600.0  # simulated seconds a wait may skip when no event comes first
 
@@ -71,11 +72,14 @@ class Controller:
     def __init__(self, plan: Plan, *, runtime: Any = None, home: str | os.PathLike[str] | None = None,
                  resume: bool = False, on_update: Callable[[LoopView], None] | None = None,
                  poll_s: float = 0.01, update_every_s: float = 0.25, monitor_every_s: float = 0.5,
-                 project: str | None = None, hard_budgets: bool = False, max_wall: float | None = None) -> None:
+                 project: str | None = None, hard_budgets: bool = False, max_wall: float | None = None,
+                 ordered: bool | None = None) -> None:
         """``project``: the project a new loop belongs to (None: ''); an existing loop keeps its own,
         and a loop of another project is refused. ``hard_budgets``/``max_wall``: CI's hard stops
-        (:mod:`autoresearch.loop._limits`)."""
+        (:mod:`autoresearch.loop._limits`). ``ordered``: a reproducible sweep (:mod:`autoresearch.loop.ordered`;
+        None: for a CI run whose proposer has a seed)."""
         self.plan = plan
+        self._ordered = ordered
         self.resume = resume
         self.project = project
         self.state = LoopState(plan, plan.objective.sign(), loop_project=project or "", hard_budgets=hard_budgets,
@@ -163,6 +167,8 @@ class Controller:
 
         tenant_env(self.runtime, self.plan, s.loop_project)  # a tenant's plan names no server secret, however run
         self.proposer = make_proposer(self.ctx)  # may raise (missing key): nothing exists yet
+        s.ordered = (ordered_mode.eligible(self.plan, s.hard_budgets, self.proposer) if self._ordered is None
+                     else self._ordered and not self.proposer.blocking)
         s.ahead = self.ahead()
         s.started = time.monotonic()
         clock = getattr(self.runtime.backend, "clock", None)  # a simulated fleet's (autoresearch/sim/)
@@ -189,6 +195,8 @@ class Controller:
         self.runtime.jobs.set_group_cap(s.job_group(), self.plan.budget.parallel)  # a resumed plan's parallel too
         _warm.record(s.store, self.plan, self.ctx.warm, kept)  # which loops warmed it (a decision, once)
         s.reload()
+        if s.ordered:  # (a resumed loop: what ended before took effect then)
+            s.processed = {t for t, r in s.rows.items() if r["state"] in ENDED_TRIAL}
         if self.plan.budget.steps is not None:  # a resumed loop's compute so far: its ended trials' curves
             outcomes.read_series(self, [r for r in s.rows.values() if r["job_id"] is not None
                                         and r["state"] not in ("queued", "running")])
@@ -202,7 +210,7 @@ class Controller:
             if self.stopper is not None:  # stop at the rung: trials' report() waits for the verdict there
                 s.sync = RungSync(self.ledger.home, self.plan.name, self.runtime.backend.name, self.stopper,
                                   self.plan.objective.metric)
-        s.incumbent = incumbent_of(self.ledger, s.store.loop_id)
+        s.incumbent, s.previous_incumbents = incumbents_of(self.ledger, s.store.loop_id)
         pause.promote(self)  # after a restart: a paused trial that is promotable goes first
 
     def _adopt(self, changed: bool) -> None:
@@ -431,11 +439,12 @@ class Controller:
 
     def _finish(self) -> LoopView:
         s = self.state
+        ordered_mode.drain(self, final=True)
         pause.finish(self)
         for row in s.pending():
             s.update_trial(row["id"], state="skipped", failure=f"not launched: {s.stop_reason}")
         view = self.view()
-        s.store.decide("finish", inputs={"counts": view.counts, "elapsed_s": self.elapsed()},
+        s.store.decide("finish", inputs={"counts": view.counts, "elapsed_s": self.elapsed(), "spent": _limits.spent(s)},
                        outputs={"reason": s.stop_reason, "best_trial": view.best_trial,
                                 "best_value": view.best_value, "noise_floor": view.noise_floor},
                        rationale=f"loop finished: {s.stop_reason}")
@@ -467,6 +476,8 @@ class Controller:
         proposed trial will take, within the trial budget (proposed ones count against it)."""
         s = self.state
         pending = len(s.proposed)
+        if s.ordered:  # trial k once k - window trials took effect (loop/ordered.py)
+            return min(len(s.processed) + s.window() - len(s.rows), self.plan.budget.trials - s.launched() - pending)
         return min(s.window() - len(s.active), self.plan.budget.trials - s.launched()) - pending
 
     def _refill_at(self) -> int:
@@ -500,15 +511,7 @@ class Controller:
             assert call.result is not None
             self._accept(call.result, call_n=call.n)
         if not self.proposer.blocking and self._want() >= self._refill_at():
-            for _ in range(self.plan.budget.parallel + self.ahead() + 1):  # a proposer that gives fewer: ask again
-                n = self._want()
-                if n <= 0 or s.exhausted:
-                    break
-                before = len(s.proposed)
-                n = min(n, self.plan.proposer.batch or n)
-                self._accept(timed(self.proposer, s.history(), n), call_n=n)
-                if len(s.proposed) == before:
-                    break
+            self.propose_now()
         take = max(0, min(s.window() - len(s.active), self.plan.budget.trials - s.launched()))
         # held: its MLflow run is being created; it keeps its slot
         ready = [row for row in s.pending()[:take] if row["id"] not in self.runs.held]
@@ -520,6 +523,21 @@ class Controller:
             history = list(s.history())  # the thread's own copy: ours changes as trials end
             self.call = ProposeCall(lambda: timed(self.proposer, history, n), n)
             self.call.start()
+
+    def propose_now(self) -> None:
+        """Propose what is wanted now (:meth:`_want`), with a proposer that does not block."""
+        s = self.state
+        if self.proposer.blocking or s.stop_reason:
+            return
+        for _ in range(self.plan.budget.parallel + self.ahead() + 1):  # a proposer that gives fewer: ask again
+            n = self._want()
+            if n <= 0 or s.exhausted:
+                break
+            before = len(s.proposed)
+            n = min(n, self.plan.proposer.batch or n)
+            self._accept(timed(self.proposer, s.history(), n), call_n=n)
+            if len(s.proposed) == before:
+                break
 
     def _accept(self, result: ProposeResult, call_n: int) -> None:
         s = self.state

@@ -21,10 +21,11 @@ from autoresearch.backends._base import DISK_FULL
 from autoresearch.errors import AutoresearchError
 from autoresearch.jobstore import JobStore
 from autoresearch.loop import noise as N
-from autoresearch.loop import pause
+from autoresearch.loop import ordered, pause
 from autoresearch.loop.proposers import Proposal, ProposeResult, ProposerInfo
 from autoresearch.loop.state import LoopHost
 from autoresearch.loop.store import to_record
+from autoresearch.loop.views import kept_on_means
 
 LOG_TAIL_LINES = 30
 
@@ -70,9 +71,18 @@ def monitor(c: LoopHost) -> None:
         read_series(c, ended)
     others = dict(s.series)
     for trial_id, series in fresh.items():
+        answer = series[-1][0] if series else 0
         if trial_id not in s.stopping and trial_id in s.active and s.active[trial_id]["role"] != "repeat":
-            verdict = c.stopper.check(trial_id, series, others)
+            if s.ordered:  # reproducible: judged against lower trials only, once they are in (loop/ordered.py)
+                mine, lower, waiting = ordered.judge_view(c, trial_id, series)
+                verdict = c.stopper.check(trial_id, mine, lower)
+                if waiting is not None and verdict is None:
+                    answer = waiting - 1  # a report() at that rung waits for its cohort
+            else:
+                verdict = c.stopper.check(trial_id, series, others)
             if verdict is not None:
+                if s.ordered:
+                    s.stopped_at[trial_id] = verdict.step
                 paused = pause.enabled(c)
                 if paused:
                     s.pause_at.add(trial_id)
@@ -80,7 +90,7 @@ def monitor(c: LoopHost) -> None:
                                                       "value": verdict.value * c.sign,
                                                       "threshold": verdict.threshold * c.sign})
         if s.sync is not None and series:  # a report() waiting at a rung goes on (or learns it is stopped)
-            s.sync.answer(trial_id, series[-1][0], stop=trial_id in s.stopping)
+            s.sync.answer(trial_id, answer, stop=trial_id in s.stopping)
 
 
 def _target(c: LoopHost, fresh: dict[int, list[tuple[int, float]]]) -> None:
@@ -113,8 +123,29 @@ def _warn_unseen(c: LoopHost, running: list[Any]) -> None:
 def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
     s = c.state
     del s.active[trial_id]
-    if c.stopper is not None or c.plan.budget.steps is not None:
+    if c.stopper is not None or c.plan.budget.steps is not None or s.ordered:
         read_series(c, [row])  # its whole curve: the stopper's rungs, bohb's levels, the steps budget
+    if s.ordered:  # reproducible: it takes effect once every lower trial has (loop/ordered.py)
+        s.deferred[trial_id] = (row, job)
+        ordered.drain(c)
+        return
+    take_effect(c, trial_id, row, job)
+
+
+def take_effect(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
+    """A trial's ending: its state, objective and failure, keep or discard, the proposer's observation."""
+    s = c.state
+    retro = ordered.retro_verdict(c, trial_id) if s.ordered and job["state"] == "succeeded" else None
+    if retro is not None:  # it ended before its rung's cohort was in: stopped there, as it would have been
+        s.stopped_at[trial_id] = retro.step
+        s.store.decide("stop", trial_id=trial_id, inputs={"job_id": row["job_id"], "rule": retro.rule,
+                                                          "step": retro.step, "value": retro.value * c.sign,
+                                                          "threshold": retro.threshold * c.sign,
+                                                          "retroactive": True},
+                       outputs={"action": "none: the trial had ended"},
+                       rationale=retro.rationale + " (decided once the trials below it were in; it had ended)")
+    if s.ordered and trial_id in s.stopped_at and trial_id in s.series:
+        s.series[trial_id] = ordered.effective(s, trial_id)
     for _ in range(64):  # its ending came before all its output was read (a huge output): read the rest first
         if not JobStore(c.ledger).unread_attempts(job["id"], limit=1):
             break
@@ -124,7 +155,9 @@ def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
     failure = None
     fields: dict[str, Any] = {"metrics": json.dumps(summary), "ended_at": job["ended_at"] or time.time(),
                               "started_at": row["started_at"] or job["started_at"]}
-    if job["state"] == "succeeded":
+    if retro is not None:
+        state, value = "stopped", retro.value * c.sign
+    elif job["state"] == "succeeded":
         state = "succeeded" if value is not None else "failed"
         if value is None:
             failure = (f"exited 0 but never reported the objective {c.plan.objective.metric!r} "
@@ -136,8 +169,8 @@ def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
         if stopped and pause.on_end(c, trial_id, job) == "paused":
             state = "paused"
         series = s.series.get(trial_id)
-        if value is None and series:
-            value = series[-1][1] * c.sign
+        if (value is None or trial_id in s.stopped_at) and series:
+            value = series[-1][1] * c.sign  # (ordered: its value at the rung it was stopped at)
     elif (last := JobStore(c.ledger).latest_attempt(job["id"])) is not None and (
             last["failure_class"] in ("infra", "infra-suspect", "unknown")
             or (last["failure_class"] is None and job["end_reason"] == "infra")):
@@ -166,6 +199,9 @@ def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
         c.proposer.observe(record)
     if verdict is not None and verdict.promote:
         promote(c, fresh)
+    elif fresh["role"] == "repeat" and fresh["parent_trial"] == s.incumbent and s.incumbent is not None:
+        # its seeds say what it is worth: an earlier incumbent with a better mean takes its place back
+        s.incumbent = kept_on_means(s.incumbent, s.previous_incumbents, s.groups, c.sign)
     pause.promote(c)  # a slot is free: a paused trial that is now promotable goes first
     c.publish(force=True)
 
@@ -218,6 +254,8 @@ def judge(c: LoopHost, row: Any, conn: Any = None) -> N.Judgement | None:
 def promote(c: LoopHost, row: Any) -> None:
     """``row``'s trial is the new incumbent (its promote decision is written): the target, the repeats."""
     s = c.state
+    if s.incumbent is not None:
+        s.previous_incumbents.append(s.incumbent)
     s.incumbent = row["id"]
     target = c.plan.objective.target
     if target is not None and c.sign * row["objective"] <= c.sign * target:

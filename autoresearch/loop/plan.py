@@ -252,8 +252,9 @@ class Budget(_Model):
     llm_usd: float | None = Field(None, gt=0, description="Stop proposing once LLM calls cost this much.")
     steps: int | None = Field(None, ge=1, description="Compute budget: steps (epochs) reported by all trials "
                                                      "together, stopped ones included; launching stops once spent.")
-    stop_in_flight: bool = Field(False, description="steps: also stop the trials still running when it is spent "
-                                                    "(otherwise they finish: the overshoot is theirs).")
+    stop_in_flight: bool | None = Field(None, description="steps, gpu_hours: stop the trials still running when "
+                                                           "one is spent, so the budget holds (the default); false: "
+                                                           "let them finish (the overshoot is theirs).")
     fail_fast: int | None = Field(None, ge=0, description="Stop the loop (exit 1) when its first N trials all fail "
                                                       "the same way or never report the objective: it cannot learn "
                                                       "(default: max(3, parallel); 0: never).")

@@ -30,7 +30,7 @@ from typing import Any
 from autoresearch.ledger import Ledger
 from autoresearch.loop import _html, _plots
 from autoresearch.loop.store import LoopStore
-from autoresearch.loop.views import LoopView, loop_view, mark, ranked
+from autoresearch.loop.views import LoopView, confirmed_text, loop_view, mark, ranked
 
 LEADERBOARD_ROWS = 10
 
@@ -47,8 +47,9 @@ def summary_markdown(view: LoopView, plan: dict[str, Any], files: list[str]) -> 
     lines.append("")
     if view.best_trial is not None:
         seeds = f" (mean of {view.best_seeds} seeds)" if view.best_seeds > 1 else ""
+        status = confirmed_text(view, plan)
         lines.append(f"**Best:** trial {view.best_trial}: `{view.metric}` = {_fmt(view.best_value)}{seeds}, "
-                     "the incumbent the loop kept  ")
+                     "the incumbent the loop kept" + (f" · **{status}**" if status else "") + "  ")
         lines.append(f"params: `{json.dumps(view.best_params, sort_keys=True)}`")
         within = [t for t in view.trials if t.within_noise]
         if within:
@@ -74,6 +75,8 @@ def summary_markdown(view: LoopView, plan: dict[str, Any], files: list[str]) -> 
     lines.append(f"Trials: {counts} · budget {view.budget_trials} at parallel {view.parallel} · "
                  f"wall {view.elapsed_s:.1f} s · decisions {view.decisions}"
                  + (f" · LLM ${view.llm_usd:.4f} ({view.tokens} tokens)" if view.tokens else ""))
+    if view.budget_spent:
+        lines.append(f"**Budgets spent / given:** {view.budget_spent}.")
     if view.warm_start:
         lines.append(f"**Warm start:** {view.warm_start.removeprefix('warm start: ')}.")
     lines.append("")

@@ -45,6 +45,7 @@ class LoopState:
     finishing: set[int] = field(default_factory=set)  # trials a loop's stop leaves to finish (reached the target)
     launch_decided: set[int] = field(default_factory=set)  # trials with a launch decision
     incumbent: int | None = None
+    previous_incumbents: list[int] = field(default_factory=list)  # newest last (views.kept_on_means)
     ahead: int = 0  # trials queued ahead of the free slots (Controller.ahead)
     stop_reason: str = ""
     learning_seen: bool = False  # one of the first trials reported the objective: the fail-fast check is over
@@ -53,6 +54,12 @@ class LoopState:
     history_loaded: bool = False  # ended trials' curves read for the stopper (once, after a resume)
     prior_elapsed: float = 0.0  # seconds run before this controller (a resumed loop)
     hard_budgets: bool = False  # CI: every budget hit stops the running trials too (see _limits)
+    # Reproducible sweeps (a seeded --ci run; loop/ordered.py): trials' endings take effect in trial
+    # order, proposals are made only as they do, and rung decisions wait for the lower trials.
+    ordered: bool = False
+    processed: set[int] = field(default_factory=set)  # ordered: trials whose ending took effect
+    deferred: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # ordered: ended, waiting for lower ids
+    stopped_at: dict[int, int] = field(default_factory=dict)  # ordered: the rung a trial was stopped at
     max_wall: float | None = None  # CI: a wall limit on top of the plan's budget.wall (not in the plan's digest)
     llm_usd_spent: float = 0.0  # the budget's running sum over the decisions up to llm_looked (_limits)
     llm_looked: int = 0
@@ -158,6 +165,12 @@ class LoopState:
         A curve is copied again only when it grew; only trials with a curve are visited, and the
         list is the one kept as rows change, not a copy (flat per call in a plain sweep). Copy it
         before handing it to another thread."""
+        if self.ordered:  # what a proposer sees does not depend on timing: ended trials' curves only
+            for trial_id in self.processed:
+                record, series = self.records.get(trial_id), self.series.get(trial_id)
+                if record is not None and series and len(record.intermediate or ()) != len(series):
+                    record.intermediate = [(step, value * self.sign) for step, value in series]
+            return self._history
         for trial_id, series in self.series.items():
             record = self.records.get(trial_id)
             if record is not None and series and len(record.intermediate or ()) != len(series):
@@ -212,6 +225,9 @@ class LoopHost(Protocol):
 
     def proposed(self, ids: list[int]) -> None:
         """New trials were recorded: mirror them and prepare their MLflow runs."""
+
+    def propose_now(self) -> None:
+        """Propose what is wanted now (a proposer that does not block)."""
 
     def publish(self, force: bool = False) -> None:
         """Persist the elapsed time and show the loop's view (at most every ``update_every_s``)."""

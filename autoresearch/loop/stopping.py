@@ -99,6 +99,14 @@ class Stopper(abc.ABC):
     def adopt(self, trial: int, series: Series) -> None:  # noqa: B027 - optional
         """A trial seen first after a restart (its curve so far): do not judge it again for the past."""
 
+    def judged_rungs(self, trial: int) -> set[int]:
+        """The rungs ``trial`` was judged at so far (and kept: a stopped trial is judged no further)."""
+        return set()
+
+    def peers(self, trial: int, other: int) -> bool:
+        """Whether ``other``'s curve is compared with ``trial``'s (Hyperband: the same bracket)."""
+        return True
+
     @abc.abstractmethod
     def check(self, trial: int, series: Series, others: dict[int, Series]) -> StopVerdict | None:
         """A verdict to stop ``trial`` (its signed curve ``series``) given every trial's curve, or None."""
@@ -139,6 +147,9 @@ class ASHA(Stopper):
         """A trial seen first after a restart: the rungs it already passed are not re-judged."""
         last = series[-1][0] if series else -1
         self.judged.setdefault(trial, set()).update(self.rungs(last))
+
+    def judged_rungs(self, trial: int) -> set[int]:
+        return self.judged.get(trial, set())
 
     def check(self, trial: int, series: Series, others: dict[int, Series],
               everyone: dict[int, Series] | None = None) -> StopVerdict | None:
@@ -228,6 +239,12 @@ class Hyperband(Stopper):
 
     def adopt(self, trial: int, series: Series) -> None:
         self.asha[self.bracket(trial)].adopt(trial, series)
+
+    def judged_rungs(self, trial: int) -> set[int]:
+        return self.asha[self.bracket(trial)].judged_rungs(trial)
+
+    def peers(self, trial: int, other: int) -> bool:
+        return self.bracket(trial) == self.bracket(other)
 
     def promotable(self, trial: int, series: Series, others: dict[int, Series]) -> bool:
         b = self.bracket(trial)

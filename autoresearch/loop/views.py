@@ -76,6 +76,8 @@ class LoopView:
     curve: list[CurveStep] = field(default_factory=list)  # the incumbent sequence (:func:`incumbent_sequence`)
     not_shown: int = 0  # trials left out of ``trials``: a live view (:mod:`._live_view`) carries only what is shown
     warm_start: str = ""  # which earlier loops' trials warmed its proposer, and how many (loop/proposers/_warm.py)
+    best_confirmed: bool | None = None  # its repeats (repeats.seeds) all ended; None: the plan has no repeats
+    budget_spent: str = ""  # the finished loop's compute budgets, spent / given ("steps 27/20 · GPU-h 0.1/1")
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,7 @@ class IncumbentTracker:
         self.incumbent: int | None = None
         self.seeds: dict[int, list[float]] = {}  # config (explore trial id) -> values of its ended seeds
         self.groups: dict[int, list[float]] = {}  # the configs of ``seeds`` with repeats (:func:`seed_groups`)
+        self.previous: list[int] = []  # the incumbents before this one, newest last
         self.last: CurveStep | None = None
 
     def step(self, r: Any, verdict: Verdict | None) -> CurveStep:
@@ -165,7 +168,11 @@ class IncumbentTracker:
                 group.append(float(r["objective"]))
                 self.groups[r["parent_trial"]] = group
         if verdict is not None and verdict.promoted:
+            if self.incumbent is not None:
+                self.previous.append(self.incumbent)
             self.incumbent = r["id"]
+        elif r["role"] == "repeat" and r["parent_trial"] == self.incumbent and self.incumbent is not None:
+            self.incumbent = kept_on_means(self.incumbent, self.previous, self.seeds, self.sign)
         values = self.seeds.get(self.incumbent) if self.incumbent is not None else None
         self.last = CurveStep(r["id"], float(r["ended_at"]), self.incumbent,
                               sum(values) / len(values) if values else None, self.floor().value)
@@ -176,10 +183,32 @@ class IncumbentTracker:
         return incumbent_floor(self.incumbent if self.incumbent in self.seeds else None, self.groups, self.sign)
 
 
+def kept_on_means(incumbent: int, previous: list[int], seeds: dict[int, list[float]], sign: float = 1.0) -> int:
+    """The incumbent once its repeats report: a challenger is kept on one run (beyond the incumbent's
+    noise floor), but once it has two seeds or more, an earlier incumbent whose mean over its own
+    seeds (two or more) is better takes its place back (popped from ``previous``): the best is
+    chosen on means, not on a lucky seed."""
+    while previous:
+        mine, theirs = seeds.get(incumbent) or [], seeds.get(previous[-1]) or []
+        if len(mine) < 2 or len(theirs) < 2 or sign * sum(theirs) / len(theirs) >= sign * sum(mine) / len(mine):
+            break
+        incumbent = previous.pop()
+    return incumbent
+
+
 def incumbent_of(ledger: Ledger, loop_id: int) -> int | None:
     """The incumbent now: the last step of :func:`incumbent_sequence`."""
-    steps = incumbent_sequence(LoopStore(ledger, loop_id).trials(), verdicts(ledger, loop_id))
-    return steps[-1].incumbent if steps else None
+    return incumbents_of(ledger, loop_id)[0]
+
+
+def incumbents_of(ledger: Ledger, loop_id: int) -> tuple[int | None, list[int]]:
+    """The incumbent now and the ones before it, newest last (:func:`kept_on_means` reads them)."""
+    store = LoopStore(ledger, loop_id)
+    loop = store.loop()
+    goal = json.loads(loop["plan"]).get("objective", {}).get("goal", "minimize") if loop is not None else "minimize"
+    tracker = IncumbentTracker(-1.0 if goal == "maximize" else 1.0)
+    incumbent_sequence(store.trials(), verdicts(ledger, loop_id), tracker)
+    return tracker.incumbent, list(tracker.previous)
 
 
 def seed_groups(trials: list[Any]) -> dict[int, list[float]]:
@@ -240,7 +269,27 @@ def loop_view(ledger: Ledger, name: str, live: dict[int, tuple[int, float]] | No
         noise_floor=floor.value, noise_basis=floor.basis(incumbent), rejected_as_noise=store.rejected_as_noise(),
         budget_trials=int(plan["budget"]["trials"]), parallel=int(plan["budget"]["parallel"]),
     )
+    view.best_confirmed = confirmed(view.best_seeds, plan) if incumbent is not None else None
     return _loop_part(view, store, loop, plan, elapsed_s)
+
+
+def confirmed(seeds: int, plan: dict[str, Any]) -> bool | None:
+    """Whether a best measured on ``seeds`` ended seeds is confirmed: all of the plan's ``repeats.seeds``
+    ended (None: the plan has no repeats, there is nothing to confirm it with)."""
+    repeats = plan.get("repeats")
+    if not isinstance(repeats, dict) or not isinstance(repeats.get("seeds"), int):
+        return None
+    return seeds >= int(repeats["seeds"])
+
+
+def confirmed_text(view: LoopView, plan: dict[str, Any] | None = None) -> str:
+    """``confirmed (3 seeds)`` / ``not confirmed: 1 of 3 seeds ended`` / '' (no repeats)."""
+    if view.best_confirmed is None or view.best_trial is None:
+        return ""
+    if view.best_confirmed:
+        return f"confirmed ({view.best_seeds} seeds)"
+    want = (plan or {}).get("repeats", {}).get("seeds") if plan else None
+    return f"not confirmed: {view.best_seeds}" + (f" of {want}" if want else "") + " seed(s) ended"
 
 
 def reread_loop(ledger: Ledger, view: LoopView, elapsed_s: float | None = None) -> LoopView:
@@ -265,6 +314,7 @@ def _loop_part(view: LoopView, store: LoopStore, loop: Any, plan: dict[str, Any]
     view.elapsed_s = elapsed_s if elapsed_s is not None else float(loop["elapsed_s"] or 0.0)
     view.stop_reason = (json.loads(finish["outputs"]).get("reason", "")
                         if finish and loop["state"] == "finished" else "")
+    view.budget_spent = spent_text(json.loads(finish["inputs"]).get("spent")) if finish else ""
     durations = [t.ended_at - t.started_at for t in view.trials if t.ended_at and t.started_at and t.state == "succeeded"]
     launched = sum(1 for t in view.trials if t.job_id is not None and t.state not in ("crashed", "skipped"))
     remaining = max(0, view.budget_trials - launched)
@@ -281,6 +331,19 @@ def _loop_part(view: LoopView, store: LoopStore, loop: Any, plan: dict[str, Any]
     else:
         view.next_step = f"see `autoresearch report {loop['name']}`"
     return view
+
+
+def spent_text(spent: Any) -> str:
+    """A finish decision's ``spent`` (budget -> [spent, given]) in words: ``steps 27/20 · GPU-h 0.12/1``."""
+    if not isinstance(spent, dict):
+        return ""
+    names = {"steps": "steps", "gpu_hours": "GPU-h", "wall_s": "wall s"}
+    parts = []
+    for key, label in names.items():
+        pair = spent.get(key)
+        if isinstance(pair, list) and len(pair) == 2 and all(isinstance(v, (int, float)) for v in pair):
+            parts.append(f"{label} {pair[0]:.4g}/{pair[1]:.4g}")
+    return " · ".join(parts)
 
 
 def ranked(view: LoopView) -> list[TrialRow]:

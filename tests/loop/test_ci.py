@@ -292,10 +292,10 @@ def test_a_hard_stop_gives_up_on_trials_that_do_not_end(tmp_path: Path) -> None:
     from autoresearch.loop.views import LoopView
 
     plan = parse_plan({"name": "s", "objective": {"metric": "loss"}, "trial": {"command": "true {x}"},
-                       "space": {"x": [1]}, "budget": {"gpu_hours": 1}}, base_dir=tmp_path)
+                       "space": {"x": [1]}, "budget": {"gpu_hours": 1, "stop_in_flight": False}}, base_dir=tmp_path)
     soft = LoopState(plan, 1.0, stop_reason="gpu_hours budget 1 used")
     soft.active = {5: {"job_id": 9}}
-    assert _limits.check_limits(soft) == []  # outside CI: stop launching, let it finish
+    assert _limits.check_limits(soft) == []  # outside CI, when asked (stop_in_flight: false): let it finish
     hard = LoopState(plan, 1.0, stop_reason="gpu_hours budget 1 used", hard_budgets=True)
     hard.active = {5: {"job_id": 9}}
     assert _limits.check_limits(hard) == [5] and hard.stop_deadline is not None

@@ -162,3 +162,38 @@ def test_a_report_survives_markup_and_math_in_names(api: Any, tmp_path: Path) ->
     assert {"best_vs_trials.png", "best_vs_time.png", "learning_curves.png"} <= {p.name for p in tmp_path.iterdir()}
     page = (tmp_path / "report.html").read_text()
     assert "<script>" not in page and "&lt;script&gt;" in page
+
+
+def test_the_best_is_chosen_on_means_once_repeats_exist() -> None:
+    """The README's example: trial 13 (mean of 3 seeds 0.07541) was the incumbent, trial 14 was kept on
+    one lucky run (0.0731) and its seeds then gave a mean of 0.07695; the loop kept trial 14 anyway.
+    Now the earlier incumbent, better on means, takes its place back."""
+    from autoresearch.loop.views import Verdict, incumbent_sequence
+
+    def row(i: int, role: str, parent: int | None, value: float) -> dict[str, Any]:
+        return {"id": i, "role": role, "parent_trial": parent, "state": "succeeded", "objective": value,
+                "ended_at": float(i)}
+
+    rows = [row(13, "explore", None, 0.0750), row(15, "repeat", 13, 0.0757), row(16, "repeat", 13, 0.07553),
+            row(14, "explore", None, 0.0731), row(17, "repeat", 14, 0.0790), row(18, "repeat", 14, 0.07875)]
+    order = {13: 1.0, 15: 2.0, 16: 3.0, 14: 4.0, 17: 5.0, 18: 6.0}
+    rows = [{**r, "ended_at": order[r["id"]]} for r in rows]
+    judged = {13: Verdict(13, True, False, 1.0, 1), 14: Verdict(14, True, False, 4.0, 2)}
+    steps = incumbent_sequence(rows, judged)
+    assert [s.incumbent for s in steps] == [13, 13, 13, 14, 13, 13]  # 14 kept on one run; two seeds undo it
+    assert steps[-1].value == pytest.approx((0.0750 + 0.0757 + 0.07553) / 3)
+
+
+def test_the_best_says_whether_its_seeds_confirmed_it(api: Any) -> None:
+    """A best whose repeats have not all ended (the budget ended first) was called best like any other."""
+    from autoresearch.loop.report import summary_markdown
+    from autoresearch.loop.views import LoopView, confirmed, confirmed_text
+
+    seed(api)
+    view = loop_view(api._ledger, "noisy")
+    assert view.best_trial == 1 and view.best_confirmed is True  # itself and its two repeats ended
+    assert "· **confirmed (3 seeds)**" in summary_markdown(view, {"repeats": {"seeds": 3}}, [])
+    assert confirmed(1, {"repeats": {"seeds": 3}}) is False and confirmed(3, {}) is None
+    alone = LoopView("x", 1, "finished", "loss", "minimize", [], {}, 4, 0.1, best_seeds=1, best_confirmed=False)
+    assert confirmed_text(alone, {"repeats": {"seeds": 3}}) == "not confirmed: 1 of 3 seed(s) ended"
+    assert "**not confirmed: 1 of 3 seed(s) ended**" in summary_markdown(alone, {"repeats": {"seeds": 3}}, [])

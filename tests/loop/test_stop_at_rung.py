@@ -135,3 +135,55 @@ def test_a_trial_told_to_go_on_goes_on_at_once(tmp_path: Path) -> None:
     done = subprocess.run(argv, env=env, capture_output=True,
                           text=True, timeout=25)  # well under the 30 s wait
     assert done.returncode == 0 and "trained on" in done.stdout, done
+
+
+# the same trial printing its objective (a documented log format: 'epoch N name: value') instead of report()
+PRINTED = textwrap.dedent("""\
+    import sys, time
+    x, steps, pause = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+    for step in range(1, steps + 1):
+        time.sleep(pause)
+        print(f"epoch {step} other: 1.0", flush=True)  # another metric at the rung: no hold for it
+        print(f"epoch {step} loss: {x + 1.0 / step}", flush=True)
+""")
+
+
+def test_trials_that_print_their_metric_stop_at_their_rung_too(api: Any, work: Path) -> None:
+    """A trial's printed lines went to its log unseen until the loop's next look (0.5 s): stopped
+    trials ran on for epochs past the rung their stop decision names. Their supervisor now holds
+    them (SIGSTOP) at a printed rung line until the loop's verdict."""
+    (work / "printed.py").write_text(PRINTED)
+    plan = parse_plan({
+        "name": "printed", "objective": {"metric": "loss"},
+        "trial": {"command": f"{sys.executable} printed.py {{x}} 20 0.1", "grace": 5},
+        "space": {"x": {"choices": [0.0, 0.2, 5.0, 6.0, 7.0]}}, "proposer": {"kind": "grid"},
+        "budget": {"trials": 5, "parallel": 1},
+        "early_stop": {"kind": "asha", "min_steps": 2, "reduction_factor": 2}}, base_dir=work)
+    view = Controller(plan, runtime=api._runtime).run()
+    stops = {d["trial_id"]: json.loads(d["inputs"]) for d in
+             api._ledger.query("SELECT * FROM decisions WHERE kind='stop'", ())}
+    stopped = [t for t in view.trials if t.state == "stopped"]
+    assert len(stopped) >= 2 and set(stops) == {t.trial_id for t in stopped}
+    for t in stopped:
+        assert t.job_id is not None
+        assert last_steps(api, t.job_id) == stops[t.trial_id]["step"], (t.params, stops[t.trial_id])
+    ok = [t for t in view.trials if t.state == "succeeded"]
+    assert ok and all(t.job_id is not None and last_steps(api, t.job_id) == 20 for t in ok)  # held, then let go
+
+
+def test_the_supervisor_finds_rung_lines_in_any_chunking() -> None:
+    from autoresearch.backends._supervisor import _Rungs
+
+    rungs = _Rungs(frozenset({2, 4}), "loss", "/nonexistent", "/nonexistent", 5.0)
+    assert rungs.scan(b"epoch 1 loss: 6.0\nepoch 2 loss: 3\n") == 2
+    assert rungs.scan(b"epoch 4 lo") is None and rungs.scan(b"ss: 1\n") == 4  # a line split across reads
+    assert rungs.scan(b"epoch 4 val_loss: 3\nepoch 4 loss: nan\nloss: 1\n") is None  # another name, no value, no step
+    assert rungs.scan(b'{"step": 4, "loss": 0.5}\n') == 4  # a JSON line
+    assert rungs.scan(b"\xff" * 100_000 + b"loss" * 1000 + b"\n") is None  # garbage, a huge line
+    assert rungs.scan(b"epoch 99999999999999999999 loss: 1\n<b>epoch 2 loss: 1</b>\n") is None
+    rungs.hold(2, 0.0)  # no FIFO: nobody to wait for
+    assert rungs.verdict(0.0) and rungs.held is None
+    assert rungs.scan(b"epoch 2 loss: 1\n") is None  # the rung held at already
+    assert _Rungs.from_env({"AUTORESEARCH_STOP_STEPS": "x"}) is None
+    assert _Rungs.from_env({"AUTORESEARCH_STOP_STEPS": "3", "AUTORESEARCH_STOP_FILE": "f", "AUTORESEARCH_STOP_FIFO": "p",
+                            "AUTORESEARCH_STOP_METRIC": "loss", "AUTORESEARCH_STOP_WAIT_S": "nan"}) is None
