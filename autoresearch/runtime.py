@@ -54,7 +54,8 @@ _INTERNAL_ENV = ("AUTORESEARCH_JOB_ID", "AUTORESEARCH_ATTEMPT", "AUTORESEARCH_ME
                  "AUTORESEARCH_TRIAL_ID", "AUTORESEARCH_LOOP", "AUTORESEARCH_SEED", "AUTORESEARCH_PARAMS",
                  "AUTORESEARCH_ARRAY_INDEX", "AUTORESEARCH_ARRAY_COUNT",
                  "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID",
-                 "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK", "LOCAL_RANK")  # a gang member's
+                 "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK", "LOCAL_RANK",
+                 "LOCAL_WORLD_SIZE")  # a gang member's
 
 # Signals a program raises on itself when it crashes (they dump core): its own fault, not
 # the node's. SIGKILL (the OOM killer, a node going away) and SIGTERM/SIGINT/SIGHUP
@@ -542,7 +543,7 @@ class Runtime:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
         if members > 1:
             env.update(MASTER_ADDR=node or "127.0.0.1", MASTER_PORT=str(port or 29500), WORLD_SIZE=str(members),
-                       RANK="0", NODE_RANK="0", LOCAL_RANK="0")
+                       RANK="0", NODE_RANK="0", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
         checkpoint = checkpoint_dir(self.ledger.home, job_id, spec)
         if checkpoint:
             Path(checkpoint).mkdir(parents=True, exist_ok=True)

@@ -256,10 +256,10 @@ def member_env(env: dict[str, str], rank: int, node: str, gpu_ids: tuple[str, ..
                ) -> dict[str, str]:
     """The environment of gang member ``rank`` (Kubeflow PyTorchJob's convention, one process per
     member): the attempt's (MASTER_ADDR, MASTER_PORT, WORLD_SIZE set by the runtime) with its own
-    RANK = NODE_RANK, LOCAL_RANK=0, node and GPU slots. torchrun: ``--nnodes=$WORLD_SIZE
+    RANK = NODE_RANK, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1, node and GPU slots. torchrun: ``--nnodes=$WORLD_SIZE
     --node-rank=$NODE_RANK --master-addr=$MASTER_ADDR --master-port=$MASTER_PORT --nproc-per-node=G``."""
     out = dict(env)
-    out.update(RANK=str(rank), NODE_RANK=str(rank), LOCAL_RANK="0")
+    out.update(RANK=str(rank), NODE_RANK=str(rank), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
     if node:
         out["AUTORESEARCH_NODE"] = node
     if places:

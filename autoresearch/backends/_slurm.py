@@ -234,13 +234,16 @@ class SlurmBackend(Backend):
         argv = list(request.argv)
         if request.image:
             argv = self._container(argv, request)
-        elif request.nodes > 1:
-            argv = ["srun", f"--nodes={request.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1", *argv]
+        gang = None
+        if request.nodes > 1:  # wrap.py starts one member per node (srun) and gives each its ranks
+            wrapped = not (request.image and self.containers == "pyxis")  # pyxis: srun is in argv already
+            gang = {"members": int(request.nodes), "srun": [
+                "srun", f"--nodes={request.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"] if wrapped else []}
         on_exit = request.on_exit if self.pass_on_exit else None
         write_file(os.path.join(run_dir, "request.json"), {
             "key": request.key, "name": name, "argv": argv, "workdir": request.workdir, "log_path": request.log_path,
             "timeout": request.timeout, "grace": request.grace, "wake_fifo": request.wake_fifo, "on_exit": on_exit,
-            "created_at": time.time(), "ledger": request.ledger})
+            "created_at": time.time(), "ledger": request.ledger, "gang": gang})
         write_file(os.path.join(run_dir, "env.json"), dict(request.env))
         shutil.copyfile(Path(__file__).with_name("_slurm_wrap.py"), os.path.join(run_dir, "wrap.py"))
         script, flags = os.path.join(run_dir, "job.sbatch"), self.flags(request, name)
@@ -283,8 +286,7 @@ class SlurmBackend(Backend):
                    f"--container-workdir={request.workdir}"]
             return out + ([f"--container-mounts={','.join(mounts)}"] if mounts else []) + argv
         binds = [a for m in mounts for a in ("--bind", m)]
-        out = ["apptainer", "exec", "--nv", "--pwd", request.workdir, *binds, request.image, *argv]
-        return ["srun", f"--nodes={request.nodes}", "--ntasks-per-node=1", *out] if request.nodes > 1 else out
+        return ["apptainer", "exec", "--nv", "--pwd", request.workdir, *binds, request.image, *argv]
 
     # -- state ----------------------------------------------------------------------------------
 
