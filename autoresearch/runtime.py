@@ -496,7 +496,10 @@ class Runtime:
             row = self.jobs.attempt_with_job(job_id, n)
             assert row is not None
             detail = err.render().replace("\n", "; ") if isinstance(err, AutoresearchError) else str(err) or type(err).__name__
-            self.finalize(row, AttemptStatus("lost", ended_at=time.time(), detail=f"could not start: {detail}"))
+            # A SpecError is what the job or its profile asked for (a backend's own check at start):
+            # the user's to fix, never the machine's fault; anything else may be the engine's moment.
+            self.finalize(row, AttemptStatus("exited" if isinstance(err, SpecError) else "lost", ended_at=time.time(),
+                                             detail=f"could not start: {detail}", refused=isinstance(err, SpecError)))
             return
         if external_id != run_dir:
             self.jobs.set_external_id(job_id, n, external_id)
@@ -780,6 +783,8 @@ def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
         return "preempted", status.detail or "preempted by the engine"
     if status.detail.startswith(DISK_FULL):  # (the home's disk: runtime.disk_full_hint)
         return "infra", status.detail
+    if status.refused:
+        return "exit", status.detail or "refused at start: the job's or its profile's settings"
     if status.state == "lost":
         return "infra", status.detail or "attempt lost"
     if status.timed_out:

@@ -136,6 +136,9 @@ class AttemptStatus:
     # cancel, recorded ``cancelled`` and never retried (runtime.classify; our own stops have a stop_reason).
     cancelled: bool = False
     preempted: bool = False  # the engine took it back (Slurm's requeue): ended, resumes in a next attempt
+    # Never started because what the job or its profile asked for cannot be done (a workdir Ray cannot
+    # package, a secret reference that is not one): the user's failure, not retried as the machine's.
+    refused: bool = False
 
     @property
     def ended(self) -> bool:
