@@ -206,6 +206,7 @@ class Runtime:
         running: list[tuple[int, int, float]] = []
         ended: list[tuple[Any, AttemptStatus]] = []
         stopping: list[Any] = []  # told to stop (or their job cancelled): sent again if never heard
+        noted: list[tuple[int, int, str | None, str | None, str]] = []  # what the engine says of active ones
         if only is None:
             self._full_at = time.monotonic()
             active = self.jobs.active_attempts(self.backend.name)
@@ -218,10 +219,16 @@ class Runtime:
                 status = self._poll_attempt(att)
                 if status.ended:
                     ended.append((att, status))
-                elif status.state == "running" and att["state"] == "starting":
-                    running.append((att["job_id"], att["n"], status.started_at or time.time()))
+                else:
+                    if status.state == "running" and att["state"] == "starting":
+                        running.append((att["job_id"], att["n"], status.started_at or time.time()))
+                    note = engine_note(att, status)
+                    if note is not None:
+                        noted.append(note)
         if running:
             self.jobs.mark_running_many(running)
+        if noted:
+            self.jobs.note_engine_many(noted)
         self.finalize_many(ended)
         gone = {(a["job_id"], a["n"]) for a, _ in ended}
         for att in stopping:
@@ -762,6 +769,21 @@ def disk_full_hint(detail: str, home: Path) -> tuple[str, bool] | None:
             f"hint: free space on {path} ({free >> 20} MiB free now): finished jobs' run folders under "
             f"{home / 'jobs'}, old checkpoints, {home / 'aside-*'}; or set AUTORESEARCH_HOME to a larger disk. "
             f"{then}", room)
+
+
+def engine_note(att: Any, status: AttemptStatus) -> tuple[int, int, str | None, str | None, str] | None:
+    """(job id, n, node, gpu ids as JSON, detail) for an active attempt whose engine says something new:
+    where it placed it (an engine that places its own jobs) or why it holds it (``engine: PENDING, ...``,
+    kept while it starts, cleared once it runs). None when nothing changed (the usual pass writes nothing)."""
+    held = status.detail if status.state == "starting" and status.detail.startswith("engine: ") else ""
+    node = status.node if status.node and status.node != att["node"] else None
+    ids = json.dumps(list(status.gpu_ids)) if status.gpu_ids is not None and status.node else None
+    if ids is not None and ids == att["gpu_ids"] and node is None:
+        ids = None
+    current = att["detail"] or ""
+    if node is None and ids is None and held == (current if current.startswith("engine: ") else ""):
+        return None
+    return att["job_id"], att["n"], node, ids, held
 
 
 def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:

@@ -64,6 +64,9 @@ class JobView:
     # Metric points (estimated) of its ended attempts' output still being read: its metrics are partial
     # until this is 0 (an ending is recorded before all of a huge output is read; detail views only).
     unread_points: int = 0
+    # A starting job the engine holds, in the engine's words ("PENDING, Resources"): it waits in the
+    # engine's queue, not on its node (the faces show "queued (engine: PENDING, Resources)").
+    engine_state: str = ""
 
 
 @dataclass

@@ -139,6 +139,11 @@ class AttemptStatus:
     # Never started because what the job or its profile asked for cannot be done (a workdir Ray cannot
     # package, a secret reference that is not one): the user's failure, not retried as the machine's.
     refused: bool = False
+    # Where an engine that places its own jobs (Slurm) runs it, as the engine says (None: not said);
+    # recorded on the attempt. A ``starting`` attempt's ``detail`` of ``engine: STATE, reason`` is the
+    # engine's own word for why it has not started (Slurm's PENDING and its reason): status shows it.
+    node: str | None = None
+    gpu_ids: tuple[str, ...] | None = None
 
     @property
     def ended(self) -> bool:

@@ -31,6 +31,7 @@ import dataclasses
 import hashlib
 import math
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -367,7 +368,10 @@ class SlurmBackend(Backend):
                                                           detail=f"preempted by Slurm (job {job_id} requeued)"))
         if state in _RUNNING or state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"):
             self._backstop(run_dir, job_id)
-            return unknown if done is None or state == "PENDING" else AttemptStatus("running", started_at=unknown.started_at)
+            if state == "PENDING" and unknown.state == "starting":  # Slurm holds it: say why, in its words
+                return dataclasses.replace(unknown, detail=held_detail(job))
+            out = unknown if done is None or state == "PENDING" else AttemptStatus("running", started_at=unknown.started_at)
+            return dataclasses.replace(out, **placed_on(job)) if state in _RUNNING else out
         if done is None:  # Slurm has ended it and wrap.py left no record: read it again (it may just have landed)
             done = read_file(os.path.join(run_dir, "exit.json"))
         if done is not None:
@@ -467,6 +471,29 @@ class SlurmBackend(Backend):
     def _log_path(external_id: str) -> str:
         request = read_file(os.path.join(external_id, "request.json")) or {}
         return str(request.get("log_path") or os.path.join(external_id, "missing.log"))
+
+
+def held_detail(job: dict[str, Any] | None) -> str:
+    """``engine: PENDING, <Slurm's reason>`` (Resources, Priority, QOSMaxGRESPerUser, ...)."""
+    reason = str((job or {}).get("state_reason") or "").strip()
+    reason = "".join(c for c in reason if c.isprintable())[:120]
+    return f"engine: PENDING, {reason}" if reason and reason.lower() != "none" else "engine: PENDING"
+
+
+def placed_on(job: dict[str, Any] | None) -> dict[str, Any]:
+    """Where Slurm runs a one-node job: its node and GPU indexes (``gres_detail``: ``gpu:2(IDX:0-1)``)."""
+    nodes = "".join(c for c in str((job or {}).get("nodes") or "") if c.isprintable())[:200]
+    ids: list[str] = []
+    details = (job or {}).get("gres_detail")
+    for entry in details if isinstance(details, list) else []:
+        found = re.search(r"IDX:([0-9,\-]{1,200})\)", str(entry))
+        for part in found.group(1).split(",") if found else []:
+            low, _, high = part.partition("-")
+            if low.isdigit() and (not high or high.isdigit()):
+                ids += [str(i) for i in range(int(low), min(int(high or low), int(low) + 1024) + 1)]
+    if not nodes or any(c in nodes for c in "[],"):  # a gang's host list is no one node's name: not recorded
+        return {}
+    return {"node": nodes, "gpu_ids": tuple(ids[:1024])}
 
 
 def _cancelled_by(job: dict[str, Any] | None, job_id: int, ours: bool) -> str:

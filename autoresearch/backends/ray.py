@@ -258,8 +258,9 @@ class RayBackend(Backend):
             raise BackendError(f"Ray answered HTTP {code} for job {sid}: {_ray_message(str(info))}", hint=KIT_HINT)
         state = info.get("status")
         started, ended = _seconds(info.get("start_time")), _seconds(info.get("end_time"))
-        if state == "PENDING":
-            return AttemptStatus("starting")
+        if state == "PENDING":  # Ray holds it (resources, its runtime_env being set up): say so, in Ray's words
+            said = "".join(c for c in str(info.get("message") or "") if c.isprintable()).split(". ")[0][:120]
+            return AttemptStatus("starting", detail=f"engine: PENDING, {said}" if said else "engine: PENDING")
         if state == "RUNNING":
             limit = _float((info.get("metadata") or {}).get("autoresearch_timeout"))
             if limit is not None and started is not None and time.time() - started > limit:

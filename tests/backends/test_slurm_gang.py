@@ -79,3 +79,14 @@ def test_master_port_is_derived_from_the_job_and_skips_busy_ports() -> None:
     busy = {first}
     second = master_port("4242", free=lambda p: p not in busy)
     assert second != first and PORT_BASE <= second < PORT_BASE + PORT_SPAN
+
+
+def test_a_kit_that_fails_to_start_leaves_no_daemon_running(tmp_path: Path) -> None:
+    from tests.backends.conftest import _installed, _kit_module
+
+    if not _installed():
+        pytest.skip("Slurm is not installed here")
+    kit = _kit_module()
+    with pytest.raises(SystemExit, match="did not come up"):
+        kit.start(tmp_path / "kit", gpus=1, nodes=2, wait_s=0.0)  # no node can be idle within 0 s
+    assert not any(kit.status(tmp_path / "kit").values()), kit.status(tmp_path / "kit")
