@@ -470,6 +470,7 @@ class Runtime:
         node, gpu_ids = placement.alloc[0] if placement.alloc else (None, ())
         gang = len(placement.alloc) > 1
         run_dir, log_path, metrics_path = attempt_paths(job_dir, n)
+        in_backend = False  # a SpecError from the backend's start is the job's (refused), not the machine's
         try:  # from here on, whatever fails ends this attempt (retried as infra), not the pass
             spec: dict[str, Any] = json.loads(job["spec"])
             from autoresearch import isolation  # only a launch needs it: reads stay light
@@ -496,17 +497,20 @@ class Runtime:
             )
             if not self.backend.capabilities.containers:  # a container backend mounts volumes itself
                 _prepare_mounts(spec)
-            external_id = self.backend.start(isolation.apply(request, policy, self.ledger, job["project"], spec))
+            request = isolation.apply(request, policy, self.ledger, job["project"], spec)
+            in_backend = True
+            external_id = self.backend.start(request)
         except LedgerError:
             raise
         except Exception as err:
             row = self.jobs.attempt_with_job(job_id, n)
             assert row is not None
             detail = err.render().replace("\n", "; ") if isinstance(err, AutoresearchError) else str(err) or type(err).__name__
-            # A SpecError is what the job or its profile asked for (a backend's own check at start):
-            # the user's to fix, never the machine's fault; anything else may be the engine's moment.
-            self.finalize(row, AttemptStatus("exited" if isinstance(err, SpecError) else "lost", ended_at=time.time(),
-                                             detail=f"could not start: {detail}", refused=isinstance(err, SpecError)))
+            # A backend's SpecError is what the job or its profile asked for (a workdir Ray cannot package):
+            # the user's to fix, never the machine's fault; anything else may be the engine's or the disk's moment.
+            refused = in_backend and isinstance(err, SpecError)
+            self.finalize(row, AttemptStatus("exited" if refused else "lost", ended_at=time.time(),
+                                             detail=f"could not start: {detail}", refused=refused))
             return
         if external_id != run_dir:
             self.jobs.set_external_id(job_id, n, external_id)
