@@ -82,8 +82,13 @@ def ray_kit(tmp: Path) -> Iterator[str]:
     where = Path(tempfile.mkdtemp(prefix="arb-", dir="/tmp"))  # Ray's socket paths must stay short
     dash = _free_port()
     try:
-        subprocess.run([str(ROOT / "backends/ray/start.sh"), "--dir", str(where), "--num-cpus", "4", "--port",
-                        str(_free_port()), "--dashboard-port", str(dash)], check=True, capture_output=True, timeout=300)
+        started = subprocess.run([str(ROOT / "backends/ray/start.sh"), "--dir", str(where), "--num-cpus", "4",
+                                  "--port", str(_free_port()), "--dashboard-port", str(dash), "--wait", "400"],
+                                 capture_output=True, text=True, timeout=500)
+        if started.returncode != 0:
+            log = where / "head.log"
+            tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
+            raise RuntimeError(f"the Ray kit did not start: {started.stderr.strip()[-500:]}\n{tail}")
         yield f"http://127.0.0.1:{dash}"
     finally:
         subprocess.run([str(ROOT / "backends/ray/stop.sh"), "--dir", str(where), "--kill"], capture_output=True,
@@ -176,34 +181,35 @@ def main() -> None:
     os.environ["AUTORESEARCH_SYNC"] = "off"
     os.environ.pop("AUTORESEARCH_BACKEND", None)
     tmp = Path(tempfile.mkdtemp(prefix="bench-engines-"))
-    rows: list[tuple[str, dict[str, list[float]]]] = []
-    gangs: tuple[list[float], list[float]] | None = None
-    for engine in args.engines.split(","):
-        if engine == "local":
-            kinds, _ = engine_kinds("local", tmp, "")
-            rows.append(("local", measure(args.n, kinds, tmp)))
-        elif engine == "slurm":
-            with slurm_kit(tmp) as conf:
-                os.environ["SLURM_CONF"] = conf
-                kinds, _ = engine_kinds("slurm", tmp, conf)
-                rows.append(("slurm (kit, 2 nodes)", measure(args.n, kinds, tmp)))
-                if args.gang:
-                    gangs = gang(args.gang, conf, tmp)
-        elif engine == "ray":
-            with ray_kit(tmp) as address:
-                kinds, _ = engine_kinds("ray", tmp, address)
-                rows.append(("ray (kit head)", measure(args.n, kinds, tmp)))
     med = statistics.median
     print(f"submit -> program running, median of {args.n} per column (s); one run, a loaded 2-core machine")
-    print(f"{'engine':22} {'bare':>8} {'api':>8} {'cli':>8} {'api-bare':>9} {'cli-api':>8}")
-    for name, got in rows:
+    print(f"{'engine':22} {'bare':>8} {'api':>8} {'cli':>8} {'api-bare':>9} {'cli-api':>8}", flush=True)
+
+    def row(name: str, got: dict[str, list[float]]) -> None:  # printed as each engine is done
         b, a, c = med(got["bare"]), med(got["api"]), med(got["cli"])
-        print(f"{name:22} {b:8.3f} {a:8.3f} {c:8.3f} {a - b:+9.3f} {c - a:+8.3f}")
-    if gangs is not None:
-        b, o = med(gangs[0]), med(gangs[1])
-        print(f"{'2-node gang, slurm':22} {b:8.3f} {o:8.3f} {'':>8} {o - b:+9.3f}   (both members ran; median of "
-              f"{len(gangs[0])})")
-    shutil.rmtree(tmp, ignore_errors=True)
+        print(f"{name:22} {b:8.3f} {a:8.3f} {c:8.3f} {a - b:+9.3f} {c - a:+8.3f}", flush=True)
+
+    try:
+        for engine in args.engines.split(","):
+            try:
+                if engine == "local":
+                    row("local", measure(args.n, engine_kinds("local", tmp, "")[0], tmp))
+                elif engine == "slurm":
+                    with slurm_kit(tmp) as conf:
+                        os.environ["SLURM_CONF"] = conf
+                        row("slurm (kit, 2 nodes)", measure(args.n, engine_kinds("slurm", tmp, conf)[0], tmp))
+                        if args.gang:
+                            bare, ours = gang(args.gang, conf, tmp)
+                            print(f"{'2-node gang, slurm':22} {med(bare):8.3f} {med(ours):8.3f} {'':>8} "
+                                  f"{med(ours) - med(bare):+9.3f}   (api; both members ran; median of {len(bare)})",
+                                  flush=True)
+                elif engine == "ray":
+                    with ray_kit(tmp) as address:
+                        row("ray (kit head)", measure(args.n, engine_kinds("ray", tmp, address)[0], tmp))
+            except (RuntimeError, SystemExit, subprocess.SubprocessError) as err:  # one engine's kit: the others go on
+                print(f"{engine:22} not measured: {str(err)[:2000]}", flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
