@@ -257,7 +257,7 @@ def run(run_dir: str) -> int:
         env = gang_env(env, gang["members"])
         srun = [str(a) for a in gang.get("srun") or []]
         if srun:  # (pyxis: srun --container-image is argv itself; its tasks read SLURM_PROCID for RANK)
-            argv = [*srun, sys.executable, os.path.abspath(__file__), "--member", run_dir, "--", *argv]
+            argv = [*srun, sys.executable, "-S", os.path.abspath(__file__), "--member", run_dir, "--", *argv]
         state.update(members=gang["members"], master_addr=env["MASTER_ADDR"], master_port=int(env["MASTER_PORT"]))
     child = _spawn(argv, env, str(req.get("workdir") or "."))
     _write(os.path.join(run_dir, "state.json"), {"pid": child, **state})
