@@ -539,6 +539,11 @@ class Api:
             attempts=job["attempts"], exit_code=job["exit_code"], end_reason=job["end_reason"],
             cancelling=bool(job["cancel_requested"]) and job["state"] not in FINAL, tags=tags, backend=job["backend"],
         )
+        if job["state"] == "starting":  # (one lookup by key, for starting jobs alone)
+            latest = self._jobs.latest_attempt(job["id"])
+            said = str((latest["detail"] if latest is not None else None) or "")
+            if said.startswith("engine: "):
+                view.engine_state = said.removeprefix("engine: ")[:200]
         if not detail:
             return view
         attempts = self._jobs.attempts(job["id"])

@@ -54,7 +54,8 @@ _INTERNAL_ENV = ("AUTORESEARCH_JOB_ID", "AUTORESEARCH_ATTEMPT", "AUTORESEARCH_ME
                  "AUTORESEARCH_TRIAL_ID", "AUTORESEARCH_LOOP", "AUTORESEARCH_SEED", "AUTORESEARCH_PARAMS",
                  "AUTORESEARCH_ARRAY_INDEX", "AUTORESEARCH_ARRAY_COUNT",
                  "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID",
-                 "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK", "LOCAL_RANK")  # a gang member's
+                 "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK", "LOCAL_RANK",
+                 "LOCAL_WORLD_SIZE")  # a gang member's
 
 # Signals a program raises on itself when it crashes (they dump core): its own fault, not
 # the node's. SIGKILL (the OOM killer, a node going away) and SIGTERM/SIGINT/SIGHUP
@@ -205,6 +206,7 @@ class Runtime:
         running: list[tuple[int, int, float]] = []
         ended: list[tuple[Any, AttemptStatus]] = []
         stopping: list[Any] = []  # told to stop (or their job cancelled): sent again if never heard
+        noted: list[tuple[int, int, str | None, str | None, str]] = []  # what the engine says of active ones
         if only is None:
             self._full_at = time.monotonic()
             active = self.jobs.active_attempts(self.backend.name)
@@ -217,10 +219,16 @@ class Runtime:
                 status = self._poll_attempt(att)
                 if status.ended:
                     ended.append((att, status))
-                elif status.state == "running" and att["state"] == "starting":
-                    running.append((att["job_id"], att["n"], status.started_at or time.time()))
+                else:
+                    if status.state == "running" and att["state"] == "starting":
+                        running.append((att["job_id"], att["n"], status.started_at or time.time()))
+                    note = engine_note(att, status)
+                    if note is not None:
+                        noted.append(note)
         if running:
             self.jobs.mark_running_many(running)
+        if noted:
+            self.jobs.note_engine_many(noted)
         self.finalize_many(ended)
         gone = {(a["job_id"], a["n"]) for a, _ in ended}
         for att in stopping:
@@ -462,6 +470,7 @@ class Runtime:
         node, gpu_ids = placement.alloc[0] if placement.alloc else (None, ())
         gang = len(placement.alloc) > 1
         run_dir, log_path, metrics_path = attempt_paths(job_dir, n)
+        in_backend = False  # a SpecError from the backend's start is the job's (refused), not the machine's
         try:  # from here on, whatever fails ends this attempt (retried as infra), not the pass
             spec: dict[str, Any] = json.loads(job["spec"])
             from autoresearch import isolation  # only a launch needs it: reads stay light
@@ -488,14 +497,20 @@ class Runtime:
             )
             if not self.backend.capabilities.containers:  # a container backend mounts volumes itself
                 _prepare_mounts(spec)
-            external_id = self.backend.start(isolation.apply(request, policy, self.ledger, job["project"], spec))
+            request = isolation.apply(request, policy, self.ledger, job["project"], spec)
+            in_backend = True
+            external_id = self.backend.start(request)
         except LedgerError:
             raise
         except Exception as err:
             row = self.jobs.attempt_with_job(job_id, n)
             assert row is not None
             detail = err.render().replace("\n", "; ") if isinstance(err, AutoresearchError) else str(err) or type(err).__name__
-            self.finalize(row, AttemptStatus("lost", ended_at=time.time(), detail=f"could not start: {detail}"))
+            # A backend's SpecError is what the job or its profile asked for (a workdir Ray cannot package):
+            # the user's to fix, never the machine's fault; anything else may be the engine's or the disk's moment.
+            refused = in_backend and isinstance(err, SpecError)
+            self.finalize(row, AttemptStatus("exited" if refused else "lost", ended_at=time.time(),
+                                             detail=f"could not start: {detail}", refused=refused))
             return
         if external_id != run_dir:
             self.jobs.set_external_id(job_id, n, external_id)
@@ -542,7 +557,7 @@ class Runtime:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
         if members > 1:
             env.update(MASTER_ADDR=node or "127.0.0.1", MASTER_PORT=str(port or 29500), WORLD_SIZE=str(members),
-                       RANK="0", NODE_RANK="0", LOCAL_RANK="0")
+                       RANK="0", NODE_RANK="0", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
         checkpoint = checkpoint_dir(self.ledger.home, job_id, spec)
         if checkpoint:
             Path(checkpoint).mkdir(parents=True, exist_ok=True)
@@ -760,6 +775,21 @@ def disk_full_hint(detail: str, home: Path) -> tuple[str, bool] | None:
             f"{then}", room)
 
 
+def engine_note(att: Any, status: AttemptStatus) -> tuple[int, int, str | None, str | None, str] | None:
+    """(job id, n, node, gpu ids as JSON, detail) for an active attempt whose engine says something new:
+    where it placed it (an engine that places its own jobs) or why it holds it (``engine: PENDING, ...``,
+    kept while it starts, cleared once it runs). None when nothing changed (the usual pass writes nothing)."""
+    held = status.detail if status.state == "starting" and status.detail.startswith("engine: ") else ""
+    node = status.node if status.node and status.node != att["node"] else None
+    ids = json.dumps(list(status.gpu_ids)) if status.gpu_ids is not None and status.node else None
+    if ids is not None and ids == att["gpu_ids"] and node is None:
+        ids = None
+    current = att["detail"] or ""
+    if node is None and ids is None and held == (current if current.startswith("engine: ") else ""):
+        return None
+    return att["job_id"], att["n"], node, ids, held
+
+
 def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
     """End reason (exit, timeout, cancelled, stopped, preempted, infra) and a one-line detail."""
     # Why we stopped it wins — but only if our stop reached it: an attempt that ended on
@@ -779,6 +809,8 @@ def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:
         return "preempted", status.detail or "preempted by the engine"
     if status.detail.startswith(DISK_FULL):  # (the home's disk: runtime.disk_full_hint)
         return "infra", status.detail
+    if status.refused:
+        return "exit", status.detail or "refused at start: the job's or its profile's settings"
     if status.state == "lost":
         return "infra", status.detail or "attempt lost"
     if status.timed_out:

@@ -67,6 +67,9 @@ class JobView:
     # A tenant job's limits and how they were enforced (rlimits, or why not a cgroup), its last attempt's:
     # one line (detail views only; None for a job that ran without a sandbox).
     limits: str | None = None
+    # A starting job the engine holds, in the engine's words ("PENDING, Resources"): it waits in the
+    # engine's queue, not on its node (the faces show "queued (engine: PENDING, Resources)").
+    engine_state: str = ""
 
 
 @dataclass

@@ -102,9 +102,9 @@ def main() -> None:
     os.environ["AUTORESEARCH_SYNC"] = "off"
     kit = _kit()
     tmp = Path(tempfile.mkdtemp(prefix="bench-slurm-"))
-    conf = kit.start(tmp / "kit", gpus=4)
-    os.environ["SLURM_CONF"] = str(conf)
-    try:
+    try:  # a kit that fails to start stops the daemons it started (kit.start); the finally stops a started one
+        conf = kit.start(tmp / "kit", gpus=4)
+        os.environ["SLURM_CONF"] = str(conf)
         from autoresearch.api import Api
         from autoresearch.backends._slurm import SlurmBackend
 

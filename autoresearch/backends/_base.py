@@ -144,6 +144,14 @@ class AttemptStatus:
     # cancel, recorded ``cancelled`` and never retried (runtime.classify; our own stops have a stop_reason).
     cancelled: bool = False
     preempted: bool = False  # the engine took it back (Slurm's requeue): ended, resumes in a next attempt
+    # Never started because what the job or its profile asked for cannot be done (a workdir Ray cannot
+    # package, a secret reference that is not one): the user's failure, not retried as the machine's.
+    refused: bool = False
+    # Where an engine that places its own jobs (Slurm) runs it, as the engine says (None: not said);
+    # recorded on the attempt. A ``starting`` attempt's ``detail`` of ``engine: STATE, reason`` is the
+    # engine's own word for why it has not started (Slurm's PENDING and its reason): status shows it.
+    node: str | None = None
+    gpu_ids: tuple[str, ...] | None = None
 
     @property
     def ended(self) -> bool:
@@ -264,10 +272,10 @@ def member_env(env: dict[str, str], rank: int, node: str, gpu_ids: tuple[str, ..
                ) -> dict[str, str]:
     """The environment of gang member ``rank`` (Kubeflow PyTorchJob's convention, one process per
     member): the attempt's (MASTER_ADDR, MASTER_PORT, WORLD_SIZE set by the runtime) with its own
-    RANK = NODE_RANK, LOCAL_RANK=0, node and GPU slots. torchrun: ``--nnodes=$WORLD_SIZE
+    RANK = NODE_RANK, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1, node and GPU slots. torchrun: ``--nnodes=$WORLD_SIZE
     --node-rank=$NODE_RANK --master-addr=$MASTER_ADDR --master-port=$MASTER_PORT --nproc-per-node=G``."""
     out = dict(env)
-    out.update(RANK=str(rank), NODE_RANK=str(rank), LOCAL_RANK="0")
+    out.update(RANK=str(rank), NODE_RANK=str(rank), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
     if node:
         out["AUTORESEARCH_NODE"] = node
     if places:

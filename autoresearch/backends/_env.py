@@ -21,7 +21,7 @@ from autoresearch.redact import is_secret
 RUNTIME_PREFIXES = ("AUTORESEARCH_", "MLFLOW_")
 # What the runtime sets per attempt outside those prefixes (rendezvous of a gang, unbuffered output).
 RUNTIME_NAMES = frozenset({"PYTHONUNBUFFERED", "CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE",
-                           "RANK", "NODE_RANK", "LOCAL_RANK"})
+                           "RANK", "NODE_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"})
 NEVER = frozenset({"AUTORESEARCH_TOKENS"})  # the server's tokens file, whatever its value
 
 

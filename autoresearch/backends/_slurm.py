@@ -31,6 +31,7 @@ import dataclasses
 import hashlib
 import math
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -234,13 +235,16 @@ class SlurmBackend(Backend):
         argv = list(request.argv)
         if request.image:
             argv = self._container(argv, request)
-        elif request.nodes > 1:
-            argv = ["srun", f"--nodes={request.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1", *argv]
+        gang = None
+        if request.nodes > 1:  # wrap.py starts one member per node (srun) and gives each its ranks
+            wrapped = not (request.image and self.containers == "pyxis")  # pyxis: srun is in argv already
+            gang = {"members": int(request.nodes), "srun": [
+                "srun", f"--nodes={request.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"] if wrapped else []}
         on_exit = request.on_exit if self.pass_on_exit else None
         write_file(os.path.join(run_dir, "request.json"), {
             "key": request.key, "name": name, "argv": argv, "workdir": request.workdir, "log_path": request.log_path,
             "timeout": request.timeout, "grace": request.grace, "wake_fifo": request.wake_fifo, "on_exit": on_exit,
-            "created_at": time.time(), "ledger": request.ledger})
+            "created_at": time.time(), "ledger": request.ledger, "gang": gang})
         write_file(os.path.join(run_dir, "env.json"), dict(request.env))
         shutil.copyfile(Path(__file__).with_name("_slurm_wrap.py"), os.path.join(run_dir, "wrap.py"))
         script, flags = os.path.join(run_dir, "job.sbatch"), self.flags(request, name)
@@ -273,7 +277,8 @@ class SlurmBackend(Backend):
         lines = ["#!/bin/sh", f"# autoresearch attempt {request.key}, submitted as:",
                  f"#   sbatch {shlex.join(flags)} {shlex.quote(os.path.join(request.run_dir, 'job.sbatch'))}",
                  f"PY={shlex.quote(python)}", '[ -x "$PY" ] || PY=python3',
-                 f'exec "$PY" {shlex.quote(os.path.join(request.run_dir, "wrap.py"))} {shlex.quote(request.run_dir)}']
+                 # -S: wrap.py is stdlib only: no site-packages scan (~60 ms of CPU a start here)
+                 f'exec "$PY" -S {shlex.quote(os.path.join(request.run_dir, "wrap.py"))} {shlex.quote(request.run_dir)}']
         return "\n".join(lines).replace("\r", " ") + "\n"
 
     def _container(self, argv: list[str], request: LaunchRequest) -> list[str]:
@@ -283,8 +288,7 @@ class SlurmBackend(Backend):
                    f"--container-workdir={request.workdir}"]
             return out + ([f"--container-mounts={','.join(mounts)}"] if mounts else []) + argv
         binds = [a for m in mounts for a in ("--bind", m)]
-        out = ["apptainer", "exec", "--nv", "--pwd", request.workdir, *binds, request.image, *argv]
-        return ["srun", f"--nodes={request.nodes}", "--ntasks-per-node=1", *out] if request.nodes > 1 else out
+        return ["apptainer", "exec", "--nv", "--pwd", request.workdir, *binds, request.image, *argv]
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -365,7 +369,10 @@ class SlurmBackend(Backend):
                                                           detail=f"preempted by Slurm (job {job_id} requeued)"))
         if state in _RUNNING or state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"):
             self._backstop(run_dir, job_id)
-            return unknown if done is None or state == "PENDING" else AttemptStatus("running", started_at=unknown.started_at)
+            if state == "PENDING" and unknown.state == "starting":  # Slurm holds it: say why, in its words
+                return dataclasses.replace(unknown, detail=held_detail(job))
+            out = unknown if done is None or state == "PENDING" else AttemptStatus("running", started_at=unknown.started_at)
+            return dataclasses.replace(out, **placed_on(job)) if state in _RUNNING else out
         if done is None:  # Slurm has ended it and wrap.py left no record: read it again (it may just have landed)
             done = read_file(os.path.join(run_dir, "exit.json"))
         if done is not None:
@@ -465,6 +472,29 @@ class SlurmBackend(Backend):
     def _log_path(external_id: str) -> str:
         request = read_file(os.path.join(external_id, "request.json")) or {}
         return str(request.get("log_path") or os.path.join(external_id, "missing.log"))
+
+
+def held_detail(job: dict[str, Any] | None) -> str:
+    """``engine: PENDING, <Slurm's reason>`` (Resources, Priority, QOSMaxGRESPerUser, ...)."""
+    reason = str((job or {}).get("state_reason") or "").strip()
+    reason = "".join(c for c in reason if c.isprintable())[:120]
+    return f"engine: PENDING, {reason}" if reason and reason.lower() != "none" else "engine: PENDING"
+
+
+def placed_on(job: dict[str, Any] | None) -> dict[str, Any]:
+    """Where Slurm runs a one-node job: its node and GPU indexes (``gres_detail``: ``gpu:2(IDX:0-1)``)."""
+    nodes = "".join(c for c in str((job or {}).get("nodes") or "") if c.isprintable())[:200]
+    ids: list[str] = []
+    details = (job or {}).get("gres_detail")
+    for entry in details if isinstance(details, list) else []:
+        found = re.search(r"IDX:([0-9,\-]{1,200})\)", str(entry))
+        for part in found.group(1).split(",") if found else []:
+            low, _, high = part.partition("-")
+            if low.isdigit() and (not high or high.isdigit()):
+                ids += [str(i) for i in range(int(low), min(int(high or low), int(low) + 1024) + 1)]
+    if not nodes or any(c in nodes for c in "[],"):  # a gang's host list is no one node's name: not recorded
+        return {}
+    return {"node": nodes, "gpu_ids": tuple(ids[:1024])}
 
 
 def _cancelled_by(job: dict[str, Any] | None, job_id: int, ours: bool) -> str:

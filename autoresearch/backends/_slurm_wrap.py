@@ -14,6 +14,16 @@ to the second (Slurm's ``-t`` is minutes and is only the backstop) and the stop 
 a ``stop.json`` in the run dir or a SIGTERM (``scancel --signal=TERM``, Slurm's preemption)
 sends SIGTERM to the program and SIGKILL ``grace`` seconds later.
 
+**Gangs** (``request.json``'s ``gang``: the member count): this wrapper runs on the allocation's
+first node and starts one task per node with ``srun``; each task is this file again in member mode
+(``wrap.py --member <run_dir> -- argv``), which sets the torchrun contract from Slurm's own facts
+(``RANK`` = ``SLURM_PROCID``, ``NODE_RANK`` = ``SLURM_NODEID``, ``LOCAL_RANK`` = ``SLURM_LOCALID``,
+``WORLD_SIZE`` = ``SLURM_NTASKS``, ``LOCAL_WORLD_SIZE``) around ``MASTER_ADDR`` (the first host of
+the allocation, at the address Slurm reaches it by) and ``MASTER_PORT`` (free on that host, the
+first of a sequence derived from the Slurm job id), runs the program and records its ending in
+``members/<rank>.json``. ``srun --kill-on-bad-exit`` ends the others when one fails; the attempt
+keeps the code of the member that failed first, not the SIGTERM of the ones srun stopped.
+
 A copy that Slurm requeued (``SLURM_RESTART_COUNT > 0``) runs nothing: when Slurm takes an
 allocation back, autoresearch ends that attempt as preempted and launches the next one itself,
 so the program never runs twice under one attempt.
@@ -21,16 +31,20 @@ so the program never runs twice under one attempt.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import resource
 import select
 import signal
+import socket
+import subprocess
 import sys
 import time
 
 GPU_VARS = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "SLURMD_NODENAME")
 STOP_POLL_S = 0.5
+PORT_BASE, PORT_SPAN, PORT_TRIES = 20000, 20000, 64  # MASTER_PORT: 20000..39999, below Linux's ephemeral range
 
 
 def _read(path: str) -> dict:
@@ -57,6 +71,127 @@ def _env(run_dir: str) -> dict[str, str]:
             env[key] = value
     env.pop("SLURM_EXPORT_ENV", None)  # an srun in the program must pass the program's env on
     return env
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm hostlist (``gpu[07-09,12],cpu1`` -> ``gpu07``), without asking Slurm."""
+    head = ""
+    depth = 0
+    for ch in nodelist.strip():
+        if ch == "," and depth == 0:
+            break
+        depth += (ch == "[") - (ch == "]")
+        head += ch
+    if "[" not in head:
+        return head
+    prefix, rest = head.split("[", 1)
+    first = rest.split("]", 1)[0].split(",")[0].split("-")[0]
+    return prefix + first + (rest.split("]", 1)[1] if "]" in rest else "")
+
+
+def master_port(job_id: str, free: object = None) -> int:
+    """A port free on this host (the gang's first node), the first free one of a sequence derived
+    from the Slurm job id: the same job asks for the same ports, two jobs rarely for the same one."""
+    is_free = free if callable(free) else _port_free
+    start = int(hashlib.sha1(str(job_id).encode()).hexdigest(), 16) % PORT_SPAN
+    for i in range(PORT_TRIES):
+        port = PORT_BASE + (start + i * 7) % PORT_SPAN
+        if is_free(port):
+            return port
+    return PORT_BASE + start
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("", port))
+            return True
+        except OSError:
+            return False
+
+
+def _node_addr(node: str) -> str:
+    """The address Slurm reaches ``node`` by (its NodeAddr; the name itself when Slurm does not say)."""
+    try:
+        out = subprocess.run(["scontrol", "-o", "show", "node", node], capture_output=True, text=True,
+                             timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return node
+    for word in out.split():
+        if word.startswith("NodeAddr=") and len(word) > len("NodeAddr="):
+            return word.split("=", 1)[1]
+    return node
+
+
+def gang_env(env: dict[str, str], members: int) -> dict[str, str]:
+    """The rendezvous every member shares: MASTER_ADDR (the allocation's first host), MASTER_PORT, WORLD_SIZE."""
+    out = dict(env)
+    first = first_host(os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST") or "")
+    first = first or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    out.update(MASTER_ADDR=_node_addr(first), MASTER_PORT=str(master_port(os.environ.get("SLURM_JOB_ID", ""))),
+               WORLD_SIZE=str(members), LOCAL_WORLD_SIZE="1")
+    return out
+
+
+def member_env(env: dict[str, str]) -> dict[str, str]:
+    """One task's own ranks, from what srun set for it."""
+    out = dict(env)
+    world = os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or env.get("WORLD_SIZE", "1")
+    out.update(RANK=os.environ.get("SLURM_PROCID", "0"), NODE_RANK=os.environ.get("SLURM_NODEID", "0"),
+               LOCAL_RANK=os.environ.get("SLURM_LOCALID", "0"), WORLD_SIZE=world,
+               LOCAL_WORLD_SIZE=env.get("LOCAL_WORLD_SIZE") or "1")
+    node = os.environ.get("SLURMD_NODENAME")
+    if node:
+        out["AUTORESEARCH_NODE"] = node
+    return out
+
+
+def member(run_dir: str, argv: list[str]) -> int:
+    """One gang task: run ``argv`` with its ranks, record how it ended, end as it ended."""
+    env = member_env(dict(os.environ))
+    rank = env["RANK"]
+    child = _spawn(argv, env, os.getcwd())
+
+    def forward(signum: int, frame: object) -> None:
+        _killpg(child, signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+        signal.signal(sig, forward)
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            break
+        except InterruptedError:
+            continue
+    code = os.waitstatus_to_exitcode(status)
+    _killpg(child, signal.SIGKILL)
+    folder = os.path.join(run_dir, "members")
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        _write(os.path.join(folder, f"{int(rank)}.json"), {
+            "rank": int(rank), "node": env.get("AUTORESEARCH_NODE", ""), "ended_at": time.time(),
+            "exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None})
+    except (OSError, ValueError):
+        pass
+    return code if code >= 0 else 128 - code
+
+
+def first_failure(run_dir: str) -> dict | None:
+    """The member that failed first (the others srun then stopped), from ``members/*.json``."""
+    folder = os.path.join(run_dir, "members")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return None
+    failed = []
+    for name in names:
+        rec = _read(os.path.join(folder, name))
+        code, sig, when = rec.get("exit_code"), rec.get("signal"), rec.get("ended_at")
+        if not isinstance(when, (int, float)) or isinstance(when, bool):
+            continue
+        if (isinstance(code, int) and code != 0) or (isinstance(sig, int) and sig > 0):
+            failed.append((when, rec))
+    return min(failed, key=lambda item: item[0])[1] if failed else None
 
 
 def _spawn(argv: list[str], env: dict[str, str], workdir: str) -> int:
@@ -114,10 +249,18 @@ def run(run_dir: str) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
         signal.signal(sig, on_term)
     signal.signal(signal.SIGCHLD, lambda s, f: None)
-    child = _spawn([str(a) for a in req["argv"]], _env(run_dir), str(req.get("workdir") or "."))
-    _write(os.path.join(run_dir, "state.json"), {"pid": child, "node": os.environ.get("SLURMD_NODENAME", ""),
-                                                 "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""),
-                                                 "started_at": started})
+    argv, env = [str(a) for a in req["argv"]], _env(run_dir)
+    gang = req.get("gang")
+    state = {"node": os.environ.get("SLURMD_NODENAME", ""), "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""),
+             "started_at": started}
+    if isinstance(gang, dict) and isinstance(gang.get("members"), int) and gang["members"] > 1:
+        env = gang_env(env, gang["members"])
+        srun = [str(a) for a in gang.get("srun") or []]
+        if srun:  # (pyxis: srun --container-image is argv itself; its tasks read SLURM_PROCID for RANK)
+            argv = [*srun, sys.executable, "-S", os.path.abspath(__file__), "--member", run_dir, "--", *argv]
+        state.update(members=gang["members"], master_addr=env["MASTER_ADDR"], master_port=int(env["MASTER_PORT"]))
+    child = _spawn(argv, env, str(req.get("workdir") or "."))
+    _write(os.path.join(run_dir, "state.json"), {"pid": child, **state})
     timeout = req.get("timeout")
     grace = float(req.get("grace") or 0)
     deadline = started + float(timeout) if timeout else None
@@ -154,13 +297,23 @@ def run(run_dir: str) -> int:
             pass
     _killpg(child, signal.SIGKILL)  # leftovers of the group
     code = os.waitstatus_to_exitcode(status) if status is not None else None
-    _write(exit_path, {
+    ending: dict[str, object] = {
         "exit_code": code if code is not None and code >= 0 else None,
         "signal": -code if code is not None and code < 0 else None,
         "timed_out": timed_out, "stopped": stopped, "term_outside": term_outside,
         "started_at": started, "ended_at": time.time(),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
-    })
+    }
+    failed = first_failure(run_dir) if gang and code != 0 and not (stopped or timed_out or term_outside) else None
+    if failed is not None:  # srun's own code is the SIGTERM it sent the others: keep the failing member's
+        failed_signal = failed.get("signal")
+        detail = (f"gang member {failed.get('rank')} on {str(failed.get('node') or '?')[:100]} "
+                  + (f"was killed by signal {failed_signal}" if failed_signal else f"exited {failed.get('exit_code')}")
+                  + "; srun stopped the others")
+        ending.update(exit_code=failed.get("exit_code"), signal=failed_signal, member=failed.get("rank"),
+                      detail=detail)
+        print(f"autoresearch: {detail}", file=sys.stderr, flush=True)
+    _write(exit_path, ending)
     _after(run_dir, req)
     return 0
 
@@ -194,4 +347,6 @@ def _after(run_dir: str, req: dict) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 4 and sys.argv[1] == "--member" and sys.argv[3] == "--":
+        sys.exit(member(sys.argv[2], sys.argv[4:]))
     sys.exit(run(sys.argv[1]))

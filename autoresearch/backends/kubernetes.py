@@ -361,16 +361,27 @@ class _NeverCreated(BackendError):
     """A run dir without a Job pointer: the launch died before the API call."""
 
 
+GANG_PORT = 29500  # torchrun's default: each pod has its own network namespace, so it is free there
+
+
 def _gang_env(body: dict[str, Any], name: str, nodes: int) -> None:
-    """Rank and rendezvous of a gang: rank = the pod's completion index, rank 0 the master."""
+    """Rank and rendezvous of a gang (the torchrun contract, one pod per member): RANK = NODE_RANK =
+    the pod's completion index, rank 0's pod (stable DNS through the headless Service) the master.
+    They replace what the launching host set for them (its MASTER_ADDR and port mean nothing in a pod)."""
     container = body["spec"]["template"]["spec"]["containers"][0]
-    container["env"] += [
+    index = {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
+    gang: list[dict[str, Any]] = [
         {"name": "AUTORESEARCH_NODES", "value": str(nodes)},
         {"name": "WORLD_SIZE", "value": str(nodes)},
         {"name": "MASTER_ADDR", "value": f"{name}-0.{name}"},
-        {"name": "NODE_RANK", "valueFrom": {"fieldRef": {
-            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
+        {"name": "MASTER_PORT", "value": str(GANG_PORT)},
+        {"name": "RANK", "valueFrom": index},
+        {"name": "NODE_RANK", "valueFrom": index},
+        {"name": "LOCAL_RANK", "value": "0"},
+        {"name": "LOCAL_WORLD_SIZE", "value": "1"},
     ]
+    names = {entry["name"] for entry in gang}
+    container["env"] = [e for e in container.get("env") or [] if e.get("name") not in names] + gang
 
 
 def _grace_of(pod: dict[str, Any]) -> int:

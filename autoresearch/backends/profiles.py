@@ -147,6 +147,7 @@ def _parse(path: Path, data: Any) -> Config:
         except SpecError as err:
             raise _bad(path, f"backends.{name}: {err.message.removeprefix('backend.options: ')}", err.hint) from None
         profiles[name] = Profile(name, kind, options)
+    _refuse_shared_engines(path, profiles)
     default = data.get("default")
     if default is not None:
         if not isinstance(default, str) or (default not in profiles and default not in kinds):
@@ -159,6 +160,51 @@ def _parse(path: Path, data: Any) -> Config:
     sandbox = _section(path, data, "sandbox", limits.parse, "docs/security.md")
     tenancy = _section(path, data, "tenants", grants.parse, "docs/security.md")
     return Config(path, profiles, default, fair, sandbox, tenancy)
+
+
+def engine_address(kind: str, options: dict[str, Any]) -> str | None:
+    """Where a profile's engine is, for the engines whose nodes the ledger records under the profile
+    (Ray's head, Slurm's controller by its slurm.conf, a Docker daemon's node); None for the others
+    (Kubernetes and Databricks report no nodes: two profiles on one cluster take nothing from each other)."""
+    if kind == "ray":
+        from urllib.parse import urlsplit
+
+        from autoresearch.backends.ray import DEFAULT_ADDRESS
+
+        raw = str(options.get("address") or os.environ.get("RAY_ADDRESS") or DEFAULT_ADDRESS)
+        try:
+            url = urlsplit(raw.strip())
+            host, port = (url.hostname or "").lower(), url.port or (443 if url.scheme == "https" else 80)
+        except ValueError:
+            return None  # the backend refuses it with its own message when it is built
+        return f"ray head {'127.0.0.1' if host in ('localhost', '::1') else host}:{port}"
+    if kind == "slurm":
+        conf = str(options.get("conf") or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
+        return f"Slurm cluster of {os.path.realpath(os.path.expanduser(conf))}"
+    if kind == "docker":
+        import socket
+
+        daemon = str(options.get("host") or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")
+        node = str(options.get("node_name") or f"docker@{socket.gethostname() or 'localhost'}")
+        return f"Docker daemon {daemon} as node {node}"
+    return None
+
+
+def _refuse_shared_engines(path: Path, profiles: dict[str, Profile]) -> None:
+    """Two profiles on one engine would record its nodes each under its own name, taking them from
+    each other at every pass: one profile's jobs would see no nodes and stay queued for ever."""
+    seen: dict[str, str] = {}
+    for profile in profiles.values():
+        address = engine_address(profile.kind, profile.options)
+        if address is None:
+            continue
+        other = seen.setdefault(address, profile.name)
+        if other != profile.name:
+            raise _bad(path, f"backends.{other} and backends.{profile.name} both drive the {address}",
+                       f"keep one profile per engine (its nodes are recorded under one profile; two would take them "
+                       f"from each other and one's jobs would wait for ever): remove backends.{profile.name} or point "
+                       "it at another engine; for other partitions or queues on the same engine use that "
+                       "profile's priority_partitions / priority_qos")
 
 
 def _section(path: Path, data: dict[str, Any], key: str, parse: Any, doc: str) -> Any:

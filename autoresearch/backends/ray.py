@@ -7,9 +7,16 @@ readable here (``shared_fs=False``): logs come through the API, and ``report()``
 marked lines that the runtime reads from that log (``autoresearch/ingest.py``).
 
 Plain HTTP (``urllib``), not the ``ray`` package: a status read polls attempts, and importing
-``ray.job_submission`` takes about a second (invariant 7). The API is the one
+``ray.job_submission`` takes one to three seconds (invariant 7). The API is the one
 ``JobSubmissionClient`` speaks: ``POST /api/jobs/``, ``GET /api/jobs/{id}``, ``.../logs``,
-``.../stop``.
+``.../stop``. Except with ``upload: true``: a start then goes through Ray's own
+``JobSubmissionClient``, which packages the job's workdir (and any local ``py_modules`` of the
+profile's ``runtime_env``) as Ray does, honouring ``.gitignore``/``.rayignore`` and its size
+limit, uploads it to the head (``/api/packages/``) and submits the job with the package's URI as
+``working_dir``: a cluster that cannot see this disk gets the code. A workdir that cannot be
+packaged or uploaded (too big, unreadable, a path that is not there, no ``ray`` package here) is
+the job's or the profile's error (``SpecError``: the attempt fails as the user's, not retried as
+the machine's); the head not answering stays the machine's.
 
 At most once (issue 9 item 4): the attempt's submission id is drawn once and written to its
 ``run_dir`` before ``submit_job``; a restarted runtime reads it back (the ledger holds the
@@ -40,7 +47,7 @@ from typing import Any
 
 from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo
 from autoresearch.backends._env import sent_env
-from autoresearch.errors import BackendError, CapacityError
+from autoresearch.errors import BackendError, CapacityError, SpecError
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 KIT_HINT = "start a local head with backends/ray/start.sh (backends/ray/README.md), or point address at yours"
@@ -68,13 +75,9 @@ class RayBackend(Backend):
                  runtime_env: dict[str, Any] | None = None) -> None:
         address = address or os.environ.get("RAY_ADDRESS") or DEFAULT_ADDRESS
         if not isinstance(address, str) or not re.match(r"^https?://[^\s/]+(:\d+)?/?$", address):
-            from autoresearch.errors import SpecError
-
             raise SpecError(f"backend ray: address {str(address)[:100]!r} is not an http(s)://host:port URL",
                             hint=f"use the head's dashboard address, e.g. {DEFAULT_ADDRESS}")
         if runtime_env is not None and not isinstance(runtime_env, dict):
-            from autoresearch.errors import SpecError
-
             raise SpecError("backend ray: runtime_env must be a mapping (Ray's runtime_env: pip, py_modules, ...)",
                             hint="e.g. runtime_env: {pip: [numpy]}")
         self.address = address.rstrip("/")
@@ -82,6 +85,7 @@ class RayBackend(Backend):
         self.timeout = float(timeout) if isinstance(timeout, (int, float)) and 0 < timeout < 3600 else 10.0
         self.runtime_env = dict(runtime_env or {})
         self._ended: dict[str, AttemptStatus] = {}  # final answers, cached (they never change)
+        self._ray_client: Any = None  # JobSubmissionClient, made on the first upload
 
     # -- HTTP -------------------------------------------------------------------------------
 
@@ -155,6 +159,8 @@ class RayBackend(Backend):
             body["entrypoint_num_gpus"] = request.gpus
         if request.memory:
             body["entrypoint_memory"] = int(request.memory) << 20
+        if self.upload:
+            return self._submit_uploading(sid, body, request.key)
         try:
             code, data = self._call("POST", "/api/jobs/", body, timeout=max(self.timeout, 30.0))
         except BackendError:  # no answer: it may have been taken all the same; never submit it twice
@@ -169,6 +175,59 @@ class RayBackend(Backend):
         raise BackendError(f"Ray rejected attempt {request.key}: {_ray_message(text)}",
                            hint="fix what Ray names (the job's resources, the backend's runtime_env), "
                                 "or check the head's log (backends/ray/README.md)")
+
+    def _client(self) -> Any:
+        """Ray's JobSubmissionClient for this head (imported here only: ``upload: true``'s starts)."""
+        if self._ray_client is None:
+            try:
+                from ray.job_submission import JobSubmissionClient
+            except ImportError:
+                raise SpecError("backend ray: upload: true packages the workdir with Ray's JobSubmissionClient, and "
+                                "the ray package is not installed here",
+                                hint="pip install 'ray[default]' (the head's version), or set upload: false and put the "
+                                     "code where the cluster's nodes can read it") from None
+            try:
+                self._ray_client = JobSubmissionClient(self.address)
+            except (ConnectionError, RuntimeError, OSError) as err:
+                raise BackendError(f"the Ray Jobs API at {self.address} does not answer ({str(err)[:200]})",
+                                   hint=KIT_HINT) from None
+        return self._ray_client
+
+    def _submit_uploading(self, sid: str, body: dict[str, Any], key: str) -> str:
+        """Submit through Ray's client, which packages and uploads the working_dir (and local py_modules)."""
+        client = self._client()
+        args = {k: v for k, v in body.items() if k != "submission_id"}
+        try:
+            client.submit_job(submission_id=sid, **args)
+        except (ValueError, TypeError, OSError) as err:  # packaging: Ray's size limit, a path, a file it cannot read
+            if isinstance(err, ConnectionError):
+                return self._unknown_submit(sid, err)
+            raise SpecError(f"backend ray: could not package and upload the workdir of attempt {key}: "
+                            f"{_ray_message(str(err))}",
+                            hint="keep the workdir small (Ray's limit; .gitignore and .rayignore leave files out, "
+                                 "or runtime_env: {excludes: [...]}), readable, and every runtime_env py_modules "
+                                 "path present") from None
+        except RuntimeError as err:
+            text = str(err)
+            if "already exists" in text:  # submitted before a crash: adopt it, never run it again
+                return sid
+            if "Package size" in text or "exceeds the maximum size" in text:  # the head's check of the upload
+                raise SpecError(f"backend ray: the head refused the workdir's package for attempt {key}: "
+                                f"{_ray_message(text)}", hint="keep the workdir under Ray's package size limit "
+                                "(.gitignore, .rayignore, or runtime_env: {excludes: [...]})") from None
+            raise BackendError(f"Ray rejected attempt {key}: {_ray_message(text)}",
+                               hint="fix what Ray names (the job's resources, the backend's runtime_env), "
+                                    "or check the head's log (backends/ray/README.md)") from None
+        except Exception as err:  # noqa: BLE001 - requests' own errors (a dropped connection): maybe submitted
+            return self._unknown_submit(sid, err)
+        return sid
+
+    def _unknown_submit(self, sid: str, err: BaseException) -> str:
+        """No clear answer to a submit: Ray may have the job all the same; never submit it twice."""
+        if self._call("GET", f"/api/jobs/{_quote(sid)}")[0] == 200:
+            return sid
+        raise BackendError(f"the Ray Jobs API at {self.address} did not take the job ({str(err)[:200]})",
+                           hint=KIT_HINT) from None
 
     def _runtime_env(self, request: LaunchRequest) -> dict[str, Any]:
         # Only what the runtime or the job set: the head's own environment holds the rest, and
@@ -199,8 +258,9 @@ class RayBackend(Backend):
             raise BackendError(f"Ray answered HTTP {code} for job {sid}: {_ray_message(str(info))}", hint=KIT_HINT)
         state = info.get("status")
         started, ended = _seconds(info.get("start_time")), _seconds(info.get("end_time"))
-        if state == "PENDING":
-            return AttemptStatus("starting")
+        if state == "PENDING":  # Ray holds it (resources, its runtime_env being set up): say so, in Ray's words
+            said = "".join(c for c in str(info.get("message") or "") if c.isprintable()).split(". ")[0][:120]
+            return AttemptStatus("starting", detail=f"engine: PENDING, {said}" if said else "engine: PENDING")
         if state == "RUNNING":
             limit = _float((info.get("metadata") or {}).get("autoresearch_timeout"))
             if limit is not None and started is not None and time.time() - started > limit:

@@ -65,6 +65,8 @@ def _state(v: JobView) -> tuple[str, str]:
     label = "cancelling" if v.cancelling else v.state
     if v.state == "cancelled" and v.end_reason == "stopped":
         label = "stopped"  # stopped early by its research loop (an early stopper, the loop's end)
+    if v.engine_state and not v.cancelling:  # launched, but the engine holds it in its queue
+        return f"queued (engine: {v.engine_state})", STATE_STYLE["queued"]
     return label, STATE_STYLE.get(v.state, "white")
 
 

@@ -5,7 +5,8 @@
 #
 # Runs `ray start --head --block` in its own session, in the background, with its PID in
 # DIR/head.pid and its output in DIR/head.log; waits until the Jobs API answers on
-# http://127.0.0.1:DASHBOARD_PORT. Ports stay on 127.0.0.1. Stop it with stop.sh (by PID:
+# http://127.0.0.1:DASHBOARD_PORT. Ports stay on 127.0.0.1; all but --port and --dashboard-port are chosen free, so
+# two heads (two kits, two engineers' tests) start beside each other. Stop it with stop.sh (by PID:
 # never `ray stop`, which kills every Ray process on the machine by name).
 set -euo pipefail
 
@@ -43,9 +44,26 @@ fi
 TEMP="$DIR/t"
 mkdir -p "$TEMP"
 
+# Every other port the head opens is chosen free here (Ray's defaults are fixed: the client server
+# on 10001, the dashboard agent on 52365, ...), so two kits' heads start beside each other.
+read -r CLIENT AGENT AGENT_GRPC RUNTIME_ENV METRICS NODE_MANAGER OBJECT_MANAGER < <(python3 - <<'PY'
+import socket
+socks = [socket.socket() for _ in range(7)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))
+for s in socks:
+    s.close()
+PY
+)
+echo "$CLIENT" > "$DIR/client.port"
+
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_USAGE_STATS_ENABLED=0
 args=(--head --block --node-ip-address=127.0.0.1 --port="$PORT" --num-gpus="$GPUS"
       --include-dashboard=true --dashboard-host=127.0.0.1 --dashboard-port="$DASH"
+      --ray-client-server-port="$CLIENT" --dashboard-agent-listen-port="$AGENT"
+      --dashboard-agent-grpc-port="$AGENT_GRPC" --runtime-env-agent-port="$RUNTIME_ENV"
+      --metrics-export-port="$METRICS" --node-manager-port="$NODE_MANAGER" --object-manager-port="$OBJECT_MANAGER"
       --temp-dir="$TEMP" --disable-usage-stats)
 [ -n "$CPUS" ] && args+=(--num-cpus="$CPUS")
 setsid ray start "${args[@]}" >"$DIR/head.log" 2>&1 < /dev/null &

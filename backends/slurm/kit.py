@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""A single-node dev Slurm cluster in a private directory, from Debian's ``slurm-wlm munge``.
+"""A dev Slurm cluster (one node, or several slurmd on this host) in a private directory, from Debian's ``slurm-wlm munge``.
 
-    python3 backends/slurm/kit.py start [--dir DIR] [--gpus 4]   # prints `export SLURM_CONF=...`
+    python3 backends/slurm/kit.py start [--dir DIR] [--gpus 4] [--nodes 2]   # prints `export SLURM_CONF=...`
     python3 backends/slurm/kit.py status [--dir DIR]
     python3 backends/slurm/kit.py stop [--dir DIR]
 
@@ -50,7 +50,17 @@ def _pid(path: Path) -> int | None:
         return None
 
 
-def render(kit: Path, gpus: int, ctld_port: int, slurmd_port: int) -> dict[str, str]:
+def node_names(nodes: int) -> list[str]:
+    """The kit's node names: the host's own for one node; ``<host>-<i>`` for several."""
+    host = socket.gethostname().split(".")[0]
+    return [host] if nodes <= 1 else [f"{host}-{i}" for i in range(nodes)]
+
+
+def render(kit: Path, gpus: int, ctld_port: int, slurmd_port: int, nodes: int = 1,
+           node_ports: list[int] | None = None) -> dict[str, str]:
+    """slurm.conf and gres.conf. Several nodes are several slurmd on this host (``slurmd -N``), each
+    on its own loopback address (127.0.0.<i+1>, so a gang's MASTER_ADDR tells the nodes apart) and
+    its own port, spool, log and PID file (``%n`` in their paths)."""
     user = getpass.getuser()
     cpus = max(os.cpu_count() or 1, 16)
     try:
@@ -61,8 +71,17 @@ def render(kit: Path, gpus: int, ctld_port: int, slurmd_port: int) -> dict[str, 
         "KIT": str(kit), "USER": user, "HOST": socket.gethostname().split(".")[0], "CPUS": str(cpus),
         "MEMORY": str(max(memory, 256)), "GPUS": str(gpus), "CTLD_PORT": str(ctld_port),
         "SLURMD_PORT": str(slurmd_port), "GRES": f"Gres=gpu:{gpus}" if gpus else "",
-        "GPU_FILES": f"{kit}/dev/nvidia[0-{gpus - 1}]" if gpus > 1 else f"{kit}/dev/nvidia0",
     }
+    gpu_files = f"{kit}/dev/nvidia[0-{gpus - 1}]" if gpus > 1 else f"{kit}/dev/nvidia0"
+    names = node_names(nodes)
+    ports = node_ports or [slurmd_port] * len(names)
+    gres = f"Gres=gpu:{gpus} " if gpus else ""
+    values["NODES"] = "\n".join(
+        f"NodeName={name} NodeHostname={values['HOST']} NodeAddr=127.0.0.{i + 1} Port={ports[i]} "
+        f"CPUs={cpus} RealMemory={values['MEMORY']} {gres}State=UNKNOWN" if len(names) > 1 else
+        f"NodeName={name} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={values['MEMORY']} {gres}State=UNKNOWN"
+        for i, name in enumerate(names))
+    values["GRES_NODES"] = "\n".join(f"NodeName={name} Name=gpu File={gpu_files}" for name in names)
     out = {}
     for name in ("slurm.conf", "gres.conf"):
         text = (HERE / f"{name}.in").read_text()
@@ -72,13 +91,33 @@ def render(kit: Path, gpus: int, ctld_port: int, slurmd_port: int) -> dict[str, 
     return out
 
 
-def start(kit: Path, gpus: int = 4, ctld_port: int = 0, slurmd_port: int = 0, wait_s: float = 60.0) -> Path:
-    """Start munged, slurmctld and slurmd under ``kit``; return the slurm.conf path once the node is idle."""
+def _daemon_pids(kit: Path) -> dict[str, Path]:
+    """PID file per running daemon name (``slurmd-<node>`` per node), in stop order."""
+    run = kit / "run"
+    slurmds = sorted(run.glob("slurmd*.pid")) if run.is_dir() else []
+    return {**{p.stem: p for p in slurmds}, "slurmctld": run / "slurmctld.pid", "munged": run / "munged.pid"}
+
+
+def start(kit: Path, gpus: int = 4, ctld_port: int = 0, slurmd_port: int = 0, wait_s: float = 60.0,
+          nodes: int = 1) -> Path:
+    """Start munged, slurmctld and one slurmd per node under ``kit``; return the slurm.conf path once
+    every node is idle. A start that fails stops what it started (nothing is left running)."""
+    try:
+        return _start(kit, gpus, ctld_port, slurmd_port, wait_s, nodes)
+    except BaseException:
+        stop(kit, wait_s=5.0)
+        raise
+
+
+def _start(kit: Path, gpus: int, ctld_port: int, slurmd_port: int, wait_s: float, nodes: int) -> Path:
     for tool in ("munged", "slurmctld", "slurmd", "sinfo"):
         if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists():
             raise SystemExit(f"{tool} is not installed: apt-get install -y slurm-wlm munge")
     conf = kit / "etc" / "slurm.conf"
-    if conf.exists() and all(_pid(kit / "run" / f"{d}.pid") for d in DAEMONS):
+    names = node_names(nodes)
+    pidfiles = [kit / "run" / "slurmctld.pid", kit / "run" / "munged.pid",
+                *(kit / "run" / f"slurmd-{n}.pid" for n in names)]
+    if conf.exists() and all(_pid(p) for p in pidfiles):
         return conf  # already up
     stop(kit)
     for sub in ("etc", "run", "log", "munge", "spool/ctld", "spool/d", "dev"):
@@ -89,7 +128,11 @@ def start(kit: Path, gpus: int = 4, ctld_port: int = 0, slurmd_port: int = 0, wa
         link = kit / "dev" / f"nvidia{i}"
         if not link.is_symlink():
             link.symlink_to("/dev/null")
-    files = render(kit, gpus, ctld_port or free_port(), slurmd_port or free_port())
+    slurmd_port = slurmd_port or free_port()
+    ports = [slurmd_port] + [free_port() for _ in names[1:]]
+    files = render(kit, gpus, ctld_port or free_port(), slurmd_port, nodes, ports)
+    for name in names:
+        (kit / "spool" / "d" / name).mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (kit / "etc" / name).write_text(text)
     key = kit / "munge" / "munge.key"
@@ -101,14 +144,18 @@ def start(kit: Path, gpus: int = 4, ctld_port: int = 0, slurmd_port: int = 0, wa
     _run(["munged", f"--socket={sock}", f"--key-file={key}", f"--pid-file={kit}/run/munged.pid",
           f"--log-file={kit}/log/munged.log", f"--seed-file={kit}/munge/munged.seed", "--force"], env)
     _run(["slurmctld", "-f", str(conf)], env)  # daemonizes; writes its PID file
-    _run(["slurmd", "-f", str(conf)], env)
+    for name in names:
+        _run(["slurmd", "-f", str(conf), *(["-N", name] if nodes > 1 else [])], env)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        out = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True, timeout=10)
-        if out.returncode == 0 and any(s.strip() in ("idle", "mixed", "allocated") for s in out.stdout.split()):
+        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], env=env, capture_output=True, text=True,
+                             timeout=10)
+        up = {line.split()[0] for line in out.stdout.splitlines()
+              if len(line.split()) == 2 and line.split()[1] in ("idle", "mixed", "allocated")}
+        if out.returncode == 0 and up >= set(names):
             return conf
         time.sleep(0.3)
-    raise SystemExit(f"the kit's node did not come up within {wait_s:.0f}s; see {kit}/log/")
+    raise SystemExit(f"the kit's nodes did not come up within {wait_s:.0f}s; see {kit}/log/")
 
 
 def _run(argv: list[str], env: dict[str, str]) -> None:
@@ -130,8 +177,7 @@ def stop(kit: Path, wait_s: float = 15.0) -> None:
                     ["squeue", "-h", "-t", "R,CG,CF,S", "-o", "%i"], env=env, capture_output=True, text=True,
                     timeout=10).stdout.strip():
                 time.sleep(0.2)
-    for daemon in DAEMONS:
-        pidfile = kit / "run" / f"{daemon}.pid"
+    for pidfile in _daemon_pids(kit).values():
         pid = _pid(pidfile)
         if pid is not None:
             _end(pid, wait_s)
@@ -192,7 +238,7 @@ def restart_ctld(kit: Path) -> None:
 
 
 def status(kit: Path) -> dict[str, int | None]:
-    return {d: _pid(kit / "run" / f"{d}.pid") for d in DAEMONS}
+    return {name: _pid(path) for name, path in _daemon_pids(kit).items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,10 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=None, help="kit directory (default: %(default)s)")
     parser.add_argument("--gpus", type=int, default=4, help="fake GPUs on the node")
     parser.add_argument("--port", type=int, default=0, help="slurmctld port (default: a free one)")
+    parser.add_argument("--nodes", type=int, default=1, help="nodes (slurmd daemons on this host)")
     args = parser.parse_args(argv)
     kit = (args.dir or default_dir()).expanduser().resolve()
     if args.action == "start":
-        conf = start(kit, args.gpus, args.port)
+        conf = start(kit, args.gpus, args.port, nodes=max(1, args.nodes))
         print(f"export SLURM_CONF={conf}")
     elif args.action == "stop":
         stop(kit)

@@ -61,6 +61,20 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         kit.stop(where)
 
 
+@pytest.fixture(scope="session")
+def slurm_two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A 2-node kit (two slurmd on this host at 127.0.0.1 and 127.0.0.2), for gangs."""
+    if not _installed():
+        pytest.skip("Slurm is not installed here (apt-get install -y slurm-wlm munge; .ci/run does it)")
+    kit = _kit_module()
+    where = tmp_path_factory.mktemp("slurm2")
+    conf = kit.start(where, gpus=2, nodes=2)
+    try:
+        yield Cluster(where, str(conf), kit)
+    finally:
+        kit.stop(where)
+
+
 @pytest.fixture
 def slurm(slurm_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
     """The session's cluster, emptied of jobs after the test (so one test's jobs never hold another's GPUs)."""

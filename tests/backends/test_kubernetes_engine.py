@@ -4,6 +4,7 @@ labels and priority classes, indexed gang Jobs, the engine's faults, and actiona
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import textwrap
@@ -160,6 +161,24 @@ def test_gang_jobs_are_indexed_with_one_pod_per_node(k8s: FakeKubernetes, tmp_pa
     assert len(k8s.pods_of("default", ext.split("/")[1])) == 3
     log = backend.read_log(ext)
     assert log.startswith(b"rank=0 of 3 at " + ext.split("/")[1].encode() + b"-0.")  # rank 0's log
+
+
+def test_gang_pods_get_the_whole_torchrun_contract_once(k8s: FakeKubernetes, tmp_path: Path) -> None:
+    backend = _backend(k8s, tmp_path)
+    launcher = {"AUTORESEARCH_HOME": "/h", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "41234", "RANK": "0"}
+    ext = backend.start(dataclasses.replace(_request(tmp_path, key="9.3", nodes=2), env=launcher))
+    name = ext.split("/")[1]
+    env = k8s.jobs[tuple(ext.split("/"))]["spec"]["template"]["spec"]["containers"][0]["env"]  # type: ignore[index]
+    names = [e["name"] for e in env]
+    assert len(names) == len(set(names))  # the launching host's MASTER_ADDR and port are replaced, not doubled
+    by_name = {e["name"]: e for e in env}
+    index = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    for rank in ("RANK", "NODE_RANK"):
+        assert by_name[rank]["valueFrom"]["fieldRef"]["fieldPath"] == index
+    assert {k: by_name[k].get("value") for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LOCAL_RANK",
+                                                  "LOCAL_WORLD_SIZE")} == {
+        "MASTER_ADDR": f"{name}-0.{name}", "MASTER_PORT": "29500", "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1"}
 
 
 def test_a_failed_rank_fails_the_gang_with_its_exit_code(k8s: FakeKubernetes, tmp_path: Path) -> None:

@@ -161,11 +161,14 @@ def test_the_stop_backstop_waits_for_the_jobs_own_grace_period(slurm: Any, tmp_p
     from tests.conftest import wait_for
 
     backend = SlurmBackend(conf=slurm.conf)
-    ignores_term = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
-    request = LaunchRequest(key="grace.1", argv=[PY, "-c", ignores_term], env=dict(os.environ), workdir=str(tmp_path),
-                            log_path=str(tmp_path / "a.log"), run_dir=str(tmp_path / "a"), grace=120.0)
+    ready = tmp_path / "ready"  # (the program ignores SIGTERM from here on: a stop before that would end it)
+    ignores_term = ("import pathlib, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                    "pathlib.Path(sys.argv[1]).write_text('x'); time.sleep(120)")
+    request = LaunchRequest(key="grace.1", argv=[PY, "-c", ignores_term, str(ready)], env=dict(os.environ),
+                            workdir=str(tmp_path), log_path=str(tmp_path / "a.log"), run_dir=str(tmp_path / "a"),
+                            grace=120.0)
     ext = backend.start(request)
-    wait_for(lambda: backend.poll(ext).state == "running", timeout=60)
+    wait_for(lambda: backend.poll(ext).state == "running" and ready.exists(), timeout=60)
     # A stop asked 40 s ago without a grace of its own: the job's 120 s still run, no hard scancel yet.
     (tmp_path / "a" / "stop.json").write_text(json.dumps({"requested_at": time.time() - 40}))
     assert backend.poll(ext).state == "running"

@@ -210,3 +210,23 @@ def test_a_users_own_scancel_is_a_cancel_not_the_machines_fault(sapi: Api, slurm
     attempt = done.attempt_list[0]
     assert attempt.end_reason == "cancelled" and "scancel" in (attempt.detail or "")
     assert sapi._ledger.one("SELECT COUNT(*) FROM events WHERE kind='finding' AND data LIKE '%infra_failure%'")[0] == 0
+
+
+def test_status_shows_slurms_node_gpus_and_why_it_holds_a_job(sapi: Api, slurm: Any, tmp_path: Path) -> None:
+    from autoresearch.cli._render import _state
+
+    hog = slurm.run("sbatch", "--parsable", "-o", "/dev/null", "--gres=gpu:4", "--wrap", "sleep 300").strip()
+    wait_for(lambda: "RUNNING" in slurm.run("squeue", "-h", "-j", hog, "-o", "%T"), timeout=60)
+    job = sapi.submit({"command": ["sleep", "300"], "gpus": 2, "cpus": 1, "memory": "64M",
+                       "workdir": str(tmp_path)}).id
+    # (Slurm's reason is None until its scheduler has looked at the job: "PENDING" alone, then its reason)
+    held = wait_for(lambda: (v := sapi.status(job)).engine_state.startswith("PENDING, ") and v, timeout=60)
+    assert held.state == "starting" and held.engine_state == "PENDING, Resources"
+    assert _state(held)[0] == "queued (engine: PENDING, Resources)"  # not "starting"
+    slurm.run("scancel", hog)
+    view = wait_state(sapi, job, "running", timeout=60)
+    view = wait_for(lambda: (v := sapi.status(job)).attempt_list[0].node and v, timeout=30)  # type: ignore[union-attr]
+    node = next(n for n in sapi.nodes() if n.backend == "slurm").name
+    assert view.attempt_list[0].node == node and view.attempt_list[0].gpus == ["0", "1"]  # Slurm's own placement
+    assert view.engine_state == "" and _state(view)[0] == "running"
+    sapi.cancel([job])

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from autoresearch import scheduler as S
 from autoresearch.api import Api
@@ -105,3 +109,20 @@ def test_a_job_for_a_head_that_does_not_answer_waits_queued(home: Path, tmp_path
     api.tick()
     assert api.status(job).state == "queued"  # not launched into the void, no retry spent
     assert api._ledger.one("SELECT COUNT(*) AS n FROM attempts")["n"] == 0
+
+
+def test_the_ray_timeout_option_bounds_each_call_and_garbage_falls_back() -> None:
+    from autoresearch.backends.ray import RayBackend
+    from autoresearch.errors import BackendError
+
+    for garbage in (float("nan"), -1, 0, 10**9, "5"):
+        assert RayBackend(address="http://127.0.0.1:9", timeout=garbage).timeout == 10.0  # type: ignore[arg-type]
+    assert RayBackend(address="http://127.0.0.1:9", timeout=2.5).timeout == 2.5
+    with socket.socket() as silent:  # a listener that never answers: the call gives up after the timeout
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        backend = RayBackend(address=f"http://127.0.0.1:{silent.getsockname()[1]}", timeout=1.0)
+        t0 = time.monotonic()
+        with pytest.raises(BackendError, match="does not answer"):
+            backend.probe()
+        assert time.monotonic() - t0 < 20  # 1 s and the loaded machine's slack, never urllib's default (none)

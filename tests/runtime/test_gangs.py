@@ -22,8 +22,8 @@ PY = sys.executable
 # member prints its environment. A wrong address, port, world size or rank never completes.
 RENDEZVOUS = r"""
 import json, os, socket, sys, time
-keys = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES",
-        "AUTORESEARCH_NODE")
+keys = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+        "CUDA_VISIBLE_DEVICES", "AUTORESEARCH_NODE")
 env = {k: os.environ.get(k) for k in keys}
 print("ENV " + json.dumps(env), flush=True)
 addr, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
@@ -77,6 +77,7 @@ def test_two_member_gang_gets_torchrun_env_and_meets_over_loopback(four_gpus: Pa
                   key=lambda e: e["RANK"])
     assert [e["RANK"] for e in envs] == ["0", "1"] and [e["NODE_RANK"] for e in envs] == ["0", "1"]
     assert {e["WORLD_SIZE"] for e in envs} == {"2"} and {e["LOCAL_RANK"] for e in envs} == {"0"}
+    assert {e["LOCAL_WORLD_SIZE"] for e in envs} == {"1"}
     assert {e["MASTER_ADDR"] for e in envs} == {"127.0.0.1"} and len({e["MASTER_PORT"] for e in envs}) == 1
     slots = [set(e["CUDA_VISIBLE_DEVICES"].split(",")) for e in envs]
     assert all(len(s) == 2 for s in slots) and not slots[0] & slots[1]  # each member its own GPU slots

@@ -258,3 +258,32 @@ def test_a_removed_profiles_node_is_taken_over(home: Path) -> None:
     (home / "config.yaml").unlink()  # box is gone: the built-in local reports the same host name
     assert cli("submit", "--", "true").returncode == 0
     assert [n["backend"] for n in json.loads(cli("nodes", "--json").stdout)["nodes"]] == ["local"]
+
+
+@pytest.mark.parametrize("backends", [
+    "{a: {kind: ray, address: 'http://127.0.0.1:8265'}, b: {kind: ray, address: 'http://localhost:8265/'}}",
+    "{a: {kind: ray}, b: {kind: ray, address: 'http://127.0.0.1:8265'}}",  # the default address
+    "{a: {kind: slurm, partition: gpu}, b: {kind: slurm, partition: cpu, conf: /etc/slurm/../slurm/slurm.conf}}",
+    "{a: {kind: docker, image: x}, b: {kind: docker, image: y}}",  # one daemon, one node name
+])
+def test_two_profiles_on_one_engine_are_refused_when_the_config_is_read(home: Path, backends: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("RAY_ADDRESS", "SLURM_CONF", "DOCKER_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    write_config(home, f"backends: {backends}\n")
+    with pytest.raises(SpecError) as err:
+        load(home)
+    assert "backends.a and backends.b both drive the" in err.value.message
+    assert "one profile per engine" in err.value.hint and "wait for ever" in err.value.hint
+
+
+def test_profiles_on_different_engines_or_engines_without_nodes_load(home: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    write_config(home, "backends:\n"
+                       "  a: {kind: ray, address: 'http://127.0.0.1:8265'}\n"
+                       "  b: {kind: ray, address: 'http://127.0.0.1:8266'}\n"
+                       "  c: {kind: docker, image: x}\n  d: {kind: docker, image: y, node_name: gpu-box-2}\n"
+                       "  k1: {kind: kubernetes, api: 'https://k8s:6443', namespace: one}\n"
+                       "  k2: {kind: kubernetes, api: 'https://k8s:6443', namespace: two}\n")
+    assert sorted(load(home).profiles) == ["a", "b", "c", "d", "k1", "k2"]
