@@ -52,11 +52,12 @@ class AutoresearchMCP(MCPServer[Any]):
             seen = cache[name] = (schema, X_MCP_HEADER_KEY in json.dumps(schema, default=str))
         return schema if seen[1] else None
 
-    def add_tool(self, fn: Any, *args: Any, description: str | None = None, **kwargs: Any) -> None:
+    def add_tool(self, fn: Any, name: str | None = None, title: str | None = None,  # type: ignore[override]
+                 description: str | None = None, **kwargs: Any) -> None:
         """As the SDK's, with a description written as a docstring sent without its indentation
         (a tool's docstring kept 8 spaces a line: ~550 characters of the tool list were spaces)."""
         text = description if description is not None else fn.__doc__
-        super().add_tool(fn, *args, description=inspect.cleandoc(text) if text else text, **kwargs)
+        super().add_tool(fn, name=name, title=title, description=inspect.cleandoc(text) if text else text, **kwargs)
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         tool = self._tool_manager.get_tool(name)
