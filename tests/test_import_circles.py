@@ -20,7 +20,6 @@ KNOWN: set[frozenset[str]] = {
     frozenset({"autoresearch.tracking", "autoresearch.tracking._entities", "autoresearch.tracking._prepare_runs",
                "autoresearch.tracking._reports", "autoresearch.tracking._sync", "autoresearch.tracking._traces"}),
     frozenset({"autoresearch.loop._plan_load", "autoresearch.loop.plan"}),
-    frozenset({"autoresearch.passd", "autoresearch.runtime"}),
     frozenset({"autoresearch.loop.proposers.code", "autoresearch.loop.proposers.llm"}),
     frozenset({"autoresearch.cli", "autoresearch.cli._ci", "autoresearch.cli.completion", "autoresearch.cli.jobs",
                "autoresearch.cli.loop", "autoresearch.cli.tracking"}),
