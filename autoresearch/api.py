@@ -44,6 +44,7 @@ from autoresearch.views import (
 )
 
 LIST_HINT = "list jobs with `autoresearch list` (MCP: list_jobs)"
+TRIAL_HINT = "a loop's trials and their jobs: `autoresearch leaderboard NAME` (MCP: leaderboard)"
 # What a trial may write to be heard, for the faces' "no metrics" messages (autoresearch.metrics).
 METRIC_FORMATS = M.LOG_FORMATS
 UNSEEN_AFTER_S = M.UNSEEN_AFTER_S
@@ -510,12 +511,26 @@ class Api:
 
     def _job_row(self, job_id: int | str, project: str | None) -> Any:
         text = str(job_id).strip()
+        if text[:1] in ("T", "t"):  # a trial's id as the loop shows it (T48): the job that ran it
+            text = self._trial_job(text[1:], project)
         if not (text.isascii() and text.isdigit()):  # '²'.isdigit() is true, int('²') raises
-            raise NotFoundError(f"no job {job_id!r}: job ids are numbers", hint=LIST_HINT)
+            raise NotFoundError(f"no job {job_id!r}: job ids are numbers (or a trial's, T48)", hint=LIST_HINT)
         row = self._jobs.job(int(text)) if len(text) < 19 else None
         if row is None or (project is not None and row["project"] != project):
             raise NotFoundError(f"no job {text}", hint=LIST_HINT)
         return row
+
+    def _trial_job(self, number: str, project: str | None) -> str:
+        """The id (as text) of the job that ran the trial numbered ``number``."""
+        from autoresearch.loop.store import LoopStore
+
+        if not (number.isascii() and number.isdigit()) or len(number) >= 19:
+            raise NotFoundError(f"no trial {number!r}: trial ids are numbers (T48)", hint=TRIAL_HINT)
+        job = LoopStore.job_of(self._ledger, int(number))
+        if job is None:
+            raise NotFoundError(f"no job for trial {int(number)}: no such trial, or it has not been launched yet",
+                                hint=TRIAL_HINT)
+        return str(job)
 
     def _attempt_row(self, job: Any, attempt: int | None) -> Any:
         if attempt is None:

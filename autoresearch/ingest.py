@@ -251,7 +251,7 @@ def ingest_final_many(ledger: Ledger, backend: Backend, atts: list[Any]) -> set[
 
 def _health_signatures(ledger: Ledger, backend: Backend, att: Any, lines: list[str]) -> None:
     """The same lines, read once, scanned for faults of the machine and the program (autoresearch/health/)."""
-    from autoresearch.health.monitor import record_log_hits
+    from autoresearch.health.log_hits import record_log_hits
 
     try:
         record_log_hits(ledger, backend, att, lines)

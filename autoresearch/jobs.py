@@ -87,14 +87,14 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
             raise SpecError(f"checkpoint directory {checkpoint} cannot be created: {problem}",
                             hint="pass --checkpoint a writable directory, or --checkpoint alone for a per-job one")
     job_ids = runtime.jobs.add_jobs(jobs, project, runtime.backend.name, policy, group, max_running, place_as)
-    from autoresearch import passd
+    from autoresearch.watcher import ensure_daemon
 
     # The endings of what our pass starts run their pass in the daemon, not each in a fresh interpreter.
     # A batch starts it before its pass: its first wave may be dozens of short jobs ending at once, and
     # one that ends before the daemon listens waits for it (backends/_supervisor.py). A single job's
     # start does not wait behind the daemon's fork and imports: it is started after.
     if len(jobs) > 1:
-        passd.ensure(runtime)
+        ensure_daemon(runtime)
     # Our own pass, unless another process runs one now (the pass daemon, busy with endings): then we
     # do not queue behind it for the lock; a poke makes the listener run another pass after its
     # current one, which places these. Nobody listens: we wait for the lock and run it ourselves.
@@ -115,7 +115,7 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
     for job_id, job in zip(job_ids, jobs, strict=True):  # (the nodes read once for the batch, not once a job)
         warn_if_unschedulable(runtime, job_id, job.gpus, job.nodes, sizes)
     if len(jobs) == 1:
-        passd.ensure(runtime)
+        ensure_daemon(runtime)
     return job_ids
 
 

@@ -2,7 +2,8 @@
 
 Without it, every attempt that ends execs a fresh ``python -m autoresearch.runtime`` (its
 supervisor's ``on_exit``: ~120 ms of CPU and ~190 ms of wall each, and a queue of them on
-the pass lock). :func:`ensure`, called by every submit, starts one daemon per home and
+the pass lock). :func:`ensure` (autoresearch/watcher.py: ``ensure_daemon``, so that the runtime starts a daemon
+without importing this module, which imports the runtime), called by every submit, starts one daemon per home and
 backend when nobody listens on the backend's wake FIFO (a loop controller or an MCP server
 that listens runs the pass itself); the daemon holds a :class:`Watcher`, runs a pass when
 a supervisor pokes it and exits once nothing of its backend has been queued or running for
@@ -27,71 +28,18 @@ import sys
 import time
 from pathlib import Path
 
-from autoresearch.watcher import Watcher, fifo_name, others_listen
+from autoresearch.watcher import SPAWN_GRACE_S, Watcher, others_listen
+from autoresearch.watcher import daemon_enabled as enabled
+from autoresearch.watcher import daemon_lock as lock_path
+from autoresearch.watcher import daemon_pid as running_pid
+from autoresearch.watcher import ensure_daemon as ensure
+
+# The daemon's start lives in autoresearch/watcher.py (the runtime starts one and this imports the
+# runtime); its names stay here too.
+__all__ = ["IDLE_S", "SPAWN_GRACE_S", "WAKE_S", "enabled", "ensure", "lock_path", "main", "running_pid", "serve"]
 
 IDLE_S = 10.0  # exit after this long with nothing queued or running on our backend
-SPAWN_GRACE_S = 2.0  # a daemon started this recently may still be importing: no second one meanwhile
 WAKE_S = 1.0  # re-check the idle clock and other listeners at least this often
-_OFF = ("0", "off", "false", "no")
-_SUPERVISED = ("LocalBackend", "DockerBackend")  # backends whose supervisors poke the wake FIFO
-
-
-def enabled() -> bool:
-    return os.environ.get("AUTORESEARCH_PASSD", "").strip().lower() not in _OFF
-
-
-def lock_path(home: Path, backend: str) -> Path:
-    return home / f"passd.{fifo_name(backend)}.lock"
-
-
-def running_pid(home: Path, backend: str = "local") -> int | None:
-    """The pid of the daemon of ``home`` and ``backend``, when one runs."""
-    from autoresearch.backends._supervisor import lock_holder
-
-    return lock_holder(lock_path(home, backend))
-
-
-def ensure(runtime: object) -> bool:
-    """Start the daemon of ``runtime``'s home and backend unless one runs, or another process
-    listens on the wake FIFO, or the backend's attempts poke no FIFO, or one was started less than
-    ``SPAWN_GRACE_S`` ago (it takes the lock only once its imports are done: many endings at once,
-    each with nobody listening, would each start one, and all but one would exit). Never raises;
-    True when it started one. Cheap when one runs: an open and a non-blocking flock."""
-    backend = getattr(runtime, "backend", None)
-    ledger = getattr(runtime, "ledger", None)
-    if not enabled() or backend is None or ledger is None or type(backend).__name__ not in _SUPERVISED:
-        return False
-    home: Path = ledger.home
-    try:
-        fd = os.open(lock_path(home, backend.name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False  # a daemon runs
-        finally:
-            os.close(fd)
-        if others_listen(home, backend.name):
-            return False  # a loop or a server runs the pass
-        started = home / f"passd.{fifo_name(backend.name)}.started"
-        try:
-            if 0 <= time.time() - os.lstat(started).st_mtime < SPAWN_GRACE_S:
-                return False  # one is starting
-        except FileNotFoundError:
-            pass
-        stamp = os.open(started, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)  # (a link: OSError)
-        try:
-            os.utime(stamp)
-        finally:
-            os.close(stamp)
-        from autoresearch.backends._supervisor import spawn_detached
-
-        spawn_detached([sys.executable, "-m", "autoresearch.passd", "--home", str(home), "--backend", backend.name],
-                       home / "passd.log")
-        return True
-    except OSError:
-        return False
-
-
 def serve(home: str, backend: str, idle_s: float = IDLE_S) -> int:
     """Run passes on pokes until idle; 0 when another daemon holds the lock (nothing to do)."""
     from autoresearch.errors import AutoresearchError

@@ -15,7 +15,9 @@ def prompts_dir() -> Path:
     configured = os.environ.get("AUTORESEARCH_PROMPTS")
     if configured:
         return Path(configured)
-    checkout = Path(__file__).resolve().parent.parent / "prompts"
+    import autoresearch  # (the package's place, wherever this module lies within it)
+
+    checkout = Path(autoresearch.__file__).resolve().parent.parent / "prompts"
     if checkout.is_dir():
         return checkout
     for prefix in (sys.prefix, sys.base_prefix, os.path.expanduser("~/.local")):

@@ -926,7 +926,7 @@ def main(argv: list[str] | None = None) -> int:
 
     A supervisor runs it when nobody heard its ending (no loop or server listening and no pass
     daemon: one was killed, or the listener died). While attempts of the backend still start or run,
-    it then starts a pass daemon (``passd.ensure``: not when one runs or starts, somebody listens, or
+    it then starts a pass daemon (``watcher.ensure_daemon``: not when one runs or starts, somebody listens, or
     ``AUTORESEARCH_PASSD=off``), so that their endings are heard again instead of each starting an
     interpreter like this one (~110-130 ms of CPU on a 2-core VM)."""
     import argparse
@@ -939,9 +939,9 @@ def main(argv: list[str] | None = None) -> int:
         runtime = Runtime(args.home, args.backend)
         runtime.tick()
         if runtime.jobs.any_unfinished(runtime.backend.name):
-            from autoresearch import passd
+            from autoresearch.watcher import ensure_daemon
 
-            passd.ensure(runtime)
+            ensure_daemon(runtime)
     except AutoresearchError as err:
         print(f"autoresearch pass failed: {err.render()}", file=sys.stderr)
         return 1

@@ -8,6 +8,8 @@ from __future__ import annotations
 import fcntl
 import os
 import select
+import sys
+import time
 from pathlib import Path
 
 WAKE_FIFO = "wake.fifo"
@@ -142,3 +144,67 @@ class Watcher:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# -- the pass daemon's start (autoresearch/passd.py is the daemon; it imports the runtime, which starts
+# one after its pass: the start lives here, below both)
+
+SPAWN_GRACE_S = 2.0  # a daemon started this recently may still be importing: no second one meanwhile
+_OFF = ("0", "off", "false", "no")
+_SUPERVISED = ("LocalBackend", "DockerBackend")  # backends whose supervisors poke the wake FIFO
+
+
+def daemon_enabled() -> bool:
+    return os.environ.get("AUTORESEARCH_PASSD", "").strip().lower() not in _OFF
+
+
+def daemon_lock(home: Path, backend: str) -> Path:
+    return home / f"passd.{fifo_name(backend)}.lock"
+
+
+def daemon_pid(home: Path, backend: str = "local") -> int | None:
+    """The pid of the daemon of ``home`` and ``backend``, when one runs."""
+    from autoresearch.backends._supervisor import lock_holder
+
+    return lock_holder(daemon_lock(home, backend))
+
+
+def ensure_daemon(runtime: object) -> bool:
+    """Start the daemon of ``runtime``'s home and backend unless one runs, or another process
+    listens on the wake FIFO, or the backend's attempts poke no FIFO, or one was started less than
+    ``SPAWN_GRACE_S`` ago (it takes the lock only once its imports are done: many endings at once,
+    each with nobody listening, would each start one, and all but one would exit). Never raises;
+    True when it started one. Cheap when one runs: an open and a non-blocking flock."""
+    backend = getattr(runtime, "backend", None)
+    ledger = getattr(runtime, "ledger", None)
+    if not daemon_enabled() or backend is None or ledger is None or type(backend).__name__ not in _SUPERVISED:
+        return False
+    home: Path = ledger.home
+    try:
+        fd = os.open(daemon_lock(home, backend.name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # a daemon runs
+        finally:
+            os.close(fd)
+        if others_listen(home, backend.name):
+            return False  # a loop or a server runs the pass
+        started = home / f"passd.{fifo_name(backend.name)}.started"
+        try:
+            if 0 <= time.time() - os.lstat(started).st_mtime < SPAWN_GRACE_S:
+                return False  # one is starting
+        except FileNotFoundError:
+            pass
+        stamp = os.open(started, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)  # (a link: OSError)
+        try:
+            os.utime(stamp)
+        finally:
+            os.close(stamp)
+        from autoresearch.backends._supervisor import spawn_detached
+
+        spawn_detached([sys.executable, "-m", "autoresearch.passd", "--home", str(home), "--backend", backend.name],
+                       home / "passd.log")
+        return True
+    except OSError:
+        return False

@@ -99,12 +99,12 @@ class EventLog:
 
     def _ended(self, view: Any, t: Any) -> None:
         if t.state == "succeeded":
-            self.emit(f"trial {t.trial_id} succeeded: {view.metric}={_num(t.objective)} best={_num(t.best_so_far)}")
+            self.emit(f"trial {t.trial_id}{_job(t.job_id)} succeeded: {view.metric}={_num(t.objective)} best={_num(t.best_so_far)}")
         elif t.state == "stopped":
-            self.emit(f"trial {t.trial_id} stopped at {view.metric}={_num(t.objective)}")
+            self.emit(f"trial {t.trial_id}{_job(t.job_id)} stopped at {view.metric}={_num(t.objective)}")
         else:
             first = (t.failure or "").strip().splitlines()[:1]
-            self.emit(f"trial {t.trial_id} {t.state}" + (f": {first[0]}" if first else ""))
+            self.emit(f"trial {t.trial_id}{_job(t.job_id)} {t.state}" + (f": {first[0]}" if first else ""))
 
 
 def _terminate(signum: int, frame: Any) -> None:
@@ -188,3 +188,8 @@ def _run(args: argparse.Namespace, plan: Any) -> int:
         print(json.dumps({"exit_code": code, "reason": reason, "loop": view.name, "best_trial": view.best_trial,
                           "best_value": view.best_value, "noise_floor": view.noise_floor, "counts": view.counts}))
     return code
+
+
+def _job(job_id: int | None) -> str:
+    """A trial's job beside its id (the number `autoresearch logs` takes, or T<trial>)."""
+    return "" if job_id is None else f" (job {job_id})"

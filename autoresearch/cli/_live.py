@@ -74,7 +74,7 @@ class LiveTable:
             if t.ended_at and t.trial_id not in self.printed:
                 self.printed.add(t.trial_id)
                 note = " (within noise: not kept)" if t.within_noise else " (kept: new incumbent)" if t.kept else ""
-                self.console.print(f"trial {t.trial_id} {t.state} {view.metric}={_num(t.objective)}{note} "
+                self.console.print(f"trial {t.trial_id}{_job(t.job_id)} {t.state} {view.metric}={_num(t.objective)}{note} "
                                    f"best={_num(t.best_so_far)} {_params(t.params, 80)}", highlight=False,
                                    markup=False, soft_wrap=True)
 
@@ -87,7 +87,7 @@ class LiveTable:
                  + (f" ±{view.noise_floor:.3g}" if view.noise_floor is not None else "")
                  + f"  elapsed {_dur(view.elapsed_s)}  ETA {_dur(view.eta_s)}")
         table = Table(title=title, title_justify="left")
-        for col in ("TRIAL", "PARAMS", "STATE", "STEP", view.metric.upper(), "BEST SO FAR", "TIME"):
+        for col in ("TRIAL", "JOB", "PARAMS", "STATE", "STEP", view.metric.upper(), "BEST SO FAR", "TIME"):
             table.add_column(escape(col), no_wrap=True)
         active = [t for t in view.trials if t.state in ("queued", "running", "proposed")]
         ended = sorted((t for t in view.trials if t.ended_at), key=lambda t: t.ended_at or 0)[-max(0, ROWS - len(active)):]
@@ -98,7 +98,7 @@ class LiveTable:
             table.add_row(*self._row(t, view))
         hidden = len(view.trials) - len(shown) + view.not_shown
         if hidden > 0:  # one summary row for the rest (a live view carries only what is shown)
-            table.add_row("…", f"{hidden} more trial(s) not shown", "", "", "", "", "")
+            table.add_row("…", "", f"{hidden} more trial(s) not shown", "", "", "", "", "")
         notes = [f"warning: trial {trial_id}: {text}" for trial_id, text in self._unseen(view, again=True)][:3]
         if hidden > 0:
             counts = ", ".join(f"{n} {state}" for state, n in sorted(view.counts.items()))
@@ -132,7 +132,7 @@ class LiveTable:
         runtime = now - t.started_at if t.started_at else None
         tag = " (seed)" if t.role == "repeat" else ""
         tag += " *" if t.trial_id == view.best_trial else " ~" if t.within_noise else ""
-        return [f"{t.trial_id}{tag}", escape(_params(t.params)), f"[{STYLE.get(t.state, 'white')}]{t.state}[/]",
+        return [f"{t.trial_id}{tag}", "-" if t.job_id is None else str(t.job_id), escape(_params(t.params)), f"[{STYLE.get(t.state, 'white')}]{t.state}[/]",
                 "-" if t.step is None else str(t.step), _num(value), _num(t.best_so_far), _dur(runtime)]
 
     def summary(self, view: LoopView) -> None:
@@ -146,7 +146,8 @@ class LiveTable:
             seeds = f" (mean of {view.best_seeds} seeds)" if view.best_seeds > 1 else ""
             status = ("" if view.best_confirmed is None else " confirmed" if view.best_confirmed
                       else " NOT CONFIRMED (its seeds have not all ended)")
-            c.print(f"best: trial {view.best_trial} {view.metric}={_num(view.best_value)}{seeds}{status} "
+            best_job = next((t.job_id for t in view.trials if t.trial_id == view.best_trial), None)
+            c.print(f"best: trial {view.best_trial}{_job(best_job)} {view.metric}={_num(view.best_value)}{seeds}{status} "
                     f"{json.dumps(view.best_params, sort_keys=True)}", highlight=False, markup=False,
                     soft_wrap=True)
         if view.noise_floor is not None:
@@ -158,3 +159,8 @@ class LiveTable:
                     soft_wrap=True)
         elif view.report_dir:
             c.print(f"report: {view.report_dir}/summary.md", highlight=False, markup=False)
+
+
+def _job(job_id: int | None) -> str:
+    """A trial's job beside its id: the number `autoresearch logs` takes (or T<trial>)."""
+    return "" if job_id is None else f" (job {job_id})"

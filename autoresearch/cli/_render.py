@@ -70,12 +70,20 @@ def _state(v: JobView) -> tuple[str, str]:
     return label, STATE_STYLE.get(v.state, "white")
 
 
+def exit_column(code: int | None, reason: str | None) -> str:
+    """The EXIT cell: the code and why it ended (``1 (exit)``), the reason alone when the job never
+    exited by itself (``cancelled``, ``stopped``: no code), ``-`` while it runs."""
+    if not reason:
+        return "-" if code is None else str(code)
+    return reason if code is None else f"{code} ({reason})"
+
+
 def render_jobs(jobs: list[JobView], empty: str = "no jobs yet — submit one: autoresearch submit -- CMD") -> None:
     table = Table("ID", "NAME", "STATE", "PRIORITY", "GPUS", "ATTEMPTS", "SUBMITTED", "RUNTIME", "EXIT",
                   title=None if jobs else empty)
     for v in jobs:
         runtime = (v.ended_at or time.time()) - v.started_at if v.started_at else None
-        exit_text = f"{v.exit_code} ({v.end_reason})" if v.end_reason else "-"
+        exit_text = exit_column(v.exit_code, v.end_reason)
         label, style = _state(v)
         table.add_row(v.id, clean(v.name), label, v.priority, v.gpus, v.attempts, _ago(v.submitted_at), _dur(runtime),
                       clean(exit_text), styles={2: style})

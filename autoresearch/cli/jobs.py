@@ -55,7 +55,8 @@ def add_parser(sub: Any) -> None:
     s.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
     st = sub.add_parser("status", help="one job in detail, or the recent jobs")
-    st.add_argument("job", nargs="?", help="the job's id (default: the recent jobs)")
+    st.add_argument("job", nargs="?", help="the job's id, or a loop's trial's as T48 (default: the recent jobs)")
+    st.add_argument("--trial", type=int, metavar="N", help="the job that ran the loop's trial N (the same as T<N>)")
     st.add_argument("--json", action="store_true", help=JSON_HELP)
 
     ls = sub.add_parser("list", help="list jobs, newest first")
@@ -67,7 +68,8 @@ def add_parser(sub: Any) -> None:
     ls.add_argument("--json", action="store_true", help=JSON_HELP)
 
     lg = sub.add_parser("logs", help="print a job's log")
-    lg.add_argument("job", help="the job's id")
+    lg.add_argument("job", nargs="?", help="the job's id, or a loop's trial's as T48")
+    lg.add_argument("--trial", type=int, metavar="N", help="the job that ran the loop's trial N (the same as T<N>)")
     lg.add_argument("--tail", type=int, metavar="N", help="last N lines")
     lg.add_argument("-f", "--follow", action="store_true",
                     help="keep printing until the job ends, then exit with its status")
@@ -76,7 +78,8 @@ def add_parser(sub: Any) -> None:
     lg.add_argument("--json", action="store_true", help=JSON_HELP)
 
     mt = sub.add_parser("metrics", help="a job's metrics: last, best, step, count")
-    mt.add_argument("job", help="the job's id")
+    mt.add_argument("job", nargs="?", help="the job's id, or a loop's trial's as T48")
+    mt.add_argument("--trial", type=int, metavar="N", help="the job that ran the loop's trial N (the same as T<N>)")
     mt.add_argument("--series", action="store_true", help="include the (downsampled) series")
     mt.add_argument("--json", action="store_true", help=JSON_HELP)
 
@@ -115,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
     cmd = args.cmd
     if cmd == "submit":
         return _submit(args)
+    if cmd in ("status", "logs", "metrics"):
+        _job_or_trial(args, required=cmd != "status")
     api = open_api(args)
     if cmd == "status":
         result = api.status(args.job)
@@ -321,6 +326,17 @@ def _next_page(args: argparse.Namespace, cursor: int) -> str:
     if args.limit != 50:
         words += ["--limit", str(args.limit)]
     return shlex.join([*words, "--cursor", str(cursor)])
+
+
+def _job_or_trial(args: argparse.Namespace, required: bool) -> None:
+    """``--trial N`` is ``T<N>``: the job that ran the loop's trial N (the api resolves it)."""
+    if args.trial is not None and args.job is not None:
+        raise SpecError(f"autoresearch {args.cmd}: a job id and --trial both given", hint="give one of them")
+    if args.trial is not None:
+        args.job = f"T{args.trial}"
+    elif args.job is None and required:
+        raise SpecError(f"autoresearch {args.cmd}: which job?",
+                        hint="give its id (autoresearch list), or a loop's trial's as T48 or --trial 48")
 
 
 def _logs(api: Any, args: argparse.Namespace) -> int:

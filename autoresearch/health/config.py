@@ -187,9 +187,20 @@ def _list(value: Any, key: str) -> list[Any]:
     return value
 
 
-def _pattern(entry: Any, i: int) -> Pattern:
-    from autoresearch.health.signatures import compile_pattern  # validates: a pattern that does not compile
+def compile_pattern(pattern: str, where: str) -> re.Pattern[str]:
+    """A configured signature's pattern, compiled (its validation: a pattern that does not compile is
+    a SpecError with a hint); the signatures' matcher compiles with it too."""
+    if len(pattern) > 500:
+        raise SpecError(f"{where}: the pattern is {len(pattern)} characters; at most 500", hint="shorten it")
+    try:
+        return re.compile(pattern)
+    except re.error as err:
+        raise SpecError(f"{where}: {pattern[:80]!r} does not compile ({err})",
+                        hint="write a Python regular expression; escape ( ) [ ] . * + ? with a backslash "
+                             "to match them literally") from None
 
+
+def _pattern(entry: Any, i: int) -> Pattern:
     if isinstance(entry, str):
         entry = {"pattern": entry}
     if not isinstance(entry, dict) or not isinstance(entry.get("pattern"), str):

@@ -41,11 +41,11 @@ from autoresearch.errors import LedgerError
 from autoresearch.health import config as C
 from autoresearch.health import policy
 from autoresearch.health.findings import Finding, blocking, check_sample
+from autoresearch.health.log_hits import redacted as _redacted
 from autoresearch.health.nvml import reader_for
 from autoresearch.health.policy import SUSPECT
 from autoresearch.health.store import HealthStore
 from autoresearch.ledger import Ledger
-from autoresearch.redact import ambient_secrets, redact
 
 HANG_ENV = "AUTORESEARCH_HANG_AFTER"
 
@@ -360,35 +360,13 @@ def review(ledger: Ledger, backend: Backend, node: str, now: float, preflight_pa
 
 
 def warm(ledger: Ledger) -> None:
-    """Load the home's health config and compile its log signatures now (:func:`record_log_hits`'s first
+    """Load the home's health config and compile its log signatures now (:func:`autoresearch.health.log_hits.record_log_hits`'s first
     call would): a long-lived process does it before its first ending, not on that ending's path."""
     config = C.load(ledger.home)
     if config.enabled:
         from autoresearch.health.signatures import scan
 
         scan([""], config)
-
-
-def record_log_hits(ledger: Ledger, backend: Backend, att: Any, lines: list[str]) -> None:
-    """Signatures in new log lines of an attempt become findings (called by the ingestion)."""
-    config = C.load(ledger.home)
-    if not config.enabled or not lines:
-        return
-    from autoresearch.health.signatures import scan
-
-    hits = scan(lines, config)
-    if not hits:
-        return
-    node = att["node"] or ""
-    now = time.time()
-    store = HealthStore(ledger)
-    stored = store.record(_redacted([
-        Finding(node, h.signature, h.cls, h.severity, "log", h.gpu, h.line, now, att["job_id"], att["n"])
-        for h in hits], store.job_secrets(att["job_id"])))
-    # The job's output is its own word (invariant 10): it never reviews the node. A line that points at
-    # the machine asks the machine: the node's cached check is dropped and its poll made due.
-    if node and any(f.cls == policy.SUSPECT for f in stored):
-        store.request_recheck(node)
 
 
 def _reader(backend: Backend, node: str) -> Any:
@@ -454,11 +432,3 @@ def _gpus_of(row: Any) -> tuple[str, ...]:
 
 def _owned(f: Finding, job_id: int, n: int) -> Finding:
     return Finding(f.node, f.signature, f.cls, f.severity, f.source, f.gpu, f.excerpt, f.ts, job_id, n)
-
-
-def _redacted(findings: list[Finding], secrets: list[str] | None = None) -> list[Finding]:
-    """Excerpts quote trial output: secrets (the job's, else this process's environment's) are
-    masked before they are stored, like every other view of trial output."""
-    secrets = ambient_secrets() if secrets is None else secrets
-    return [Finding(f.node, f.signature, f.cls, f.severity, f.source, f.gpu, redact(f.excerpt, secrets), f.ts,
-                    f.job_id, f.attempt) for f in findings]

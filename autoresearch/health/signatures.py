@@ -39,8 +39,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from autoresearch.errors import SpecError
-from autoresearch.health.config import HealthConfig, Pattern
+from autoresearch.health.config import HealthConfig, Pattern, compile_pattern
 
 MAX_LINE = 2000  # a longer line is matched on its first MAX_LINE characters
 SUSPECT = "infra-suspect"
@@ -52,17 +51,6 @@ class Signature:
     signature: str
     cls: str  # user | infra-suspect | info
     rank: int  # which wins when an attempt's log has several (lower wins)
-
-
-def compile_pattern(pattern: str, where: str) -> re.Pattern[str]:
-    if len(pattern) > 500:
-        raise SpecError(f"{where}: the pattern is {len(pattern)} characters; at most 500", hint="shorten it")
-    try:
-        return re.compile(pattern)
-    except re.error as err:
-        raise SpecError(f"{where}: {pattern[:80]!r} does not compile ({err})",
-                        hint="write a Python regular expression; escape ( ) [ ] . * + ? with a backslash "
-                             "to match them literally") from None
 
 
 # The driver's Xid line as the kernel log has it: "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, ..."

@@ -84,6 +84,10 @@ def _logy(ax: Any, values: list[float]) -> None:
 
 
 def _legend(ax: Any) -> None:
+    """The legend beside the axes; none when nothing has a label (an all-failed loop: matplotlib
+    would warn "No artists with labels found to put in legend" on the command's output)."""
+    if not ax.get_legend_handles_labels()[0]:
+        return
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 

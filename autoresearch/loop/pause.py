@@ -73,7 +73,7 @@ def _checkpoint_of(c: LoopHost, job: Any) -> str | None:
 def restore(c: LoopHost, rows: list[Any]) -> None:
     """After a controller restart: rebuild the pause state of the loop's trials ``rows`` (every
     trial row) from the ledger. Called before running trials are adopted (their curves read)."""
-    from autoresearch.loop.outcomes import read_series
+    from autoresearch.loop.series import read_series
 
     s = c.state
     if not getattr(c.plan.early_stop, "pause", False):

@@ -48,7 +48,9 @@ def summary_markdown(view: LoopView, plan: dict[str, Any], files: list[str]) -> 
     if view.best_trial is not None:
         seeds = f" (mean of {view.best_seeds} seeds)" if view.best_seeds > 1 else ""
         status = confirmed_text(view, plan)
-        lines.append(f"**Best:** trial {view.best_trial}: `{view.metric}` = {_fmt(view.best_value)}{seeds}, "
+        best_job = next((t.job_id for t in view.trials if t.trial_id == view.best_trial), None)
+        job = f" (job {best_job}: `autoresearch logs T{view.best_trial}`)" if best_job is not None else ""
+        lines.append(f"**Best:** trial {view.best_trial}{job}: `{view.metric}` = {_fmt(view.best_value)}{seeds}, "
                      "the incumbent the loop kept" + (f" · **{status}**" if status else "") + "  ")
         lines.append(f"params: `{json.dumps(view.best_params, sort_keys=True)}`")
         within = [t for t in view.trials if t.within_noise]
@@ -85,9 +87,10 @@ def summary_markdown(view: LoopView, plan: dict[str, Any], files: list[str]) -> 
         lines += ["## Leaderboard", "",
                   "The incumbent is the trial the loop kept (noise-aware); a run *within noise* beat the incumbent "
                   "of its time by less than the noise floor and was not kept.", "",
-                  f"| trial | role | seed | {view.metric} | loop's verdict | params |", "|---|---|---|---|---|---|"]
+                  f"| trial | job | role | seed | {view.metric} | loop's verdict | params |",
+                  "|---|---|---|---|---|---|---|"]
         for t in board[:LEADERBOARD_ROWS]:
-            lines.append(f"| {t.trial_id} | {t.role} | {t.seed} | {_fmt(t.objective)} | {mark(t, view) or '-'} | "
+            lines.append(f"| {t.trial_id} | {'-' if t.job_id is None else t.job_id} | {t.role} | {t.seed} | {_fmt(t.objective)} | {mark(t, view) or '-'} | "
                          f"`{json.dumps(t.params, sort_keys=True)}` |")
         if len(board) > LEADERBOARD_ROWS:
             lines.append(f"\n{len(board) - LEADERBOARD_ROWS} more succeeded trial(s) not shown "
@@ -98,7 +101,8 @@ def summary_markdown(view: LoopView, plan: dict[str, Any], files: list[str]) -> 
         lines += ["## Failures", ""]
         for t in failed[:5]:
             first = (t.failure or "").strip().splitlines()[:1]
-            lines.append(f"- trial {t.trial_id} ({t.state}): {first[0] if first else 'no detail'}")
+            job = f", job {t.job_id}" if t.job_id is not None else ""
+            lines.append(f"- trial {t.trial_id} ({t.state}{job}): {first[0] if first else 'no detail'}")
         lines.append("")
     if files:
         lines += ["## Plots", ""] + [f"![{f}]({f})" for f in files] + [""]

@@ -253,6 +253,7 @@ class Hyperband(Stopper):
     def check(self, trial: int, series: Series, others: dict[int, Series]) -> StopVerdict | None:
         b = self.bracket(trial)
         peers = {t: s for t, s in others.items() if self.bracket(t) == b}
+        self.asha[b].sign = self.sign  # (make_stopper sets this one's): its rationale shows real values
         verdict = self.asha[b].check(trial, series, peers, everyone=others)  # every trial tells where the end is
         if verdict is None:
             return None

@@ -38,6 +38,15 @@ class LoopStore:
         return ledger.one("SELECT * FROM loops WHERE name=?", (name,))
 
     @staticmethod
+    def job_of(ledger: Ledger, trial_id: int) -> int | None:
+        """The job that ran trial ``trial_id`` (of any loop; its first when it was relaunched), None
+        for a trial that has none yet."""
+        row = ledger.one("SELECT loop_id, job_id FROM trials WHERE id=?", (trial_id,))
+        if row is None:
+            return None
+        return int(row["job_id"]) if row["job_id"] is not None else LoopStore(ledger, row["loop_id"]).job_of_trial(trial_id)
+
+    @staticmethod
     def create(ledger: Ledger, name: str, plan_json: str, digest: str, experiment: str,
                project: str = "") -> LoopStore:
         """A new loop row; ``project`` scopes the loop and its trial jobs (MCP tokens see their own)."""

@@ -55,6 +55,8 @@ def register(server: Any, ctx: ToolContext) -> None:
         # The model reads the log itself, not the log escaped inside JSON; clients that
         # understand structured output get the page's offsets as well.
         header = f"[job {page.job_id} attempt {page.attempt}: bytes {page.offset}-{page.next_offset} of {page.size}]"
+        if page.hint and page.hint not in text:  # (an offset past the end: the text's reader needs it too)
+            text = f"{text}\n[{page.hint}]" if text else f"[{page.hint}]"
         return CallToolResult(content=[TextContent(type="text", text=f"{header}\n{text}")],
                               structured_content=result.model_dump(mode="json"))
 

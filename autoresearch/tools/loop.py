@@ -270,9 +270,12 @@ def register(server: Any, ctx: ToolContext) -> None:
         if decision is None:
             view, _ = ctx.api.loop_status(loop, ctx.caller_project())
             why = f": {view.stop_reason}" if view.stop_reason else ""
+            if view.state == "running":  # stopped already: its controller is finishing
+                said = "the loop is already stopping (a stop was recorded; its controller is finishing)"
+            else:
+                said = f"the loop had already ended ({view.state}{why})"
             return StopLoopResult(loop=loop, decision_id=None, already_ended=True, stopped_jobs=[],
-                                  next_step=f"the loop had already ended ({view.state}{why}); nothing was recorded. "
-                                            f"See leaderboard(loop={loop!r})")
+                                  next_step=f"{said}; nothing was recorded. See leaderboard(loop={loop!r})")
         return StopLoopResult(loop=loop, decision_id=decision, already_ended=False, stopped_jobs=jobs,
                               next_step=f"see leaderboard(loop={loop!r}); `autoresearch report {loop}` writes plots")
 

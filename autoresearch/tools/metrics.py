@@ -42,6 +42,10 @@ def register(server: Any, ctx: ToolContext) -> None:
         elif rows:
             step = "" if job.state in ("succeeded", "failed", "cancelled") else \
                 f"the job is {job.state}: call metrics again later for newer values"
+        elif names and (known := sorted(r.name for r in ctx.api.metrics(job_id, project=project, refresh=False))):
+            shown = ", ".join(repr(n[:100]) for n in names[:5])
+            step = (f"job {job.id} has no metric named {shown}; its metrics: {', '.join(known[:50])}"
+                    + (f" (and {len(known) - 50} more)" if len(known) > 50 else ""))
         else:
             from autoresearch.api import METRIC_FORMATS
 

@@ -173,6 +173,11 @@ class Node(BaseModel):
     findings: list[str] = Field(default_factory=list, description="Its last health findings (at most 2): "
                                 "'signature on node GPU n: what'.")
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def since_iso(self) -> str | None:
+        return iso(self.since)
+
 
 class ProjectUsage(BaseModel):
     project: str

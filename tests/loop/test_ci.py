@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -74,7 +75,7 @@ def test_pass_then_regression_then_within_tolerance(tmp_path: Path) -> None:
     first = ci(tmp_path / "h1", plan(tmp_path, "nightly", [1.5, 1, 1.2]), "--ci", "--json", str(out / "base.json"),
                "--junit", str(out / "base.xml"), "--summary", str(out / "base.md"), "--plots")
     assert first.returncode == 0, first.stderr
-    assert "trial 2 launched: x=1" in first.stdout and "trial 2 succeeded: loss=1" in first.stdout
+    assert "trial 2 launched: x=1" in first.stdout and re.search(r"trial 2 \(job \d+\) succeeded: loss=1", first.stdout)
     assert "PASS (exit 0)" in first.stdout and "\x1b" not in first.stdout
     base = json.loads((out / "base.json").read_text())
     assert base["format"] == "autoresearch-ci/1" and base["best"]["value"] == 1.0 and base["exit_code"] == 0
@@ -135,7 +136,7 @@ def test_junit_failures_skips_and_a_hard_wall(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 50  # the trial sleeps 60 s
     assert done.returncode == 0, done.stdout + done.stderr  # trial 1 succeeded; no gate in this plan
     assert "budget hit: wall budget 4s used (--max-wall)" in done.stdout
-    assert "trial 3 stopping: stopping the loop: wall budget" in done.stdout and "trial 2 failed: exited 3" in done.stdout
+    assert "trial 3 stopping: stopping the loop: wall budget" in done.stdout and re.search(r"trial 2 \(job \d+\) failed: exited 3", done.stdout)
     suite = cases(tmp_path / "j.xml")
     failed = next(c for n, c in suite.items() if n.startswith("trial 2 "))
     assert failed.result[0].type == "failed" and "exited 3" in failed.result[0].message

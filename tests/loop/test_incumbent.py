@@ -74,9 +74,9 @@ def test_summary_and_mcp_leaderboard_put_the_incumbent_first_and_mark_noise(api:
     seed(api)
     write_report(api._ledger, "noisy", tmp_path)
     summary = (tmp_path / "summary.md").read_text()
-    assert "**Best:** trial 1: `loss` = 0.1 (mean of 3 seeds)" in summary
+    assert "**Best:** trial 1 (job 1: `autoresearch logs T1`): `loss` = 0.1 (mean of 3 seeds)" in summary
     board = [line for line in summary.splitlines() if line.startswith("| ") and line[2].isdigit()]
-    assert board[0].startswith("| 1 | explore") and "incumbent" in board[0]
+    assert board[0].startswith("| 1 | 1 | explore") and "incumbent" in board[0]
     assert any(line.startswith("| 4 |") and "within noise" in line for line in board)
     assert "trial 4 (0.095)" in summary  # named as a lower run within noise, not kept
     _, rows = api.leaderboard("noisy")

@@ -80,3 +80,22 @@ def test_importances_with_under_three_finished_trials_import_no_scikit_learn() -
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["None", "False", "False"], done.stderr[-2000:]
+
+
+def test_an_all_failed_loop_draws_its_report_without_matplotlib_warnings(api: Any, tmp_path: Path,
+                                                                         recwarn: pytest.WarningsRecorder) -> None:
+    plan = {"name": "broken", "objective": {"metric": "loss", "goal": "minimize"}, "budget": {"trials": 3,
+            "parallel": 1}, "repeats": None}
+    now = time.time()
+    with api._ledger.tx() as c:
+        loop = c.execute("INSERT INTO loops(name, plan, state, experiment, created_at, updated_at) VALUES "
+                         "('broken', ?, 'finished', 'broken', ?, ?)", (json.dumps(plan), now, now)).lastrowid
+        for i in range(3):
+            c.execute("INSERT INTO trials(loop_id, params, seed, proposer, state, created_at, updated_at, "
+                      "started_at, ended_at, failure) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                      (loop, json.dumps({"lr": 0.1 * (i + 1)}), 0, "random", "failed", now, now, now + i, now + i + 1,
+                       "exited 1\nImportError: no module named torch"))
+    view = write_report(api._ledger, "broken", tmp_path / "out")
+    assert view.counts == {"failed": 3} and (tmp_path / "out" / "summary.md").exists()
+    said = [str(w.message) for w in recwarn.list]
+    assert not [w for w in said if "No artists with labels" in w], said

@@ -46,6 +46,16 @@ def test_hyperband_compares_a_trial_with_its_own_bracket_only() -> None:
     assert hb.check(b1[0], good[:2], {**curves, b1[0]: good[:2]}) is None  # bracket 1 waits for step 2
 
 
+def test_hyperband_speaks_a_maximized_objective() -> None:
+    hb = make_stopper(EarlyStop(kind="hyperband", min_steps=1, reduction_factor=2, max_steps=16), sign=-1.0)
+    assert isinstance(hb, Hyperband)
+    b0 = [t for t in range(1, 40) if hb.bracket(t) == 0][:2]
+    good, bad = [(1, -0.94)], [(1, -0.9181)]  # signed: accuracies of 0.94 and 0.9181
+    verdict = hb.check(b0[1], bad, {b0[0]: good, b0[1]: bad})
+    assert verdict is not None and "its value 0.9181 " in verdict.rationale, verdict
+    assert "-" not in verdict.rationale.split("its value", 1)[1]
+
+
 def test_forecast_extrapolates_saturating_curves() -> None:
     curve = saturating(0.5, 2.0, 0.3, 8)
     fc = forecast([s for s, _ in curve], [v for _, v in curve], 30, 0.95)

@@ -102,6 +102,16 @@ def test_list_filters_and_pages(home: Path) -> None:
     assert [j["id"] for j in page["jobs"]] == [1] and page["next_cursor"] is None
 
 
+def test_list_says_how_a_job_without_an_exit_code_ended(home: Path) -> None:
+    job = cli("submit", "--", "sleep", "60").stdout.strip()
+    cli("cancel", job)
+    wait_for(lambda: status(job)["state"] == "cancelled")
+    done = cli("submit", "--wait", "--", "sh", "-c", "exit 3", check=False)
+    assert done.returncode == 3
+    table = cli("list", env={**os.environ, "COLUMNS": "200"}).stdout
+    assert "None" not in table and " cancelled " in table.split("\n", 3)[-1] and "3 (exit)" in table
+
+
 def test_nodes_and_cordon(home: Path) -> None:
     cluster = json.loads(cli("nodes", "--json").stdout)
     assert cluster["gpus_total"] == 2 and cluster["nodes"][0]["state"] == "healthy"

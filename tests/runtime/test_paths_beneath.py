@@ -15,6 +15,7 @@ from autoresearch.backends import Backend
 from autoresearch.errors import SpecError
 from autoresearch.runtime import _prepare_mounts
 from tests.conftest import wait_state
+from tests.tools.conftest import NEEDS_BWRAP
 
 
 @pytest.fixture
@@ -50,6 +51,7 @@ def test_a_link_swapped_in_after_submit_is_not_followed_at_launch(places: Simple
         _prepare_mounts({"workdir": str(places.root), "mounts": {"file/x": str(places.data)}})
 
 
+@NEEDS_BWRAP
 def test_a_tenants_job_cannot_make_links_in_the_shared_root(home: Path, places: SimpleNamespace) -> None:
     api = Api(backend="local")
     api.register_tenant("team-a")

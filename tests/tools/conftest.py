@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -13,6 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+# A tokened server runs its tenants' jobs in a bubblewrap sandbox and refuses to start without it
+# (docs/security.md): where it is not installed, their tests skip and say why (.ci/run installs it).
+NEEDS_BWRAP = pytest.mark.skipif(shutil.which("bwrap") is None,
+                                 reason="needs bubblewrap (bwrap): apt-get install -y bubblewrap; .ci/run installs it")
 
 
 @pytest.fixture
@@ -64,6 +70,8 @@ def http_server(home: Path, *args: str, tokens: Path | None = None, root: Path |
     home.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "AUTORESEARCH_HOME": str(home), "AUTORESEARCH_GPUS": str(gpus)}
     env.pop("AUTORESEARCH_TOKENS", None)
+    if tokens is not None and shutil.which("bwrap") is None:
+        pytest.skip("a tokened server needs bubblewrap (bwrap): apt-get install -y bubblewrap; .ci/run installs it")
     if tokens is not None:
         env["AUTORESEARCH_TOKENS"] = str(tokens)
     cmd = [sys.executable, "-m", "autoresearch.cli", "serve", "--http", "--port", str(port), *args]

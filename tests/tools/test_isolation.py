@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import wait_state
-from tests.tools.conftest import connect, http_server, text
+from tests.tools.conftest import NEEDS_BWRAP, connect, http_server, text
 from tests.tools.test_transports import TOKEN_A, TOKEN_B, ok, wait_job
 
 SECRET = "server-secret-value-7f3a9c"
@@ -27,6 +27,7 @@ def _log(home: Path, job_id: int) -> str:
 
 
 @pytest.mark.anyio
+@NEEDS_BWRAP
 async def test_a_tenant_job_sees_nothing_of_another_project_nor_the_servers_secrets(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tokens = tmp_path / "auth" / "tokens"
@@ -64,6 +65,7 @@ async def test_a_tenant_job_sees_nothing_of_another_project_nor_the_servers_secr
             assert SECRET not in _log(home, theirs["id"])
 
 
+@NEEDS_BWRAP
 def test_the_recorded_policy_holds_whichever_process_launches_the_job(
         api: Any, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A tenant job queued behind another starts from that job's supervisor pass (not the
@@ -115,6 +117,7 @@ def test_a_tenant_job_is_refused_when_no_sandbox_can_be_made(api: Any, monkeypat
         _sandbox._probe.cache_clear()
 
 
+@NEEDS_BWRAP
 def test_a_tenant_job_stopped_gets_its_grace_period(api: Any, home: Path) -> None:
     """bwrap itself dies on SIGTERM: the stop must reach the job, which exits on its own terms."""
     from autoresearch import isolation
@@ -145,6 +148,7 @@ def test_the_home_and_its_files_are_private(api: Any, home: Path) -> None:
     assert stat.S_IMODE(job_dir.stat().st_mode) == 0o700
 
 
+@NEEDS_BWRAP
 def test_a_tenant_writes_only_its_own_places(api: Any, home: Path, tmp_path: Path) -> None:
     """The shared root is read-only to tenants; the project dir is theirs alone; a trial
     worktree of the project's own loop is writable, another project's is not there at all."""
@@ -198,6 +202,7 @@ def test_a_home_made_before_private_homes_is_tightened_on_upgrade(tmp_path: Path
     assert ledger.one("SELECT COUNT(*) AS n FROM tenants")["n"] == 0
 
 
+@NEEDS_BWRAP
 def test_a_sandboxed_death_by_signal_is_recorded_as_a_signal(api: Any) -> None:
     from autoresearch import isolation
 
@@ -209,6 +214,7 @@ def test_a_sandboxed_death_by_signal_is_recorded_as_a_signal(api: Any) -> None:
     assert (attempt.exit_code, attempt.signal, attempt.end_reason) == (None, 9, "infra"), attempt
 
 
+@NEEDS_BWRAP
 def test_a_project_name_cannot_lead_its_directory_out_of_projects(api: Any, home: Path) -> None:
     from autoresearch import isolation
 
@@ -240,6 +246,7 @@ print(sys.prefix, api.status(job.id).state, [(m.name, m.last) for m in api.metri
 """
 
 
+@NEEDS_BWRAP
 def test_a_server_whose_python_lives_under_tmp_still_runs_tenant_jobs(home: Path, tmp_path: Path) -> None:
     # The sandbox makes /tmp private; a venv (or a clone) there vanished from the tenant's view,
     # so every tenant job failed at its first line.
@@ -248,6 +255,14 @@ def test_a_server_whose_python_lives_under_tmp_still_runs_tenant_jobs(home: Path
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(system_site_packages=True, with_pip=False, symlinks=True).create(env_dir)
+    # A venv made from a venv's python sees the base interpreter's packages, not the outer venv's
+    # (where the README's `pip install -e .` put autoresearch and its dependencies): this one sees
+    # this checkout and the outer venv's site-packages too, editable finders included.
+    import site
+
+    outer = [str(Path(__file__).resolve().parents[2]), *site.getsitepackages()]
+    inner = next(env_dir.glob("lib/python*/site-packages"))
+    (inner / "_outer.pth").write_text("".join(f"import site; site.addsitedir({p!r})\n" for p in outer))
     script = tmp_path / "serve.py"
     script.write_text(TENANT_FROM_A_TMP_VENV)
     workdir = tmp_path / "wd"  # beside the venv, not above it (the workdir is visible)

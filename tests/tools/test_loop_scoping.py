@@ -11,9 +11,9 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.tools.conftest import connect, http_server, text
+from tests.tools.conftest import NEEDS_BWRAP, connect, http_server, text
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, NEEDS_BWRAP]
 
 TOKEN_A = "token-for-team-a-0123456789"
 TOKEN_B = "token-for-team-b-9876543210"

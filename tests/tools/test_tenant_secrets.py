@@ -15,7 +15,7 @@ import pytest
 from autoresearch import grants
 from autoresearch.errors import AuthError, SpecError
 from tests.fakes.llm_server import FakeLLMServer, openai_json_answer
-from tests.tools.conftest import connect, http_server, text
+from tests.tools.conftest import NEEDS_BWRAP, connect, http_server, text
 
 TOKEN_A = "token-for-team-a-0123456789"
 SERVER_SECRET = "server-secret-value-0123456789"
@@ -67,6 +67,7 @@ def setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 @pytest.mark.anyio
+@NEEDS_BWRAP
 async def test_a_tenant_plan_cannot_send_a_server_variable_or_key_to_its_own_url(setting: Any) -> None:
     root, tokens, home, fake = setting
     url = f"{fake.url}/v1"
@@ -94,6 +95,7 @@ async def test_a_tenant_plan_cannot_send_a_server_variable_or_key_to_its_own_url
 
 @pytest.mark.slow  # two loops started over HTTP, each until its first LLM call: ~6 s here
 @pytest.mark.anyio
+@NEEDS_BWRAP
 async def test_a_tenant_loop_runs_with_a_clean_environment_and_only_its_grant(setting: Any) -> None:
     root, tokens, home, fake = setting
     home.mkdir()

@@ -115,7 +115,7 @@ async def test_metrics_series_is_downsampled(server: Any, api: Any) -> None:
     default = (await ok(server, "metrics", {"job_id": sub["id"], "series": True}))["metrics"][0]
     assert len(default["series"]) <= 200
     none_yet = await ok(server, "metrics", {"job_id": sub["id"], "names": ["nope"]})
-    assert none_yet["metrics"] == [] and "report" in none_yet["next_step"]
+    assert none_yet["metrics"] == [] and "no metric named 'nope'; its metrics: loss" in none_yet["next_step"]
 
 
 async def test_list_jobs_pages_with_a_cursor_and_filters(server: Any, api: Any) -> None:
