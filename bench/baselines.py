@@ -1,0 +1,105 @@
+"""Search tools other than Optuna as searchers of the replay harness (autoresearch/sim/replay.py):
+the search benchmark's external baselines (bench/bench_search.py). Bench-only: each tool is an
+optional install (``pip install -e '.[bench-search]'``), imported only when its strategy is run,
+and never a dependency of the package or its tests.
+
+* ``dehb``: DEHB (``dehb.DEHB``, ask/tell) with fidelity = epochs on our rungs (min 1, factor 3,
+  max 27). DEHB trains each job from scratch to its fidelity: a job below the last rung is a
+  trial that stops at that epoch (its epochs count as compute; its value is not a fully trained
+  one), a job at the last rung is a full training.
+* ``synetune:<scheduler>``: a Syne Tune scheduler driven through ``suggest`` /
+  ``on_trial_result`` (CONTINUE / STOP at each epoch, as Syne Tune's own backend does with
+  ASHA's "stopping" rule) / ``on_trial_complete``, with ``grace_period`` 1, ``reduction_factor`` 3,
+  ``max_t`` 27.
+
+A tool that does not install here is absent from the benchmark; docs/search-benchmark.md says which
+and why.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from autoresearch.errors import SpecError
+from autoresearch.sim.curves import CurveTable
+from autoresearch.sim.replay import STOPPER_DEFAULTS
+
+EXTERNAL_PREFIXES = ("dehb", "synetune:", "smac:")
+
+
+def is_external(strategy: str) -> bool:
+    return strategy.startswith(EXTERNAL_PREFIXES)
+
+
+class DEHBSearcher:
+    """DEHB through ask/tell; each trial trains to the fidelity DEHB asked for."""
+
+    def __init__(self, table: CurveTable, *, seed: int = 0, rungs: dict[str, Any] | None = None) -> None:
+        import ConfigSpace as CS
+        from dehb import DEHB
+
+        logging.getLogger("distributed").setLevel(logging.ERROR)
+        try:
+            from loguru import logger
+
+            logger.remove()
+        except ImportError:  # pragma: no cover - dehb depends on loguru
+            pass
+        rungs = {**STOPPER_DEFAULTS, **(rungs or {})}
+        self.sign = 1.0 if table.mode == "min" else -1.0
+        cs = CS.ConfigurationSpace(seed=seed)
+        self.choices: dict[str, list[Any]] = {}
+        for name, p in table.space.items():
+            if "choices" in p:
+                self.choices[name] = list(p["choices"])
+                cs.add(CS.Categorical(name, [str(i) for i in range(len(p["choices"]))]))
+            elif p["int"]:
+                cs.add(CS.Integer(name, (int(p["low"]), int(p["high"])), log=p["log"]))
+            else:
+                cs.add(CS.Float(name, (p["low"], p["high"]), log=p["log"]))
+        import tempfile
+
+        self._tmp = tempfile.TemporaryDirectory(prefix="dehb-")
+        self.dehb = DEHB(cs=cs, dimensions=len(table.space), min_fidelity=int(rungs["min_steps"]),
+                         max_fidelity=table.max_step, eta=int(rungs["reduction_factor"]), n_workers=1, seed=seed,
+                         output_path=self._tmp.name, save_freq=None)
+        self.jobs: dict[int, dict[str, Any]] = {}
+        self.fidelity: dict[int, int] = {}
+        self.last: dict[int, float] = {}
+        self.max_step = table.max_step
+
+    def ask(self, ids: list[int]) -> list[dict[str, Any]]:
+        out = []
+        for trial in ids:
+            job = self.dehb.ask()
+            self.jobs[trial] = job
+            self.fidelity[trial] = max(1, min(self.max_step, int(round(float(job["fidelity"])))))
+            params = dict(job["config"])
+            for name, values in self.choices.items():
+                params[name] = values[int(params[name])]
+            out.append(params)
+        return out
+
+    def report(self, trial: int, step: int, value: float) -> bool:
+        self.last[trial] = value
+        return step >= self.fidelity[trial]
+
+    def end(self, trial: int, state: str) -> None:
+        job = self.jobs.pop(trial)
+        fidelity = self.fidelity.pop(trial)
+        self.dehb.tell(job, {"fitness": self.sign * self.last.pop(trial), "cost": float(fidelity)})
+
+    def close(self) -> None:
+        self._tmp.cleanup()
+
+
+def make_external(strategy: str, table: CurveTable, *, seed: int = 0, parallel: int = 4,
+                  stopper_options: dict[str, Any] | None = None) -> Any:
+    if strategy == "dehb":
+        return DEHBSearcher(table, seed=seed, rungs=stopper_options)
+    if strategy.startswith("synetune:"):
+        from bench.baselines_synetune import SyneTuneSearcher
+
+        return SyneTuneSearcher(table, strategy.partition(":")[2], seed=seed, rungs=stopper_options)
+    raise SpecError(f"unknown external baseline {strategy[:60]!r}", hint="dehb, synetune:<scheduler>")
