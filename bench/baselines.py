@@ -94,12 +94,72 @@ class DEHBSearcher:
         self._tmp.cleanup()
 
 
+class SyneTuneSearcher:
+    """A Syne Tune scheduler (``asha-bore``: ASHA with a BORE model per rung; ``bohb``: ASHA with KDE;
+    ``asha``: ASHA with random search), driven as Syne Tune's tuner drives it."""
+
+    SCHEDULERS = {"asha-bore": "ASHABORE", "bohb": "BOHB", "asha": "ASHA"}
+
+    def __init__(self, table: CurveTable, scheduler: str, *, seed: int = 0,
+                 rungs: dict[str, Any] | None = None) -> None:
+        import datetime
+
+        import numpy as np
+        from syne_tune import config_space as sp
+        from syne_tune.backend.trial_status import Trial
+        from syne_tune.optimizer import baselines
+
+        if scheduler not in self.SCHEDULERS:
+            raise SpecError(f"unknown Syne Tune scheduler {scheduler[:40]!r}", hint=", ".join(self.SCHEDULERS))
+        logging.getLogger("syne_tune").setLevel(logging.ERROR)
+        np.random.seed(seed)  # ASHA draws its bracket from numpy's global generator
+        rungs = {**STOPPER_DEFAULTS, **(rungs or {})}
+        space: dict[str, Any] = {}
+        for name, p in table.space.items():
+            if "choices" in p:
+                space[name] = sp.choice(list(p["choices"]))
+            elif p["int"]:
+                space[name] = (sp.lograndint if p["log"] else sp.randint)(int(p["low"]), int(p["high"]))
+            else:
+                space[name] = (sp.loguniform if p["log"] else sp.uniform)(p["low"], p["high"])
+        cls = getattr(baselines, self.SCHEDULERS[scheduler])
+        self.scheduler = cls(space, metric="value", time_attr="epoch", max_t=table.max_step,
+                             do_minimize=table.mode == "min", random_seed=seed,
+                             grace_period=int(rungs["min_steps"]), reduction_factor=int(rungs["reduction_factor"]))
+        self._trial, self._now = Trial, datetime.datetime.now
+        self.trials: dict[int, Any] = {}
+        self.last: dict[int, dict[str, Any]] = {}
+
+    def ask(self, ids: list[int]) -> list[dict[str, Any]]:
+        out = []
+        for trial in ids:
+            suggestion = self.scheduler.suggest()
+            if suggestion is None or suggestion.config is None:
+                break
+            t = self._trial(trial_id=trial, config=dict(suggestion.config), creation_time=self._now())
+            self.scheduler.on_trial_add(t)
+            self.trials[trial] = t
+            out.append(dict(suggestion.config))
+        return out
+
+    def report(self, trial: int, step: int, value: float) -> bool:
+        result = {"value": value, "epoch": step}
+        self.last[trial] = result
+        return str(self.scheduler.on_trial_result(self.trials[trial], result)).upper().endswith("STOP")
+
+    def end(self, trial: int, state: str) -> None:
+        t, result = self.trials.pop(trial), self.last.pop(trial)
+        if state == "succeeded":
+            self.scheduler.on_trial_complete(t, result)
+
+    def close(self) -> None:
+        pass
+
+
 def make_external(strategy: str, table: CurveTable, *, seed: int = 0, parallel: int = 4,
                   stopper_options: dict[str, Any] | None = None) -> Any:
     if strategy == "dehb":
         return DEHBSearcher(table, seed=seed, rungs=stopper_options)
     if strategy.startswith("synetune:"):
-        from bench.baselines_synetune import SyneTuneSearcher
-
         return SyneTuneSearcher(table, strategy.partition(":")[2], seed=seed, rungs=stopper_options)
     raise SpecError(f"unknown external baseline {strategy[:60]!r}", hint="dehb, synetune:<scheduler>")
