@@ -7,6 +7,8 @@ and never a dependency of the package or its tests.
   max 27). DEHB trains each job from scratch to its fidelity: a job below the last rung is a
   trial that stops at that epoch (its epochs count as compute; its value is not a fully trained
   one), a job at the last rung is a full training.
+* ``smac:hyperband``: SMAC3's ``MultiFidelityFacade`` (random forest) with its ``Hyperband``
+  intensifier on our rungs, through ask/tell; trials train from scratch to their budget, as DEHB's.
 * ``synetune:<scheduler>``: a Syne Tune scheduler driven through ``suggest`` /
   ``on_trial_result`` (CONTINUE / STOP at each epoch, as Syne Tune's own backend does with
   ASHA's "stopping" rule) / ``on_trial_complete``, with ``grace_period`` 1, ``reduction_factor`` 3,
@@ -19,6 +21,7 @@ and why.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from autoresearch.errors import SpecError
@@ -32,11 +35,82 @@ def is_external(strategy: str) -> bool:
     return strategy.startswith(EXTERNAL_PREFIXES)
 
 
+def _configspace(table: CurveTable, seed: int) -> tuple[Any, dict[str, list[Any]]]:
+    """The table's space as a ConfigSpace space; categoricals as their indices ("0", "1", ...), mapped back
+    with the returned choices (a choice may be a number, which ConfigSpace's categoricals order oddly)."""
+    import ConfigSpace as CS
+
+    cs = CS.ConfigurationSpace(seed=seed)
+    choices: dict[str, list[Any]] = {}
+    for name, p in table.space.items():
+        if "choices" in p:
+            choices[name] = list(p["choices"])
+            cs.add(CS.Categorical(name, [str(i) for i in range(len(p["choices"]))]))
+        elif p["int"]:
+            cs.add(CS.Integer(name, (int(p["low"]), int(p["high"])), log=p["log"]))
+        else:
+            cs.add(CS.Float(name, (p["low"], p["high"]), log=p["log"]))
+    return cs, choices
+
+
+def _params(config: Any, choices: dict[str, list[Any]]) -> dict[str, Any]:
+    params = dict(config)
+    for name, values in choices.items():
+        params[name] = values[int(params[name])]
+    return params
+
+
+class SMACSearcher:
+    """SMAC3's multi-fidelity facade with its Hyperband intensifier (random forest + Hyperband on our rungs),
+    through ask/tell; as DEHB, each trial trains from scratch to the budget SMAC asked for."""
+
+    def __init__(self, table: CurveTable, *, seed: int = 0, rungs: dict[str, Any] | None = None) -> None:
+        import tempfile
+
+        from smac import MultiFidelityFacade, Scenario
+        from smac.intensifier.hyperband import Hyperband
+
+        rungs = {**STOPPER_DEFAULTS, **(rungs or {})}
+        self.sign = 1.0 if table.mode == "min" else -1.0
+        cs, self.choices = _configspace(table, seed)
+        self._tmp = tempfile.TemporaryDirectory(prefix="smac-")
+        scenario = Scenario(cs, output_directory=Path(self._tmp.name), deterministic=True, n_trials=100_000,
+                            min_budget=int(rungs["min_steps"]), max_budget=table.max_step, seed=seed)
+        intensifier = Hyperband(scenario, eta=int(rungs["reduction_factor"]), seed=seed)
+        self.smac = MultiFidelityFacade(scenario, target_function=lambda config, seed, budget: 0.0,
+                                        intensifier=intensifier, overwrite=True, logging_level=40)
+        self.infos: dict[int, Any] = {}
+        self.budget: dict[int, int] = {}
+        self.last: dict[int, float] = {}
+        self.max_step = table.max_step
+
+    def ask(self, ids: list[int]) -> list[dict[str, Any]]:
+        out = []
+        for trial in ids:
+            info = self.smac.ask()
+            self.infos[trial] = info
+            self.budget[trial] = max(1, min(self.max_step, int(round(float(info.budget or self.max_step)))))
+            out.append(_params(info.config, self.choices))
+        return out
+
+    def report(self, trial: int, step: int, value: float) -> bool:
+        self.last[trial] = value
+        return step >= self.budget[trial]
+
+    def end(self, trial: int, state: str) -> None:
+        from smac.runhistory.dataclasses import TrialValue
+
+        self.budget.pop(trial)
+        self.smac.tell(self.infos.pop(trial), TrialValue(cost=self.sign * self.last.pop(trial)))
+
+    def close(self) -> None:
+        self._tmp.cleanup()
+
+
 class DEHBSearcher:
     """DEHB through ask/tell; each trial trains to the fidelity DEHB asked for."""
 
     def __init__(self, table: CurveTable, *, seed: int = 0, rungs: dict[str, Any] | None = None) -> None:
-        import ConfigSpace as CS
         from dehb import DEHB
 
         logging.getLogger("distributed").setLevel(logging.ERROR)
@@ -48,16 +122,7 @@ class DEHBSearcher:
             pass
         rungs = {**STOPPER_DEFAULTS, **(rungs or {})}
         self.sign = 1.0 if table.mode == "min" else -1.0
-        cs = CS.ConfigurationSpace(seed=seed)
-        self.choices: dict[str, list[Any]] = {}
-        for name, p in table.space.items():
-            if "choices" in p:
-                self.choices[name] = list(p["choices"])
-                cs.add(CS.Categorical(name, [str(i) for i in range(len(p["choices"]))]))
-            elif p["int"]:
-                cs.add(CS.Integer(name, (int(p["low"]), int(p["high"])), log=p["log"]))
-            else:
-                cs.add(CS.Float(name, (p["low"], p["high"]), log=p["log"]))
+        cs, self.choices = _configspace(table, seed)
         import tempfile
 
         self._tmp = tempfile.TemporaryDirectory(prefix="dehb-")
@@ -75,10 +140,7 @@ class DEHBSearcher:
             job = self.dehb.ask()
             self.jobs[trial] = job
             self.fidelity[trial] = max(1, min(self.max_step, int(round(float(job["fidelity"])))))
-            params = dict(job["config"])
-            for name, values in self.choices.items():
-                params[name] = values[int(params[name])]
-            out.append(params)
+            out.append(_params(job["config"], self.choices))
         return out
 
     def report(self, trial: int, step: int, value: float) -> bool:
@@ -160,6 +222,8 @@ def make_external(strategy: str, table: CurveTable, *, seed: int = 0, parallel: 
                   stopper_options: dict[str, Any] | None = None) -> Any:
     if strategy == "dehb":
         return DEHBSearcher(table, seed=seed, rungs=stopper_options)
+    if strategy == "smac:hyperband":
+        return SMACSearcher(table, seed=seed, rungs=stopper_options)
     if strategy.startswith("synetune:"):
         return SyneTuneSearcher(table, strategy.partition(":")[2], seed=seed, rungs=stopper_options)
-    raise SpecError(f"unknown external baseline {strategy[:60]!r}", hint="dehb, synetune:<scheduler>")
+    raise SpecError(f"unknown external baseline {strategy[:60]!r}", hint="dehb, smac:hyperband, synetune:<scheduler>")

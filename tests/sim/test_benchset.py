@@ -73,3 +73,22 @@ def test_the_benchmark_tuning_mode_refuses_a_test_workload_before_running_anythi
                            str(load_split().test.seeds.start), "--seeds", "1"], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode != 0 and "not development seeds" in proc.stderr
+
+
+def test_the_external_baselines_are_not_dependencies_of_the_benchmark_or_the_suite() -> None:
+    """bench/baselines.py and bench_search.py import without DEHB, SMAC, Syne Tune or ConfigSpace
+    (each is imported only when its strategy runs); the package does not name them."""
+    code = ("import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] in ('dehb', 'smac', 'syne_tune', 'ConfigSpace'):\n"
+            "            raise ImportError('blocked: ' + name)\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "import bench.baselines, bench.bench_search\n"
+            "assert bench.baselines.is_external('dehb') and not bench.baselines.is_external('optuna:tpe+hb')\n"
+            "print('ok')\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+    lines = [line for line in (ROOT / "pyproject.toml").read_text().splitlines() if not line.lstrip().startswith("#")]
+    naming = [line.split("=")[0].strip() for line in lines if "dehb" in line or "syne" in line or "smac" in line]
+    assert naming == ["bench-search"], naming  # an optional extra of its own, not the package's or the tests'
