@@ -1,7 +1,7 @@
 """Record tabular learning curves from real training runs (not a test): the data the search
 benchmark (bench/bench_search.py, autoresearch/sim/replay.py) replays.
 
-Four small workloads, each trained for real, epoch by epoch, on a Sobol sample of its space;
+Eight small workloads, each trained for real, epoch by epoch, on a Sobol sample of its space;
 after every epoch the validation metric and the CPU seconds of the epoch are recorded
 (process time, one BLAS thread: the machine this runs on is shared, wall time would be noise).
 
@@ -13,6 +13,17 @@ after every epoch the validation metric and the CPU seconds of the epoch are rec
   Friedman #1 regression; validation MSE. lr, units, momentum, weight decay, batch size.
 * ``cancer-gbm``: gradient boosting on sklearn's breast-cancer data, one "epoch" = 4 more trees
   (``warm_start``); validation log loss. lr, max depth, subsample, min samples per leaf.
+* ``diabetes-gbr``: gradient boosting regression on sklearn's diabetes data (standardized target),
+  4 more trees an epoch; validation MSE. lr, max depth, subsample, min samples per leaf, loss.
+* ``digits-linear``: SGDClassifier (L2) on the digits images; validation error. alpha, eta0,
+  schedule, loss (hinge, log, modified huber, perceptron), averaging.
+* ``cancer-mlp``: MLPClassifier (SGD, Nesterov momentum) on the standardized breast-cancer data;
+  validation log loss. lr, units, momentum, L2 alpha, batch size.
+* ``digits-cnn``: a small numpy conv net (3x3 conv, ReLU, 2x2 max pool, softmax; hand-written
+  backprop, SGD with momentum) on the 8x8 digits; validation log loss. lr, filters, momentum,
+  weight decay, batch size.
+
+Which workloads are for development and which for test: autoresearch/sim/data/split.json.
 
 A diverged value (NaN, inf, or past the workload's ``cap``) is recorded as the cap for the rest
 of the curve, so a table never holds a non-finite number.
