@@ -358,7 +358,7 @@ def main() -> None:
         args.aa_seeds = 0
     paths = [DATA / f"{w}.json.gz" for w in names]
     missing = [p.name for p in paths if not p.exists()]
-    if missing:
+    if missing and not args.load:
         sys.exit(f"no recorded table for {', '.join(missing)} (bench/record_curves.py --only NAME)")
     t0 = time.perf_counter()
     aa = [s for s in ("random", "optuna:random") if s in args.strategies]
