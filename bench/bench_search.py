@@ -304,8 +304,9 @@ def plot(results: list[dict[str, Any]], strategies: list[str], png: Path, top: f
                 vals = [r["anytime"][i] for r in rows_]
                 vals = [max(v - best_of[w], FLOOR) if v is not None else math.inf for v in vals]
                 median.append(statistics.median(vals))
-            style = "--" if s.startswith("optuna:") else "-"
-            ax.plot(grid, [m if math.isfinite(m) else math.nan for m in median], style, label=s)
+            style = "--" if is_baseline(s) else "-"  # one colour per strategy in every panel
+            ax.plot(grid, [m if math.isfinite(m) else math.nan for m in median], style, label=s,
+                    color=f"C{strategies.index(s) % 10}")
         ax.axhline(max(target - best_of[w], FLOOR), color="grey", lw=0.8, ls=":", label=f"target (top {top:.0%})")
         ax.set_yscale("log")
         ax.set_title(w)
@@ -314,7 +315,11 @@ def plot(results: list[dict[str, Any]], strategies: list[str], png: Path, top: f
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(workloads):]:
         ax.axis("off")
-    max(axes.flat, key=lambda a: len(a.get_lines())).legend(fontsize=7)  # the panel with every strategy
+    handles: dict[str, Any] = {}
+    for ax in axes.flat:
+        for line in ax.get_lines():
+            handles.setdefault(str(line.get_label()), line)
+    axes.flat[0].legend(list(handles.values()), list(handles), fontsize=7)  # every strategy, once
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=90)
