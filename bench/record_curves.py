@@ -1,7 +1,7 @@
 """Record tabular learning curves from real training runs (not a test): the data the search
 benchmark (bench/bench_search.py, autoresearch/sim/replay.py) replays.
 
-Four small workloads, each trained for real, epoch by epoch, on a Sobol sample of its space;
+Eight small workloads, each trained for real, epoch by epoch, on a Sobol sample of its space;
 after every epoch the validation metric and the CPU seconds of the epoch are recorded
 (process time, one BLAS thread: the machine this runs on is shared, wall time would be noise).
 
@@ -13,6 +13,17 @@ after every epoch the validation metric and the CPU seconds of the epoch are rec
   Friedman #1 regression; validation MSE. lr, units, momentum, weight decay, batch size.
 * ``cancer-gbm``: gradient boosting on sklearn's breast-cancer data, one "epoch" = 4 more trees
   (``warm_start``); validation log loss. lr, max depth, subsample, min samples per leaf.
+* ``diabetes-gbr``: gradient boosting regression on sklearn's diabetes data (standardized target),
+  4 more trees an epoch; validation MSE. lr, max depth, subsample, min samples per leaf, loss.
+* ``digits-linear``: SGDClassifier (L2) on the digits images; validation error. alpha, eta0,
+  schedule, loss (hinge, log, modified huber, perceptron), averaging.
+* ``cancer-mlp``: MLPClassifier (SGD, Nesterov momentum) on the standardized breast-cancer data;
+  validation log loss. lr, units, momentum, L2 alpha, batch size.
+* ``digits-cnn``: a small numpy conv net (3x3 conv, ReLU, 2x2 max pool, softmax; hand-written
+  backprop, SGD with momentum) on the 8x8 digits; validation log loss. lr, filters, momentum,
+  weight decay, batch size.
+
+Which workloads are for development and which for test: autoresearch/sim/data/split.json.
 
 A diverged value (NaN, inf, or past the workload's ``cap``) is recorded as the cap for the rest
 of the curve, so a table never holds a non-finite number.
@@ -180,6 +191,142 @@ def cancer_data() -> Any:
     return _split(x, y, seed=1, val=0.4)
 
 
+def diabetes_gbr(params: dict[str, Any], seed: int, data: Any) -> list[tuple[float, float]]:
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    xt, xv, yt, yv = data
+    model = GradientBoostingRegressor(learning_rate=params["lr"], max_depth=int(params["max_depth"]),
+                                      subsample=params["subsample"], loss=params["loss"],
+                                      min_samples_leaf=int(params["min_samples_leaf"]), n_estimators=0,
+                                      warm_start=True, random_state=seed)
+    out = []
+    for epoch in range(1, EPOCHS + 1):
+        t0 = time.process_time()
+        model.set_params(n_estimators=4 * epoch)
+        model.fit(xt, yt)
+        out.append((float(np.mean((model.predict(xv) - yv) ** 2)), time.process_time() - t0))
+    return out
+
+
+def diabetes_data() -> Any:
+    from sklearn.datasets import load_diabetes
+
+    x, y = load_diabetes(return_X_y=True)
+    return _split(x, (y - y.mean()) / y.std(), seed=2, val=0.4)
+
+
+def digits_linear(params: dict[str, Any], seed: int, data: Any) -> list[tuple[float, float]]:
+    from sklearn.linear_model import SGDClassifier
+
+    xt, xv, yt, yv = data
+    model = SGDClassifier(loss=params["loss"], penalty="l2", alpha=params["alpha"], eta0=params["eta0"],
+                          learning_rate=params["schedule"], average=bool(params["average"] == "yes"),
+                          random_state=seed)
+    classes = np.unique(yt)
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(EPOCHS):
+        t0 = time.process_time()
+        order = rng.permutation(len(yt))
+        model.partial_fit(xt[order], yt[order], classes=classes)
+        out.append((float(1.0 - model.score(xv, yv)), time.process_time() - t0))
+    return out
+
+
+def cancer_mlp(params: dict[str, Any], seed: int, data: Any) -> list[tuple[float, float]]:
+    from sklearn.metrics import log_loss
+    from sklearn.neural_network import MLPClassifier
+
+    xt, xv, yt, yv = data
+    model = MLPClassifier(hidden_layer_sizes=(int(params["units"]),), solver="sgd", momentum=params["momentum"],
+                          nesterovs_momentum=True, alpha=params["alpha"], batch_size=int(params["batch_size"]),
+                          learning_rate_init=params["lr"], random_state=seed)
+    classes = np.unique(yt)
+    out = []
+    for _ in range(EPOCHS):
+        t0 = time.process_time()
+        model.partial_fit(xt, yt, classes=classes)
+        proba = np.clip(model.predict_proba(xv), 1e-7, 1 - 1e-7)
+        out.append((float(log_loss(yv, proba, labels=classes)), time.process_time() - t0))
+    return out
+
+
+def cancer_scaled_data() -> Any:
+    from sklearn.preprocessing import StandardScaler
+
+    xt, xv, yt, yv = cancer_data()
+    scaler = StandardScaler().fit(xt)
+    return scaler.transform(xt), scaler.transform(xv), yt, yv
+
+
+def _im2col(x: Any) -> Any:
+    """8x8 images -> (n, 36, 9): the 3x3 patch of each of the 6x6 valid positions (row-major)."""
+    cols = np.empty((x.shape[0], 6, 6, 9))
+    for k in range(9):
+        di, dj = divmod(k, 3)
+        cols[:, :, :, k] = x[:, di:di + 6, dj:dj + 6]
+    return cols.reshape(x.shape[0], 36, 9)
+
+
+def digits_cnn(params: dict[str, Any], seed: int, data: Any) -> list[tuple[float, float]]:
+    """A small numpy conv net: 3x3 conv (``filters``) + ReLU + 2x2 max pool + softmax; SGD with momentum."""
+    xt, xv, yt, yv = data
+    rng = np.random.default_rng(seed)
+    f, lr, mom, wd = int(params["filters"]), params["lr"], params["momentum"], params["weight_decay"]
+    batch = int(params["batch_size"])
+    wc = rng.normal(0, math.sqrt(2 / 9), (9, f))
+    bc = np.zeros(f)
+    wo = rng.normal(0, math.sqrt(1 / (9 * f)), (9 * f, 10))
+    bo = np.zeros(10)
+    weights = [wc, bc, wo, bo]
+    velocity = [np.zeros_like(w) for w in weights]
+
+    def forward(cols: Any) -> tuple[Any, Any, Any, Any, Any]:
+        z = cols @ wc + bc  # (n, 36, f)
+        h = np.maximum(z, 0.0).reshape(len(cols), 3, 2, 3, 2, f)
+        pooled = h.max(axis=(2, 4))  # (n, 3, 3, f)
+        flat = pooled.reshape(len(cols), 9 * f)
+        logits = flat @ wo + bo
+        logits -= logits.max(axis=1, keepdims=True)
+        probs = np.exp(logits)
+        probs /= probs.sum(axis=1, keepdims=True)
+        return z, h, pooled, flat, probs
+
+    out = []
+    for _ in range(EPOCHS):
+        t0 = time.process_time()
+        order = rng.permutation(len(yt))
+        with np.errstate(all="ignore"):
+            for start in range(0, len(order), batch):
+                idx = order[start:start + batch]
+                cols, n = xt[idx], len(idx)
+                z, h, pooled, flat, probs = forward(cols)
+                g = probs
+                g[np.arange(n), yt[idx]] -= 1.0
+                g /= n
+                gflat = g @ wo.T
+                mask = h == pooled[:, :, None, :, None, :]
+                gz = (mask * gflat.reshape(n, 3, 1, 3, 1, f)).reshape(n, 36, f) * (z > 0)
+                grads = [cols.reshape(-1, 9).T @ gz.reshape(-1, f) + wd * wc, gz.sum(axis=(0, 1)),
+                         flat.T @ g + wd * wo, g.sum(0)]
+                for w, v, gr in zip(weights, velocity, grads, strict=True):
+                    v *= mom
+                    v -= lr * gr
+                    w += v
+            probs = np.clip(forward(xv)[-1], 1e-7, 1.0)
+            loss = float(-np.mean(np.log(probs[np.arange(len(yv)), yv])))
+        out.append((loss, time.process_time() - t0))
+    return out
+
+
+def digits_cnn_data() -> Any:
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    xt, xv, yt, yv = _split(x.reshape(-1, 8, 8) / 16.0, y, seed=3, val=0.5)
+    return _im2col(xt), _im2col(xv), yt, yv
+
+
 WORKLOADS: dict[str, dict[str, Any]] = {
     "digits-mlp": {"run": digits_mlp, "data": digits_data, "metric": "val_error", "cap": 1.0, "space": {
         "lr": {"low": 1e-4, "high": 0.3, "log": True},
@@ -203,6 +350,30 @@ WORKLOADS: dict[str, dict[str, Any]] = {
         "max_depth": {"low": 1, "high": 6},
         "subsample": {"low": 0.3, "high": 1.0},
         "min_samples_leaf": {"low": 1, "high": 60, "log": True}}},
+    "diabetes-gbr": {"run": diabetes_gbr, "data": diabetes_data, "metric": "val_mse", "cap": 10.0, "space": {
+        "lr": {"low": 0.005, "high": 1.0, "log": True},
+        "max_depth": {"low": 1, "high": 6},
+        "subsample": {"low": 0.3, "high": 1.0},
+        "min_samples_leaf": {"low": 1, "high": 60, "log": True},
+        "loss": ["squared_error", "huber", "absolute_error"]}},
+    "digits-linear": {"run": digits_linear, "data": digits_data, "metric": "val_error", "cap": 1.0, "space": {
+        "alpha": {"low": 1e-7, "high": 0.1, "log": True},
+        "eta0": {"low": 1e-5, "high": 1.0, "log": True},
+        "schedule": ["constant", "invscaling", "adaptive", "optimal"],
+        "loss": ["hinge", "log_loss", "modified_huber", "perceptron"],
+        "average": ["no", "yes"]}},
+    "cancer-mlp": {"run": cancer_mlp, "data": cancer_scaled_data, "metric": "val_logloss", "cap": 10.0, "space": {
+        "lr": {"low": 1e-4, "high": 1.0, "log": True},
+        "units": {"low": 2, "high": 128, "log": True},
+        "momentum": {"low": 0.0, "high": 0.99},
+        "alpha": {"low": 1e-6, "high": 1.0, "log": True},
+        "batch_size": [8, 16, 32, 64, 128]}},
+    "digits-cnn": {"run": digits_cnn, "data": digits_cnn_data, "metric": "val_logloss", "cap": 10.0, "space": {
+        "lr": {"low": 1e-4, "high": 1.0, "log": True},
+        "filters": {"low": 2, "high": 32, "log": True},
+        "momentum": {"low": 0.0, "high": 0.95},
+        "weight_decay": {"low": 1e-6, "high": 0.1, "log": True},
+        "batch_size": [16, 32, 64, 128, 256]}},
 }
 
 

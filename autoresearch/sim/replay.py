@@ -20,7 +20,9 @@ Two kinds of searcher, driven the same way:
 
 A strategy is named ``<proposer>[+<stopper>]`` for ours (``tpe+asha``, ``random``; stopper options from
 :data:`STOPPER_DEFAULTS`, proposer options in brackets: ``bohb[fit=all]+hyperband``) or ``optuna:<sampler>[+<pruner>]`` (``optuna:tpe+sh``,
-``optuna:tpe+hb``, ``optuna:random``). bench/bench_search.py runs strategies x seeds x workloads.
+``optuna:tpe+hb``, ``optuna:random``). Optuna's pruners on our rungs (the stopper's ``min_steps``,
+``reduction_factor`` and the table's ``max_step``): ``hb`` and ``sh-matched``; on Optuna's own
+defaults: ``sh`` (min resource auto, factor 4) and ``hb-default`` (max resource auto). bench/bench_search.py runs strategies x seeds x workloads.
 """
 
 from __future__ import annotations
@@ -230,7 +232,8 @@ class LoopSearcher:
 class OptunaSearcher:
     """An Optuna study through ask/tell: ``sampler`` tpe | random, ``pruner`` sh | hb | median | None."""
 
-    def __init__(self, table: CurveTable, sampler: str = "tpe", pruner: str | None = None, *, seed: int = 0) -> None:
+    def __init__(self, table: CurveTable, sampler: str = "tpe", pruner: str | None = None, *, seed: int = 0,
+                 rungs: dict[str, Any] | None = None) -> None:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -238,14 +241,22 @@ class OptunaSearcher:
         samplers: dict[str, Callable[[], Any]] = {
             "tpe": lambda: optuna.samplers.TPESampler(seed=seed),
             "random": lambda: optuna.samplers.RandomSampler(seed=seed)}
+        rungs = {**STOPPER_DEFAULTS, **(rungs or {})}
+        low, factor = int(rungs["min_steps"]), int(rungs["reduction_factor"])
         pruners: dict[str | None, Callable[[], Any]] = {
             None: optuna.pruners.NopPruner,
+            # Optuna's own defaults: SH min resource "auto" (1 epoch here), reduction factor 4;
+            # Hyperband min 1, max "auto" (the first finished trial's last step), factor 3
             "sh": optuna.pruners.SuccessiveHalvingPruner,
-            "hb": lambda: optuna.pruners.HyperbandPruner(min_resource=1, max_resource=table.max_step),
+            "hb-default": optuna.pruners.HyperbandPruner,
+            # on our rungs: the min resource, reduction factor and max of the stopper we run
+            "sh-matched": lambda: optuna.pruners.SuccessiveHalvingPruner(min_resource=low, reduction_factor=factor),
+            "hb": lambda: optuna.pruners.HyperbandPruner(min_resource=low, max_resource=table.max_step,
+                                                         reduction_factor=factor),
             "median": optuna.pruners.MedianPruner}
         if sampler not in samplers or pruner not in pruners:
             raise SpecError(f"unknown optuna strategy {sampler}+{pruner}",
-                            hint="samplers: tpe, random; pruners: sh, hb, median")
+                            hint="samplers: tpe, random; pruners: sh, sh-matched, hb, hb-default, median")
         self.study = optuna.create_study(direction="minimize" if table.mode == "min" else "maximize",
                                          sampler=samplers[sampler](), pruner=pruners[pruner]())
         d = optuna.distributions
@@ -288,7 +299,8 @@ class OptunaSearcher:
 
 # -- strategies by name -----------------------------------------------------------------
 
-OPTUNA_PRUNERS = {"sh": "sh", "hb": "hb", "hyperband": "hb", "median": "median"}
+OPTUNA_PRUNERS = {"sh": "sh", "sh-matched": "sh-matched", "hb": "hb", "hyperband": "hb", "hb-default": "hb-default",
+                  "median": "median"}
 
 
 def _options_in(kind: str) -> tuple[str, dict[str, Any]]:
@@ -319,7 +331,8 @@ def make_searcher(strategy: str, table: CurveTable, *, seed: int = 0, parallel: 
         sampler, _, pruner = name[len("optuna:"):].partition("+")
         if pruner and pruner not in OPTUNA_PRUNERS:
             raise SpecError(f"unknown optuna pruner {pruner!r}", hint=f"one of {', '.join(OPTUNA_PRUNERS)}")
-        return OptunaSearcher(table, sampler, OPTUNA_PRUNERS[pruner] if pruner else None, seed=seed)
+        return OptunaSearcher(table, sampler, OPTUNA_PRUNERS[pruner] if pruner else None, seed=seed,
+                              rungs=stopper_options)
     kind, _, stopper = name.partition("+")
     kind, options = _options_in(kind)
     if options:

@@ -196,3 +196,22 @@ def test_a_reference_that_never_reaches_the_target_counts_as_the_budget_in_the_r
     assert ours[2] == "104" and ours[4] == "9/9" and ours[5] == "0.10", ours  # 104 / 1000 (never -> budget)
     low, high = (float(x) for x in ours[6].strip("[]").split(","))
     assert 0.1 <= low <= 0.104 <= high <= 0.27
+
+
+def test_optuna_runs_on_our_rungs_or_on_its_own_defaults(table: CurveTable) -> None:
+    """optuna:tpe+hb and +sh-matched take the stopper's min_steps and reduction_factor and the table's
+    max_step (the rungs ours runs on); +sh and +hb-default are Optuna's own defaults."""
+    def pruner(strategy: str, **options: Any) -> Any:
+        return make_searcher(strategy, table, seed=0, **options).study.pruner
+
+    sh = pruner("optuna:tpe+sh-matched")
+    assert (sh._min_resource, sh._reduction_factor) == (1, 3)
+    hb = pruner("optuna:tpe+hb")
+    assert (hb._min_resource, hb._max_resource, hb._reduction_factor) == (1, table.max_step, 3)
+    moved = pruner("optuna:tpe+hb", stopper_options={"min_steps": 3, "reduction_factor": 2})
+    assert (moved._min_resource, moved._reduction_factor) == (3, 2)
+    default_sh = pruner("optuna:tpe+sh")
+    assert default_sh._min_resource in (None, "auto") and default_sh._reduction_factor == 4  # None: "auto"
+    assert pruner("optuna:tpe+hb-default")._max_resource in (None, "auto")
+    run = replay(table, make_searcher("optuna:tpe+sh-matched", table, seed=0), budget=120)
+    assert run.compute == 120 and run.stopped > 0
