@@ -41,6 +41,8 @@ def _send_decisions(syncer: Mirror, batch: list[tuple[str, Any]], report: SyncRe
     for run_id, d in batch:
         by_run.setdefault(run_id, []).append(d)
     retags: dict[str, dict[str, str]] = {}
+    owners: dict[str, str] = {}  # run id -> its entity (a refused run is blocked, the others go on)
+    secrets: dict[Any, list[str]] = {}
     for run_id, decisions in by_run.items():
         metrics = []
         with tempfile.TemporaryDirectory(prefix="autoresearch-decisions-") as tmp:
@@ -52,25 +54,29 @@ def _send_decisions(syncer: Mirror, batch: list[tuple[str, Any]], report: SyncRe
                     except ValueError:
                         pass
                 record["trials"] = syncer.store.trials_of_decision(d["id"])
-                loop = syncer.store.loop(d["loop_id"])
-                text = json.dumps(redact_obj(record, loop_secrets(syncer, loop)), indent=2, default=str)
+                if d["loop_id"] not in secrets:  # (a batch is one loop's, mostly: its plan read once)
+                    secrets[d["loop_id"]] = loop_secrets(syncer, syncer.store.loop(d["loop_id"]))
+                text = json.dumps(redact_obj(record, secrets[d["loop_id"]]), indent=2, default=str)
                 (Path(tmp) / f"{d['id']:06d}-{d['kind']}.json").write_text(text)
                 ts = int(d["created_at"] * 1000)
                 metrics += [Metric(f"decision.{k}", float(d[k] or 0), ts, int(d["id"]))
                             for k in ("tokens_in", "tokens_out", "cost_usd", "latency_s")]
                 if d["kind"] == "promote" and d["trial_id"] is not None:
-                    _retag_verdicts(syncer, d, run_id, retags)
+                    _retag_verdicts(syncer, d, run_id, retags, owners)
             syncer.client.log_artifacts(run_id, tmp, "decisions")
         syncer.log_metrics(run_id, metrics)
         retags.setdefault(run_id, {})["autoresearch.decisions"] = str(decisions[-1]["id"])
+        owners[run_id] = f"loop:{decisions[-1]['loop_id']}"
     for run_id, tags in retags.items():
-        syncer.log_batch(run_id, tags=tags)
+        syncer.log_batch(run_id, tags=tags, entity=owners.get(run_id))
+    syncer.flush()  # (one transaction into a SQLite store) before the cursor passes them
     report.decisions += len(batch)
     report.artifacts += len(batch)
     syncer.move_cursor("decisions", batch[-1][1]["id"])
 
 
-def _retag_verdicts(syncer: Mirror, d: Any, loop_run_id: str, retags: dict[str, dict[str, str]]) -> None:
+def _retag_verdicts(syncer: Mirror, d: Any, loop_run_id: str, retags: dict[str, dict[str, str]],
+                    owners: dict[str, str]) -> None:
     """A keep-or-discard decision: the trial's verdict, the incumbent it replaced, the loop's incumbent
     (into ``retags``, run id -> tags, sent once per batch: a later decision's tag wins)."""
     try:
@@ -87,6 +93,7 @@ def _retag_verdicts(syncer: Mirror, d: Any, loop_run_id: str, retags: dict[str, 
         trial = syncer.store.trial(trial_id)
         if row is not None and row["run_id"] and trial is not None:
             retags.setdefault(str(row["run_id"]), {})["autoresearch.verdict"] = verdict(syncer, trial)
+            owners[str(row["run_id"])] = f"trial:{trial_id}"
 
 
 def sync_outbox(syncer: Mirror, report: SyncReport) -> None:
