@@ -173,13 +173,17 @@ c0 = time.process_time()
 from autoresearch.tracking._sync import Syncer
 syncer = Syncer(sys.argv[1])
 c1 = time.process_time()
-report = syncer.run_once()
-while report.pending:
+total = {"runs_created": 0, "finished": 0, "decisions": 0}
+while True:  # passes until one finds nothing to do
     report = syncer.run_once()
+    if not (report.runs_created or report.finished or report.decisions or report.metrics or report.artifacts):
+        break
+    for key in total:
+        total[key] += getattr(report, key)
 c2 = time.process_time()
 syncer.run_once()
-print(json.dumps({"open": c1 - c0, "pass": c2 - c1, "idle": time.process_time() - c2, "runs": report.runs_created,
-                  "finished": report.finished, "artifacts": report.artifacts}))
+print(json.dumps({"open": c1 - c0, "pass": c2 - c1, "idle": time.process_time() - c2, "runs": total["runs_created"],
+                  "finished": total["finished"], "decisions": total["decisions"]}))
 """
 
 
@@ -227,7 +231,8 @@ def catch_up(trials: int, repeat: int, code: dict[str, str]) -> int:
     print(f"\nThe mirror's catch-up after a loop of {trials} `python3 -c` trials (nothing mirrored during it), "
           f"into a fresh SQLite store, process CPU; medians of {repeat}; load {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} cores\n")
-    print("| path | import mlflow + open the store, CPU s | the pass, CPU s | CPU ms a trial | an idle pass after, CPU s |")
+    print("| path | import mlflow + open the store, CPU s | the passes, CPU s | CPU ms a trial | an idle pass after, "
+          "CPU s |")
     print("|---|---|---|---|---|")
     for name, rows in cpu.items():
         med = {k: statistics.median(r[k] for r in rows) for k in ("open", "pass", "idle")}

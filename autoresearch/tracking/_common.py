@@ -109,6 +109,9 @@ class Mirror(Protocol):
     def artifact_locations(self, run_ids: list[str]) -> None:
         """Learn the artifact locations of runs about to get artifacts (one query for all)."""
 
+    def artifact_folder(self, run_id: str) -> str | None:
+        """The local folder of a run's artifacts, to write into directly (None: upload them)."""
+
     def log_text(self, run_id: str, text: str, artifact_path: str) -> None:
         """An artifact of a run: written into a local artifact folder directly, else uploaded."""
 

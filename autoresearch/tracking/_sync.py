@@ -507,21 +507,27 @@ class Syncer:
         if store is not None and missing:
             self._artifacts.update(_bulk.artifact_uris(store, missing))
 
+    def artifact_folder(self, run_id: str) -> str | None:
+        """The local folder of a run's artifacts in a SQLite store, to write into directly (None:
+        another store, bulk writes off, or artifacts elsewhere than on this machine)."""
+        store = self._bulk_store()
+        if store is None:
+            return None
+        uri = self._artifacts.get(run_id)
+        if uri is None:
+            uri = self._artifacts[run_id] = _bulk.artifact_uris(store, [run_id]).get(run_id, "")
+        return _bulk.local_dir(uri) if uri else None
+
     def log_text(self, run_id: str, text: str, artifact_path: str) -> None:
         """An artifact of a run: into a SQLite store's local artifact folder directly (no upload
         through the client: ~30 ms of CPU a file), else with ``log_text``."""
-        store = self._bulk_store()
-        if store is not None:
-            uri = self._artifacts.get(run_id)
-            if uri is None:
-                uri = self._artifacts[run_id] = _bulk.artifact_uris(store, [run_id]).get(run_id, "")
-            folder = _bulk.local_dir(uri) if uri else None
-            if folder is not None:
-                try:
-                    _bulk.write_text(folder, artifact_path, text)
-                    return
-                except ValueError:  # a path MLflow would take apart itself: its own way
-                    pass
+        folder = self.artifact_folder(run_id)
+        if folder is not None:
+            try:
+                _bulk.write_text(folder, artifact_path, text)
+                return
+            except ValueError:  # a path MLflow would take apart itself: its own way
+                pass
         self.client.log_text(run_id, text, artifact_path)
 
     def log_metrics(self, run_id: str, points: list[Any]) -> None:
