@@ -251,14 +251,15 @@ def verdict(syncer: Mirror, trial: Any) -> str:
     kept), not better, seed of #N."""
     if trial["role"] == "repeat" and trial["parent_trial"] is not None:
         return f"seed of #{trial['parent_trial']}"
-    own, later = syncer.store.verdicts(trial["id"])
+    own = syncer.store.verdict_of(trial["id"])
     if own is None:
         return ""
     try:
         out = json.loads(own["outputs"])
     except ValueError:
         return ""
-    if out.get("promoted"):
+    if out.get("promoted"):  # (the walk of the later decisions only for the few promoted: O(n) each)
+        later = syncer.store.replaced_by(own["id"], trial["id"])
         return f"replaced by #{later['trial_id']}" if later is not None else "incumbent"
     margin = out.get("margin")
     return "within noise" if isinstance(margin, (int, float)) and margin > 0 else "not better"

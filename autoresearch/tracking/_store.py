@@ -263,15 +263,17 @@ class MirrorStore:
                 return str(row["experiment_id"])
         return None
 
-    def verdicts(self, trial_id: int) -> tuple[Row | None, Row | None]:
-        """The keep-or-discard decision of a trial, and the promotion that replaced it (if one did)."""
-        own = self.ledger.one("SELECT id, inputs, outputs FROM decisions WHERE kind='promote' AND trial_id=? "
-                              "ORDER BY id DESC LIMIT 1", (trial_id,))
-        later = self.ledger.one(
+    def verdict_of(self, trial_id: int) -> Row | None:
+        """The keep-or-discard decision of a trial (the last one)."""
+        return self.ledger.one("SELECT id, inputs, outputs FROM decisions WHERE kind='promote' AND trial_id=? "
+                               "ORDER BY id DESC LIMIT 1", (trial_id,))
+
+    def replaced_by(self, decision_id: int, trial_id: int) -> Row | None:
+        """The promotion after ``decision_id`` that replaced a promoted trial (a walk of the later
+        decisions: asked only of trials that were promoted, the few incumbents)."""
+        return self.ledger.one(
             "SELECT trial_id FROM decisions WHERE kind='promote' AND id > ? AND loop_id=(SELECT loop_id FROM trials "
-            "WHERE id=?) AND json_extract(outputs, '$.promoted') ORDER BY id LIMIT 1",
-            (own["id"] if own else 1 << 62, trial_id))
-        return own, later
+            "WHERE id=?) AND json_extract(outputs, '$.promoted') ORDER BY id LIMIT 1", (decision_id, trial_id))
 
     def last_node(self, job_id: int) -> Row | None:
         """The node of a job's latest attempt, and its failure class (infra, user; NULL unless it failed)."""
