@@ -223,7 +223,7 @@ def catch_up(trials: int, repeat: int, code: dict[str, str]) -> int:
                        "AUTORESEARCH_MIRROR_BULK": bulk, "PYTHONPATH": path}
                 env.pop("MLFLOW_TRACKING_URI", None)
                 out = subprocess.run([sys.executable, "-c", _CATCH_UP, str(home)], env=env, capture_output=True,
-                                     text=True)
+                                     text=True, cwd=home)  # (not this checkout's folder: -c puts the cwd first)
                 assert out.returncode == 0, out.stderr[-2000:]
                 row = json.loads(out.stdout.strip().splitlines()[-1])
                 assert row["runs"] == trials + 1 and row["finished"] == trials + 1, row
