@@ -72,11 +72,12 @@ def _fix(name: str, dir_fd: int | None) -> None:
         os.close(fd)
 
 
-def open_beneath(root: str | os.PathLike[str], relative: str, create_dirs: bool = False) -> tuple[int, str]:
+def open_beneath(root: str | os.PathLike[str], relative: str, create_dirs: bool = False,
+                 dir_mode: int = 0o777) -> tuple[int, str]:
     """The directory that holds ``relative``'s last part, resolved beneath ``root`` one component at
     a time with ``O_NOFOLLOW`` (an ``openat`` walk: a link anywhere on the way, even one swapped in
     meanwhile, is an error, never followed), as an open descriptor, and that last part's name.
-    ``create_dirs``: make the missing folders on the way. Raises ValueError for an absolute path or
+    ``create_dirs``: make the missing folders on the way (``dir_mode``, less the umask). Raises ValueError for an absolute path or
     one with ``.``/``..`` parts, OSError (ELOOP, ENOTDIR) for a link or a file on the way. The caller
     closes the descriptor and creates with ``dir_fd=``."""
     text = os.fspath(relative)
@@ -93,7 +94,7 @@ def open_beneath(root: str | os.PathLike[str], relative: str, create_dirs: bool 
                 if not create_dirs:
                     raise
                 with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, dir_fd=fd)
+                    os.mkdir(part, dir_mode, dir_fd=fd)
                 child = os.open(part, _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = child

@@ -10,10 +10,15 @@ and measures only what is left at their end. Prints a table. Not a test.
 
     python bench/bench_tracking.py [--points 100000] [--trials 16] [--naive-sample 1000] [--repeat 3]
     python bench/bench_tracking.py --cold-sqlite [--points 100000]   # issue 16: bulk vs log_batch
+    python bench/bench_tracking.py --catch-up 600 [--repeat 3]        # the mirror's CPU a trial
 
 ``--cold-sqlite``: the same ledger (copied) mirrored cold into a fresh SQLite store twice,
 through the bulk path (:func:`autoresearch.tracking._metrics.bulk_log`) and through
 log_batch (``AUTORESEARCH_MIRROR_BULK=off``, the path before issue 16), side by side.
+
+``--catch-up N``: the process CPU of the mirror's pass after a loop of N short trials, a trial's
+run, tags, params, log, metric and end: batched SQL transactions (the default into SQLite) beside
+MLflow's client calls (``AUTORESEARCH_MIRROR_BULK=off``), or any code given with ``--code``.
 """
 
 from __future__ import annotations
@@ -162,6 +167,80 @@ def cold_sqlite(points: int, trials: int, repeat: int) -> int:
     return 0
 
 
+_CATCH_UP = """\
+import json, sys, time
+c0 = time.process_time()
+from autoresearch.tracking._sync import Syncer
+syncer = Syncer(sys.argv[1])
+c1 = time.process_time()
+total = {"runs_created": 0, "finished": 0, "decisions": 0}
+while True:  # passes until one finds nothing to do
+    report = syncer.run_once()
+    if not (report.runs_created or report.finished or report.decisions or report.metrics or report.artifacts):
+        break
+    for key in total:
+        total[key] += getattr(report, key)
+c2 = time.process_time()
+syncer.run_once()
+print(json.dumps({"open": c1 - c0, "pass": c2 - c1, "idle": time.process_time() - c2, "runs": total["runs_created"],
+                  "finished": total["finished"], "decisions": total["decisions"]}))
+"""
+
+
+def loop_home(root: Path, trials: int, parallel: int = 16) -> Path:
+    """A home after `autoresearch --json plan.yaml` of ``trials`` ``python3 -c`` trials (tracking on, the
+    syncer off: everything is left for the catch-up)."""
+    home, work = root / "source", root / "work"
+    work.mkdir(parents=True)
+    (work / "plan.yaml").write_text(
+        "name: user\nobjective: {metric: v, goal: minimize}\n"
+        "trial: {command: \"python3 -c \\\"print('v={x}')\\\"\", gpus: 0}\n"
+        "space: {x: {low: 0.0, high: 1.0}}\nproposer: {kind: random}\n"
+        f"budget: {{trials: {trials}, parallel: {parallel}}}\n")
+    env = {**os.environ, "AUTORESEARCH_HOME": str(home), "AUTORESEARCH_TRACKING": "on", "AUTORESEARCH_SYNC": "off",
+           "AUTORESEARCH_GPUS": "0"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    done = subprocess.run([sys.executable, "-m", "autoresearch.cli", "--json", str(work / "plan.yaml")], cwd=work,
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return home
+
+
+def catch_up(trials: int, repeat: int, code: dict[str, str]) -> int:
+    """The mirror's CPU a trial: a loop's home (its ``trials`` trials ended, nothing mirrored) mirrored
+    into a fresh SQLite store by ``Syncer.run_once`` in a fresh process, once per path, side by side."""
+    import json
+    import shutil
+
+    cpu: dict[str, list[dict[str, float]]] = {name: [] for name in code}
+    with tempfile.TemporaryDirectory() as tmp:
+        source = loop_home(Path(tmp), trials)
+        for r in range(repeat):
+            for name, (path, bulk) in ((n, c.split(":", 1)) for n, c in code.items()):
+                home = Path(tmp) / f"{name}-{r}"
+                shutil.copytree(source, home, ignore=shutil.ignore_patterns("*.fifo", "*.sock", "*.listen"))
+                env = {**os.environ, "AUTORESEARCH_HOME": str(home), "AUTORESEARCH_SYNC": "off",
+                       "AUTORESEARCH_MIRROR_BULK": bulk, "PYTHONPATH": path}
+                env.pop("MLFLOW_TRACKING_URI", None)
+                out = subprocess.run([sys.executable, "-c", _CATCH_UP, str(home)], env=env, capture_output=True,
+                                     text=True, cwd=home)  # (not this checkout's folder: -c puts the cwd first)
+                assert out.returncode == 0, out.stderr[-2000:]
+                row = json.loads(out.stdout.strip().splitlines()[-1])
+                assert row["runs"] == trials + 1 and row["finished"] == trials + 1, row
+                cpu[name].append(row)
+    print(f"\nThe mirror's catch-up after a loop of {trials} `python3 -c` trials (nothing mirrored during it), "
+          f"into a fresh SQLite store, process CPU; medians of {repeat}; load {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} cores\n")
+    print("| path | import mlflow + open the store, CPU s | the passes, CPU s | CPU ms a trial | an idle pass after, "
+          "CPU s |")
+    print("|---|---|---|---|---|")
+    for name, rows in cpu.items():
+        med = {k: statistics.median(r[k] for r in rows) for k in ("open", "pass", "idle")}
+        print(f"| {name} | {med['open']:.2f} | {med['pass']:.2f} | {med['pass'] / trials * 1000:.1f} | "
+              f"{med['idle']:.2f} |", flush=True)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cold-sqlite", action="store_true", help="only the cold SQLite sync, bulk vs log_batch")
@@ -169,7 +248,17 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--naive-sample", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--catch-up", type=int, metavar="TRIALS", help="only the mirror's CPU a trial after a loop of "
+                                                                    "TRIALS trials (e.g. 600)")
+    ap.add_argument("--code", action="append", metavar="NAME=PYTHONPATH:on|off",
+                    help="catch-up: a path to measure (its code, AUTORESEARCH_MIRROR_BULK); default: this checkout, "
+                         "bulk on and off")
     args = ap.parse_args()
+    if args.catch_up:
+        root = str(Path(__file__).resolve().parent.parent)
+        code = dict(c.split("=", 1) for c in args.code) if args.code else {
+            "bulk (SQL batches)": f"{root}:on", "client (MlflowClient calls)": f"{root}:off"}
+        return catch_up(args.catch_up, args.repeat, code)
     if args.cold_sqlite:
         return cold_sqlite(args.points, args.trials, args.repeat)
     os.environ["AUTORESEARCH_SYNC"] = "off"  # measure the catch-up from the end, not a race with a live syncer

@@ -11,7 +11,7 @@ what it mirrors lives beside it, as functions of a :class:`Mirror`: ``_entities`
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -78,6 +78,13 @@ class Mirror(Protocol):
         """The run of ``entity`` (created if needed, exactly once): (run id, created)."""
         ...
 
+    def create_runs(self, wanted: list[tuple[str, str, str, str | None, float | None]], report: SyncReport) -> None:
+        """The runs of entities that have none yet, (entity, experiment, run name, parent run id,
+        start time) each, made together where the store allows; :meth:`ensure_run` makes the rest."""
+
+    def bulk_store(self) -> Any:
+        """MLflow's SQL store on SQLite, to write into in batches (None: another store, or bulk off)."""
+
     def log_metrics(self, run_id: str, points: list[Any]) -> None:
         """Metric points (mlflow Metric entities) to a run, in bulk where the store allows."""
 
@@ -89,8 +96,27 @@ class Mirror(Protocol):
         ...
 
     def log_batch(self, run_id: str, metrics: list[Any] = ..., params: dict[str, str] | None = None,
-                  tags: dict[str, str] | None = None, secrets: list[str] | None = None) -> None:
-        """Metrics, params and tags to a run, params and tags redacted."""
+                  tags: dict[str, str] | None = None, secrets: list[str] | None = None,
+                  entity: str | None = None, then: Callable[[], None] | None = None) -> None:
+        """Metrics, params and tags to a run, params and tags redacted. ``entity``: in a pass, the
+        params and tags may wait for the pass's next flush (one transaction for many runs), and
+        ``then`` (the ledger's bookkeeping) runs once they are in; a refused run is blocked."""
+
+    def end_run(self, entity: str, run_id: str, status: str, end_ms: int, then: Callable[[], None]) -> None:
+        """End a run (as ``set_terminated``), in the pass's next flush where the store allows; ``then``
+        once it is in."""
+
+    def artifact_locations(self, run_ids: list[str]) -> None:
+        """Learn the artifact locations of runs about to get artifacts (one query for all)."""
+
+    def artifact_folder(self, run_id: str) -> str | None:
+        """The local folder of a run's artifacts, to write into directly (None: upload them)."""
+
+    def log_text(self, run_id: str, text: str, artifact_path: str) -> None:
+        """An artifact of a run: written into a local artifact folder directly, else uploaded."""
+
+    def flush(self) -> None:
+        """Send what waits for a flush (one transaction), then run the bookkeeping of what went in."""
 
     def sync_job(self, job: Any, report: SyncReport) -> str | None:
         """Mirror one job's run now; its run id (None while blocked)."""

@@ -55,7 +55,7 @@ def sync_loop(syncer: Mirror, loop: Any, report: SyncReport) -> str | None:
                       for k, v in _flatten(plan if isinstance(plan, dict) else {"plan": plan}).items()
                       if not is_secret(k.rsplit(".", 1)[-1]) and v not in ("null", "{}", "[]", "")}
             params = dict(list(params.items())[:300])
-            syncer.client.log_text(run_id, json.dumps(redact_obj(plan, secrets), indent=2, default=str), "plan.json")
+            syncer.log_text(run_id, json.dumps(redact_obj(plan, secrets), indent=2, default=str), "plan.json")
             report.artifacts += 1
         _set_view(syncer, loop)
         syncer.log_batch(run_id, params=params, tags=tags, secrets=secrets)
@@ -154,9 +154,28 @@ def sync_jobs(syncer: Mirror, report: SyncReport) -> None:
     at those changed since its last pass that went through (minus a slack for transactions in
     flight) and the blocked ones: the per-second pass is O(changes), not O(jobs) (issue 16)."""
     began = time.time()
-    for job in syncer.store.jobs_to_sync(syncer.jobs_since):
+    jobs = syncer.store.jobs_to_sync(syncer.jobs_since)
+    _create_runs(syncer, [job for job in jobs if job["run_id"] is None], report)
+    for job in jobs:
         sync_job(syncer, job, report)
     syncer.jobs_since = began - CHANGE_SLACK_S  # only once the pass went through: a failure looks again
+
+
+def _create_runs(syncer: Mirror, jobs: list[Any], report: SyncReport) -> None:
+    """The runs of jobs that have none, made together (one transaction into a SQLite store)."""
+    from autoresearch.tracking._sync import is_transient
+
+    wanted: list[tuple[str, str, str, str | None, float | None]] = []
+    for job in jobs:
+        trial = syncer.store.trial(job["trial_id"]) if job["trial_id"] is not None else None
+        try:
+            entity, experiment, name, parent = _job_target(syncer, job, trial)
+        except Exception as err:  # noqa: BLE001 - its sync_job says why (and blocks it)
+            if is_transient(err):
+                raise
+            continue
+        wanted.append((entity, experiment, name, parent, job["started_at"] or job["submitted_at"]))
+    syncer.create_runs(wanted, report)
 
 
 def sync_job(syncer: Mirror, job: Any, report: SyncReport) -> str | None:
@@ -207,7 +226,7 @@ def sync_job(syncer: Mirror, job: Any, report: SyncReport) -> str | None:
                 params = {k: v for k, v in _flatten(json.loads(trial["params"] or "{}")).items()
                           if not is_secret(k)}
                 if trial["patch"]:
-                    syncer.client.log_text(run_id, redact(trial["patch"], secrets), "patch.diff")
+                    syncer.log_text(run_id, redact(trial["patch"], secrets), "patch.diff")
                     report.artifacts += 1
         elif first:
             command = spec.get("command")
@@ -215,10 +234,11 @@ def sync_job(syncer: Mirror, job: Any, report: SyncReport) -> str | None:
                       "gpus": str(spec.get("gpus", 0)), "nodes": str(spec.get("nodes", 1)),
                       "priority": str(spec.get("priority", "")), "workdir": str(spec.get("workdir", ""))}
             params.update({f"env.{k}": v for k, v in (spec.get("env") or {}).items() if not is_secret(k)})
-        syncer.log_batch(run_id, params=dict(list(params.items())[:500]), tags=tags, secrets=secrets)
         if syncer.clear_error(entity):
             backfill(syncer, job["id"], run_id, report)
-        syncer.store.synced(entity, max(job["updated_at"], trial["updated_at"] if trial is not None else 0))
+        version = max(job["updated_at"], trial["updated_at"] if trial is not None else 0)
+        syncer.log_batch(run_id, params=dict(list(params.items())[:500]), tags=tags, secrets=secrets, entity=entity,
+                         then=lambda: syncer.store.synced(entity, version))
         return run_id
     except Exception as err:
         syncer.mark_blocked(entity, err)
@@ -231,14 +251,15 @@ def verdict(syncer: Mirror, trial: Any) -> str:
     kept), not better, seed of #N."""
     if trial["role"] == "repeat" and trial["parent_trial"] is not None:
         return f"seed of #{trial['parent_trial']}"
-    own, later = syncer.store.verdicts(trial["id"])
+    own = syncer.store.verdict_of(trial["id"])
     if own is None:
         return ""
     try:
         out = json.loads(own["outputs"])
     except ValueError:
         return ""
-    if out.get("promoted"):
+    if out.get("promoted"):  # (the walk of the later decisions only for the few promoted: O(n) each)
+        later = syncer.store.replaced_by(own["id"], trial["id"])
         return f"replaced by #{later['trial_id']}" if later is not None else "incumbent"
     margin = out.get("margin")
     return "within noise" if isinstance(margin, (int, float)) and margin > 0 else "not better"
@@ -271,6 +292,15 @@ def ensure_job_run(syncer: Mirror, job_id: int) -> str:
 def prepare_trials(syncer: Mirror, trial_ids: list[int]) -> dict[int, str]:
     out: dict[int, str] = {}
     report = SyncReport()
+    wanted: list[tuple[str, str, str, str | None, float | None]] = []
+    for trial_id in trial_ids:  # made together first (one transaction into a SQLite store)
+        trial = syncer.store.trial(trial_id)
+        loop = syncer.store.loop(trial["loop_id"]) if trial is not None else None
+        parent = loop_run(syncer, trial["loop_id"], report) if trial is not None else None
+        if trial is not None and loop is not None and parent is not None:
+            wanted.append((f"trial:{trial_id}", loop_experiment(loop), f"trial-{trial_id}", parent,
+                           trial["created_at"]))
+    syncer.create_runs(wanted, report)
     for trial_id in trial_ids:
         trial = syncer.store.trial(trial_id)
         if trial is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from autoresearch.redact import job_secrets, redact
@@ -27,17 +28,18 @@ def finish(syncer: Mirror, report: SyncReport) -> None:
     cursor = syncer.cursor("metrics")
     if syncer.store.any_point_after(cursor):
         return  # points still waiting: finish later, or a run would end before its last point
-    for row in syncer.store.job_runs_to_finish():
+    rows = syncer.store.job_runs_to_finish()
+    syncer.artifact_locations([row["run_id"] for row in rows])  # one query, not one a log
+    for row in rows:
         try:
             _upload_logs(syncer, row, report)
             if row["state"] in FINAL and row["trial_state"] != "paused":  # a paused trial's run goes on
-                syncer.client.set_terminated(row["run_id"], FINAL[row["state"]],
-                                             int((row["ended_at"] or time.time()) * 1000))
-                syncer.store.finished(row["entity"])
-                report.finished += 1
+                syncer.end_run(row["entity"], row["run_id"], FINAL[row["state"]],
+                               int((row["ended_at"] or time.time()) * 1000), _ended(syncer, row["entity"], report))
         except Exception as err:
             syncer.mark_blocked(row["entity"], err)
     _end_never_ran(syncer, report)
+    syncer.flush()  # the trials' runs ended (in the ledger too) before their loop's run is looked at
     for loop in syncer.store.loop_runs_open():
         status = LOOP_FINAL.get(str(loop["state"]).lower())
         if status is None:
@@ -55,15 +57,30 @@ def _end_never_ran(syncer: Mirror, report: SyncReport) -> None:
     for row in syncer.store.never_ran_runs():
         try:
             run_id = row["run_id"] or _find_run(syncer, row["entity"], row["experiment_id"])
-            if run_id is not None:
-                syncer.log_batch(run_id, tags={"autoresearch.trial_state": row["state"],
-                                          "autoresearch.skipped": row["failure"] or "not launched"})
-                syncer.client.set_terminated(run_id, NEVER_RAN.get(row["state"], "KILLED"),
-                                             int((row["ended_at"] or time.time()) * 1000))
-                report.finished += 1
-            syncer.store.never_ran_finished(row["entity"], run_id)
+            if run_id is None:
+                syncer.store.never_ran_finished(row["entity"], None)
+                continue
+            syncer.log_batch(run_id, tags={"autoresearch.trial_state": row["state"],
+                                      "autoresearch.skipped": row["failure"] or "not launched"}, entity=row["entity"])
+            syncer.end_run(row["entity"], run_id, NEVER_RAN.get(row["state"], "KILLED"),
+                           int((row["ended_at"] or time.time()) * 1000),
+                           _never_ran_ended(syncer, row["entity"], run_id, report))
         except Exception as err:
             syncer.mark_blocked(row["entity"], err)
+
+
+def _ended(syncer: Mirror, entity: str, report: SyncReport) -> Callable[[], None]:
+    def done() -> None:
+        syncer.store.finished(entity)
+        report.finished += 1
+    return done
+
+
+def _never_ran_ended(syncer: Mirror, entity: str, run_id: str, report: SyncReport) -> Callable[[], None]:
+    def done() -> None:
+        syncer.store.never_ran_finished(entity, run_id)
+        report.finished += 1
+    return done
 
 
 def _find_run(syncer: Mirror, entity: str, experiment_id: str | None) -> str | None:
@@ -86,7 +103,7 @@ def _upload_logs(syncer: Mirror, row: Any, report: SyncReport) -> None:
     job = f"job-{row['job_id']}-" if (spec.get("tags") or {}).get("autoresearch.resumed_from_job") else ""
     for att in syncer.store.logs_to_upload(row["job_id"], row["logs_done"], upto):
         text = _read_capped(att["log_path"])
-        syncer.client.log_text(row["run_id"], redact(text, secrets), f"logs/{job}attempt-{att['n']}.log")
+        syncer.log_text(row["run_id"], redact(text, secrets), f"logs/{job}attempt-{att['n']}.log")
         report.artifacts += 1
         syncer.store.logs_done(row["entity"], att["n"])
 

@@ -62,19 +62,37 @@ def sync_metrics(syncer: Mirror, report: SyncReport, max_batches: int | None = N
         by_job: dict[int, list[Any]] = {}
         for r in rows:
             by_job.setdefault(r["job_id"], []).append(r)
+        window: list[tuple[str, str, list[Any], int]] = []  # (entity, run id, points, last rowid)
         for job_id, job_rows in by_job.items():
             run_id, entity = _run_of_job(syncer, job_id, report)
             if run_id is None:
                 continue  # blocked: its points wait in the ledger and are backfilled once it is fixed
-            points = _points(syncer, job_rows, job_id)
+            window.append((entity, run_id, _points(syncer, job_rows, job_id), job_rows[-1]["rid"]))
+        store = syncer.bulk_store()
+        refused = {run_id for _, run_id, _, _ in window}
+        if store is not None and window:  # the window's points of every run in one transaction
             try:
-                syncer.log_metrics(run_id, points)
+                refused = bulk_log_many(store, [(run_id, points) for _, run_id, points, _ in window])
             except Exception as err:
-                syncer.mark_blocked(entity, err)
-                continue
+                from autoresearch.tracking._sync import is_transient
+
+                if is_transient(err):
+                    raise
+                syncer.warn("bulk-window", f"a window of points went run by run ({type(err).__name__}: {err})")
+        sent = []
+        for entity, run_id, points, last in window:
+            if run_id in refused:
+                try:
+                    syncer.log_metrics(run_id, points)  # its own error (a deleted run) blocks it
+                except Exception as err:
+                    syncer.mark_blocked(entity, err)
+                    continue
             report.metrics += len(points)
             report.batches += (len(points) + BATCH - 1) // BATCH
-            syncer.store.points_sent(entity, job_rows[-1]["rid"])
+            sent.append((entity, last))
+        with syncer.store.batch():
+            for entity, last in sent:
+                syncer.store.points_sent(entity, last)
         cursor = rows[-1]["rid"]
         syncer.move_cursor("metrics", cursor)
         if max_batches is not None and report.batches >= max_batches:
@@ -127,3 +145,49 @@ def bulk_log(store: Any, run_id: str, points: list[Any]) -> None:
         session.execute(insert(table).on_conflict_do_nothing(), rows)  # one executemany
         # the run's latest value per key: one candidate per key, compared with what is stored
         store._update_latest_metrics_if_necessary([SqlMetric(**row) for row in latest.values()], session)
+
+
+def bulk_log_many(store: Any, batches: list[tuple[str, list[Any]]]) -> set[str]:
+    """:func:`bulk_log` for many runs in one transaction: the points of the active runs among
+    ``batches`` (run id, points), and each run's latest values, updated in one upsert whose
+    condition is MLflow's (a point replaces the latest when its (step, timestamp, value) is
+    greater). Returns the runs refused (deleted or gone): nothing of theirs is written, the
+    caller sends them through the path that raises MLflow's error."""
+    from mlflow.entities import LifecycleStage
+    from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric, SqlRun
+    from sqlalchemy import select
+    from sqlalchemy.dialects.sqlite import insert
+
+    runs = SqlRun.__table__
+    ids = sorted({run_id for run_id, _ in batches})
+    rows: list[dict[str, Any]] = []
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    with store.ManagedSessionMaker(read_only=False) as session:
+        stages: dict[str, str] = {}
+        for i in range(0, len(ids), 500):
+            stages.update((r, stage) for r, stage in session.execute(
+                select(runs.c.run_uuid, runs.c.lifecycle_stage).where(runs.c.run_uuid.in_(ids[i:i + 500]))))
+        refused = {r for r in ids if stages.get(r) != LifecycleStage.ACTIVE}
+        for run_id, points in batches:
+            if run_id in refused:
+                continue
+            for p in points:
+                is_nan, value = store.sanitize_metric_value(p.value)
+                row = {"run_uuid": run_id, "key": p.key, "value": value, "timestamp": p.timestamp, "step": p.step,
+                       "is_nan": is_nan}
+                rows.append(row)
+                best = latest.get((run_id, p.key))
+                if best is None or (p.step, p.timestamp, value) > (best["step"], best["timestamp"], best["value"]):
+                    latest[(run_id, p.key)] = row
+        if rows:
+            session.execute(insert(SqlMetric.__table__).on_conflict_do_nothing(), rows)
+            table = SqlLatestMetric.__table__
+            stmt = insert(table)
+            newer = (stmt.excluded.step > table.c.step) | (
+                (stmt.excluded.step == table.c.step) & ((stmt.excluded.timestamp > table.c.timestamp) | (
+                    (stmt.excluded.timestamp == table.c.timestamp) & (stmt.excluded.value > table.c.value))))
+            session.execute(stmt.on_conflict_do_update(
+                index_elements=[table.c.key, table.c.run_uuid], where=newer,
+                set_={"value": stmt.excluded.value, "timestamp": stmt.excluded.timestamp, "step": stmt.excluded.step,
+                      "is_nan": stmt.excluded.is_nan}), list(latest.values()))
+    return refused

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import threading
 import time
+from collections.abc import Iterator
 
 from autoresearch.ledger import Ledger
 
@@ -36,6 +38,26 @@ class MirrorStore:
 
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
+        self._open: tuple[sqlite3.Connection, int] | None = None  # the transaction of a :meth:`batch`, its thread
+
+    def _tx(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        if self._open is not None and self._open[1] == threading.get_ident():
+            return contextlib.nullcontext(self._open[0])
+        return self.ledger.tx()
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """The writes made meanwhile (by this thread's calls of this store) in one transaction:
+        the bookkeeping of a batch MLflow accepted, one commit instead of one a run."""
+        if self._open is not None:
+            yield
+            return
+        with self.ledger.tx() as c:
+            self._open = (c, threading.get_ident())
+            try:
+                yield
+            finally:
+                self._open = None
 
     # -- tracking_state: the bound store, the home id, the cursors -------------------------
 
@@ -44,11 +66,11 @@ class MirrorStore:
         return str(row["value"]) if row else None
 
     def set_state(self, name: str, value: object) -> None:
-        with self.ledger.tx() as c:
+        with self._tx() as c:
             c.execute("INSERT OR REPLACE INTO tracking_state(name, value) VALUES (?,?)", (name, str(value)))
 
     def clear_state(self, *names: str) -> None:
-        with self.ledger.tx() as c:
+        with self._tx() as c:
             c.executemany("DELETE FROM tracking_state WHERE name=?", [(n,) for n in names])
 
     def unmirrored(self) -> dict[str, int]:
@@ -85,12 +107,12 @@ class MirrorStore:
 
     def offer_home_id(self, value: str) -> None:
         """Record ``value`` as this ledger's home id unless it has one."""
-        with self.ledger.tx() as c:
+        with self._tx() as c:
             c.execute("INSERT OR IGNORE INTO tracking_state(name, value) VALUES ('home_id', ?)", (value,))
 
     def rebind(self, uri: str) -> None:
         """Bind to a new store: forget the run mapping, the cursors and what the outbox sent."""
-        with self.ledger.tx() as c:
+        with self._tx() as c:
             c.execute("DELETE FROM tracking_runs")
             c.execute("DELETE FROM tracking_state WHERE name IN ('metrics','decisions')")
             c.execute("UPDATE tracking_outbox SET done_at=NULL, sent_ref=NULL")
@@ -102,15 +124,24 @@ class MirrorStore:
         """(run_id, experiment_id) of ``entity``'s row, if it has one."""
         return self.ledger.one("SELECT run_id, experiment_id FROM tracking_runs WHERE entity=?", (entity,))
 
+    def runs_of(self, entities: list[str]) -> dict[str, str | None]:
+        """The run id of each of ``entities`` that has a row (None: reserved, its create maybe cut short)."""
+        out: dict[str, str | None] = {}
+        for i in range(0, len(entities), 500):
+            chunk = entities[i:i + 500]
+            out.update((r["entity"], r["run_id"]) for r in self.ledger.query(
+                f"SELECT entity, run_id FROM tracking_runs WHERE entity IN ({','.join('?' * len(chunk))})", tuple(chunk)))
+        return out
+
     def reserve_run(self, entity: str, experiment_id: str, parent: str | None) -> None:
         """Write-ahead: the row of a run about to be created."""
         now = time.time()
-        with self.ledger.tx() as c:
+        with self._tx() as c:
             c.execute("INSERT OR IGNORE INTO tracking_runs(entity, experiment_id, parent_run_id, created_at, "
                       "updated_at) VALUES (?,?,?,?,?)", (entity, experiment_id, parent, now, now))
 
     def set_run(self, entity: str, run_id: str, experiment_id: str, parent: str | None) -> None:
-        with self.ledger.tx() as c:
+        with self._tx() as c:
             c.execute("UPDATE tracking_runs SET run_id=?, experiment_id=?, parent_run_id=?, updated_at=? "
                       "WHERE entity=?", (run_id, experiment_id, parent, time.time(), entity))
 
@@ -118,7 +149,7 @@ class MirrorStore:
         """Record a run's permanent problem (a row even for a run never created: its points are
         backfilled once it is fixed)."""
         now = time.time()
-        with self.ledger.tx() as c:
+        with self._tx() as c:
             c.execute("INSERT OR IGNORE INTO tracking_runs(entity, created_at, updated_at) VALUES (?,?,?)",
                       (entity, now, now))
             c.execute("UPDATE tracking_runs SET error=?, updated_at=? WHERE entity=?", (text, now, entity))
@@ -127,7 +158,7 @@ class MirrorStore:
         return self.ledger.one("SELECT error FROM tracking_runs WHERE entity=?", (entity,))
 
     def clear_error(self, entity: str) -> None:
-        with self.ledger.tx() as c:
+        with self._tx() as c:
             c.execute("UPDATE tracking_runs SET error=NULL WHERE entity=?", (entity,))
 
     def job_run_error(self, job_id: int, trial_id: int | None) -> Row | None:
@@ -141,24 +172,24 @@ class MirrorStore:
                                (f"loop:{loop_id}",))
 
     def synced(self, entity: str, version: float) -> None:
-        with self.ledger.tx() as c:
+        with self._tx() as c:
             c.execute("UPDATE tracking_runs SET synced_version=? WHERE entity=?", (version, entity))
 
     def loop_synced(self, entity: str, version: float, reopen: bool) -> None:
         """A loop's run is mirrored up to ``version``; ``reopen``: it runs again (not finished)."""
-        with self.ledger.tx() as c:
+        with self._tx() as c:
             c.execute("UPDATE tracking_runs SET synced_version=?, error=NULL, finished=finished AND ? WHERE entity=?",
                       (version, not reopen, entity))
 
     def finished(self, entity: str) -> None:
         """A run has ended in MLflow."""
-        with self.ledger.tx() as c:
+        with self._tx() as c:
             c.execute("UPDATE tracking_runs SET finished=1 WHERE entity=?", (entity,))
 
     def never_ran_finished(self, entity: str, run_id: str | None) -> None:
         """The run of a trial that never ran has ended (``run_id``: one found for a row whose
         create was cut short)."""
-        with self.ledger.tx() as c:
+        with self._tx() as c:
             c.execute("UPDATE tracking_runs SET finished=1, run_id=COALESCE(run_id, ?) WHERE entity=?",
                       (run_id, entity))
 
@@ -168,12 +199,12 @@ class MirrorStore:
         row = self.ledger.one("SELECT finished FROM tracking_runs WHERE entity=?", (entity,))
         if row is None or not row["finished"]:
             return False
-        with self.ledger.tx() as c:
+        with self._tx() as c:
             c.execute("UPDATE tracking_runs SET finished=0, logs_done=0 WHERE entity=?", (entity,))
         return True
 
     def logs_done(self, entity: str, n: int) -> None:
-        with self.ledger.tx() as c:
+        with self._tx() as c:
             c.execute("UPDATE tracking_runs SET logs_done=? WHERE entity=?", (n, entity))
 
     # -- loops, jobs, trials to mirror --------------------------------------------------------
@@ -232,15 +263,17 @@ class MirrorStore:
                 return str(row["experiment_id"])
         return None
 
-    def verdicts(self, trial_id: int) -> tuple[Row | None, Row | None]:
-        """The keep-or-discard decision of a trial, and the promotion that replaced it (if one did)."""
-        own = self.ledger.one("SELECT id, inputs, outputs FROM decisions WHERE kind='promote' AND trial_id=? "
-                              "ORDER BY id DESC LIMIT 1", (trial_id,))
-        later = self.ledger.one(
+    def verdict_of(self, trial_id: int) -> Row | None:
+        """The keep-or-discard decision of a trial (the last one)."""
+        return self.ledger.one("SELECT id, inputs, outputs FROM decisions WHERE kind='promote' AND trial_id=? "
+                               "ORDER BY id DESC LIMIT 1", (trial_id,))
+
+    def replaced_by(self, decision_id: int, trial_id: int) -> Row | None:
+        """The promotion after ``decision_id`` that replaced a promoted trial (a walk of the later
+        decisions: asked only of trials that were promoted, the few incumbents)."""
+        return self.ledger.one(
             "SELECT trial_id FROM decisions WHERE kind='promote' AND id > ? AND loop_id=(SELECT loop_id FROM trials "
-            "WHERE id=?) AND json_extract(outputs, '$.promoted') ORDER BY id LIMIT 1",
-            (own["id"] if own else 1 << 62, trial_id))
-        return own, later
+            "WHERE id=?) AND json_extract(outputs, '$.promoted') ORDER BY id LIMIT 1", (decision_id, trial_id))
 
     def last_node(self, job_id: int) -> Row | None:
         """The node of a job's latest attempt, and its failure class (infra, user; NULL unless it failed)."""
@@ -284,11 +317,11 @@ class MirrorStore:
 
     def points_sent(self, entity: str, rowid: int) -> None:
         """A run has every point of its job up to ``rowid`` (never moves back)."""
-        with self.ledger.tx() as c:
+        with self._tx() as c:
             c.execute("UPDATE tracking_runs SET metric_rowid=MAX(metric_rowid, ?) WHERE entity=?", (rowid, entity))
 
     def backfilled(self, entity: str, rowid: int) -> None:
-        with self.ledger.tx() as c:
+        with self._tx() as c:
             c.execute("UPDATE tracking_runs SET metric_rowid=? WHERE entity=?", (rowid, entity))
 
     # -- the ends of runs ---------------------------------------------------------------------
@@ -349,6 +382,6 @@ class MirrorStore:
 
     def sending(self, entry_id: int) -> None:
         """An outbox entry is being sent (a later pass looks for what this one may have created)."""
-        with self.ledger.tx() as c:
+        with self._tx() as c:
             c.execute("UPDATE tracking_outbox SET sent_ref='sending' WHERE id=?", (entry_id,))
 

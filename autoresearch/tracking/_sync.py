@@ -36,7 +36,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from autoresearch.backends import Backend
 from autoresearch.errors import TrackingError
 from autoresearch.ledger import Ledger
 from autoresearch.redact import ambient_secrets, redact
-from autoresearch.tracking import _entities, _finish, _metrics, _prepare_runs, _reports, _traces, tracking_uri
+from autoresearch.tracking import _bulk, _entities, _finish, _metrics, _prepare_runs, _reports, _traces, tracking_uri
 from autoresearch.tracking._common import SyncReport, _critical
 from autoresearch.tracking._metrics import BATCH
 from autoresearch.tracking._store import MirrorStore, use_wal
@@ -56,6 +56,7 @@ __all__ = ["SyncReport", "Syncer", "fail_fast_http", "is_transient"]
 # store at the same moment: its schema is half-made for a while. Retried with back-off, not final.
 STORE_RACE = re.compile(r"table \S+ already exists|duplicate column|no such (table|column)|sqlite3\.OperationalError")
 KIND_TAG = "mlflow.experimentKind"
+FLUSH_AT = 500  # runs' writes queued in a pass before they are sent (one transaction)
 URI_HINT = "set MLFLOW_TRACKING_URI to http(s)://HOST:PORT or sqlite:///ABSOLUTE/PATH.db, or unset it for the default"
 
 
@@ -121,6 +122,11 @@ class Syncer:
         # syncer's first pass does). An optimization only: lost with the process, never in the ledger.
         self.jobs_since: float | None = None
         self._bulk = os.environ.get("AUTORESEARCH_MIRROR_BULK", "on").strip().lower() not in ("0", "off", "false")
+        # In a pass (run_once), runs' params, tags and ends wait here for one transaction (_bulk.write),
+        # each with its entity and the ledger's bookkeeping to do once it is in.
+        self._batching = False
+        self._queue: list[tuple[str, _bulk.Item, Callable[[], None] | None]] = []
+        self._artifacts: dict[str, str] = {}  # run id -> artifact location (it never changes)
         self.client = self._make_client()
 
     # -- setup ------------------------------------------------------------------------------
@@ -248,21 +254,26 @@ class Syncer:
         """Mirror everything new. Raises TrackingError(transient) when the store is down."""
         report = SyncReport()
         self._ingest_live()
+        self._batching, self._queue = self._bulk_store() is not None, []
         try:
             _entities.sync_loops(self, report)
             _entities.sync_jobs(self, report)
+            self.flush()  # the runs' tags before their points and their ends
             _metrics.sync_metrics(self, report, max_batches)
             _traces.sync_decisions(self, report)
             _traces.sync_outbox(self, report)
             _reports.sync_reports(self, report)
             _prepare_runs.sync_run_requests(self, report)
             _finish.finish(self, report)
+            self.flush()
         except TrackingError:
             raise
         except Exception as err:
             if is_transient(err):
                 raise self._wrap(err, "tracking store unavailable") from None
             raise
+        finally:  # what did not go in is sent again by the next pass: its bookkeeping was not done
+            self._batching, self._queue = False, []
         self._set_state("last_sync", time.time())
         if self._state("error") is not None:  # it works again: status stops saying why it was behind
             self.store.clear_state("error", "error_at", "retry_at")
@@ -353,6 +364,50 @@ class Syncer:
         self.store.set_run(entity, run_id, exp_id, parent)
         return str(run_id), True
 
+    def create_runs(self, wanted: list[tuple[str, str, str, str | None, float | None]],
+                    report: SyncReport | None = None) -> None:
+        """The runs of ``wanted`` entities (entity, experiment, run name, parent run id, start time)
+        that have none yet, made in one transaction into a SQLite store (:func:`_bulk.create_runs`),
+        write-ahead as :meth:`ensure_run` makes one: the ledger's rows first (one transaction), then
+        the runs, then their ids in the rows (one transaction). A crash in between leaves rows
+        without a run id: the runs made are found by their ``autoresearch.entity`` tag (one query),
+        not made twice. Anything else (another store, a refusal) is left to :meth:`ensure_run`."""
+        store = self._bulk_store()
+        if store is None or len(wanted) < 2:
+            return
+        have = self.store.runs_of([w[0] for w in wanted])
+        if all(have.get(w[0]) for w in wanted):
+            return
+        with _critical(self.ledger.home):
+            have = self.store.runs_of([w[0] for w in wanted])  # (another process may have made some meanwhile)
+            todo = [w for w in wanted if not have.get(w[0])]
+            try:
+                found = _bulk.find_runs(store, [f"{self.home_id}/{w[0]}" for w in todo if w[0] in have])
+                specs: list[tuple[str, str | None, _bulk.NewRun]] = []
+                for entity, experiment, name, parent, started in todo:
+                    exp_id = self.experiment_id(experiment)
+                    tags = {"autoresearch.entity": f"{self.home_id}/{entity}", "autoresearch.home": str(self.ledger.home)}
+                    if parent:
+                        tags["mlflow.parentRunId"] = parent
+                    run_id = found.get(tags["autoresearch.entity"]) or _bulk.new_run_id()
+                    specs.append((entity, parent, _bulk.NewRun(run_id, exp_id, name, int((started or time.time()) * 1000),
+                                                               tags)))
+                with self.store.batch():  # write-ahead
+                    for entity, parent, run in specs:
+                        self.store.reserve_run(entity, run.experiment_id, parent)
+                fresh = [run for _, _, run in specs if run.run_id not in found.values()]
+                _bulk.create_runs(store, fresh)
+            except Exception as err:
+                if is_transient(err):
+                    raise
+                self.warn("bulk-create", f"runs are made one by one ({type(err).__name__}: {str(err)[:200]})")
+                return
+            with self.store.batch():
+                for entity, parent, run in specs:
+                    self.store.set_run(entity, run.run_id, run.experiment_id, parent)
+            if report is not None:
+                report.runs_created += len(fresh)
+
     def mark_blocked(self, entity: str, err: Exception) -> None:
         """A permanent problem with one run: record it, warn once, go on with the others."""
         if is_transient(err):
@@ -371,18 +426,109 @@ class Syncer:
         return True
 
     def log_batch(self, run_id: str, metrics: list[Any] = (), params: dict[str, str] | None = None,  # type: ignore[assignment]
-                  tags: dict[str, str] | None = None, secrets: list[str] | None = None) -> None:
+                  tags: dict[str, str] | None = None, secrets: list[str] | None = None,
+                  entity: str | None = None, then: Callable[[], None] | None = None) -> None:
         """Metrics, params and tags to a run in batches, params and tags redacted (``secrets``,
-        or the ambient ones)."""
-        from mlflow.entities import Param, RunTag
-
+        or the ambient ones). ``entity`` (in a pass, into a SQLite store): the params and tags
+        wait for the pass's next :meth:`flush`, one transaction for many runs, and ``then`` runs
+        once they are in (at once otherwise)."""
         known = self.secrets if secrets is None else secrets
-        plist = [Param(k[:250], redact(v, known)[:6000]) for k, v in (params or {}).items()]
-        tlist = [RunTag(k[:250], redact(v, known)[:8000]) for k, v in (tags or {}).items()]
-        for i in range(0, max(len(plist), len(tlist)), 100):
-            self.client.log_batch(run_id, params=plist[i:i + 100], tags=tlist[i:i + 100])
+        plain = {k[:250]: redact(v, known)[:6000] for k, v in (params or {}).items()}
+        tagged = {k[:250]: redact(v, known)[:8000] for k, v in (tags or {}).items()}
+        if entity is not None and self._batching and not metrics:
+            plist, tlist = _bulk.validate(plain, tagged)  # MLflow's refusal, raised here as log_batch raises it
+            self._enqueue(entity, _bulk.Item(run_id, plist, tlist), then)
+            return
+        self._client_batch(run_id, list(plain.items()), list(tagged.items()))
         for i in range(0, len(metrics), BATCH):
             self.client.log_batch(run_id, metrics=list(metrics[i:i + BATCH]))
+        if then is not None:
+            then()
+
+    def _client_batch(self, run_id: str, params: list[tuple[str, str]], tags: list[tuple[str, str]]) -> None:
+        from mlflow.entities import Param, RunTag
+
+        plist = [Param(k, v) for k, v in params]
+        tlist = [RunTag(k, v) for k, v in tags]
+        for i in range(0, max(len(plist), len(tlist)), 100):
+            self.client.log_batch(run_id, params=plist[i:i + 100], tags=tlist[i:i + 100])
+
+    def end_run(self, entity: str, run_id: str, status: str, end_ms: int, then: Callable[[], None]) -> None:
+        """End a run (``set_terminated``): in a pass into a SQLite store, in the next :meth:`flush`."""
+        if self._batching:
+            self._enqueue(entity, _bulk.Item(run_id, end=(status, end_ms)), then)
+            return
+        self.client.set_terminated(run_id, status, end_ms)
+        then()
+
+    def _enqueue(self, entity: str, item: _bulk.Item, then: Callable[[], None] | None) -> None:
+        self._queue.append((entity, item, then))
+        if len(self._queue) >= FLUSH_AT:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send the queued params, tags and ends in one transaction (:func:`_bulk.write`), then do
+        their bookkeeping in one ledger transaction. A crash in between sends them again: the same
+        params, the same tags, the same ends (idempotent). A run the batch refuses (deleted, a param
+        with another value) goes through the client path, whose error blocks it."""
+        queue, self._queue = self._queue, []
+        if not queue:
+            return
+        store = self._bulk_store()
+        refused: set[str] = {item.run_id for _, item, _ in queue}
+        if store is not None:
+            try:
+                refused = _bulk.write(store, [item for _, item, _ in queue])
+            except Exception as err:
+                if is_transient(err):
+                    raise
+                self.warn("bulk-runs", f"a batch of runs went through the client path ({type(err).__name__}: "
+                          f"{str(err)[:200]})")
+        done: list[Callable[[], None]] = []
+        for entity, item, then in queue:
+            if item.run_id in refused:
+                try:
+                    self._client_batch(item.run_id, item.params, item.tags)
+                    if item.end is not None:
+                        self.client.set_terminated(item.run_id, item.end[0], item.end[1])
+                except Exception as err:
+                    self.mark_blocked(entity, err)
+                    continue
+            if then is not None:
+                done.append(then)
+        with self.store.batch():
+            for then in done:
+                then()
+
+    def artifact_locations(self, run_ids: list[str]) -> None:
+        """Learn the artifact locations of runs about to get artifacts (one query for all of them)."""
+        store = self._bulk_store()
+        missing = [r for r in run_ids if r not in self._artifacts]
+        if store is not None and missing:
+            self._artifacts.update(_bulk.artifact_uris(store, missing))
+
+    def artifact_folder(self, run_id: str) -> str | None:
+        """The local folder of a run's artifacts in a SQLite store, to write into directly (None:
+        another store, bulk writes off, or artifacts elsewhere than on this machine)."""
+        store = self._bulk_store()
+        if store is None:
+            return None
+        uri = self._artifacts.get(run_id)
+        if uri is None:
+            uri = self._artifacts[run_id] = _bulk.artifact_uris(store, [run_id]).get(run_id, "")
+        return _bulk.local_dir(uri) if uri else None
+
+    def log_text(self, run_id: str, text: str, artifact_path: str) -> None:
+        """An artifact of a run: into a SQLite store's local artifact folder directly (no upload
+        through the client: ~30 ms of CPU a file), else with ``log_text``."""
+        folder = self.artifact_folder(run_id)
+        if folder is not None:
+            try:
+                _bulk.write_text(folder, artifact_path, text)
+                return
+            except ValueError:  # a path MLflow would take apart itself: its own way
+                pass
+        self.client.log_text(run_id, text, artifact_path)
 
     def log_metrics(self, run_id: str, points: list[Any]) -> None:
         """Metric points to a run: in bulk into a SQLite store's tables when the store is MLflow's
@@ -396,6 +542,10 @@ class Syncer:
                 self._bulk = False
                 self.warn("bulk", f"bulk metric writes are off, log_batch instead ({type(err).__name__}: {err})")
         self.log_batch(run_id, metrics=points)
+
+    def bulk_store(self) -> Any:
+        """MLflow's SQL store on SQLite, to write into in batches (None: another store, or bulk off)."""
+        return self._bulk_store()
 
     def _bulk_store(self) -> Any:
         if not self._bulk or not self.uri.startswith("sqlite:///"):

@@ -7,6 +7,7 @@ from typing import Any
 
 from autoresearch import outbox
 from autoresearch.redact import redact_obj
+from autoresearch.tracking._bulk import write_text
 from autoresearch.tracking._common import DEFAULT_EXPERIMENT, Mirror, SyncReport, _critical
 from autoresearch.tracking._entities import loop_experiment, loop_run, loop_secrets, verdict
 
@@ -17,18 +18,18 @@ def sync_decisions(syncer: Mirror, report: SyncReport) -> None:
     """The decisions since the cursor, in order, in batches: per loop run, the files of a batch in one
     ``log_artifacts`` and their metrics in one write (a call per decision cost ~2 round trips of the
     store each, most of a loop's mirror time); the cursor moves past a batch once it is sent."""
-    cursor = syncer.cursor("decisions")
-    batch: list[tuple[str, Any]] = []  # (loop run id, decision row), in id order
-    for d in syncer.store.decisions_after(cursor):
-        run_id = loop_run(syncer, d["loop_id"], report)
-        if run_id is None:
-            break  # the parent run is blocked; its decisions (and those after them) wait in order
-        batch.append((run_id, d))
-        if len(batch) >= DECISION_BATCH:
+    while True:  # every batch waiting (a loop's catch-up), not one a pass
+        rows = syncer.store.decisions_after(syncer.cursor("decisions"), DECISION_BATCH)
+        batch: list[tuple[str, Any]] = []  # (loop run id, decision row), in id order
+        for d in rows:
+            run_id = loop_run(syncer, d["loop_id"], report)
+            if run_id is None:
+                break  # the parent run is blocked; its decisions (and those after them) wait in order
+            batch.append((run_id, d))
+        if batch:
             _send_decisions(syncer, batch, report)
-            batch = []
-    if batch:
-        _send_decisions(syncer, batch, report)
+        if len(batch) < DECISION_BATCH:
+            return
 
 
 def _send_decisions(syncer: Mirror, batch: list[tuple[str, Any]], report: SyncReport) -> None:
@@ -41,9 +42,13 @@ def _send_decisions(syncer: Mirror, batch: list[tuple[str, Any]], report: SyncRe
     for run_id, d in batch:
         by_run.setdefault(run_id, []).append(d)
     retags: dict[str, dict[str, str]] = {}
+    owners: dict[str, str] = {}  # run id -> its entity (a refused run is blocked, the others go on)
+    secrets: dict[Any, list[str]] = {}
+    syncer.artifact_locations(list(by_run))
     for run_id, decisions in by_run.items():
         metrics = []
         with tempfile.TemporaryDirectory(prefix="autoresearch-decisions-") as tmp:
+            direct = syncer.artifact_folder(run_id)  # a local folder: the files go straight in
             for d in decisions:
                 record = {k: d[k] for k in d.keys()}
                 for key in ("inputs", "outputs", "proposer"):
@@ -52,25 +57,34 @@ def _send_decisions(syncer: Mirror, batch: list[tuple[str, Any]], report: SyncRe
                     except ValueError:
                         pass
                 record["trials"] = syncer.store.trials_of_decision(d["id"])
-                loop = syncer.store.loop(d["loop_id"])
-                text = json.dumps(redact_obj(record, loop_secrets(syncer, loop)), indent=2, default=str)
-                (Path(tmp) / f"{d['id']:06d}-{d['kind']}.json").write_text(text)
+                if d["loop_id"] not in secrets:  # (a batch is one loop's, mostly: its plan read once)
+                    secrets[d["loop_id"]] = loop_secrets(syncer, syncer.store.loop(d["loop_id"]))
+                # compact: the C encoder (indent= takes the pure-Python one); the UI shows a .json indented
+                text = json.dumps(redact_obj(record, secrets[d["loop_id"]]), default=str)
+                if direct is not None:
+                    write_text(direct, f"decisions/{d['id']:06d}-{d['kind']}.json", text)
+                else:
+                    (Path(tmp) / f"{d['id']:06d}-{d['kind']}.json").write_text(text)
                 ts = int(d["created_at"] * 1000)
                 metrics += [Metric(f"decision.{k}", float(d[k] or 0), ts, int(d["id"]))
                             for k in ("tokens_in", "tokens_out", "cost_usd", "latency_s")]
                 if d["kind"] == "promote" and d["trial_id"] is not None:
-                    _retag_verdicts(syncer, d, run_id, retags)
-            syncer.client.log_artifacts(run_id, tmp, "decisions")
+                    _retag_verdicts(syncer, d, run_id, retags, owners)
+            if direct is None:
+                syncer.client.log_artifacts(run_id, tmp, "decisions")
         syncer.log_metrics(run_id, metrics)
         retags.setdefault(run_id, {})["autoresearch.decisions"] = str(decisions[-1]["id"])
+        owners[run_id] = f"loop:{decisions[-1]['loop_id']}"
     for run_id, tags in retags.items():
-        syncer.log_batch(run_id, tags=tags)
+        syncer.log_batch(run_id, tags=tags, entity=owners.get(run_id))
+    syncer.flush()  # (one transaction into a SQLite store) before the cursor passes them
     report.decisions += len(batch)
     report.artifacts += len(batch)
     syncer.move_cursor("decisions", batch[-1][1]["id"])
 
 
-def _retag_verdicts(syncer: Mirror, d: Any, loop_run_id: str, retags: dict[str, dict[str, str]]) -> None:
+def _retag_verdicts(syncer: Mirror, d: Any, loop_run_id: str, retags: dict[str, dict[str, str]],
+                    owners: dict[str, str]) -> None:
     """A keep-or-discard decision: the trial's verdict, the incumbent it replaced, the loop's incumbent
     (into ``retags``, run id -> tags, sent once per batch: a later decision's tag wins)."""
     try:
@@ -87,6 +101,7 @@ def _retag_verdicts(syncer: Mirror, d: Any, loop_run_id: str, retags: dict[str, 
         trial = syncer.store.trial(trial_id)
         if row is not None and row["run_id"] and trial is not None:
             retags.setdefault(str(row["run_id"]), {})["autoresearch.verdict"] = verdict(syncer, trial)
+            owners[str(row["run_id"])] = f"trial:{trial_id}"
 
 
 def sync_outbox(syncer: Mirror, report: SyncReport) -> None:
