@@ -439,7 +439,7 @@ class Controller:
 
     def _finish(self) -> LoopView:
         s = self.state
-        ordered_mode.drain(self, final=True)
+        ordered_mode.drain(self, outcomes.take_effect, final=True)
         pause.finish(self)
         for row in s.pending():
             s.update_trial(row["id"], state="skipped", failure=f"not launched: {s.stop_reason}")

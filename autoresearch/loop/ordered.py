@@ -27,6 +27,7 @@ median and curve rules decide at any step and are not made reproducible (their l
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from autoresearch.loop.state import LoopHost, LoopState
@@ -80,11 +81,10 @@ def retro_verdict(c: LoopHost, trial_id: int) -> StopVerdict | None:
     return stopper.check(trial_id, series, {j: effective(s, j) for j in _lower(s, trial_id)})
 
 
-def drain(c: LoopHost, final: bool = False) -> None:
-    """Let ended trials take effect in trial order: each one whose lower trials all did, then the
-    proposals that ending makes room for. ``final`` (the loop ends): all of them, in order."""
-    from autoresearch.loop import outcomes
-
+def drain(c: LoopHost, take_effect: Callable[[LoopHost, int, Any, Any], None], final: bool = False) -> None:
+    """Let ended trials take effect in trial order: each one whose lower trials all did (``take_effect``:
+    loop/outcomes.py's, handed in: that module calls this one), then the proposals that ending makes
+    room for. ``final`` (the loop ends): all of them, in order."""
     s = c.state
     while s.deferred:
         waiting = (t for t, r in s.rows.items() if t not in s.processed and r["state"] != "skipped"
@@ -96,6 +96,6 @@ def drain(c: LoopHost, final: bool = False) -> None:
             nxt = min(s.deferred)
         row, job = s.deferred.pop(nxt)
         s.processed.add(nxt)
-        outcomes.take_effect(c, nxt, row, job)
+        take_effect(c, nxt, row, job)
         if not final:
             c.propose_now()

@@ -102,7 +102,7 @@ def ended(c: LoopHost, trial_id: int, row: Any, job: Any) -> None:
         read_series(c, [row])  # its whole curve: the stopper's rungs, bohb's levels, the steps budget
     if s.ordered:  # reproducible: it takes effect once every lower trial has (loop/ordered.py)
         s.deferred[trial_id] = (row, job)
-        ordered.drain(c)
+        ordered.drain(c, take_effect)
         return
     take_effect(c, trial_id, row, job)
 
