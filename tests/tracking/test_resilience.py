@@ -28,7 +28,7 @@ import json, os, sys
 from mlflow.tracking import MlflowClient
 from autoresearch import tracking
 from autoresearch.tracking import _metrics
-real, real_bulk = MlflowClient.log_batch, _metrics.bulk_log
+real, real_bulk, real_many = MlflowClient.log_batch, _metrics.bulk_log, _metrics.bulk_log_many
 codes = []
 for mode, at in json.loads(sys.argv[1]):
     # Each crash in a process of its own, forked before anything touched the store: as fresh as a
@@ -56,6 +56,15 @@ for mode, at in json.loads(sys.argv[1]):
         if mode == "after" and calls[0] == at:
             os._exit(9)
     _metrics.bulk_log = bulk_log
+    def bulk_log_many(store, batches):  # the same, for several runs' points in one transaction
+        calls[0] += 1
+        if mode == "before" and calls[0] == at:
+            os._exit(9)
+        out = real_many(store, batches)
+        if mode == "after" and calls[0] == at:
+            os._exit(9)
+        return out
+    _metrics.bulk_log_many = bulk_log_many
     tracking.sync()
     os._exit(0)  # the sync finished: the crash point was never reached
 print(json.dumps(codes))
