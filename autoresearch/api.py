@@ -2,7 +2,7 @@
 come through :class:`Api`, get the same views and raise the same typed errors.
 
 Two halves: jobs (submit, status, list, logs, metrics, cancel, nodes, cordon; submit,
-cancel and log pages are :mod:`autoresearch.jobs`, which the loop calls too) and loops
+cancel and log pages are :mod:`autoresearch.engine.jobs`, which the loop calls too) and loops
 (start, run in the foreground, status, proposals, leaderboard, patch, stop, report;
 :mod:`autoresearch.loop.ops`). The engine (Runtime, ledger) is private: faces get
 methods, never ``.runtime`` or ``.ledger``. The loop sits below this facade and never
@@ -21,13 +21,13 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
-from autoresearch import jobs
-from autoresearch import metrics as M
+from autoresearch.engine import jobs
+from autoresearch.engine import metrics as M
+from autoresearch.engine.guard import warnings_of
+from autoresearch.engine.jobs import MAX_LOG_BYTES
+from autoresearch.engine.runtime import ACTIVE, FINAL, Runtime
 from autoresearch.errors import NotFoundError, SpecError
-from autoresearch.guard import warnings_of
-from autoresearch.jobs import MAX_LOG_BYTES
-from autoresearch.redact import MARK, ambient_secrets, is_secret, job_secrets, redact, redact_command
-from autoresearch.runtime import ACTIVE, FINAL, Runtime
+from autoresearch.util.redact import MARK, ambient_secrets, is_secret, job_secrets, redact, redact_command
 from autoresearch.views import (
     ArrayView,
     AttemptView,
@@ -45,7 +45,7 @@ from autoresearch.views import (
 
 LIST_HINT = "list jobs with `autoresearch list` (MCP: list_jobs)"
 TRIAL_HINT = "a loop's trials and their jobs: `autoresearch leaderboard NAME` (MCP: leaderboard)"
-# What a trial may write to be heard, for the faces' "no metrics" messages (autoresearch.metrics).
+# What a trial may write to be heard, for the faces' "no metrics" messages (autoresearch.engine.metrics).
 METRIC_FORMATS = M.LOG_FORMATS
 UNSEEN_AFTER_S = M.UNSEEN_AFTER_S
 unseen_warning = M.unseen_warning
@@ -61,15 +61,15 @@ class Api:
     # -- writes ---------------------------------------------------------------------------
 
     def submit(self, spec: Any, project: str = "") -> JobView:
-        """Validate, record and (if there is room) start a job (:func:`autoresearch.jobs.submit`)."""
+        """Validate, record and (if there is room) start a job (:func:`autoresearch.engine.jobs.submit`)."""
         return self.submit_many([spec], project)[0]
 
     def submit_many(self, specs: list[Any], project: str = "", place: bool | Callable[[], bool] = True) -> list[JobView]:
-        """:meth:`submit` for a batch (:func:`autoresearch.jobs.submit_many`): one ledger
+        """:meth:`submit` for a batch (:func:`autoresearch.engine.jobs.submit_many`): one ledger
         transaction and one pass for all; one bad spec refuses the whole batch. ``place=False``
         (or a function that says so once they are recorded): no pass; the caller runs :meth:`tick` soon."""
         job_ids = jobs.submit_many(self._runtime, specs, project, place=place)
-        from autoresearch import outbox
+        from autoresearch.store import outbox
 
         outbox.kick(self._ledger.home)  # background MLflow mirror (no mlflow import here)
         views = []
@@ -83,11 +83,11 @@ class Api:
     def submit_array(self, spec: Any, array: str, project: str = "") -> ArrayView:
         """A job array (Slurm's ``sbatch --array``): one job of ``spec`` per index of ``array``
         (``0-99``, ``1,3,5-7``, ``0-98:2``; ``%N``: at most N at once), each with
-        ``$AUTORESEARCH_ARRAY_INDEX``; recorded in one transaction (:func:`autoresearch.jobs.submit_array`)."""
-        from autoresearch.spec import compact_indices
+        ``$AUTORESEARCH_ARRAY_INDEX``; recorded in one transaction (:func:`autoresearch.engine.jobs.submit_array`)."""
+        from autoresearch.engine.spec import compact_indices
 
         ids, indices, cap = jobs.submit_array(self._runtime, spec, array, project)
-        from autoresearch import outbox
+        from autoresearch.store import outbox
 
         outbox.kick(self._ledger.home)
         states: dict[str, int] = {}
@@ -118,7 +118,7 @@ class Api:
         if not dash or not all(p.isascii() and p.isdigit() and len(p) < 19 for p in (first, last)):
             return None
         low, high = int(first), int(last)
-        from autoresearch.spec import MAX_ARRAY
+        from autoresearch.engine.spec import MAX_ARRAY
 
         if low > high or high - low >= MAX_ARRAY:
             raise SpecError(f"{text!r} is not a range of job ids: write FIRST-LAST, first up to last, "
@@ -265,7 +265,7 @@ class Api:
 
     def _project_usage(self, project: str | None) -> list[ProjectUsageView]:
         """Each project's GPUs in use against its quota and weight (fair share), with its queue."""
-        from autoresearch import shares
+        from autoresearch.engine import shares
 
         fair = shares.load(self._ledger.home)
         rows = {r["project"]: r for r in self._jobs.project_usage(project)}
@@ -295,14 +295,14 @@ class Api:
     def check_tenant_sandbox(self) -> None:
         """Refuse (BackendError: the reason and a hint) when this home's backend cannot build the
         sandbox tenant jobs need: a tokened server calls it before it serves anyone."""
-        from autoresearch import isolation
+        from autoresearch.engine import isolation
 
         isolation.check(self._runtime.backend, self._ledger.home)
 
     def register_tenant(self, project: str, hide: tuple[str, ...] = ()) -> None:
         """Record ``project`` as served by a tokened server (its jobs get the tenant policy)."""
         with self._ledger.tx() as c:
-            from autoresearch import isolation
+            from autoresearch.engine import isolation
 
             isolation.register_tenant(c, project, isolation.tenant_policy(hide))
 
@@ -368,10 +368,10 @@ class Api:
         ``interrupted``: why the run was cut short (exit 2, whatever the gate says). The report's
         upload to MLflow is asked of the mirror (the outbox), not waited for: ``autoresearch sync``
         finishes the mirror before a runner's store is uploaded."""
-        from autoresearch import outbox
         from autoresearch.loop import ci_report
         from autoresearch.loop import gate as G
         from autoresearch.loop.report import write_report
+        from autoresearch.store import outbox
 
         out_dir = None
         if summary_path:
@@ -477,7 +477,7 @@ class Api:
 
     def mirror_lag(self) -> str | None:
         """One line when the MLflow mirror is behind, and why (None when it is not); no mlflow import."""
-        from autoresearch import outbox
+        from autoresearch.store import outbox
 
         if not outbox.mirror_failed(self._ledger):  # the usual case, and all a status read pays for
             return None
@@ -505,7 +505,7 @@ class Api:
         name, options = plan.backend_choice()
         if (backend or name) in (None, self._runtime.backend.name) and not (name and options):
             return self._runtime
-        from autoresearch.runtime import runtime_for_plan
+        from autoresearch.engine.runtime import runtime_for_plan
 
         return runtime_for_plan(self._ledger.home, plan, backend)
 
@@ -568,8 +568,8 @@ class Api:
                 a["exit_code"], a["signal"], a["end_reason"], a["detail"] and redact(a["detail"], secrets),
                 a["peak_rss_mb"], a["failure_class"]))
         if attempts and job["isolation"]:  # a tenant's: what it may use, and how that is enforced
-            from autoresearch import isolation
-            from autoresearch.jobstore import attempt_paths
+            from autoresearch.engine import isolation
+            from autoresearch.store.jobstore import attempt_paths
 
             view.limits = isolation.limits_line(attempt_paths(self._ledger.job_path(job["id"]), attempts[-1]["n"])[0])
         view.warnings = [redact(w, secrets) for w in warnings_of(self._ledger, job["id"], job["state"] == "queued")]  # they quote trial output
@@ -606,7 +606,7 @@ def local_health(home: str | os.PathLike[str] | None = None, drain: bool = False
     from autoresearch.health import local
     from autoresearch.health.findings import blocking
     from autoresearch.health.nvml import reason_names
-    from autoresearch.ledger import default_home
+    from autoresearch.store.ledger import default_home
 
     config = health_config.load(Path(home).expanduser() if home else default_home(), strict=True)
     if expect_gpus is not None and not 0 <= expect_gpus <= 4096:
@@ -634,9 +634,9 @@ def doctor(home: str | os.PathLike[str] | None = None, move_aside: bool = False)
     """Whether ``home``'s ledger opens and how many run folders it holds (``autoresearch doctor``). With
     ``move_aside``: first keep the ledger and every run folder in ``aside-<UTC time>/`` of the home
     (StateError while an attempt still runs), so that a fresh ledger starts; the view says what moved."""
-    from autoresearch import runfolders
+    from autoresearch.engine import runfolders
     from autoresearch.errors import LedgerError
-    from autoresearch.ledger import Ledger, default_home
+    from autoresearch.store.ledger import Ledger, default_home
 
     base = (Path(home).expanduser() if home else default_home()).absolute()
     view = DoctorView(str(base), False)
@@ -675,7 +675,7 @@ def check_backends(home: str | os.PathLike[str] | None = None, probe: bool = Tru
 
 def duration(value: object, what: str) -> float | None:
     """Seconds from '50m', '2h', '90s' or a number (SpecError naming ``what`` otherwise)."""
-    from autoresearch.spec import parse_duration
+    from autoresearch.engine.spec import parse_duration
 
     return parse_duration(value, what)
 
@@ -686,7 +686,7 @@ def schema(what: str) -> dict[str, Any]:
         from autoresearch.loop.plan import plan_schema
 
         return dict(plan_schema())
-    from autoresearch.spec import JobSpec
+    from autoresearch.engine.spec import JobSpec
 
     return JobSpec.model_json_schema()
 
@@ -694,6 +694,6 @@ def schema(what: str) -> dict[str, Any]:
 def prompts_dir() -> Path:
     """The folder of prompt templates: the MCP prompts' and the LLM proposers' (``AUTORESEARCH_PROMPTS``
     overrides it)."""
-    from autoresearch import paths
+    from autoresearch.util import paths
 
     return paths.prompts_dir()

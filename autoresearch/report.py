@@ -31,7 +31,7 @@ import time
 __all__ = ["report"]
 
 MAX_STEP = 2**53  # steps are exact in a float64 and fit SQLite's and MLflow's int64
-MARK = "@autoresearch.report "  # a log line that starts so is a report() record (autoresearch/ingest.py)
+MARK = "@autoresearch.report "  # a log line that starts so is a report() record (autoresearch/engine/ingest.py)
 _MAX_WARNINGS = 5
 
 _file = None

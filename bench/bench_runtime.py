@@ -97,7 +97,7 @@ def bench_status(tmp: Path, runs: int = 10) -> tuple[list[float], list[float]]:
 
 
 def bench_schedule(runs: int = 7) -> list[float]:
-    from autoresearch.scheduler import NodeState, Pending, Running, schedule
+    from autoresearch.engine.scheduler import NodeState, Pending, Running, schedule
 
     nodes = [NodeState(f"node{i:03d}", tuple(str(g) for g in range(8))) for i in range(128)]
     classes = ["critical", "normal", "best-effort"]

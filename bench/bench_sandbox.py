@@ -43,8 +43,8 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("AUTORESEARCH_GPUS", "2")
     base = Path(tempfile.mkdtemp(prefix="bench-sandbox-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
-    from autoresearch import isolation
     from autoresearch.api import Api
+    from autoresearch.engine import isolation
 
     base.chmod(0o755)  # the workdir: the tenant uid must be able to enter it
     api = Api(base / "home")

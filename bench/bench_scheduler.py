@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_runtime import pct  # noqa: E402
 
-from autoresearch.scheduler import FairShare, NodeState, Pending, Running, Share, schedule  # noqa: E402
+from autoresearch.engine.scheduler import FairShare, NodeState, Pending, Running, Share, schedule  # noqa: E402
 
 PROJECTS = [f"p{i:02d}" for i in range(20)]
 

@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_runtime import pct  # noqa: E402
 
-from autoresearch.scheduler import FairShare, Share  # noqa: E402
+from autoresearch.engine.scheduler import FairShare, Share  # noqa: E402
 from autoresearch.sim.driver import Driver, Job, Stats  # noqa: E402
 from autoresearch.sim.fleet import parse  # noqa: E402
 

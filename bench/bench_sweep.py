@@ -80,7 +80,7 @@ def sweep_ours(n: int, parallel: int, sleep: float, trace: bool = False) -> dict
 # The k-th ending frees the slot of the (parallel + k)-th start.
 _TRACE = textwrap.dedent("""
     import os, statistics
-    from autoresearch import jobs as job_ops
+    from autoresearch.engine import jobs as job_ops
     from autoresearch.backends import _supervisor as sup
     from autoresearch.loop import controller as C, outcomes
     ev = {"notice": {}, "propose": [], "submit": {}, "wakes": 0}

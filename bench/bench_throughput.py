@@ -12,7 +12,7 @@ Prints tables measured in this run on this machine (not a test):
    ``echo loss: x`` trials at the same parallel. Each API job asks for
    cpus = ncpu / parallel, so the engine itself keeps ``--parallel`` running and starts the
    next one on every ending. With the pass daemon (default) and without it
-   (``AUTORESEARCH_PASSD=off``: every ending execs ``python -m autoresearch.runtime``).
+   (``AUTORESEARCH_PASSD=off``: every ending execs ``python -m autoresearch.engine.runtime``).
    Wall is from the first submit to the last ending recorded in the ledger.
 2. submit->running over a bare spawn of the same command (``date +%s.%N > marker``),
    through the Python API, with 100 / 10k / 100k finished jobs in the ledger. The big
@@ -76,8 +76,8 @@ def _wait_all(api: object, ids: list[int], timeout: float = 600.0) -> None:
 
 
 def ours(tmp: Path, jobs: int, parallel: int, batch: bool, daemon: bool) -> float:
-    from autoresearch import jobs as J
     from autoresearch.api import Api
+    from autoresearch.engine import jobs as J
 
     if daemon:
         os.environ.pop("AUTORESEARCH_PASSD", None)
@@ -88,10 +88,10 @@ def ours(tmp: Path, jobs: int, parallel: int, batch: bool, daemon: bool) -> floa
     spec = {"command": ["true"], "workdir": str(tmp), "cpus": (os.cpu_count() or 1) / parallel}
     # The daemon as our own child (submits find it running and start none): its CPU, and that of the
     # supervisors it forked (with their commands), come back with its exit status.
-    daemon_proc = subprocess.Popen([sys.executable, "-m", "autoresearch.passd", "--home", str(home), "--idle", "2"]) \
+    daemon_proc = subprocess.Popen([sys.executable, "-m", "autoresearch.engine.passd", "--home", str(home), "--idle", "2"]) \
         if daemon else None
     if daemon_proc is not None:
-        from autoresearch import passd
+        from autoresearch.engine import passd
 
         while passd.running_pid(home) != daemon_proc.pid:  # it listens
             time.sleep(0.01)
@@ -194,7 +194,7 @@ def _stop_daemon(home: Path) -> None:
     """Stop the home's pass daemon and zygote (a tree without them: nothing to stop)."""
     import importlib
 
-    for name in ("autoresearch.passd", "autoresearch.backends._zygote"):
+    for name in ("autoresearch.engine.passd", "autoresearch.backends._zygote"):
         try:
             pid = importlib.import_module(name).running_pid(home)
         except (ImportError, AttributeError):
@@ -257,10 +257,10 @@ class StageClock:
         setattr(owner, name, wrapped)
 
     def __enter__(self) -> StageClock:
-        from autoresearch import jobs as J
         from autoresearch.backends import _supervisor
-        from autoresearch.jobstore import JobStore
-        from autoresearch.runtime import Runtime
+        from autoresearch.engine import jobs as J
+        from autoresearch.engine.runtime import Runtime
+        from autoresearch.store.jobstore import JobStore
 
         self._wrap(JobStore, "add_jobs", "submit txn", "pass")
         self._wrap(Runtime, "schedule", "placement", None)
@@ -345,7 +345,7 @@ def read_latency(tmp: Path, queued: int, runs: int = 30) -> float:
     blocker = int(api.submit({"command": ["sleep", "600"], "workdir": str(tmp), "gpus": 1}).id)
     waiting: list[int] = []
     if queued:
-        from autoresearch import jobs as J
+        from autoresearch.engine import jobs as J
 
         spec = {"command": ["true"], "workdir": str(tmp), "gpus": 1}
         if hasattr(J, "submit_many"):

@@ -17,8 +17,8 @@ KNOWN: set[frozenset[str]] = {
     # (the backends' circle: redact -> _supervisor and profiles -> ray joined supervisor <-> zygote to it)
     frozenset({"autoresearch.backends", "autoresearch.backends._base", "autoresearch.backends._env",
                "autoresearch.backends._supervisor", "autoresearch.backends._zygote", "autoresearch.backends.limits",
-               "autoresearch.backends.profiles", "autoresearch.backends.ray", "autoresearch.grants",
-               "autoresearch.redact", "autoresearch.shares"}),
+               "autoresearch.backends.profiles", "autoresearch.backends.ray", "autoresearch.engine.grants",
+               "autoresearch.util.redact", "autoresearch.engine.shares"}),
     frozenset({"autoresearch.tracking", "autoresearch.tracking._entities", "autoresearch.tracking._metrics",
                "autoresearch.tracking._prepare_runs", "autoresearch.tracking._reports", "autoresearch.tracking._sync",
                "autoresearch.tracking._traces"}),
@@ -89,7 +89,7 @@ def test_the_circle_finder_finds_a_circle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert circles(graph) == {frozenset({"a", "b", "c"})}
     assert circles({"a": {"b"}, "b": set()}) == set()
-    assert "autoresearch.runtime" in module_graph()["autoresearch.api"]
+    assert "autoresearch.engine.runtime" in module_graph()["autoresearch.api"]
 
 
 def test_no_new_import_circle() -> None:

@@ -1,4 +1,4 @@
-"""Secrets by rule (autoresearch/redact.py): what is shown to people and agents never carries
+"""Secrets by rule (autoresearch/util/redact.py): what is shown to people and agents never carries
 a job's secrets — its env's secret-named values (whatever their length) and secret-looking
 command-line arguments — whichever process shows them."""
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from autoresearch.redact import command_secrets, is_secret, mask, redact, redact_command
+from autoresearch.util.redact import command_secrets, is_secret, mask, redact, redact_command
 from tests.conftest import wait_state
 from tests.tools.conftest import connect, text
 
@@ -133,7 +133,7 @@ def test_a_warning_quoting_the_trials_output_hides_its_secrets(api: Any, tmp_pat
 def test_the_environment_is_scanned_again_only_when_it_changed(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every job view adds the server's own secret-named variables; the environment is decoded
     and scanned once per change, not once per view, and a change is always seen."""
-    from autoresearch import redact
+    from autoresearch.util import redact
 
     scans: list[int] = []
     real = redact.secret_values

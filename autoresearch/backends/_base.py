@@ -24,7 +24,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from autoresearch._regex import lazy
+from autoresearch.util._regex import lazy
 
 AttemptState = Literal["starting", "running", "exited", "lost"]
 
@@ -41,7 +41,7 @@ class Capabilities:
     places: bool = True  # True: our scheduler picks node + GPU slots; False: the engine schedules
     sandbox: bool = False  # runs tenant jobs in a LaunchRequest.sandbox (docs/security.md); else refuses them
     # False: the attempt's files are not readable here (Ray, Kubernetes): no metrics file; report()
-    # prints marked lines and the runtime reads them from read_log (autoresearch/ingest.py)
+    # prints marked lines and the runtime reads them from read_log (autoresearch/engine/ingest.py)
     shared_fs: bool = True
     # True: the engine resolves a job's secret_env (NAME -> STORE/KEY) from its own secret store
     # (Kubernetes Secrets, Databricks secret scopes); else a job with secret_env is refused at submit
@@ -112,7 +112,7 @@ class LaunchRequest:
     job_env: tuple[str, ...] = ()
     secret_env: dict[str, str] = field(default_factory=dict)
     # The id of the ledger that made this attempt: the backend records it with the request, and treats a
-    # run dir whose request names another ledger (or another key) as not its own (autoresearch/runfolders.py).
+    # run dir whose request names another ledger (or another key) as not its own (autoresearch/engine/runfolders.py).
     ledger: str = ""
 
 

@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from autoresearch.redact import is_secret
+from autoresearch.util.redact import is_secret
 
 # The runtime's own variables: the attempt's identity, its metrics and checkpoint paths, its MLflow run.
 RUNTIME_PREFIXES = ("AUTORESEARCH_", "MLFLOW_")

@@ -59,7 +59,7 @@ NEVER_STARTED = "supervisor never started"
 ACK_WAIT_S = 3.0  # how long a poked watcher has to record the ending (the docker waiter's bound)
 ACK_MAX_S = 30.0  # a local supervisor waits as long as somebody listens (a busy pass daemon), up to this
 LISTEN_CHECK_S = 0.5  # how often it checks that somebody still listens; nobody: it runs the pass itself
-# A pass daemon started this recently may still be importing (autoresearch.passd.SPAWN_GRACE_S, the
+# A pass daemon started this recently may still be importing (autoresearch.engine.passd.SPAWN_GRACE_S, the
 # same figure): an ending nobody hears yet waits for it to listen, rather than start an interpreter
 # for its own pass (~130 ms of CPU; the first wave of a big batch of short jobs, dozens at once).
 DAEMON_GRACE_S = 2.0
@@ -776,7 +776,7 @@ class _Rungs:
     pokes the loop's FIFO (``r``: judge now) and holds them until the verdict file says the step (go
     on: SIGCONT) or ``<step> stop`` (the loop cancelled the job first: the SIGTERM is sent with a
     SIGCONT), at most ``AUTORESEARCH_STOP_WAIT_S``. A stopped job thus prints no step past its rung.
-    The line parser is the runtime's (autoresearch/metrics.py), imported here only for such a job."""
+    The line parser is the runtime's (autoresearch/engine/metrics.py), imported here only for such a job."""
 
     look_s = 0.005  # how often a held job's verdict file is read
 
@@ -868,15 +868,15 @@ class _Rungs:
 
 
 def _line_parser() -> tuple[Any, Any]:
-    """autoresearch.metrics' log line parser (stdlib only). The zygote runs this module on its own
+    """autoresearch.engine.metrics' log line parser (stdlib only). The zygote runs this module on its own
     (``python -S -E`` with this folder as sys.path[0]): then the package is found beside it."""
     import sys
 
     try:
-        from autoresearch.metrics import STEP_KEYS, _log_pairs
+        from autoresearch.engine.metrics import STEP_KEYS, _log_pairs
     except ImportError:
         sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-        from autoresearch.metrics import STEP_KEYS, _log_pairs
+        from autoresearch.engine.metrics import STEP_KEYS, _log_pairs
     return STEP_KEYS, _log_pairs
 
 

@@ -100,7 +100,7 @@ def _probe_one(row: BackendCheck, home: str | os.PathLike[str] | None, probe: bo
 
 
 def _masked(options: dict[str, Any]) -> dict[str, Any]:
-    from autoresearch.redact import MARK, is_secret
+    from autoresearch.util.redact import MARK, is_secret
 
     return {k: MARK if is_secret(k) else v for k, v in options.items()}
 

@@ -23,15 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autoresearch._regex import lazy
 from autoresearch.errors import SpecError
+from autoresearch.util._regex import lazy
 
 CONFIG = "config.yaml"
 NAME = lazy(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # a profile's name ends up in file names and the ledger
 MAX_CONFIG_BYTES = 1 << 20
-# scheduler: fair share and quotas (autoresearch/shares.py); health: thresholds, parsed by health/config.py;
+# scheduler: fair share and quotas (autoresearch/engine/shares.py); health: thresholds, parsed by health/config.py;
 # sandbox: tenant jobs' limits (backends/limits.py); tenants: what a tokened server lends a tenant's loops
-# (autoresearch/grants.py)
+# (autoresearch/engine/grants.py)
 _TOP_KEYS = ("backends", "default", "scheduler", "health", "sandbox", "tenants")
 
 
@@ -153,8 +153,8 @@ def _parse(path: Path, data: Any) -> Config:
         if not isinstance(default, str) or (default not in profiles and default not in kinds):
             raise _bad(path, f"default {str(default)[:60]!r} is neither a profile nor a backend kind",
                        _near(str(default), [*profiles, *kinds], "profiles and kinds"))
-    from autoresearch import grants, shares
     from autoresearch.backends import limits
+    from autoresearch.engine import grants, shares
 
     fair = _section(path, data, "scheduler", shares.parse, "docs/scheduling.md")
     sandbox = _section(path, data, "sandbox", limits.parse, "docs/security.md")

@@ -4,7 +4,7 @@ Ray schedules (``places=False``): the runtime admits jobs in priority order up t
 cluster holds (``scheduler.admit``) and Ray places them. Ray has no preemption, so
 best-effort jobs are refused at submit (``Backend.check``). The attempt's files are not
 readable here (``shared_fs=False``): logs come through the API, and ``report()`` prints
-marked lines that the runtime reads from that log (``autoresearch/ingest.py``).
+marked lines that the runtime reads from that log (``autoresearch/engine/ingest.py``).
 
 Plain HTTP (``urllib``), not the ``ray`` package: a status read polls attempts, and importing
 ``ray.job_submission`` takes one to three seconds (invariant 7). The API is the one

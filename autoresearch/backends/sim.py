@@ -4,7 +4,7 @@ Nothing runs. An attempt is its launch record (``sim.json`` in its run dir) plus
 to its nodes (the fleet's seeded fault schedule, :mod:`autoresearch.sim.faults`), the stop it
 was sent (``stop.json``) and the clock: its whole life is a pure function of those
 (:func:`autoresearch.sim.timeline.live`), so every process that builds a ``SimBackend`` (the CLI,
-``python -m autoresearch.runtime``, a loop) sees the same attempt. ``poll`` and ``read_log``
+``python -m autoresearch.engine.runtime``, a loop) sees the same attempt. ``poll`` and ``read_log``
 append what happened up to simulated now to the attempt's log and ``report()`` file, which
 the runtime ingests as it would a real trial's; faults write the driver's and NCCL's lines,
 and :meth:`SimBackend.gpu_reader` answers NVML-like samples, so the same health policy

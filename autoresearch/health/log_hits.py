@@ -1,4 +1,4 @@
-"""Signatures in a job's new log lines become findings, as the log is ingested (autoresearch/ingest.py).
+"""Signatures in a job's new log lines become findings, as the log is ingested (autoresearch/engine/ingest.py).
 
 Apart from the monitor (autoresearch/health/monitor.py) so that the ingestion, which the monitor
 runs to read an attempt's log, and this, which the ingestion calls, import each other in no circle.
@@ -13,8 +13,8 @@ from autoresearch.health import config as C
 from autoresearch.health import policy
 from autoresearch.health.findings import Finding
 from autoresearch.health.store import HealthStore
-from autoresearch.ledger import Ledger
-from autoresearch.redact import ambient_secrets, redact
+from autoresearch.store.ledger import Ledger
+from autoresearch.util.redact import ambient_secrets, redact
 
 
 def record_log_hits(ledger: Ledger, backend: Any, att: Any, lines: list[str]) -> None:

@@ -45,7 +45,7 @@ from autoresearch.health.log_hits import redacted as _redacted
 from autoresearch.health.nvml import reader_for
 from autoresearch.health.policy import SUSPECT
 from autoresearch.health.store import HealthStore
-from autoresearch.ledger import Ledger
+from autoresearch.store.ledger import Ledger
 
 HANG_ENV = "AUTORESEARCH_HANG_AFTER"
 
@@ -138,7 +138,7 @@ class Health:
                 owner = next((a for a, held in attempts if f.gpu is not None and f.gpu in held), None)
                 if owner is not None:
                     findings[i] = _owned(f, owner["job_id"], owner["n"])
-        from autoresearch.ingest import ingest_attempt  # the log's signatures are found as it is ingested
+        from autoresearch.engine.ingest import ingest_attempt  # the log's signatures are found as it is ingested
 
         for att, _ in attempts:
             if att["node"] == node:  # an attempt's log is read once a round: with its first member's node
@@ -183,7 +183,7 @@ class Health:
         beside its log), then the stop recorded (reason ``hang``) and sent with the job's grace (a program
         that ignores SIGTERM gets SIGKILL after it). Its ending is infra-suspect: the re-check of the
         machine decides (a hang is the job's silence, not the machine's word)."""
-        from autoresearch.jobstore import JobStore
+        from autoresearch.store.jobstore import JobStore
 
         stack = _dump_stack(self.backend, att)
         row = JobStore(self.ledger).mark_stop(att["job_id"], att["n"], "hang", why=silent)

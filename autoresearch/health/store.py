@@ -1,5 +1,5 @@
 """The health store: every query of findings, node health and the preflight cache (migration
-``health-1`` in :mod:`autoresearch.ledger`).
+``health-1`` in :mod:`autoresearch.store.ledger`).
 
 A finding is an ``events`` row of kind ``finding`` (job and attempt set when it came from
 one); its data holds node, GPU, signature, class, severity, source and excerpt. Node
@@ -18,7 +18,7 @@ from typing import Any
 
 from autoresearch.health.findings import Finding
 from autoresearch.health.policy import Differential, NodeStatus
-from autoresearch.ledger import Ledger
+from autoresearch.store.ledger import Ledger
 
 DEDUPE_S = 3600.0  # the same fault of the same GPU is one finding per hour, not one per poll
 RECENT = 500
@@ -181,7 +181,7 @@ class HealthStore:
 
     def job_secrets(self, job_id: int) -> list[str]:
         """What to mask in a job's output (its env's and command's secrets, and this process's)."""
-        from autoresearch.redact import ambient_secrets, job_secrets
+        from autoresearch.util.redact import ambient_secrets, job_secrets
 
         row = self.ledger.one("SELECT spec FROM jobs WHERE id=?", (job_id,))
         spec = _load(row["spec"]) if row is not None else None

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from autoresearch import jobs as job_ops
+from autoresearch.engine import jobs as job_ops
 from autoresearch.errors import AutoresearchError
 from autoresearch.loop.plan import Plan
 from autoresearch.loop.proposers import Proposal, ProposeResult
@@ -86,7 +86,7 @@ def launch_many(s: LoopState, rows: list[Any], proposer: Any, runtime: Any) -> N
         except AutoresearchError:  # a refused spec refuses the batch: one by one, to fail only that trial
             job_ids = [s.store.job_of_trial(row["id"]) or _submit_one(s, row, spec, workdir, proposer, runtime)
                        for row, spec, workdir in fresh]
-        from autoresearch import outbox
+        from autoresearch.store import outbox
 
         outbox.kick(runtime.ledger.home)  # background MLflow mirror (no mlflow import here)
         updates += [(row["id"], {"job_id": job_id, "state": "queued", "workdir": workdir})

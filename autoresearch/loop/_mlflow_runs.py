@@ -1,6 +1,6 @@
 """Trials' MLflow runs, created ahead of their launch (tracking on), for the controller.
 
-Each batch of new trials is a request in the outbox (:func:`autoresearch.outbox.request_runs`);
+Each batch of new trials is a request in the outbox (:func:`autoresearch.store.outbox.request_runs`);
 the mirror's run maker, a helper process (:mod:`autoresearch.tracking._prepare_runs`, started
 here by name: the loop never imports the mirror), creates the runs (and the loop's parent
 run) and writes them to the ledger, where a trial's attempt finds its ``MLFLOW_RUN_ID``. A
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autoresearch import outbox
+from autoresearch.store import outbox
 
 PREPARE_HOLD_S = 30.0  # longest a trial may wait for its MLflow run before it launches without MLFLOW_RUN_ID
 WAIT_ENV = "AUTORESEARCH_RUN_WAIT_S"
@@ -45,7 +45,7 @@ def run_wait_s() -> float:
 
 
 class RunMaker:
-    """The mirror's helper process that answers run requests (:data:`autoresearch.outbox.RUN_MAKER`),
+    """The mirror's helper process that answers run requests (:data:`autoresearch.store.outbox.RUN_MAKER`),
     started on first use; one request at a time (from one :class:`Prepare` thread)."""
 
     def __init__(self, home: Any) -> None:
@@ -63,7 +63,7 @@ class RunMaker:
             if self.closed:
                 return {}
         if self.ledger is None:
-            from autoresearch.ledger import Ledger
+            from autoresearch.store.ledger import Ledger
 
             self.ledger = Ledger(self.home)
         entry = outbox.request_runs(self.ledger, ids) if ids else 0

@@ -2,7 +2,7 @@
 
 Malformed YAML or non-UTF-8 bytes name their line (and column); an unknown key names the
 nearest valid one; a pydantic error becomes ``<file>: <where>: <what>`` with a hint; what each
-trial will submit is checked once here, against :class:`~autoresearch.spec.JobSpec`.
+trial will submit is checked once here, against :class:`~autoresearch.engine.spec.JobSpec`.
 
 The models live in :mod:`autoresearch.loop.plan`, which re-exports :func:`load_plan` and
 :func:`parse_plan`; import them from there. This module imports the
@@ -130,7 +130,7 @@ def parse_plan(data: Any, source: str = "plan", base_dir: str | Path | None = No
 def _check_trial_spec(plan: Plan, source: str) -> None:
     """What every trial will submit, checked once now (NUL bytes, env names, sizes, the command's
     placeholders) instead of failing each trial at submit."""
-    from autoresearch.spec import JobSpec
+    from autoresearch.engine.spec import JobSpec
 
     sample = {name: p.grid_values()[0] for name, p in plan.space.items()}
     try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autoresearch.units import DURATION_PATTERN as DURATION  # the parser's own grammar (spec.parse_duration)
+from autoresearch.util.units import DURATION_PATTERN as DURATION  # the parser's own grammar (spec.parse_duration)
 
 NO_NUL = "^[^\\u0000]*$"
 # spec.parse_memory_mb: MB (4096) or a size with a unit ("16G", "512M", "1.5GiB")

@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoresearch import metrics as M
-from autoresearch.jobstore import JobStore
-from autoresearch.ledger import Ledger
+from autoresearch.engine import metrics as M
 from autoresearch.loop.views import LoopView, TrialRow
+from autoresearch.store.jobstore import JobStore
+from autoresearch.store.ledger import Ledger
 
 Series = list[tuple[int, float, float]]  # (step, value, ts) in the objective's own direction
 

@@ -44,11 +44,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from autoresearch import jobs as job_ops
-from autoresearch import outbox
-from autoresearch._private import private_dir
+from autoresearch.engine import jobs as job_ops
 from autoresearch.errors import AutoresearchError, BackendError, PlanError, StateError
-from autoresearch.jobstore import JobStore
 from autoresearch.loop import _limits, outcomes, pause
 from autoresearch.loop import ordered as ordered_mode
 from autoresearch.loop._interrupt import LoopInterrupted, SigintFlag, wake
@@ -64,6 +61,9 @@ from autoresearch.loop.state import LoopState
 from autoresearch.loop.stopping import Series, Stopper, make_stopper
 from autoresearch.loop.store import ENDED_TRIAL, LoopStore
 from autoresearch.loop.views import LoopView, incumbents_of, loop_view, reread_loop
+from autoresearch.store import outbox
+from autoresearch.store.jobstore import JobStore
+from autoresearch.util._private import private_dir
 
 SIM_WAIT_S = 600.0  # simulated seconds a wait may skip when no event comes first
 
@@ -87,7 +87,7 @@ class Controller:
         self.on_update = on_update
         self.poll_s, self.update_every_s, self.monitor_every_s = poll_s, update_every_s, monitor_every_s
         if runtime is None:
-            from autoresearch.runtime import runtime_for_plan
+            from autoresearch.engine.runtime import runtime_for_plan
 
             runtime = runtime_for_plan(home, plan)
         self.runtime = runtime  # the engine: the loop sits below the facade and never calls it

@@ -2,8 +2,8 @@
 start a loop in the background, record an agent's proposals, stop a loop, read its
 leaderboard and a trial's patch.
 
-They take the engine (:class:`autoresearch.runtime.Runtime`: its ledger, and
-:mod:`autoresearch.jobs` to cancel), never the facade. Their ``project`` argument is the
+They take the engine (:class:`autoresearch.engine.runtime.Runtime`: its ledger, and
+:mod:`autoresearch.engine.jobs` to cancel), never the facade. Their ``project`` argument is the
 caller's scope (None: every loop): a loop of another project is reported exactly like a
 missing one.
 """
@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autoresearch import jobs as job_ops
-from autoresearch._private import private_dir
+from autoresearch.engine import jobs as job_ops
 from autoresearch.errors import NotFoundError, PlanError, SpecError, StateError
 from autoresearch.loop.proposers import _gate
 from autoresearch.loop.proposers._base import Proposal, ProposerInfo
 from autoresearch.loop.proposers.agent import STOP_DECISION, SUBMIT_DECISION, proposal_key, submitted
 from autoresearch.loop.store import ACTIVE_TRIAL, LoopStore
+from autoresearch.util._private import private_dir
 
 
 @dataclass
@@ -42,7 +42,7 @@ class Submitted:
 
 def controller_running(home: Path, name: str) -> bool:
     """Whether a controller holds the loop's lock right now (in any process)."""
-    from autoresearch.paths import lock_held
+    from autoresearch.util.paths import lock_held
 
     return lock_held(home / "loops" / name / "controller.lock")
 
@@ -249,10 +249,10 @@ def start_loop(runtime: Any, plan_path: str | Path, resume: bool = False, wait_s
 
 def tenant_env(runtime: Any, plan: Any, project: str | None) -> dict[str, str] | None:
     """A tenant's loop (its project is served by a tokened server): refuse a plan that names a
-    server variable or an endpoint the server does not allow (:mod:`autoresearch.grants`), and
+    server variable or an endpoint the server does not allow (:mod:`autoresearch.engine.grants`), and
     return the clean environment its controller runs with. None for anyone else's loop."""
-    from autoresearch import grants
-    from autoresearch.jobstore import JobStore
+    from autoresearch.engine import grants
+    from autoresearch.store.jobstore import JobStore
 
     if not project or not JobStore(runtime.ledger).project_tenant_policy(project):
         return None

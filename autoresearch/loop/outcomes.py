@@ -15,11 +15,10 @@ import json
 import time
 from typing import Any
 
-from autoresearch import jobs as job_ops
-from autoresearch import metrics as M
 from autoresearch.backends._base import DISK_FULL
+from autoresearch.engine import jobs as job_ops
+from autoresearch.engine import metrics as M
 from autoresearch.errors import AutoresearchError
-from autoresearch.jobstore import JobStore
 from autoresearch.loop import noise as N
 from autoresearch.loop import ordered, pause
 from autoresearch.loop.proposers import Proposal, ProposeResult, ProposerInfo
@@ -27,6 +26,7 @@ from autoresearch.loop.series import read_series
 from autoresearch.loop.state import LoopHost
 from autoresearch.loop.store import to_record
 from autoresearch.loop.views import kept_on_means
+from autoresearch.store.jobstore import JobStore
 
 LOG_TAIL_LINES = 30
 
@@ -84,7 +84,7 @@ def _target(c: LoopHost, fresh: dict[int, list[tuple[int, float]]]) -> None:
 
 def _warn_unseen(c: LoopHost, running: list[Any]) -> None:
     """Once per trial: a warning on its job (``status`` shows it) when it has run
-    :data:`~autoresearch.metrics.UNSEEN_AFTER_S` without one point of the objective."""
+    :data:`~autoresearch.engine.metrics.UNSEEN_AFTER_S` without one point of the objective."""
     s, now = c.state, time.time()
     for r in running:
         since = r["started_at"]

@@ -26,11 +26,11 @@ import json
 import os
 from typing import Any
 
-from autoresearch import jobs as job_ops
-from autoresearch import outbox
+from autoresearch.engine import jobs as job_ops
 from autoresearch.errors import AutoresearchError
-from autoresearch.jobstore import JobStore
 from autoresearch.loop.state import LoopHost
+from autoresearch.store import outbox
+from autoresearch.store.jobstore import JobStore
 
 
 def enabled(c: LoopHost) -> bool:
@@ -58,7 +58,7 @@ def on_end(c: LoopHost, trial_id: int, job: Any) -> str | None:
 
 
 def _checkpoint_of(c: LoopHost, job: Any) -> str | None:
-    from autoresearch.runtime import checkpoint_dir
+    from autoresearch.engine.runtime import checkpoint_dir
 
     full = JobStore(c.ledger).job(job["id"])  # the row the controller polls has no spec
     try:

@@ -27,10 +27,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from autoresearch.engine.spec import parse_duration, parse_grace, parse_memory_mb, str_values
 from autoresearch.loop import stopping
 from autoresearch.loop._plan_load import load_plan as load_plan
 from autoresearch.loop._plan_load import parse_plan as parse_plan
-from autoresearch.spec import parse_duration, parse_grace, parse_memory_mb, str_values
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MAX_GRID_POINTS = 100_000  # a range whose step makes more points than this is a typo, not a plan

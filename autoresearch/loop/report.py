@@ -27,10 +27,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from autoresearch.ledger import Ledger
 from autoresearch.loop import _html, _plots
 from autoresearch.loop.store import LoopStore
 from autoresearch.loop.views import LoopView, confirmed_text, loop_view, mark, ranked
+from autoresearch.store.ledger import Ledger
 
 LEADERBOARD_ROWS = 10
 
@@ -149,7 +149,7 @@ def write_report(ledger: Ledger, name: str, out_dir: str | Path | None = None, p
     files = _save(data, out) if plots and data.view.trials else []
     (out / "summary.md").write_text(summary_markdown(data.view, data.plan, files))
     if out_dir is None:  # under the home: private like the rest of it (a folder you named keeps your umask)
-        from autoresearch._private import tighten
+        from autoresearch.util._private import tighten
 
         tighten(out)
     data.view.report_dir = str(out)

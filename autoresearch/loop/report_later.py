@@ -10,7 +10,7 @@ mirror's sync), so a detached helper does them:
 The helper holds ``loops/NAME/report.lock`` (flock) while it writes, and keeps its state in
 ``loops/NAME/report.state`` (one JSON object, replaced atomically): ``pending`` (asked for),
 ``writing`` (pid), ``done`` (the files, when) or ``failed`` (why). The upload goes through the
-outbox (:func:`autoresearch.outbox.record_report`): the background syncer sends the files, so
+outbox (:func:`autoresearch.store.outbox.record_report`): the background syncer sends the files, so
 the helper never imports mlflow. A helper that died (killed, the machine rebooted) leaves
 ``pending``/``writing`` with nobody holding the lock: :func:`state` reads it as
 ``interrupted``, and ``autoresearch report NAME`` writes the report again in the foreground.
@@ -55,7 +55,7 @@ def _write_state(loop_dir: Path, **fields: Any) -> None:
 
 def _locked_by_someone(loop_dir: Path) -> bool:
     """Whether a helper holds the report lock now (a non-blocking probe; never creates the file)."""
-    from autoresearch.paths import lock_held
+    from autoresearch.util.paths import lock_held
 
     return lock_held(loop_dir / LOCK_FILE)
 
@@ -125,9 +125,9 @@ def wait(home: str | os.PathLike[str], name: str, timeout_s: float = 120.0) -> d
 
 def write(home: str | os.PathLike[str], name: str) -> dict[str, Any]:
     """The helper's work: the report files, then the upload asked of the mirror; its final state."""
-    from autoresearch import outbox
-    from autoresearch.ledger import Ledger
     from autoresearch.loop.report import write_report
+    from autoresearch.store import outbox
+    from autoresearch.store.ledger import Ledger
 
     try:
         loop_dir = _loop_dir(Path(home), name)
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2:
         print("usage: python -m autoresearch.loop.report_later HOME NAME", file=sys.stderr)
         return 2
-    from autoresearch._private import UMASK
+    from autoresearch.util._private import UMASK
 
     os.umask(UMASK)  # the report's files are private like the rest of the home; this process runs no job
     with contextlib.suppress(Exception):

@@ -19,7 +19,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from autoresearch.watcher import fifo_name
+from autoresearch.engine.watcher import fifo_name
 
 WAIT_S = 5.0  # the longest a trial waits for a verdict at a rung
 MAX_STEPS_LISTED = 64

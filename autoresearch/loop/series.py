@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from autoresearch import metrics as M
-from autoresearch.jobstore import JobStore
+from autoresearch.engine import metrics as M
 from autoresearch.loop.state import LoopHost
+from autoresearch.store.jobstore import JobStore
 
 
 def read_series(c: LoopHost, rows: list[Any]) -> dict[int, list[tuple[int, float]]]:

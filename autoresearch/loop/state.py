@@ -209,7 +209,7 @@ class LoopHost(Protocol):
     def series(self) -> dict[int, Series]: ...
 
     @property
-    def runtime(self) -> Any: ...  # the engine (autoresearch.runtime.Runtime): the loop never calls the facade
+    def runtime(self) -> Any: ...  # the engine (autoresearch.engine.runtime.Runtime): the loop never calls the facade
 
     @property
     def ledger(self) -> Any: ...

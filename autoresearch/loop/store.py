@@ -14,8 +14,8 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from autoresearch.ledger import Ledger
 from autoresearch.loop.proposers._base import Proposal, ProposeResult, ProposerInfo, TrialRecord
+from autoresearch.store.ledger import Ledger
 
 MAX_NAME = 64  # a loop name's longest (autoresearch/loop/plan.py checks plans' names against it)
 ACTIVE_TRIAL = ("proposed", "queued", "running")
@@ -222,7 +222,7 @@ class LoopStore:
         """The model calls behind a propose decision, for the tracking mirror (one ledger insert
         each; the syncer turns them into MLflow traces linked to the loop's run). Never raises:
         the decision is written, and a lost trace must not stop the loop."""
-        from autoresearch import outbox
+        from autoresearch.store import outbox
 
         info = result.info
         for call in result.calls:

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autoresearch.errors import NotFoundError
-from autoresearch.ledger import Ledger
 from autoresearch.loop.noise import Floor, incumbent_floor
 from autoresearch.loop.store import LoopStore
+from autoresearch.store.ledger import Ledger
 
 
 @dataclass

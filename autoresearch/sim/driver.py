@@ -2,7 +2,7 @@
 
 The same models as the ``sim`` backend (:mod:`~autoresearch.sim.fleet`, the seeded fault
 schedule, :func:`~autoresearch.sim.timeline.live` for each attempt), the pure scheduler
-(:func:`autoresearch.scheduler.schedule`: placement, backfill, preemption of best-effort
+(:func:`autoresearch.engine.scheduler.schedule`: placement, backfill, preemption of best-effort
 work) and the pure health policy (:func:`autoresearch.health.policy.node_state` and
 ``failure_class``) for cordons, without a ledger or processes: a week of 512 GPUs in seconds.
 
@@ -22,7 +22,7 @@ import bisect
 import heapq
 from dataclasses import dataclass, field
 
-from autoresearch import scheduler as S
+from autoresearch.engine import scheduler as S
 from autoresearch.health import policy as P
 from autoresearch.health.config import HealthConfig
 from autoresearch.health.findings import Finding, blocking, check_sample

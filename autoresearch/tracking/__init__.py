@@ -8,7 +8,7 @@ traces into MLflow with ``log_batch``, remembering how far it got in the ledger
 line replays at most one batch, which MLflow de-duplicates.
 
 The engine never imports this package: what it needs (:func:`kick`, :func:`attempt_env`)
-and :func:`record_llm_call` live in :mod:`autoresearch.outbox` (stdlib only) and are
+and :func:`record_llm_call` live in :mod:`autoresearch.store.outbox` (stdlib only) and are
 re-exported here. This module itself stays cheap to import; the heavy parts live in
 ``_sync`` (the mirror) and ``_daemon`` (the background loop) and are imported lazily.
 
@@ -28,7 +28,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from autoresearch.outbox import (
+from autoresearch.store.outbox import (
     KICK_FILE,
     LOCK_FILE,
     LOG_FILE,
@@ -43,7 +43,7 @@ from autoresearch.outbox import (
 )
 
 if TYPE_CHECKING:
-    from autoresearch.ledger import Ledger
+    from autoresearch.store.ledger import Ledger
     from autoresearch.tracking._sync import SyncReport
 
 __all__ = ["KICK_FILE", "LOCK_FILE", "LOG_FILE", "TRIAL_TAG", "attempt_env", "background_enabled", "default_uri",
@@ -89,9 +89,9 @@ def log_report(home: str | os.PathLike[str] | Ledger | None, loop_id: int, repor
     import logging
     import time
 
-    from autoresearch import outbox
     from autoresearch.errors import TrackingError
-    from autoresearch.ledger import Ledger
+    from autoresearch.store import outbox
+    from autoresearch.store.ledger import Ledger
 
     ledger = home if isinstance(home, Ledger) else Ledger(home)
     logging.getLogger("mlflow").setLevel(logging.WARNING)

@@ -31,7 +31,7 @@ def is_run_id(ref: str) -> bool:
 
 
 def _store_uri(home: str | os.PathLike[str] | None) -> str:
-    from autoresearch.ledger import Ledger
+    from autoresearch.store.ledger import Ledger
     from autoresearch.tracking import tracking_uri
     from autoresearch.tracking._store import MirrorStore
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from autoresearch._private import open_beneath
+from autoresearch.util._private import open_beneath
 
 CHUNK = 500  # ids per ``IN (...)``: well under SQLite's limit on bound variables
 
@@ -232,7 +232,7 @@ def local_dir(uri: str) -> str | None:
 def write_text(folder: str, artifact_path: str, text: str) -> None:
     """``text`` as the artifact ``artifact_path`` of a run whose artifacts are in ``folder``: folders
     made private, the file 0600, written beside and renamed into place (a reader never sees half of
-    it), walked without following a link (:func:`autoresearch._private.open_beneath`)."""
+    it), walked without following a link (:func:`autoresearch.util._private.open_beneath`)."""
     missing = []
     path = os.path.abspath(folder)
     while not os.path.isdir(path) and os.path.dirname(path) != path:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from autoresearch.outbox import creation_lock
+from autoresearch.store.outbox import creation_lock
 
 DEFAULT_EXPERIMENT = "Default"
 
@@ -51,7 +51,7 @@ def _critical(home: Path) -> Iterator[None]:
 class Mirror(Protocol):
     """The syncer as the mirror's modules see it (:class:`autoresearch.tracking._sync.Syncer` is one)."""
 
-    ledger: Any  # autoresearch.ledger.Ledger
+    ledger: Any  # autoresearch.store.ledger.Ledger
     store: Any  # autoresearch.tracking._store.MirrorStore: every query of the ledger
     client: Any  # mlflow.tracking.MlflowClient
     uri: str

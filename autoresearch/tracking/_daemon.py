@@ -31,9 +31,9 @@ from typing import Any
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 from tenacity.stop import stop_base
 
-from autoresearch._private import UMASK
 from autoresearch.errors import AutoresearchError, TrackingError
 from autoresearch.tracking import KICK_FILE, LOCK_FILE, LOG_FILE
+from autoresearch.util._private import UMASK
 
 POLL_S = 1.0
 IDLE_EXIT_S = float(os.environ.get("AUTORESEARCH_SYNC_IDLE_S") or 20.0)
@@ -104,7 +104,7 @@ def _leave_when_gone(home: Path) -> None:
 
 
 def _busy(ledger: object) -> bool:
-    from autoresearch.ledger import Ledger
+    from autoresearch.store.ledger import Ledger
 
     assert isinstance(ledger, Ledger)
     from autoresearch.tracking._store import MirrorStore
@@ -184,7 +184,7 @@ def _loop(home: Path, idle_exit_s: float, poll_s: float, busy_exit_s: float = BU
     is in the ledger (``tracking_state``) for ``status`` and ``ui`` to say. Only a tracking URI
     that cannot be a store at all makes it leave: that does not heal by waiting.
     """
-    from autoresearch.ledger import Ledger
+    from autoresearch.store.ledger import Ledger
     from autoresearch.tracking._sync import Syncer
 
     try:  # opened once, now: opening it again later would make a removed home anew

@@ -12,10 +12,10 @@ import time
 from typing import Any
 
 from autoresearch.errors import TrackingError
-from autoresearch.redact import is_secret, job_secrets, plan_secrets, redact, redact_command, redact_obj
 from autoresearch.tracking._common import DEFAULT_EXPERIMENT, Mirror, SyncReport
 from autoresearch.tracking._finish import FINAL, LOOP_FINAL
 from autoresearch.tracking._metrics import backfill
+from autoresearch.util.redact import is_secret, job_secrets, plan_secrets, redact, redact_command, redact_obj
 
 
 def _flatten(params: dict[str, Any], prefix: str = "") -> dict[str, str]:

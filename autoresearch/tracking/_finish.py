@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from autoresearch.redact import job_secrets, redact
 from autoresearch.tracking._common import Mirror, SyncReport
+from autoresearch.util.redact import job_secrets, redact
 
 LOG_HEAD, LOG_TAIL = 256 << 10, 768 << 10  # attempt logs are capped at 1 MiB: head + tail
 FINAL = {"succeeded": "FINISHED", "failed": "FAILED", "cancelled": "KILLED"}

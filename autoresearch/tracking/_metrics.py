@@ -10,7 +10,7 @@ import math
 import re
 from typing import Any
 
-from autoresearch.metrics import best_source
+from autoresearch.engine.metrics import best_source
 from autoresearch.tracking._common import Mirror, SyncReport
 
 METRIC_WINDOW = 20_000  # ledger rows read per pass step

@@ -1,12 +1,12 @@
 """The run maker: the mirror's helper process that creates trials' MLflow runs ahead of launch.
 
-The loop controller records a request in the outbox (:func:`autoresearch.outbox.request_runs`,
+The loop controller records a request in the outbox (:func:`autoresearch.store.outbox.request_runs`,
 ``kind='trial_run'``), starts ``python -m autoresearch.tracking._prepare_runs HOME [PARENT_PID]``
 on first use and pokes it with the entry's id, one per line on stdin (``0``: only warm up). For each, the run maker
 creates the runs (:func:`autoresearch.tracking.prepare_runs`), which writes them to the
-ledger's ``tracking_runs`` (where :func:`autoresearch.outbox.attempt_env` finds a trial's
+ledger's ``tracking_runs`` (where :func:`autoresearch.store.outbox.attempt_env` finds a trial's
 ``MLFLOW_RUN_ID``), marks the entry sent and answers one line on stdout; the controller then
-reads the run ids from the ledger (:func:`autoresearch.outbox.trial_runs`). A tracking
+reads the run ids from the ledger (:func:`autoresearch.store.outbox.trial_runs`). A tracking
 failure is recorded in the entry (``error: ...``); the trials then run without ``MLFLOW_RUN_ID``.
 An entry nobody answered (its controller was killed) is taken by the next sync pass
 (:func:`sync_run_requests`).
@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any
 
-from autoresearch import outbox
+from autoresearch.store import outbox
 
 
 def _leave_with(parent: int, home: str | None) -> None:
@@ -76,7 +76,7 @@ def answer(ledger: Any, entry_id: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     home = args[0] if args else None
-    from autoresearch._private import UMASK
+    from autoresearch.util._private import UMASK
 
     os.umask(UMASK)  # the runs' artifact folders MLflow makes are private; this process runs no job
     if len(args) > 1:
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     from autoresearch import tracking
-    from autoresearch.ledger import Ledger
+    from autoresearch.store.ledger import Ledger
 
     ledger = Ledger(home)
     for line in sys.stdin:

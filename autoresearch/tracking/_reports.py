@@ -1,6 +1,6 @@
 """Loops' report files (from the outbox, ``kind='report'``) → artifacts of the loop's run.
 
-The loop writes its report to disk and records an outbox row (:func:`autoresearch.outbox.record_report`);
+The loop writes its report to disk and records an outbox row (:func:`autoresearch.store.outbox.record_report`);
 a pass uploads the directory under ``report/`` and writes the run id into the row. An upload
 MLflow refuses is recorded in the row (``sent_ref`` = ``error: ...``) rather than retried
 forever; an outage is retried by the next pass.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from autoresearch import outbox
+from autoresearch.store import outbox
 from autoresearch.tracking._common import Mirror, SyncReport, _critical
 from autoresearch.tracking._entities import loop_run
 

@@ -81,7 +81,7 @@ def sync_all(ledger: Any, uri: str | None = None) -> dict[str, Any]:
         except TrackingError as err:  # a bad --uri is a usage error (exit 2), not a failed sync
             raise SpecError(f"--uri: {err.message}",
                             hint="pass --uri http(s)://HOST:PORT or sqlite:///ABSOLUTE/PATH.db") from None
-    from autoresearch._private import private_umask
+    from autoresearch.util._private import private_umask
 
     # what MLflow writes meanwhile (artifacts, their folders) is private, as the background syncer's is
     with fail_fast_http(), private_umask():  # our back-off, not MLflow's ~2 min of retries per request

@@ -2,7 +2,7 @@
 
 Its own tables (``tracking_runs``: entity → run and how far it is mirrored;
 ``tracking_state``: the bound URI, the home id and the cursors; migration ``tracking-1``
-in :mod:`autoresearch.ledger`) are written only here and in :mod:`autoresearch.outbox`
+in :mod:`autoresearch.store.ledger`) are written only here and in :mod:`autoresearch.store.outbox`
 (the outbox's stdlib side: what the engine and the loop record for the mirror). The
 ledger's other tables (jobs, attempts, metrics, loops, trials, decisions) are only read
 here, often joined with ``tracking_runs``. Methods say what they mean; each write is one
@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from autoresearch.ledger import Ledger
+from autoresearch.store.ledger import Ledger
 
 Row = sqlite3.Row
 # A job belongs to a trial by trials.job_id, or (before the loop wrote it back) by its spec tag.
@@ -378,7 +378,7 @@ class MirrorStore:
         """Whether a job is queued, starting or running."""
         return self.ledger.one("SELECT 1 FROM jobs WHERE state IN ('queued','starting','running') LIMIT 1") is not None
 
-    # -- the outbox's LLM calls (its rows are written by autoresearch.outbox) --------------------
+    # -- the outbox's LLM calls (its rows are written by autoresearch.store.outbox) --------------------
 
     def sending(self, entry_id: int) -> None:
         """An outbox entry is being sent (a later pass looks for what this one may have created)."""

@@ -40,15 +40,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from autoresearch._private import private_dir, tighten
 from autoresearch.backends import Backend
 from autoresearch.errors import TrackingError
-from autoresearch.ledger import Ledger
-from autoresearch.redact import ambient_secrets, redact
+from autoresearch.store.ledger import Ledger
 from autoresearch.tracking import _bulk, _entities, _finish, _metrics, _prepare_runs, _reports, _traces, tracking_uri
 from autoresearch.tracking._common import SyncReport, _critical
 from autoresearch.tracking._metrics import BATCH
 from autoresearch.tracking._store import MirrorStore, use_wal
+from autoresearch.util._private import private_dir, tighten
+from autoresearch.util.redact import ambient_secrets, redact
 
 __all__ = ["SyncReport", "Syncer", "fail_fast_http", "is_transient"]
 
@@ -282,7 +282,7 @@ class Syncer:
     def _ingest_live(self) -> None:
         """Pull fresh points of running attempts into the ledger, so MLflow shows them live."""
         from autoresearch.backends import open_backend
-        from autoresearch.ingest import ingest_attempt
+        from autoresearch.engine.ingest import ingest_attempt
 
         for row in self.store.live_backends():
             try:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from autoresearch import outbox
-from autoresearch.redact import redact_obj
+from autoresearch.store import outbox
 from autoresearch.tracking._bulk import write_text
 from autoresearch.tracking._common import DEFAULT_EXPERIMENT, Mirror, SyncReport, _critical
 from autoresearch.tracking._entities import loop_experiment, loop_run, loop_secrets, verdict
+from autoresearch.util.redact import redact_obj
 
 DECISION_BATCH = 500  # decisions sent together: one artifact upload and one metrics write per loop run
 

@@ -20,8 +20,8 @@ pytest.importorskip("databricks.sdk", reason="databricks-sdk is not installed (p
 from autoresearch.api import Api  # noqa: E402
 from autoresearch.backends import Backend, LaunchRequest, get_backend  # noqa: E402
 from autoresearch.backends.databricks import PRIORITY_CLASSES, DatabricksBackend  # noqa: E402
+from autoresearch.engine.spec import PRIORITIES  # noqa: E402
 from autoresearch.errors import AuthError, BackendError, SpecError  # noqa: E402
-from autoresearch.spec import PRIORITIES  # noqa: E402
 from autoresearch.testing.backends import BackendConformance  # noqa: E402
 from tests.conftest import wait_for, wait_state  # noqa: E402
 from tests.fakes.databricks_api import FakeDatabricks  # noqa: E402
@@ -161,7 +161,7 @@ KILLED_AFTER_SUBMIT = textwrap.dedent("""\
     import os, sys
     from autoresearch.api import Api
     from autoresearch.backends.databricks import DatabricksBackend
-    from autoresearch.jobstore import JobStore
+    from autoresearch.store.jobstore import JobStore
 
     JobStore.set_external_id = lambda *a, **k: os._exit(9)  # dies after the submit, before the ledger has the id
     Api(backend=DatabricksBackend(host=sys.argv[1], token=sys.argv[2])).submit(

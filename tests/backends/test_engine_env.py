@@ -132,7 +132,7 @@ def test_secret_env_is_refused_where_no_secret_store_resolves_it(kind: str, home
 ])
 def test_bad_secret_env_is_refused_at_the_edge(secret_env: dict[str, str], words: str, tmp_path: Path,
                                                home: Path) -> None:
-    from autoresearch.spec import make_spec
+    from autoresearch.engine.spec import make_spec
 
     with pytest.raises(SpecError, match=words) as err:
         make_spec(job(tmp_path, secret_env=secret_env))

@@ -79,7 +79,7 @@ KILLED_AFTER_CREATE = textwrap.dedent("""\
     import os, sys
     from autoresearch.api import Api
     from autoresearch.backends.kubernetes import KubernetesBackend
-    from autoresearch.jobstore import JobStore
+    from autoresearch.store.jobstore import JobStore
 
     JobStore.set_external_id = lambda *a, **k: os._exit(9)  # dies after the Job exists, before the ledger knows
     backend = KubernetesBackend(api=sys.argv[1], namespace="default")

@@ -12,7 +12,7 @@ import yaml
 from autoresearch.backends import LaunchRequest
 from autoresearch.backends._k8s_job import DEFAULT_PRIORITY_CLASSES
 from autoresearch.backends.kubernetes import KubernetesBackend
-from autoresearch.spec import PRIORITIES
+from autoresearch.engine.spec import PRIORITIES
 from tests.fakes.k8s_api import FakeKubernetes
 
 KIT = Path(__file__).resolve().parents[2] / "backends" / "kubernetes"

@@ -143,7 +143,7 @@ def test_a_forged_ending_in_the_run_dir_reads_as_an_ending_never_an_error(tmp_pa
 
 def test_an_engines_node_words_become_our_node_states() -> None:
     from autoresearch.backends import NodeInfo
-    from autoresearch.runtime import engine_node_state
+    from autoresearch.engine.runtime import engine_node_state
 
     assert engine_node_state(NodeInfo("n1", state="idle")) == ("healthy", "")
     assert engine_node_state(NodeInfo("n1", state="mixed")) == ("healthy", "")

@@ -37,7 +37,7 @@ def test_the_digits_plan_runs_on_slurm_and_lands_in_mlflow(home: Path, slurm: An
     jobs = api._ledger.query("SELECT id, backend FROM jobs")
     assert {r["backend"] for r in jobs} == {"slurm"} and len(jobs) == 2
     from autoresearch import tracking
-    from autoresearch.outbox import tracking_uri
+    from autoresearch.store.outbox import tracking_uri
     from tests.tracking.conftest import client
 
     tracking.sync(home)

@@ -19,7 +19,7 @@ def _no_tracking(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def submit_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The sizes of the batches ``jobs.submit_many`` is called with from now on (a loop's submits)."""
-    from autoresearch import jobs
+    from autoresearch.engine import jobs
 
     batches: list[int] = []
     real = jobs.submit_many

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from autoresearch import jobs
+from autoresearch.engine import jobs
 from autoresearch.errors import SpecError
 from autoresearch.loop.controller import Controller
 from autoresearch.loop.plan import parse_plan

@@ -14,6 +14,7 @@ import pytest
 
 from autoresearch.backends import LaunchRequest
 from autoresearch.backends.fake import FakeBackend, Script
+from autoresearch.engine.runtime import Runtime
 from autoresearch.errors import PlanError
 from autoresearch.loop.controller import Controller
 from autoresearch.loop.plan import parse_plan
@@ -26,7 +27,6 @@ from autoresearch.loop.proposers import (
     register,
 )
 from autoresearch.loop.proposers.random import RandomProposer
-from autoresearch.runtime import Runtime
 
 EPOCHS = 9
 

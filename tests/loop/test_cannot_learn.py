@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 from autoresearch.backends.fake import FakeBackend, Script
+from autoresearch.engine.runtime import Runtime
 from autoresearch.loop.controller import Controller
 from autoresearch.loop.plan import parse_plan
 from autoresearch.loop.views import CANNOT_LEARN
-from autoresearch.runtime import Runtime
 
 
 def _run(home: Path, tmp_path: Path, script: Script, **budget: int) -> tuple[object, FakeBackend]:

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 _CODE = textwrap.dedent("""
     import json, sys
-    from autoresearch import runtime as R
+    from autoresearch.engine import runtime as R
     from autoresearch.loop.controller import Controller
     from autoresearch.loop.plan import parse_plan
 

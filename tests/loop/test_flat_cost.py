@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from autoresearch.ledger import Ledger
 from autoresearch.loop.controller import Controller
 from autoresearch.loop.plan import parse_plan, plan_json
 from autoresearch.loop.proposers import Proposal, ProposeResult, ProposerInfo
 from autoresearch.loop.state import LoopState
 from autoresearch.loop.store import LoopStore
+from autoresearch.store.ledger import Ledger
 
 NEW = 12  # real trials run on top of the seeded ones
 LOOP_TABLES = ("FROM trials", "FROM decisions", "FROM loops")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from autoresearch.backends import LaunchRequest
 from autoresearch.backends.fake import FakeBackend, Script
+from autoresearch.engine.runtime import Runtime
 from autoresearch.loop.controller import Controller
 from autoresearch.loop.plan import parse_plan
-from autoresearch.runtime import Runtime
 
 
 def loss_of(request: LaunchRequest) -> bytes:

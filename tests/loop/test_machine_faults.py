@@ -8,10 +8,10 @@ from pathlib import Path
 
 from autoresearch.backends import LaunchRequest
 from autoresearch.backends.fake import FakeBackend, Script
+from autoresearch.engine.runtime import Runtime
 from autoresearch.loop.controller import Controller
 from autoresearch.loop.plan import parse_plan
 from autoresearch.loop.store import LoopStore
-from autoresearch.runtime import Runtime
 
 
 def nccl_or_loss(request: LaunchRequest) -> bytes:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from autoresearch import metrics as M
 from autoresearch.cli._live import LiveTable
+from autoresearch.engine import metrics as M
 from autoresearch.loop.controller import Controller
 from autoresearch.loop.plan import parse_plan
 from autoresearch.loop.views import LoopView, TrialRow

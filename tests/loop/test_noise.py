@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch.ledger import Ledger
 from autoresearch.loop import ci_report, outcomes
 from autoresearch.loop._live_view import LiveView
 from autoresearch.loop.gate import Baseline, evaluate
@@ -25,6 +24,7 @@ from autoresearch.loop.report import summary_markdown
 from autoresearch.loop.state import LoopState
 from autoresearch.loop.store import LoopStore
 from autoresearch.loop.views import loop_view
+from autoresearch.store.ledger import Ledger
 
 # The digits run: trial 3 (lr 0.149) was the first incumbent, repeated; trial 1 replaced it, repeated.
 NOISY = [0.320, 0.444, 0.224]  # trial 3 and its two seeds

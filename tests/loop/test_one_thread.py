@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from autoresearch.engine.runtime import Runtime
 from autoresearch.loop.controller import Controller
 from autoresearch.loop.plan import parse_plan
-from autoresearch.runtime import Runtime
 
 
 def test_a_loop_runs_its_passes_on_its_own_thread(home: Path, tmp_path: Path,

@@ -170,7 +170,7 @@ def test_a_trial_whose_pause_was_decided_before_the_kill_is_paused_when_its_job_
 # The controller dies between recording a stop on the attempt (write-ahead) and delivering it.
 DIES_AT_THE_STOP = textwrap.dedent("""\
     import os, signal
-    from autoresearch.runtime import Runtime
+    from autoresearch.engine.runtime import Runtime
     def record_then_die(self, job_id, n, reason, **data):
         self.jobs.mark_stop(job_id, n, reason, **data)
         os.kill(os.getpid(), signal.SIGKILL)

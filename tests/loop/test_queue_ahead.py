@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from autoresearch.backends.fake import FakeBackend, Script
+from autoresearch.engine.runtime import Runtime
 from autoresearch.loop.controller import Controller
 from autoresearch.loop.plan import parse_plan
-from autoresearch.runtime import Runtime
 from tests.loop.conftest import submit_batches
 
 

@@ -78,7 +78,7 @@ def test_with_tracking_on_the_helper_asks_the_mirror_for_the_upload(home: Path, 
     done = report_later.write(home, "later")  # the helper's work, in this process
     assert done["state"] == "done"
 
-    from autoresearch.ledger import Ledger
+    from autoresearch.store.ledger import Ledger
 
     row = Ledger(home).one("SELECT payload, done_at FROM tracking_outbox WHERE kind='report'")
     assert row is not None and json.loads(row["payload"]) == {"dir": done["dir"]}  # the syncer sends it
@@ -120,7 +120,7 @@ def test_a_helper_for_a_removed_home_makes_nothing(tmp_path: Path) -> None:
 def test_the_loops_end_does_not_wait_for_the_run_maker(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Closing the run maker while it imports mlflow (seconds) returns at once; the helper ends by
     itself once its input is closed. It used to hold the loop's end up to 10 s."""
-    from autoresearch.ledger import Ledger
+    from autoresearch.store.ledger import Ledger
 
     Ledger(home)
     maker = RunMaker(home)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autoresearch.ledger import Ledger
 from autoresearch.loop import _limits
 from autoresearch.loop.plan import parse_plan
 from autoresearch.loop.proposers import Proposal, ProposeResult, ProposerInfo
 from autoresearch.loop.state import LoopState
 from autoresearch.loop.store import LoopStore
+from autoresearch.store.ledger import Ledger
 
 
 def make_state(home: Path, trials: int = 2) -> LoopState:

@@ -12,12 +12,12 @@ from autoresearch.api import Api
 from autoresearch.backends import LaunchRequest
 from autoresearch.backends.fake import FakeBackend, Script
 from autoresearch.cli import main
+from autoresearch.engine.runtime import Runtime
+from autoresearch.engine.spec import make_spec
 from autoresearch.errors import NotFoundError
 from autoresearch.loop.controller import Controller
 from autoresearch.loop.plan import parse_plan
 from autoresearch.loop.report import summary_markdown
-from autoresearch.runtime import Runtime
-from autoresearch.spec import make_spec
 
 
 def _loss(request: LaunchRequest) -> bytes:

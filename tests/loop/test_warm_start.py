@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from autoresearch.backends.fake import FakeBackend, Script
+from autoresearch.engine.runtime import Runtime
 from autoresearch.errors import PlanError
 from autoresearch.loop.controller import Controller
 from autoresearch.loop.plan import parse_plan
 from autoresearch.loop.report import write_report
 from autoresearch.loop.store import LoopStore
-from autoresearch.runtime import Runtime
 from tests.loop.test_bohb import loop_plan, printed_curve
 
 

@@ -1,4 +1,4 @@
-"""One duration grammar (autoresearch/units.py): the parser that the job spec's fast path, its
+"""One duration grammar (autoresearch/util/units.py): the parser that the job spec's fast path, its
 pydantic model and the plan all call, and the JSON Schema pattern of the plan, accept the very
 same texts. (That the fast path agrees with the model is tests/properties/test_specs.py.)"""
 
@@ -9,9 +9,10 @@ import re
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from autoresearch import spec, units
+from autoresearch.engine import spec
 from autoresearch.errors import SpecError
 from autoresearch.loop import plan as plan_module
+from autoresearch.util import units
 from tests.properties.strategies import FAST, NASTY_TEXT, TEXT
 
 DURATIONISH = st.text(alphabet="0123456789.hmsHMSdeE+-_ \t", max_size=12)

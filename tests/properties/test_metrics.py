@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from autoresearch import metrics as M
+from autoresearch.engine import metrics as M
 from autoresearch.errors import AutoresearchError
 from tests.properties.strategies import FAST, NASTY_TEXT, TEXT, values
 

@@ -37,9 +37,9 @@ SECTIONS = {
 
 def assert_submittable(plan: Plan) -> None:
     """What the controller will do with an accepted plan must not raise."""
+    from autoresearch.engine.spec import make_spec
     from autoresearch.loop._launch import trial_spec
     from autoresearch.loop.proposers._space import sample
-    from autoresearch.spec import make_spec
 
     params = sample(plan.space, random.Random(0)) if plan.space else {}
     command = plan.render_command(params, seed=1, trial_id=1)

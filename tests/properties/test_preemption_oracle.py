@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autoresearch.scheduler import NodeState, Pending, Running, schedule
+from autoresearch.engine.scheduler import NodeState, Pending, Running, schedule
 from tests.properties.strategies import FAST
 
 NOW = 10_000.0

@@ -1,5 +1,5 @@
 """A submit to a full cluster skips the placement of the whole queue when
-:func:`autoresearch.scheduler.nothing_starts` says no placement and no preemption could come of it.
+:func:`autoresearch.engine.scheduler.nothing_starts` says no placement and no preemption could come of it.
 That must never be wrong: whenever it says so, :func:`schedule` itself places and preempts nothing,
 whatever the queue, the fair share, the group caps or the gang packing."""
 
@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autoresearch.scheduler import FairShare, NodeState, Pending, Running, Share, nothing_starts, schedule
+from autoresearch.engine.scheduler import FairShare, NodeState, Pending, Running, Share, nothing_starts, schedule
 from tests.properties.strategies import FAST
 
 PRIORITIES = ("critical", "normal", "best-effort")

@@ -11,8 +11,8 @@ from typing import Any
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 
+from autoresearch.engine.spec import JobSpec, make_spec, parse_duration, parse_memory_mb
 from autoresearch.errors import AutoresearchError
-from autoresearch.spec import JobSpec, make_spec, parse_duration, parse_memory_mb
 from tests.properties.strategies import FAST, NASTY_TEXT, NUMBERS, TEXT, mapping_over, values
 
 KEYS = list(JobSpec.model_fields)
@@ -113,7 +113,7 @@ def test_the_fast_path_agrees_with_the_model_wherever_it_answers(data: dict[str,
     its answer is exactly the pydantic model's, and it never accepts what the model refuses."""
     from pydantic import ValidationError
 
-    from autoresearch.spec import _fast, pydantic_model
+    from autoresearch.engine.spec import _fast, pydantic_model
 
     fast = _fast(data)
     if fast is None:

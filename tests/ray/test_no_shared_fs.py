@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch import scheduler as S
 from autoresearch.api import Api
 from autoresearch.backends import Capabilities, NodeInfo
 from autoresearch.backends.fake import FakeBackend
+from autoresearch.engine import scheduler as S
 from autoresearch.report import MARK
 
 NO_FS = Capabilities(gpus=True, places=False, shared_fs=False)

@@ -35,7 +35,7 @@ def test_a_small_digits_plan_on_ray_lands_in_mlflow(ray_env: RayHead, home: Path
     assert view.counts == {"succeeded": 2}, view
     tracking.sync(home)
     uri = tracking.tracking_uri(home)
-    from autoresearch.ledger import Ledger
+    from autoresearch.store.ledger import Ledger
 
     ledger = Ledger(home)
     runs = ledger.query("SELECT run_id FROM tracking_runs WHERE entity LIKE 'trial:%'")

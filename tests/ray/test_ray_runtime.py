@@ -17,8 +17,8 @@ import pytest
 
 from autoresearch.api import Api
 from autoresearch.backends.ray import RayBackend
+from autoresearch.engine.runtime import Runtime
 from autoresearch.errors import AutoresearchError, BackendError, CapacityError
-from autoresearch.runtime import Runtime
 from tests.conftest import wait_for, wait_state
 
 from .conftest import RayHead

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from autoresearch.engine.spec import MAX_ARRAY, compact_indices, parse_array
 from autoresearch.errors import AutoresearchError, NotFoundError, SpecError
-from autoresearch.spec import MAX_ARRAY, compact_indices, parse_array
 from tests.conftest import wait_for, wait_state
 
 CLI = [sys.executable, "-m", "autoresearch.cli"]

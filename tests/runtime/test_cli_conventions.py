@@ -193,7 +193,7 @@ def test_a_job_for_a_fully_cordoned_cluster_queues_with_a_warning(home: Path) ->
 
 
 def test_a_job_stopped_by_its_loop_is_listed_as_stopped(api: Any, home: Path) -> None:
-    from autoresearch import jobs
+    from autoresearch.engine import jobs
 
     job = api.submit({"command": ["sleep", "30"], "workdir": str(home.parent)})
     wait_for(lambda: api.status(job.id).state == "running")

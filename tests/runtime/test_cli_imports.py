@@ -78,10 +78,10 @@ def test_a_read_with_nothing_queued_imports_no_scheduler_and_no_error_only_modul
     launches); difflib (did-you-mean hints) and hashlib (an unsafe project name) wait for an error or
     such a name. A submit places and launches its job, so it imports the scheduler and the zygote's
     client (the check can fail), but not socket.py (~4 ms of enums: the client speaks through _socket)."""
-    watch = ("autoresearch.scheduler", "autoresearch.backends._zygote", "socket", "difflib", "hashlib")
+    watch = ("autoresearch.engine.scheduler", "autoresearch.backends._zygote", "socket", "difflib", "hashlib")
     for args in (("status",), ("status", job), ("list",), ("list", "--json"), ("logs", job), ("metrics", job)):
         assert loaded(*args, watch=watch) == [], args
-    assert loaded("submit", "--", "true", watch=watch) == ["autoresearch.backends._zygote", "autoresearch.scheduler"]
+    assert loaded("submit", "--", "true", watch=watch) == ["autoresearch.backends._zygote", "autoresearch.engine.scheduler"]
 
 
 def test_the_fast_commands_build_no_terminal_helper_they_do_not_use(job: str) -> None:
@@ -120,7 +120,7 @@ def spy(pattern, flags=0):
     compiled.append(sys._getframe(1).f_globals.get("__name__", "?"))
     return real(pattern, flags)
 re.compile = spy
-import autoresearch.api, autoresearch.cli, autoresearch.jobs, autoresearch.spec, autoresearch.isolation
+import autoresearch.api, autoresearch.cli, autoresearch.engine.jobs, autoresearch.engine.spec, autoresearch.engine.isolation
 from autoresearch.cli import _render
 from autoresearch.backends import profiles
 sys.stdout.write(json.dumps(sorted({name for name in compiled if name.startswith("autoresearch")})))
@@ -128,21 +128,21 @@ sys.stdout.write(json.dumps(sorted({name for name in compiled if name.startswith
 
 
 def test_no_regular_expression_of_ours_is_compiled_at_import() -> None:
-    """What a command imports compiles none of our patterns (0.15-0.7 ms each; autoresearch/_regex.py):
+    """What a command imports compiles none of our patterns (0.15-0.7 ms each; autoresearch/util/_regex.py):
     they are compiled at their first use. The spy sees one when it is: a duration parsed."""
     out = subprocess.run([sys.executable, "-c", COMPILES], capture_output=True, text=True, timeout=60, check=True)
     assert json.loads(out.stdout) == []
-    used = COMPILES.replace("sys.stdout.write", "from autoresearch.units import parse_duration\n"
+    used = COMPILES.replace("sys.stdout.write", "from autoresearch.util.units import parse_duration\n"
                             "parse_duration('5m')\nsys.stdout.write")
     out = subprocess.run([sys.executable, "-c", used], capture_output=True, text=True, timeout=60, check=True)
-    assert json.loads(out.stdout) == ["autoresearch._regex"]
+    assert json.loads(out.stdout) == ["autoresearch.util._regex"]
 
 
 def test_masking_a_command_without_flags_or_assignments_compiles_no_pattern() -> None:
     """The secrets of a job's command are looked for with patterns of flags (``--token X``) and
     assignments (``TOKEN=X``), each of which needs its literal ``-`` or ``=``: a command with neither
     (most of what a status read shows) compiles none of them. One with a flag does."""
-    masked = "from autoresearch.redact import command_secrets, redact_command\n" \
+    masked = "from autoresearch.util.redact import command_secrets, redact_command\n" \
              "assert command_secrets({!r}) == {!r}\nsys.stdout.write"
     plain = COMPILES.replace("sys.stdout.write", masked.format(["python", "train.py", "data"], []))
     out = subprocess.run([sys.executable, "-c", plain], capture_output=True, text=True, timeout=60, check=True)
@@ -150,4 +150,4 @@ def test_masking_a_command_without_flags_or_assignments_compiles_no_pattern() ->
     flagged = COMPILES.replace("sys.stdout.write", masked.format(["python", "train.py", "--api-key", "s3cr3t"],
                                                                   ["s3cr3t"]))
     out = subprocess.run([sys.executable, "-c", flagged], capture_output=True, text=True, timeout=60, check=True)
-    assert json.loads(out.stdout) == ["autoresearch._regex"]
+    assert json.loads(out.stdout) == ["autoresearch.util._regex"]

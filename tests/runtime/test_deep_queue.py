@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from autoresearch.jobstore import JobStore
-from autoresearch.ledger import Ledger
+from autoresearch.store.jobstore import JobStore
+from autoresearch.store.ledger import Ledger
 from tests.conftest import wait_for, wait_state
 
 

@@ -123,7 +123,7 @@ def test_stop_uses_docker_stop_with_the_grace_and_release_removes_the_container(
 
 
 def test_an_image_is_required_and_local_refuses_one_naming_docker(home: Path, fake_docker: Path) -> None:
-    from autoresearch.spec import make_spec
+    from autoresearch.engine.spec import make_spec
 
     with pytest.raises(SpecError, match="names no image"):
         DockerBackend().check(make_spec({"command": ["true"]}))
@@ -191,7 +191,7 @@ def test_a_relative_mount_target_is_refused_for_containers(home: Path, fake_dock
 @pytest.mark.parametrize("image", ["--privileged", "-v/:/host", "python 3", "a\nb", "x" * 600])
 def test_an_image_that_is_not_a_reference_is_refused(image: str, home: Path, fake_docker: Path,
                                                      tmp_path: Path) -> None:
-    from autoresearch.spec import JobSpec
+    from autoresearch.engine.spec import JobSpec
 
     with pytest.raises(SpecError):
         DockerBackend(image="python:3.11").check(JobSpec.model_construct(command=["true"], image=image))

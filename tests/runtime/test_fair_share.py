@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoresearch.scheduler import FairShare, NodeState, Pending, Running, Share, schedule
+from autoresearch.engine.scheduler import FairShare, NodeState, Pending, Running, Share, schedule
 
 
 def node(name: str = "n1", gpus: int = 2, **kw: object) -> NodeState:

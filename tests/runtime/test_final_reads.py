@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch import ingest
 from autoresearch.api import Api
 from autoresearch.backends.fake import FakeBackend
+from autoresearch.engine import ingest
 
 LINES = 3000
 

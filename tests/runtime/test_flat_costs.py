@@ -20,7 +20,7 @@ import pytest
 
 from autoresearch.api import Api
 from autoresearch.backends.fake import FakeBackend
-from autoresearch.jobs import submit_many
+from autoresearch.engine.jobs import submit_many
 
 SPEC = {"command": ["train"], "workdir": os.getcwd()}
 
@@ -206,7 +206,7 @@ def test_an_ending_with_more_than_a_chunk_left_is_ingested_on_its_own_whole(tmp_
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """An ending whose rest fills a read chunk, and one whose metrics file cannot be read, are left to the
     per-attempt ingest (which reads on, and words the trouble); the others still go in one transaction."""
-    from autoresearch import ingest
+    from autoresearch.engine import ingest
 
     monkeypatch.setattr(ingest, "LOG_CHUNK", 64)
     api, fake = engine(tmp_path / "h", 0)
@@ -259,7 +259,7 @@ def _submit_in_thread(api: Api) -> tuple[Any, list[int]]:
 def test_a_submit_does_not_queue_behind_a_listeners_pass(tmp_path: Path) -> None:
     """While another process runs a pass (the pass daemon, busy with endings), a submit pokes the
     listener, whose next pass places the job, instead of waiting for the lock for a pass of its own."""
-    from autoresearch.watcher import Watcher
+    from autoresearch.engine.watcher import Watcher
 
     api, _ = engine(tmp_path / "h", 0)
     with Watcher(api._ledger.home, "fake", claim=False) as daemon, api._ledger.pass_lock() as held:

@@ -17,9 +17,9 @@ import pytest
 
 from autoresearch.api import Api
 from autoresearch.backends.fake import FakeBackend
+from autoresearch.engine.jobs import submit_many
+from autoresearch.engine.scheduler import NodeState, Pending, Running, admit, schedule
 from autoresearch.errors import SpecError
-from autoresearch.jobs import submit_many
-from autoresearch.scheduler import NodeState, Pending, Running, admit, schedule
 from tests.runtime.test_flat_costs import counted
 
 SPEC = {"command": ["train"], "workdir": os.getcwd()}
@@ -88,7 +88,7 @@ def test_a_batch_for_a_full_group_runs_no_pass_and_the_next_ending_starts_it(
     pokes: list[Path] = []
     real_tick = runtime.tick
     monkeypatch.setattr(runtime, "tick", lambda wait=True, **kw: passes.append(wait) or real_tick(wait, **kw))
-    monkeypatch.setattr("autoresearch.jobs.wake", lambda home, backend="local": pokes.append(home) or False)
+    monkeypatch.setattr("autoresearch.engine.jobs.wake", lambda home, backend="local": pokes.append(home) or False)
     ahead = submit_many(runtime, [SPEC] * 3, group="loop:1", max_running=2)
     assert passes == [] and pokes == [] and _running(api) == first  # full: nothing could start
     fake.finish(f"{first[0]}.1", 0)
@@ -148,7 +148,7 @@ def test_a_resumed_job_keeps_its_paused_jobs_place_in_the_queue() -> None:
     pending = [Pending(i, "normal", group="g") for i in (5, 6, 7)] + [Pending(9, "normal", group="g", order=2)]
     assert [p.job_id for p in schedule(pending, node, [], room={"g": 1}).placements] == [9]
     assert [p.job_id for p in admit(pending, node, [], room={"g": 2}).placements] == [9, 5]
-    from autoresearch.scheduler import FairShare
+    from autoresearch.engine.scheduler import FairShare
 
     assert [p.job_id for p in schedule(pending, node, [], fair=FairShare(), room={"g": 1}).placements] == [9]
 

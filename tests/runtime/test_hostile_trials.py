@@ -189,7 +189,7 @@ def test_submit_refuses_a_checkpoint_under_a_file(home: Path) -> None:
 
 def test_a_pass_that_fails_on_one_job_goes_on_with_the_others(api: Any, home: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from autoresearch import guard
+    from autoresearch.engine import guard
 
     broken = submit(api, ["sleep", "60"], gpus=1)  # long enough to outlive a slow, loaded pass
     wait_state(api, broken, "running")

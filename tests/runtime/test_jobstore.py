@@ -13,7 +13,7 @@ import pytest
 from autoresearch.api import Api
 from autoresearch.backends import AttemptStatus
 from autoresearch.backends.fake import FakeBackend
-from autoresearch.jobstore import JobStore
+from autoresearch.store.jobstore import JobStore
 
 
 def running_job(home: Path) -> tuple[Api, JobStore, int]:

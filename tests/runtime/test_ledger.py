@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from autoresearch.errors import LedgerError
-from autoresearch.ledger import MIGRATIONS, Ledger
+from autoresearch.store.ledger import MIGRATIONS, Ledger
 
 
 def applied(ledger: Ledger) -> list[str]:
@@ -86,7 +86,7 @@ def test_bad_sql_is_a_ledger_error_with_a_hint(tmp_path: Path) -> None:
 def test_the_pass_lock_never_blocks_a_reader(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom autoresearch.ledger import Ledger\n"
+        [sys.executable, "-c", "import sys, time\nfrom autoresearch.store.ledger import Ledger\n"
          "with Ledger(sys.argv[1]).pass_lock() as locked:\n    print(locked, flush=True)\n    time.sleep(30)",
          str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:
@@ -162,7 +162,7 @@ def test_the_wal_is_checkpointed_every_few_thousand_pages_not_every_thousand(tmp
     """A checkpoint syncs the database (5-27 ms here, in whichever process commits past the threshold):
     SQLite's default of 1,000 pages made a sweep's controller pay 27 of them in 1,000 short trials. The
     WAL (reused from its start after each checkpoint) grows past 4 MB now, and stays bounded."""
-    from autoresearch.ledger import WAL_CHECKPOINT_PAGES
+    from autoresearch.store.ledger import WAL_CHECKPOINT_PAGES
 
     ledger = Ledger(tmp_path)
     wal = tmp_path / "ledger.db-wal"

@@ -39,7 +39,7 @@ def test_an_attempt_whose_launcher_died_before_its_run_dir_is_retried(api: Any, 
 
 KILLED_MID_BATCH = textwrap.dedent("""\
     import os, sys
-    from autoresearch import jobs
+    from autoresearch.engine import jobs
     from autoresearch.api import Api
     from autoresearch.backends._local import LocalBackend
 

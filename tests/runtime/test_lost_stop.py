@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from autoresearch.runtime import Runtime
+from autoresearch.engine.runtime import Runtime
 from tests.conftest import wait_for, wait_state
 
 CANCEL_DIES = textwrap.dedent("""\
     import os, sys
     from autoresearch.api import Api
     from autoresearch.backends._local import LocalBackend
-    from autoresearch.runtime import Runtime
+    from autoresearch.engine.runtime import Runtime
     if sys.argv[2] == "before_the_signal":  # the stop is on the attempt, the signal never sent
         LocalBackend.stop = lambda self, external_id, grace=None: os._exit(9)
     else:  # the job's cancel is recorded, its attempt's stop not even that

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from autoresearch import metrics as M
-from autoresearch.ledger import Ledger
+from autoresearch.engine import metrics as M
 from autoresearch.loop.outcomes import final_metrics
+from autoresearch.store.ledger import Ledger
 from tests.conftest import wait_state
 
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from autoresearch import metrics as M
+from autoresearch.engine import metrics as M
 from autoresearch.report import MAX_STEP
 
 NOW = 1_700_000_000.0

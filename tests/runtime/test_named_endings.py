@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch import passd
 from autoresearch.api import Api
 from autoresearch.backends._local import LocalBackend
 from autoresearch.backends.fake import FakeBackend
-from autoresearch.runtime import Runtime
-from autoresearch.watcher import Watcher
+from autoresearch.engine import passd
+from autoresearch.engine.runtime import Runtime
+from autoresearch.engine.watcher import Watcher
 from tests.conftest import wait_for
 
 
@@ -178,8 +178,8 @@ def test_a_daemon_pass_that_failed_owes_a_whole_one(home: Path, monkeypatch: pyt
     """A pass that failed (the ledger stayed locked) after it took its pokes' names: the next one polls
     every attempt, or those endings would wait for their supervisors' own passes (up to ACK_MAX_S)."""
     from autoresearch.backends._supervisor import _poke
+    from autoresearch.engine.watcher import Watcher, fifo_name
     from autoresearch.errors import LedgerError
-    from autoresearch.watcher import Watcher, fifo_name
 
     Api(home)  # the home and its ledger
     calls: list[object] = []

@@ -1,4 +1,4 @@
-"""The pass daemon (autoresearch/passd.py): endings run their pass in one long-lived process per
+"""The pass daemon (autoresearch/engine/passd.py): endings run their pass in one long-lived process per
 home instead of a fresh interpreter each, and nothing depends on it staying alive (invariant 1)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from autoresearch import passd
 from autoresearch.backends._supervisor import is_alive
+from autoresearch.engine import passd
 from tests.conftest import wait_for
 
 
@@ -146,7 +146,7 @@ def test_off_switch(api: Any, home: Path, monkeypatch: pytest.MonkeyPatch) -> No
 def test_bad_arguments_are_refused_with_usage(home: Path) -> None:
     import subprocess
 
-    out = subprocess.run([sys.executable, "-m", "autoresearch.passd", "--home", str(home), "--idle", "nan?"],
+    out = subprocess.run([sys.executable, "-m", "autoresearch.engine.passd", "--home", str(home), "--idle", "nan?"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "usage" in out.stderr and "Traceback" not in out.stderr
 
@@ -183,8 +183,8 @@ def test_a_job_that_cannot_start_does_not_keep_the_daemon_alive(api: Any, home: 
 
 def test_the_daemon_and_the_syncer_start_through_one_detaching_helper(api: Any, home: Path, tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from autoresearch import outbox
     from autoresearch.backends import _supervisor
+    from autoresearch.store import outbox
 
     probe = tmp_path / "probe.log"
     _supervisor.spawn_detached([sys.executable, "-c", "import os, sys; sys.stderr.write("
@@ -198,7 +198,7 @@ def test_the_daemon_and_the_syncer_start_through_one_detaching_helper(api: Any, 
     monkeypatch.setenv("AUTORESEARCH_SYNC", "on")
     monkeypatch.delenv("AUTORESEARCH_TRACKING", raising=False)
     assert passd.ensure(api._runtime) and outbox.kick(home)
-    assert [argv[2] for argv in started] == ["autoresearch.passd", "autoresearch.tracking"]
+    assert [argv[2] for argv in started] == ["autoresearch.engine.passd", "autoresearch.tracking"]
 
 
 def test_an_ending_waits_for_a_starting_daemon_only_within_its_grace(tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ import pytest
 
 from autoresearch.api import Api
 from autoresearch.backends import Backend
+from autoresearch.engine.runtime import _prepare_mounts
 from autoresearch.errors import SpecError
-from autoresearch.runtime import _prepare_mounts
 from tests.conftest import wait_state
 from tests.tools.conftest import NEEDS_BWRAP
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from autoresearch.runtime import PLACED_WIDTH
+from autoresearch.engine.runtime import PLACED_WIDTH
 from tests.conftest import wait_state
 
 

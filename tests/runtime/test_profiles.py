@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from autoresearch import jobs
 from autoresearch.backends import get_backend, open_backend
 from autoresearch.backends.fake import FakeBackend
 from autoresearch.backends.profiles import load, resolve
+from autoresearch.engine import jobs
+from autoresearch.engine.runtime import Runtime
+from autoresearch.engine.watcher import Watcher, fifo_name
 from autoresearch.errors import SpecError
-from autoresearch.runtime import Runtime
-from autoresearch.watcher import Watcher, fifo_name
 from tests.conftest import wait_for
 from tests.runtime.test_cli import cli
 
@@ -168,7 +168,7 @@ def test_a_pass_reconciles_only_its_own_backends_attempts(home: Path) -> None:
 
 def test_a_read_runs_the_pass_of_other_backends_with_unfinished_jobs(home: Path) -> None:
     ra, rb, b = two_runtimes(home)
-    from autoresearch import isolation
+    from autoresearch.engine import isolation
 
     job = rb.jobs.add_job(_spec(home), "", "b", isolation.job_policy(rb.ledger, "", b))  # queued, no pass yet
     ra.tick_all()
@@ -176,7 +176,7 @@ def test_a_read_runs_the_pass_of_other_backends_with_unfinished_jobs(home: Path)
 
 
 def _spec(home: Path) -> Any:
-    from autoresearch.spec import make_spec
+    from autoresearch.engine.spec import make_spec
 
     return make_spec({"command": ["train"], "workdir": str(home.parent)})
 

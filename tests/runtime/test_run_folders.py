@@ -16,7 +16,7 @@ import pytest
 
 from autoresearch.api import Api, doctor
 from autoresearch.errors import LedgerError, StateError
-from autoresearch.ledger import MIGRATIONS, Ledger
+from autoresearch.store.ledger import MIGRATIONS, Ledger
 from tests.conftest import wait_for, wait_state
 
 OLD = ["sh", "-c", "echo 'loss: 1'; exit 0"]

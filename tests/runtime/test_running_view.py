@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch import runtime as R
 from autoresearch.api import Api
 from autoresearch.backends.fake import FakeBackend
-from autoresearch.jobstore import JobStore
+from autoresearch.engine import runtime as R
+from autoresearch.store.jobstore import JobStore
 
 
 def _truth(rt: R.Runtime) -> list[str]:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from autoresearch.scheduler import Decisions, NodeState, Pending, Placement, Running, schedule
+from autoresearch.engine.scheduler import Decisions, NodeState, Pending, Placement, Running, schedule
 
 
 def node(name: str = "n1", gpus: int = 2, **kw: object) -> NodeState:

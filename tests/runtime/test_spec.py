@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from autoresearch.engine.spec import make_spec, parse_duration, parse_grace, parse_memory_mb
 from autoresearch.errors import SpecError
-from autoresearch.spec import make_spec, parse_duration, parse_grace, parse_memory_mb
 
 
 @pytest.mark.parametrize(("text", "seconds"), [

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from autoresearch.backends._supervisor import _poke
-from autoresearch.watcher import WAKE_FIFO, Watcher
+from autoresearch.engine.watcher import WAKE_FIFO, Watcher
 
 
 def test_nobody_listening_means_the_poke_fails_at_once(tmp_path: Path) -> None:
@@ -83,7 +83,7 @@ def test_a_listener_that_never_takes_the_names_keeps_a_bounded_set(tmp_path: Pat
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """A server or the pass daemon runs whole passes and never calls take(): the names it hears do
     not pile up for its lifetime; past the bound a whole pass is owed instead."""
-    import autoresearch.watcher as W
+    import autoresearch.engine.watcher as W
 
     monkeypatch.setattr(W, "NAMED_MAX", 8)
     fifo = str(tmp_path / WAKE_FIFO)
@@ -150,7 +150,7 @@ def test_a_supervisor_sleeps_until_the_pass_releases_it_and_then_ends(tmp_path: 
 def test_asking_whether_a_loop_listens_makes_no_file(tmp_path: Path) -> None:
     """The pass daemon asks at every turn, in a home that may have been removed under it (its asking
     made ``wake.fifo.listen`` there again, and the home with it when mlflow had just made the directory)."""
-    from autoresearch.watcher import listener_lock, others_listen
+    from autoresearch.engine.watcher import listener_lock, others_listen
 
     assert not others_listen(tmp_path)
     assert not listener_lock(tmp_path).exists()

@@ -3,7 +3,7 @@ attempt's last checkpoint so a preemption stops what loses least."""
 
 from __future__ import annotations
 
-from autoresearch.scheduler import FairShare, Share
+from autoresearch.engine.scheduler import FairShare, Share
 from autoresearch.sim.driver import Driver, Job
 from autoresearch.sim.fleet import parse
 

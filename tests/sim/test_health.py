@@ -9,10 +9,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from autoresearch import jobs
 from autoresearch.backends.sim import SimBackend
+from autoresearch.engine import jobs
+from autoresearch.engine.runtime import Runtime
 from autoresearch.health.store import HealthStore
-from autoresearch.runtime import Runtime
 
 
 def fleet(home: Path, nodes: int = 1, **faults: Any) -> SimBackend:

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from autoresearch import jobs
 from autoresearch.backends import LaunchRequest
 from autoresearch.backends.sim import SimBackend
-from autoresearch.runtime import Runtime
+from autoresearch.engine import jobs
+from autoresearch.engine.runtime import Runtime
 from autoresearch.sim.driver import Driver, Job
 from autoresearch.sim.faults import Schedule
 from autoresearch.sim.fleet import parse

@@ -46,7 +46,7 @@ def home(base: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _tenant(api: Any, *projects: str, hide: tuple[str, ...] = ()) -> None:
-    from autoresearch import isolation
+    from autoresearch.engine import isolation
 
     with api._ledger.tx() as c:
         for project in projects:

@@ -12,9 +12,9 @@ from typing import Any
 import anyio
 import pytest
 
-from autoresearch import jobs
-from autoresearch.ledger import Ledger
-from autoresearch.runtime import Runtime
+from autoresearch.engine import jobs
+from autoresearch.engine.runtime import Runtime
+from autoresearch.store.ledger import Ledger
 from tests.tools.conftest import connect, text
 
 pytestmark = pytest.mark.anyio

@@ -70,7 +70,7 @@ def test_the_recorded_policy_holds_whichever_process_launches_the_job(
         api: Any, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A tenant job queued behind another starts from that job's supervisor pass (not the
     server): it is still sandboxed, with a clean environment."""
-    from autoresearch import isolation
+    from autoresearch.engine import isolation
 
     tokens = tmp_path / "tokens"
     tokens.write_text(f"{TOKEN_A} team-a\n")
@@ -100,8 +100,8 @@ def test_single_user_jobs_still_inherit_the_callers_environment(api: Any, home: 
 
 
 def test_a_tenant_job_is_refused_when_no_sandbox_can_be_made(api: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from autoresearch import isolation
     from autoresearch.backends import _sandbox
+    from autoresearch.engine import isolation
     from autoresearch.errors import BackendError
 
     with api._ledger.tx() as c:
@@ -120,7 +120,7 @@ def test_a_tenant_job_is_refused_when_no_sandbox_can_be_made(api: Any, monkeypat
 @NEEDS_BWRAP
 def test_a_tenant_job_stopped_gets_its_grace_period(api: Any, home: Path) -> None:
     """bwrap itself dies on SIGTERM: the stop must reach the job, which exits on its own terms."""
-    from autoresearch import isolation
+    from autoresearch.engine import isolation
 
     with api._ledger.tx() as c:
         isolation.register_tenant(c, "team-a", isolation.tenant_policy())
@@ -154,7 +154,7 @@ def test_a_tenant_writes_only_its_own_places(api: Any, home: Path, tmp_path: Pat
     worktree of the project's own loop is writable, another project's is not there at all."""
     import time
 
-    from autoresearch import isolation
+    from autoresearch.engine import isolation
 
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -186,8 +186,8 @@ def test_a_tenant_writes_only_its_own_places(api: Any, home: Path, tmp_path: Pat
 
 def test_a_home_made_before_private_homes_is_tightened_on_upgrade(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from autoresearch import ledger as ledger_module
-    from autoresearch.ledger import Ledger
+    from autoresearch.store import ledger as ledger_module
+    from autoresearch.store.ledger import Ledger
 
     home = tmp_path / "old-home"
     full = list(ledger_module.MIGRATIONS)
@@ -204,7 +204,7 @@ def test_a_home_made_before_private_homes_is_tightened_on_upgrade(tmp_path: Path
 
 @NEEDS_BWRAP
 def test_a_sandboxed_death_by_signal_is_recorded_as_a_signal(api: Any) -> None:
-    from autoresearch import isolation
+    from autoresearch.engine import isolation
 
     with api._ledger.tx() as c:
         isolation.register_tenant(c, "team-a", isolation.tenant_policy())
@@ -216,7 +216,7 @@ def test_a_sandboxed_death_by_signal_is_recorded_as_a_signal(api: Any) -> None:
 
 @NEEDS_BWRAP
 def test_a_project_name_cannot_lead_its_directory_out_of_projects(api: Any, home: Path) -> None:
-    from autoresearch import isolation
+    from autoresearch.engine import isolation
 
     other = api.submit({"command": ["sh", "-c", f"echo {B_TEXT}"]})
     wait_state(api, other.id, "succeeded")
@@ -232,7 +232,7 @@ def test_a_project_name_cannot_lead_its_directory_out_of_projects(api: Any, home
 
 TENANT_FROM_A_TMP_VENV = """\
 import sys, time
-from autoresearch import isolation
+from autoresearch.engine import isolation
 from autoresearch.api import Api
 api = Api(sys.argv[1])
 with api._ledger.tx() as c:

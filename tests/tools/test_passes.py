@@ -29,7 +29,7 @@ def test_server_runs_the_pass_when_attempts_end(home: Path) -> None:
 def test_a_failed_pass_of_the_server_owes_a_whole_one(home: Path) -> None:
     """Its pass took the pokes' names, then failed: the next pass polls every attempt (only=None)."""
     from autoresearch.backends._supervisor import _poke
-    from autoresearch.watcher import Watcher, fifo_name
+    from autoresearch.engine.watcher import Watcher, fifo_name
 
     home.mkdir(parents=True, exist_ok=True)
     calls: list[object] = []

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from autoresearch import grants
+from autoresearch.engine import grants
 from autoresearch.errors import AuthError, SpecError
 from tests.fakes.llm_server import FakeLLMServer, openai_json_answer
 from tests.tools.conftest import NEEDS_BWRAP, connect, http_server, text

@@ -15,7 +15,7 @@ import pytest
 
 def mirrored_home(root: Path, jobs: int) -> Any:
     """A home whose ``jobs`` jobs all ended and were mirrored long ago, and a syncer on it."""
-    from autoresearch.ledger import Ledger
+    from autoresearch.store.ledger import Ledger
     from autoresearch.tracking._sync import Syncer
 
     ledger = Ledger(root / "home")
@@ -72,7 +72,7 @@ def test_points_go_into_a_sqlite_store_in_bulk_with_log_batchs_rows(tmp_path: Pa
     """Issue 16: 100k points took 16.8 s through log_batch (1,000 a call). Into a SQLite store
     they go in one transaction per job window; the history and latest values MLflow shows are
     the very same, NaN included, and a replay (a crash before the cursor moved) adds nothing."""
-    from autoresearch.ledger import Ledger
+    from autoresearch.store.ledger import Ledger
     from autoresearch.tracking._sync import Syncer
 
     ledger = Ledger(tmp_path / "home")

@@ -114,7 +114,7 @@ def test_a_foreground_sync_waits_for_a_creation_in_progress_instead_of_failing(a
     half-made file (which fails: "table ... already exists", "duplicate column name")."""
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-    from autoresearch.outbox import creation_lock
+    from autoresearch.store.outbox import creation_lock
 
     job = api.submit({"command": ["true"], "workdir": str(tmp_path)}).id
     wait_state(api, job, "succeeded")

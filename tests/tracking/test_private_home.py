@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from autoresearch._private import tighten
+from autoresearch.util._private import tighten
 
 PLAN = """\
 name: private

@@ -7,8 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from autoresearch import jobs
-from autoresearch.runtime import Runtime
+from autoresearch.engine import jobs
+from autoresearch.engine.runtime import Runtime
 from autoresearch.tracking._store import MirrorStore
 from autoresearch.tracking._sync import Syncer
 from tests.conftest import wait_for

@@ -41,7 +41,7 @@ def test_the_report_goes_through_the_outbox_and_the_caller_gets_the_run(api: Any
 
 def test_a_report_recorded_while_tracking_is_down_is_sent_by_a_later_pass(api: Any, quiet: Path,
                                                                           tmp_path: Path) -> None:
-    from autoresearch import outbox
+    from autoresearch.store import outbox
 
     loop_id = make_loop(api, "later", _plan("later"))
     out = tmp_path / "report"

@@ -10,8 +10,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from autoresearch import outbox, tracking
+from autoresearch import tracking
 from autoresearch.loop._mlflow_runs import RunMaker
+from autoresearch.store import outbox
 from tests.conftest import wait_for
 from tests.tracking.conftest import client, make_decision, make_loop, make_trial
 

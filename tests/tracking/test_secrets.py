@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch import tracking
-from autoresearch.redact import is_secret
+from autoresearch.util.redact import is_secret
 from tests.conftest import wait_state
 from tests.tracking.conftest import client, make_decision, make_loop
 

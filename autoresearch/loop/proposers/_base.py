@@ -78,7 +78,7 @@ class ProposerContext:
     loop_id: int = 0
     loop_name: str = ""
     home: Path | None = None  # $AUTORESEARCH_HOME: a proposer's own files go under home/loops/<loop_name>/
-    runtime: Any = None  # the engine (autoresearch.runtime.Runtime): its ledger, e.g. an agent's submissions
+    runtime: Any = None  # the engine (autoresearch.engine.runtime.Runtime): its ledger, e.g. an agent's submissions
     project: str = ""  # the loop's project: warm_start reads only this project's loops
     # Trials of the plan's warm_start loops (ended ones, with their curves), loaded by make_proposer:
     # model-based proposers (tpe, bohb) take them as their prior; others ignore them.

@@ -101,9 +101,9 @@ def check(plan: Any, name: str, row: Any) -> None:
 
 
 def load_warm(plan: Any, ledger: Any, project: str = "") -> list[TrialRecord]:
-    from autoresearch import metrics as M
-    from autoresearch.jobstore import JobStore
+    from autoresearch.engine import metrics as M
     from autoresearch.loop.store import LoopStore, to_record
+    from autoresearch.store.jobstore import JobStore
 
     records: list[TrialRecord] = []
     for name in earlier_loops(plan, ledger, project):

@@ -39,7 +39,7 @@ from autoresearch.loop.proposers._base import (
 )
 from autoresearch.loop.proposers._pricing import cost_usd
 from autoresearch.loop.proposers._providers import ProposerError
-from autoresearch.paths import prompts_dir
+from autoresearch.util.paths import prompts_dir
 
 if TYPE_CHECKING:
     from autoresearch.loop.proposers.code import CodeSearch

@@ -13,11 +13,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from autoresearch.engine.runtime import FINAL, Runtime, checkpoint_dir, checkpoint_problem
+from autoresearch.engine.watcher import wake
 from autoresearch.errors import CapacityError, SpecError
-from autoresearch.redact import context, job_secrets, mask
-from autoresearch.runtime import FINAL, Runtime, checkpoint_dir, checkpoint_problem
+from autoresearch.util.redact import context, job_secrets, mask
 from autoresearch.views import LogPage
-from autoresearch.watcher import wake
 
 MAX_LOG_BYTES = 16_000
 
@@ -46,7 +46,7 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
     keeps its paused job's place: it goes before the trials queued after that). ``place=False`` (or a
     function that says so once they are recorded): no pass; the caller runs one soon (a server's
     batches: tools/_batch.py)."""
-    from autoresearch.spec import JobSpec, make_spec  # pydantic stays off the read paths
+    from autoresearch.engine.spec import JobSpec, make_spec  # pydantic stays off the read paths
 
     if group is not None and (not isinstance(group, str) or not 0 < len(group) <= 200):
         raise SpecError("a job group is a name of 1 to 200 characters", hint="name the group, e.g. loop:12")
@@ -73,7 +73,7 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
     node_rows: list[Any] | None = None  # as check_capacity read them: our pass places onto these
     for gpus, nodes, priority in sorted({(job.gpus, job.nodes, job.priority) for job in jobs}):
         node_rows = check_capacity(runtime, gpus, nodes, project, priority)
-    from autoresearch import isolation  # submits only: reads stay light
+    from autoresearch.engine import isolation  # submits only: reads stay light
 
     policy = isolation.job_policy(ledger, project, runtime.backend)  # fails closed
     for job in jobs:
@@ -87,7 +87,7 @@ def submit_many(runtime: Runtime, specs: list[Any], project: str = "", group: st
             raise SpecError(f"checkpoint directory {checkpoint} cannot be created: {problem}",
                             hint="pass --checkpoint a writable directory, or --checkpoint alone for a per-job one")
     job_ids = runtime.jobs.add_jobs(jobs, project, runtime.backend.name, policy, group, max_running, place_as)
-    from autoresearch.watcher import ensure_daemon
+    from autoresearch.engine.watcher import ensure_daemon
 
     # The endings of what our pass starts run their pass in the daemon, not each in a fresh interpreter.
     # A batch starts it before its pass: its first wave may be dozens of short jobs ending at once, and
@@ -124,7 +124,7 @@ ARRAY_INDEX, ARRAY_COUNT = "AUTORESEARCH_ARRAY_INDEX", "AUTORESEARCH_ARRAY_COUNT
 
 def submit_array(runtime: Runtime, spec: Any, array: str, project: str = "") -> tuple[list[int], list[int], int | None]:
     """A job array (Slurm's ``sbatch --array``): one job of ``spec`` per index of ``array``
-    (:func:`autoresearch.spec.parse_array`), each with ``$AUTORESEARCH_ARRAY_INDEX`` (its index) and
+    (:func:`autoresearch.engine.spec.parse_array`), each with ``$AUTORESEARCH_ARRAY_INDEX`` (its index) and
     ``$AUTORESEARCH_ARRAY_COUNT``, named ``NAME[INDEX]`` and tagged ``array`` (the array's id) and
     ``array_index``. All are checked once and recorded by one :func:`submit_many` (one transaction,
     one pass; their ids run consecutively in index order); with ``%N``, they share a job group capped
@@ -132,7 +132,7 @@ def submit_array(runtime: Runtime, spec: Any, array: str, project: str = "") -> 
     indices, the cap)."""
     import secrets
 
-    from autoresearch.spec import JobSpec, make_spec, parse_array
+    from autoresearch.engine.spec import JobSpec, make_spec, parse_array
 
     indices, cap = parse_array(array)
     base = spec if isinstance(spec, JobSpec) else make_spec(dict(spec), containers=runtime.backend.capabilities.containers)
@@ -174,7 +174,7 @@ USABLE = ("healthy", "degraded")  # node states the scheduler places onto
 def check_capacity(runtime: Runtime, gpus: int, nodes: int, project: str = "", priority: str = "normal") -> \
         list[Any] | None:
     """Refuse a request no node (or not enough nodes) could ever hold, or its project's quota
-    never lets run (autoresearch/shares.py). The nodes' rows it refreshed (None: the backend places
+    never lets run (autoresearch/engine/shares.py). The nodes' rows it refreshed (None: the backend places
     its jobs itself, and no node was read)."""
     if not runtime.backend.capabilities.places:
         return None
@@ -207,7 +207,7 @@ def check_capacity(runtime: Runtime, gpus: int, nodes: int, project: str = "", p
         if nodes > fitting:
             raise CapacityError(f"asked for {nodes} node(s) with {gpus} GPU(s) each but only {fitting} exist",
                                 hint=f"ask for at most {fitting} node(s)")
-    from autoresearch import shares
+    from autoresearch.engine import shares
 
     shares.check(shares.load(runtime.ledger.home), sum(r["gpus"] for r in rows), project, priority, gpus, nodes)
     return rows
@@ -239,7 +239,7 @@ def log_page(runtime: Runtime, job: Any, att: Any, tail_lines: int | None = None
     size = backend.log_size(ext)
     secrets = job_secrets(json.loads(job["spec"]))  # masked with '*' of the same length: offsets stay exact
     if grep is not None:
-        from autoresearch._grep import compile_pattern, matching_lines
+        from autoresearch.util._grep import compile_pattern, matching_lines
 
         compile_pattern(grep)
         data = mask(backend.read_log(ext, 0, 64 << 20), secrets)  # grep cannot probe for a secret

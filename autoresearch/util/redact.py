@@ -25,7 +25,7 @@ import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from autoresearch._regex import lazy
+from autoresearch.util._regex import lazy
 
 MARK = "[REDACTED]"
 LONG = 8  # values this long are redacted anywhere; shorter ones only as whole words

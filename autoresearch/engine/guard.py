@@ -7,7 +7,7 @@ invariant 8). An attempt that keeps every pass failing for :data:`GIVE_UP_S` sec
 :data:`GIVE_UP_AFTER` passes is ended as ``infra`` and its job failed, so it cannot hold
 its GPUs forever. Only a ledger failure (locked, corrupt) stops a pass: it is everybody's.
 
-Warnings are events, one per attempt and kind (:meth:`autoresearch.jobstore.JobStore.note`
+Warnings are events, one per attempt and kind (:meth:`autoresearch.store.jobstore.JobStore.note`
 adds to the count), so a trial that writes a million bad lines or a job that fails every
 pass adds one row; ``status`` shows them as ``warnings`` (:func:`warnings_of`).
 """
@@ -22,8 +22,8 @@ from typing import Any
 
 from autoresearch.backends import Backend
 from autoresearch.errors import LedgerError
-from autoresearch.jobstore import JobStore
-from autoresearch.ledger import Ledger
+from autoresearch.store.jobstore import JobStore
+from autoresearch.store.ledger import Ledger
 
 WARNING_KINDS = ("metrics_dropped", "pass_error", "unschedulable", "metric_unseen", "preflight", "foreign_run_folder")
 GIVE_UP_AFTER = 20

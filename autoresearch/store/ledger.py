@@ -276,7 +276,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("loop-3", """
     ALTER TABLE loops ADD COLUMN project TEXT NOT NULL DEFAULT '';
     """),
-    # autoresearch/isolation.py: a job's isolation policy, recorded at submit ('' inherits the
+    # autoresearch/engine/isolation.py: a job's isolation policy, recorded at submit ('' inherits the
     # submitter's environment), and the projects served by a tokened (multi-tenant) server.
     ("isolation-1", """
     ALTER TABLE jobs ADD COLUMN isolation TEXT NOT NULL DEFAULT '';
@@ -358,7 +358,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     """),
     # An attempt whose ending was recorded before all its output was read (more than one read's cap at
     # its end): the bytes still to read and the points they hold (an estimate), shown by every read until
-    # the pass daemon or a metrics read has read them (autoresearch/ingest.py). Found through the index.
+    # the pass daemon or a metrics read has read them (autoresearch/engine/ingest.py). Found through the index.
     ("ingest-1", """
     ALTER TABLE attempts ADD COLUMN unread_bytes INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE attempts ADD COLUMN unread_points INTEGER NOT NULL DEFAULT 0;
@@ -570,7 +570,7 @@ class Ledger:
     def _refuse_beside_run_folders(self) -> None:
         """Raise when the home already holds run folders: they were made by a ledger that is gone (moved,
         emptied, truncated), and a new one would number its jobs from 1 again and read their files as its own."""
-        from autoresearch.runfolders import count  # (only a new ledger's open gets here)
+        from autoresearch.engine.runfolders import count  # (only a new ledger's open gets here)
 
         found = count(self.home)
         if found:
@@ -596,7 +596,7 @@ class Ledger:
             for path, mode in ((self.home, 0o700), (self.path, 0o600)):
                 if path.stat().st_mode & 0o077 and path.stat().st_uid == os.getuid():
                     path.chmod(mode)
-            from autoresearch._private import private_dir
+            from autoresearch.util._private import private_dir
 
             for folder in ("jobs", "loops", "projects"):  # made here, private, before anything makes them 0755
                 private_dir(self.home / folder)

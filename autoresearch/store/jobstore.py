@@ -1,5 +1,5 @@
 """The job store: every read and write of the engine's tables (jobs, attempts, nodes, metrics,
-events, tenants; migrations ``core-1`` and ``isolation-1`` in :mod:`autoresearch.ledger`).
+events, tenants; migrations ``core-1`` and ``isolation-1`` in :mod:`autoresearch.store.ledger`).
 
 The engine (runtime, guard, ingest, isolation) says what it means (``active_attempts``,
 ``end_attempt``) and this module says it in SQL. A unit of work that was one transaction
@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 from autoresearch.errors import NotFoundError
-from autoresearch.ledger import Ledger
+from autoresearch.store.ledger import Ledger
 
 _REASON_CHARS = 300
 _ATTEMPT_WITH_JOB = ("SELECT a.*, j.priority, j.spec, j.retries_used, j.cancel_requested, j.backend FROM attempts a "
@@ -580,7 +580,7 @@ class JobStore:
 
     def metric_series(self, name: str, job_ids: Iterable[int]) -> list[sqlite3.Row]:
         """Every point of metric ``name`` of these jobs (job, attempt, step, value, source, ts), in order;
-        both sources: :func:`autoresearch.metrics.best_source` applies the reported-beats-log rule."""
+        both sources: :func:`autoresearch.engine.metrics.best_source` applies the reported-beats-log rule."""
         job_ids = tuple(job_ids)
         marks = ",".join("?" * len(job_ids))
         return self.ledger.query(

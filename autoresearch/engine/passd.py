@@ -1,8 +1,8 @@
 """The pass daemon: one long-lived process per home and backend that runs the pass on endings.
 
-Without it, every attempt that ends execs a fresh ``python -m autoresearch.runtime`` (its
+Without it, every attempt that ends execs a fresh ``python -m autoresearch.engine.runtime`` (its
 supervisor's ``on_exit``: ~120 ms of CPU and ~190 ms of wall each, and a queue of them on
-the pass lock). :func:`ensure` (autoresearch/watcher.py: ``ensure_daemon``, so that the runtime starts a daemon
+the pass lock). :func:`ensure` (autoresearch/engine/watcher.py: ``ensure_daemon``, so that the runtime starts a daemon
 without importing this module, which imports the runtime), called by every submit, starts one daemon per home and
 backend when nobody listens on the backend's wake FIFO (a loop controller or an MCP server
 that listens runs the pass itself); the daemon holds a :class:`Watcher`, runs a pass when
@@ -28,13 +28,13 @@ import sys
 import time
 from pathlib import Path
 
-from autoresearch.watcher import SPAWN_GRACE_S, Watcher, others_listen
-from autoresearch.watcher import daemon_enabled as enabled
-from autoresearch.watcher import daemon_lock as lock_path
-from autoresearch.watcher import daemon_pid as running_pid
-from autoresearch.watcher import ensure_daemon as ensure
+from autoresearch.engine.watcher import SPAWN_GRACE_S, Watcher, others_listen
+from autoresearch.engine.watcher import daemon_enabled as enabled
+from autoresearch.engine.watcher import daemon_lock as lock_path
+from autoresearch.engine.watcher import daemon_pid as running_pid
+from autoresearch.engine.watcher import ensure_daemon as ensure
 
-# The daemon's start lives in autoresearch/watcher.py (the runtime starts one and this imports the
+# The daemon's start lives in autoresearch/engine/watcher.py (the runtime starts one and this imports the
 # runtime); its names stay here too.
 __all__ = ["IDLE_S", "SPAWN_GRACE_S", "WAKE_S", "enabled", "ensure", "lock_path", "main", "running_pid", "serve"]
 
@@ -42,8 +42,8 @@ IDLE_S = 10.0  # exit after this long with nothing queued or running on our back
 WAKE_S = 1.0  # re-check the idle clock and other listeners at least this often
 def serve(home: str, backend: str, idle_s: float = IDLE_S) -> int:
     """Run passes on pokes until idle; 0 when another daemon holds the lock (nothing to do)."""
+    from autoresearch.engine.runtime import Runtime
     from autoresearch.errors import AutoresearchError
-    from autoresearch.runtime import Runtime
 
     root = Path(home)
     fd = os.open(lock_path(root, backend), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -92,7 +92,7 @@ def serve(home: str, backend: str, idle_s: float = IDLE_S) -> int:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m autoresearch.passd")
+    parser = argparse.ArgumentParser(prog="python -m autoresearch.engine.passd")
     parser.add_argument("--home", required=True)
     parser.add_argument("--backend", default="local")
     parser.add_argument("--idle", type=float, default=IDLE_S)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from autoresearch.ledger import Ledger
+    from autoresearch.store.ledger import Ledger
 
 __all__ = ["CREATE_LOCK_FILE", "KICK_FILE", "LOCK_FILE", "LOG_FILE", "TRIAL_TAG", "attempt_env", "background_enabled",
            "creation_lock", "default_uri", "kick", "record_llm_call", "record_report", "request_runs", "trial_runs",
@@ -58,7 +58,7 @@ def tracking_uri(home: str | os.PathLike[str] | None = None, conn: sqlite3.Conne
         row = conn.execute("SELECT value FROM tracking_state WHERE name='uri'").fetchone()
         if row is not None:
             return str(row[0])
-    from autoresearch.ledger import default_home
+    from autoresearch.store.ledger import default_home
 
     return os.environ.get("MLFLOW_TRACKING_URI") or default_uri(Path(home) if home else default_home())
 
@@ -95,7 +95,7 @@ def kick(home: str | os.PathLike[str] | None = None) -> bool:
     if not background_enabled():
         return False
     try:
-        from autoresearch.ledger import default_home
+        from autoresearch.store.ledger import default_home
 
         root = Path(home).expanduser() if home else default_home()
         (root / KICK_FILE).touch(0o600)  # the syncer re-checks this before it exits: no kick is lost
@@ -184,8 +184,8 @@ def record_llm_call(home: str | os.PathLike[str] | Ledger | None, *, loop_id: in
     secrets of the loop's plan and of this process's environment are redacted before
     they are stored.
     """
-    from autoresearch.ledger import Ledger
-    from autoresearch.redact import ambient_secrets, plan_secrets, redact
+    from autoresearch.store.ledger import Ledger
+    from autoresearch.util.redact import ambient_secrets, plan_secrets, redact
 
     ledger = home if isinstance(home, Ledger) else Ledger(home)
     payload = {
@@ -207,7 +207,7 @@ def record_report(home: str | os.PathLike[str] | Ledger | None, loop_id: int, re
     """Ask the mirror to attach a loop's report files (``report_dir``) to the loop's MLflow
     run, under ``report/``. One ledger insert; returns its outbox id. The next sync pass
     uploads them and records the run id in the row's ``sent_ref``."""
-    from autoresearch.ledger import Ledger
+    from autoresearch.store.ledger import Ledger
 
     ledger = home if isinstance(home, Ledger) else Ledger(home)
     with ledger.tx() as c:

@@ -6,7 +6,7 @@ the parsers refuse, or a chunk they choke on, becomes one ``metrics_dropped`` wa
 per attempt (a count and the first reason), shown by ``status`` under ``warnings``.
 Only a ledger failure (locked, corrupt) propagates: it is nobody's job in particular.
 
-A trial that prints a million bad lines adds one row (see :meth:`autoresearch.jobstore.JobStore.note`).
+A trial that prints a million bad lines adds one row (see :meth:`autoresearch.store.jobstore.JobStore.note`).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import stat
 import time
 from typing import Any, NamedTuple
 
-from autoresearch import metrics as M
 from autoresearch.backends import Backend
+from autoresearch.engine import metrics as M
 from autoresearch.errors import LedgerError
-from autoresearch.jobstore import JobStore
-from autoresearch.ledger import Ledger
 from autoresearch.report import MARK
+from autoresearch.store.jobstore import JobStore
+from autoresearch.store.ledger import Ledger
 
 LOG_CHUNK = 4 << 20
 MAX_CHUNKS = 16  # per call: 64 MiB of each source

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from autoresearch.jobstore import JobStore
+from autoresearch.store.jobstore import JobStore
 
 TENANT = "tenant"
 # What a tenant job keeps of the launching process's environment: where programs are,

@@ -5,9 +5,9 @@ Nobody has to keep a terminal open (see docs/DESIGN-NOTES.md): a pass runs
 * at the end of every submit and cancel (CLI, MCP, Python API), and on every read
   that can see stale state (``status``, ``list``, ``nodes``) when no other pass is
   running — reads never wait for the lock;
-* when an attempt ends: its supervisor pokes the home's pass daemon (autoresearch/passd.py,
+* when an attempt ends: its supervisor pokes the home's pass daemon (autoresearch/engine/passd.py,
   started by submits) or a loop or server that listens, and when nobody listens execs
-  ``python -m autoresearch.runtime``, which reconciles that ending and starts whatever can
+  ``python -m autoresearch.engine.runtime``, which reconciles that ending and starts whatever can
   start now.
 
 A pass re-places the queue only when something changed since the last placement (see
@@ -31,18 +31,18 @@ from typing import TYPE_CHECKING, Any
 from autoresearch.backends import AttemptStatus, Backend, LaunchRequest, NodeInfo, open_backend
 from autoresearch.backends._base import DISK_FULL, LOG_DROPPED, OVER_LIMIT
 from autoresearch.backends._supervisor import environ
+from autoresearch.engine.guard import surviving
+from autoresearch.engine.ingest import ingest_attempt, ingest_final_many
+from autoresearch.engine.runfolders import leftovers, live_supervisor, recorded_ledger, set_aside
+from autoresearch.engine.watcher import Watcher, fifo_name
 from autoresearch.errors import AutoresearchError, BackendError, LedgerError, SpecError
-from autoresearch.guard import surviving
-from autoresearch.ingest import ingest_attempt, ingest_final_many
-from autoresearch.jobstore import JobStore, attempt_paths
-from autoresearch.ledger import Ledger
-from autoresearch.runfolders import leftovers, live_supervisor, recorded_ledger, set_aside
-from autoresearch.watcher import Watcher, fifo_name
+from autoresearch.store.jobstore import JobStore, attempt_paths
+from autoresearch.store.ledger import Ledger
 
 if TYPE_CHECKING:  # at run time the scheduler is imported in schedule(), once something is queued: an idle read never loads it
     from collections.abc import Collection
 
-    from autoresearch import scheduler as S
+    from autoresearch.engine import scheduler as S
 
 ACTIVE = ("starting", "running")
 FINAL = ("succeeded", "failed", "cancelled")
@@ -279,7 +279,7 @@ class Runtime:
         caller (a loop's controller, the pass daemon) while its first attempts run. Never raises: the pass
         that needs them then loads them itself, and says what failed."""
         try:
-            from autoresearch import metrics
+            from autoresearch.engine import metrics
             from autoresearch.health.monitor import warm
 
             metrics.warm()  # the patterns of its log's metric lines
@@ -346,7 +346,7 @@ class Runtime:
         now = time.time()
         if not submitted and not self.jobs.any_queued(self.backend.name):
             return None
-        from autoresearch import scheduler as S
+        from autoresearch.engine import scheduler as S
 
         rows = {r["name"]: r for r in (node_rows if node_rows is not None else self.jobs.nodes(self.backend.name))}
         nodes = [
@@ -473,7 +473,7 @@ class Runtime:
         in_backend = False  # a SpecError from the backend's start is the job's (refused), not the machine's
         try:  # from here on, whatever fails ends this attempt (retried as infra), not the pass
             spec: dict[str, Any] = json.loads(job["spec"])
-            from autoresearch import isolation  # only a launch needs it: reads stay light
+            from autoresearch.engine import isolation  # only a launch needs it: reads stay light
 
             policy = isolation.load(job["isolation"])  # recorded at submit: never the launching process's say
             _prepare_checkpoint(self.ledger.home, job_id, spec)
@@ -487,7 +487,7 @@ class Runtime:
                 run_dir=run_dir, node=node, gpu_ids=tuple(gpu_ids), nodes=int(spec.get("nodes", 1)),
                 alloc=placement.alloc if gang else (),
                 timeout=spec.get("timeout"), grace=float(spec.get("grace", 10.0)),
-                on_exit=[sys.executable, "-m", "autoresearch.runtime", "--home", str(self.ledger.home),
+                on_exit=[sys.executable, "-m", "autoresearch.engine.runtime", "--home", str(self.ledger.home),
                          "--backend", self.backend.name],
                 wake_fifo=os.path.join(self.ledger.home, fifo_name(self.backend.name)),
                 image=str(spec.get("image") or ""), mounts=dict(spec.get("mounts") or {}),
@@ -537,10 +537,10 @@ class Runtime:
         """The attempt's environment; for a gang (``members`` > 1) member 0's, with the rendezvous
         (MASTER_ADDR: member 0's node, MASTER_PORT, WORLD_SIZE): the backend gives each member its
         own RANK, NODE_RANK, LOCAL_RANK and GPU slots (backends._base.member_env)."""
-        from autoresearch import isolation
+        from autoresearch.engine import isolation
 
         env = isolation.base_env(policy, environ(), _INTERNAL_ENV)
-        from autoresearch import outbox  # here, not above: a status read does not need it
+        from autoresearch.store import outbox  # here, not above: a status read does not need it
 
         env.update(outbox.attempt_env(self.ledger, job_id, spec))  # MLFLOW_* from the ledger's run mapping
         env.update(spec.get("env") or {})
@@ -646,7 +646,7 @@ class Runtime:
                 with surviving(self.ledger, self.backend, "reconcile", att["job_id"], att["n"]):
                     self.health.on_success(att)
         if recorded:
-            from autoresearch import outbox
+            from autoresearch.store import outbox
 
             outbox.kick(self.ledger.home)  # mirror the endings to MLflow in the background (whichever process saw them)
 
@@ -679,7 +679,7 @@ class Runtime:
 
 def _running(placed: list[Any]) -> list[S.Running]:
     """The scheduler's view of the active attempts (``JobStore.placed`` rows)."""
-    from autoresearch import scheduler as S
+    from autoresearch.engine import scheduler as S
 
     return [S.Running(r["job_id"], r["n"], r["priority"], _alloc(r), r["started_at"] or r["created_at"], r["cpus"],
                       r["memory"], r["stop_reason"] is not None, r["project"]) for r in placed]
@@ -703,7 +703,7 @@ def _alloc(row: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
 def _fair_share(home: Path) -> S.FairShare | None:
     """config.yaml's fair share; a file broken since this process read it turns it off for the pass
     (submits refuse the file with its error, so somebody sees it)."""
-    from autoresearch import shares
+    from autoresearch.engine import shares
 
     try:
         return shares.load(home)
@@ -883,7 +883,7 @@ def _prepare_mounts(spec: dict[str, Any]) -> None:
     """No containers locally: a mount is a symlink at its target, made once. A relative target is
     made beneath the workdir without following any link on the way (a workdir holding a link to
     elsewhere cannot make us write there); an absolute one (single-user jobs only) where it says."""
-    from autoresearch._private import open_beneath
+    from autoresearch.util._private import open_beneath
 
     workdir = spec["workdir"]
     for target, source in (spec.get("mounts") or {}).items():
@@ -931,7 +931,7 @@ def main(argv: list[str] | None = None) -> int:
     interpreter like this one (~110-130 ms of CPU on a 2-core VM)."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m autoresearch.runtime")
+    parser = argparse.ArgumentParser(prog="python -m autoresearch.engine.runtime")
     parser.add_argument("--home")
     parser.add_argument("--backend", default="local")
     args = parser.parse_args(argv)
@@ -939,7 +939,7 @@ def main(argv: list[str] | None = None) -> int:
         runtime = Runtime(args.home, args.backend)
         runtime.tick()
         if runtime.jobs.any_unfinished(runtime.backend.name):
-            from autoresearch.watcher import ensure_daemon
+            from autoresearch.engine.watcher import ensure_daemon
 
             ensure_daemon(runtime)
     except AutoresearchError as err:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-from autoresearch._regex import lazy
 from autoresearch.errors import SpecError
+from autoresearch.util._regex import lazy
 
 NUMBER = r"[0-9]+(?:\.[0-9]+)?"
 SECONDS = r"[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?"  # what float() reads here (JSON Schema: no "inf", "nan")

@@ -17,10 +17,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from autoresearch._regex import lazy
 from autoresearch.errors import SpecError
-from autoresearch.units import parse_duration as parse_duration  # one grammar for specs and plans
-from autoresearch.units import parse_grace as parse_grace
+from autoresearch.util._regex import lazy
+from autoresearch.util.units import parse_duration as parse_duration  # one grammar for specs and plans
+from autoresearch.util.units import parse_grace as parse_grace
 
 if TYPE_CHECKING:
     from pydantic import ValidationError

@@ -31,7 +31,7 @@ def listener_lock(home: Path, backend: str = "local") -> Path:
 def others_listen(home: Path, backend: str = "local") -> bool:
     """Whether a loop or a server (a claiming :class:`Watcher`) listens on the backend's FIFO. (No file: nobody
     does; the listener makes it. Asking never makes it: the pass daemon asks in a home that may be removed.)"""
-    from autoresearch.paths import lock_held
+    from autoresearch.util.paths import lock_held
 
     return lock_held(listener_lock(home, backend))
 
@@ -69,7 +69,7 @@ class Watcher:
 
     def __init__(self, home: Path, backend: str = "local", claim: bool = True) -> None:
         """``claim``: a loop's or a server's watcher, which the pass daemon makes way for
-        (:mod:`autoresearch.passd` opens its own with ``claim=False``)."""
+        (:mod:`autoresearch.engine.passd` opens its own with ``claim=False``)."""
         self._claim = -1
         if claim:
             try:
@@ -146,7 +146,7 @@ class Watcher:
         self.close()
 
 
-# -- the pass daemon's start (autoresearch/passd.py is the daemon; it imports the runtime, which starts
+# -- the pass daemon's start (autoresearch/engine/passd.py is the daemon; it imports the runtime, which starts
 # one after its pass: the start lives here, below both)
 
 SPAWN_GRACE_S = 2.0  # a daemon started this recently may still be importing: no second one meanwhile
@@ -203,7 +203,7 @@ def ensure_daemon(runtime: object) -> bool:
             os.close(stamp)
         from autoresearch.backends._supervisor import spawn_detached
 
-        spawn_detached([sys.executable, "-m", "autoresearch.passd", "--home", str(home), "--backend", backend.name],
+        spawn_detached([sys.executable, "-m", "autoresearch.engine.passd", "--home", str(home), "--backend", backend.name],
                        home / "passd.log")
         return True
     except OSError:

@@ -10,7 +10,7 @@ With the section present the pass orders each priority class by the projects' do
 share over weight and holds a project's normal and critical work to its ``gpu_quota``
 (``scheduler.schedule(fair=...)``; docs/scheduling.md). Without it: submit order,
 no quotas. The file is read (and cached) by ``backends/profiles.py``; this module turns its
-section into a :class:`~autoresearch.scheduler.FairShare` and checks quotas against the fleet.
+section into a :class:`~autoresearch.engine.scheduler.FairShare` and checks quotas against the fleet.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import math
 import os
 from typing import Any
 
+from autoresearch.engine.scheduler import FairShare, Share
 from autoresearch.errors import CapacityError, SpecError
-from autoresearch.scheduler import FairShare, Share
 
 _KEYS = ("projects", "default_weight")
 _PROJECT_KEYS = ("weight", "gpu_quota")
