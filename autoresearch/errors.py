@@ -22,6 +22,9 @@ Nothing in this module imports anything heavy: it is on every fast path.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 
 class AutoresearchError(Exception):
     """Base of all errors. ``str(err)`` is ``message``; ``hint`` says what to do."""
@@ -93,3 +96,16 @@ class ProposerError(AutoresearchError):
     """The LLM provider failed or answered nonsense after all retries."""
 
     code = "proposer"
+
+
+def check_section(raw: object, where: str, keys: tuple[str, ...], example: str,
+                  near: Callable[[str, tuple[str, ...]], str] | None = None) -> dict[str, Any]:
+    """A config section that must be a mapping of known keys: ``raw`` itself, or a SpecError naming
+    ``where`` (``hint``: ``example``, for a key ``near(key, keys)`` or the valid keys)."""
+    if not isinstance(raw, dict):
+        raise SpecError(f"{where} must be a mapping, got {type(raw).__name__}", hint=f"write {example}")
+    for key in raw:
+        if key not in keys:
+            raise SpecError(f"{where}: unknown key {str(key)[:60]!r}",
+                            hint=near(str(key), keys) if near else f"valid keys: {', '.join(keys)}")
+    return raw

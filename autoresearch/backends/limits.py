@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoresearch.errors import SpecError
+from autoresearch.errors import SpecError, check_section
 
 DEFAULT_ID = 65534
 _KEYS = ("uid", "gid", "uid_base", "limits", "projects", "cgroup")
@@ -75,11 +75,7 @@ def parse(raw: Any) -> SandboxConfig:
     """The ``sandbox:`` section; SpecError naming the bad key or value."""
     if raw is None:
         return SandboxConfig()
-    if not isinstance(raw, dict):
-        raise SpecError(f"sandbox must be a mapping, got {type(raw).__name__}", hint=f"write {EXAMPLE}")
-    for key in raw:
-        if key not in _KEYS:
-            raise SpecError(f"sandbox: unknown key {str(key)[:60]!r}", hint=f"valid keys: {', '.join(_KEYS)}")
+    check_section(raw, "sandbox", _KEYS, EXAMPLE)
     ids = {k: _id(raw.get(k, DEFAULT_ID), f"sandbox.{k}") for k in ("uid", "gid")}
     base = _limits(raw.get("limits"), "sandbox.limits", Limits(**DEFAULTS))
     projects = raw.get("projects")
@@ -127,12 +123,8 @@ def _id(value: Any, where: str) -> int:
 def _limits(raw: Any, where: str, base: Limits) -> Limits:
     if raw is None:
         return base
-    if not isinstance(raw, dict):
-        raise SpecError(f"{where} must be a mapping, got {type(raw).__name__}", hint=f"write {EXAMPLE}")
     values: dict[str, Any] = dataclasses.asdict(base)
-    for key, value in raw.items():
-        if key not in LIMIT_KEYS:
-            raise SpecError(f"{where}: unknown key {str(key)[:60]!r}", hint=f"valid keys: {', '.join(LIMIT_KEYS)}")
+    for key, value in check_section(raw, where, LIMIT_KEYS, EXAMPLE).items():
         values[key] = None if value is None else _value(key, value, f"{where}.{key}")
     return Limits(**values)
 

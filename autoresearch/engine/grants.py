@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from autoresearch.errors import AuthError, SpecError
+from autoresearch.errors import AuthError, SpecError, check_section
 
 _KEYS = ("llm_base_urls", "grants")
 EXAMPLE = "tenants: {llm_base_urls: [http://127.0.0.1:8000/v1], grants: {PROJECT: [OPENAI_API_KEY]}}"
@@ -57,11 +57,7 @@ def parse(raw: Any) -> Tenancy:
     """The ``tenants:`` section -> :class:`Tenancy`; SpecError naming the bad key."""
     if raw is None:
         return Tenancy()
-    if not isinstance(raw, dict):
-        raise SpecError(f"tenants must be a mapping, got {type(raw).__name__}", hint=f"write {EXAMPLE}")
-    for key in raw:
-        if key not in _KEYS:
-            raise SpecError(f"tenants: unknown key {str(key)[:60]!r}", hint=f"valid keys: {', '.join(_KEYS)}")
+    check_section(raw, "tenants", _KEYS, EXAMPLE)
     urls = raw.get("llm_base_urls") or []
     if not isinstance(urls, list) or len(urls) > MAX_ENTRIES:
         raise SpecError("tenants.llm_base_urls must be a list of http(s) URLs", hint=f"write {EXAMPLE}")

@@ -20,7 +20,7 @@ import os
 from typing import Any
 
 from autoresearch.engine.scheduler import FairShare, Share
-from autoresearch.errors import CapacityError, SpecError
+from autoresearch.errors import CapacityError, SpecError, check_section
 
 _KEYS = ("projects", "default_weight")
 _PROJECT_KEYS = ("weight", "gpu_quota")
@@ -34,11 +34,7 @@ def parse(raw: Any) -> FairShare | None:
     """The ``scheduler:`` section -> FairShare (None when empty); SpecError naming the bad key."""
     if raw is None:
         return None
-    if not isinstance(raw, dict):
-        raise SpecError(f"scheduler must be a mapping, got {type(raw).__name__}", hint=f"write {EXAMPLE}")
-    for key in raw:
-        if key not in _KEYS:
-            raise SpecError(f"scheduler: unknown key {str(key)[:60]!r}", hint=_near(str(key), _KEYS))
+    check_section(raw, "scheduler", _KEYS, EXAMPLE, _near)
     default = _weight(raw.get("default_weight", 1), "scheduler.default_weight")
     projects = raw.get("projects") or {}
     if not isinstance(projects, dict):
