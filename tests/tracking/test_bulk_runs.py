@@ -76,6 +76,20 @@ def ended_loop(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[int
     return home, trials
 
 
+def _copy_home(source: Path, dest: Path) -> None:
+    """A copy of the ended loop's home. A helper of the source home (its pass daemon) may close the
+    ledger as we copy, which folds and removes ledger.db-wal/-shm under copytree: then copy again
+    (the ledger file then holds everything)."""
+    for _ in range(20):
+        try:
+            shutil.copytree(source, dest, ignore=shutil.ignore_patterns("*.fifo", "*.sock", "*.listen"))
+            return
+        except shutil.Error:
+            shutil.rmtree(dest, ignore_errors=True)
+            time.sleep(0.1)
+    raise AssertionError(f"{source} kept changing under the copy")
+
+
 def _counted(calls: dict[str, int], name: str, real: Any) -> Any:
     def counted(self: Any, *args: Any, **kw: Any) -> Any:
         calls[name] = calls.get(name, 0) + 1
@@ -84,7 +98,7 @@ def _counted(calls: dict[str, int], name: str, real: Any) -> Any:
 
 
 def _mirror(source: Path, dest: Path, bulk: str, trials: list[int], monkeypatch: pytest.MonkeyPatch) -> str:
-    shutil.copytree(source, dest, ignore=shutil.ignore_patterns("*.fifo", "*.sock", "*.listen"))
+    _copy_home(source, dest)
     monkeypatch.setenv("AUTORESEARCH_HOME", str(dest))
     monkeypatch.setenv("AUTORESEARCH_SYNC", "off")
     monkeypatch.setenv("AUTORESEARCH_MIRROR_BULK", bulk)
@@ -209,7 +223,7 @@ def test_a_crash_between_the_batch_and_the_ledger_makes_no_second_run(
 
     source, trials = ended_loop
     dest = tmp_path / "crash"
-    shutil.copytree(source, dest, ignore=shutil.ignore_patterns("*.fifo", "*.sock", "*.listen"))
+    _copy_home(source, dest)
     monkeypatch.setenv("AUTORESEARCH_HOME", str(dest))
     monkeypatch.setenv("AUTORESEARCH_SYNC", "off")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
