@@ -22,8 +22,6 @@ KNOWN: set[frozenset[str]] = {
     frozenset({"autoresearch.tracking", "autoresearch.tracking._entities", "autoresearch.tracking._metrics",
                "autoresearch.tracking._prepare_runs", "autoresearch.tracking._reports", "autoresearch.tracking._sync",
                "autoresearch.tracking._traces"}),
-    frozenset({"autoresearch.cli", "autoresearch.cli._ci", "autoresearch.cli.completion", "autoresearch.cli.jobs",
-               "autoresearch.cli.loop", "autoresearch.cli.tracking"}),
 }
 
 
