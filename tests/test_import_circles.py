@@ -19,9 +19,6 @@ KNOWN: set[frozenset[str]] = {
                "autoresearch.backends._supervisor", "autoresearch.backends._zygote", "autoresearch.backends.limits",
                "autoresearch.backends.profiles", "autoresearch.backends.ray", "autoresearch.engine.grants",
                "autoresearch.util.redact", "autoresearch.engine.shares"}),
-    frozenset({"autoresearch.tracking", "autoresearch.tracking._entities", "autoresearch.tracking._metrics",
-               "autoresearch.tracking._prepare_runs", "autoresearch.tracking._reports", "autoresearch.tracking._sync",
-               "autoresearch.tracking._traces"}),
 }
 
 
