@@ -136,33 +136,56 @@ def _rung_wait(step: int, metrics: dict[str, float | None]) -> None:
     if _sync is None or step not in _sync[0] or _sync[4] not in metrics:
         return
     _, file, fifo, wait_s, _ = _sync
-    try:
-        if not stat.S_ISFIFO(os.stat(fifo).st_mode):
-            return
-        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO: nobody reads it, no controller to wait for
-    except OSError:
-        return
-    try:
-        os.write(fd, b"r")
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    if not _poke(fifo):
+        return  # no controller to wait for
     deadline, delay = time.monotonic() + wait_s, 0.002
     while True:
-        try:
-            with open(file) as f:
-                words = f.read(64).split()
-        except OSError:  # not visible here (another machine, a sandbox): no wait
+        answer = _answer(file, step)
+        if answer is None:  # not visible here (another machine, a sandbox): no wait
             return
-        if words and words[0].isdigit() and int(words[0]) >= step:
-            if words[1:2] == ["stop"]:
+        if answer:
+            if answer == "stop":
                 _await_the_stop(deadline)
             return  # go on
         if time.monotonic() >= deadline:
             return
         time.sleep(delay)
         delay = min(delay * 2, 0.02)
+
+
+# The rung protocol's two halves, shared with the supervisor that holds a job whose *printed* lines
+# reach a rung (backends/_supervisor.py: _Rungs): one copy, stdlib only.
+
+def _poke(fifo: str) -> bool:
+    """Ask the loop to judge now: one byte into its FIFO, never blocking. False when there is no
+    FIFO there or nobody reads it (ENXIO): no controller to wait for."""
+    try:
+        if not stat.S_ISFIFO(os.stat(fifo).st_mode):
+            return False
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        os.write(fd, b"r")
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return True
+
+
+def _answer(file: str, step: int) -> str | None:
+    """The loop's verdict on ``step`` in its answer file (``<step>`` or ``<step> stop``, for the
+    latest step judged): "go", "stop", "" while it has not answered, None when the file cannot be
+    read here (another machine, a sandbox: nobody to wait for)."""
+    try:
+        with open(file, "rb") as f:
+            words = f.read(64).split()
+    except OSError:
+        return None
+    if words and words[0].isdigit() and int(words[0]) >= step:
+        return "stop" if words[1:2] == [b"stop"] else "go"
+    return ""
 
 
 def _await_the_stop(deadline: float) -> None:

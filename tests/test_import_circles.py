@@ -19,13 +19,6 @@ KNOWN: set[frozenset[str]] = {
                "autoresearch.backends._supervisor", "autoresearch.backends._zygote", "autoresearch.backends.limits",
                "autoresearch.backends.profiles", "autoresearch.backends.ray", "autoresearch.engine.grants",
                "autoresearch.util.redact", "autoresearch.engine.shares"}),
-    frozenset({"autoresearch.tracking", "autoresearch.tracking._entities", "autoresearch.tracking._metrics",
-               "autoresearch.tracking._prepare_runs", "autoresearch.tracking._reports", "autoresearch.tracking._sync",
-               "autoresearch.tracking._traces"}),
-    frozenset({"autoresearch.loop._plan_load", "autoresearch.loop.plan"}),
-    frozenset({"autoresearch.loop.proposers.code", "autoresearch.loop.proposers.llm"}),
-    frozenset({"autoresearch.cli", "autoresearch.cli._ci", "autoresearch.cli.completion", "autoresearch.cli.jobs",
-               "autoresearch.cli.loop", "autoresearch.cli.tracking"}),
 }
 
 

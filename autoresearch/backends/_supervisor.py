@@ -23,8 +23,8 @@ next queued one with nobody watching.
 One forked by the zygote runs the zygote's next request once its attempt is over and recorded
 (:func:`attempt` returns; see backends/_zygote.py); any other ends with its attempt.
 
-Stdlib only, and nothing here imports anything after the fork (but the metrics line parser, for a job
-whose printed lines are watched for rungs: :class:`_Rungs`).
+Stdlib only, and nothing here imports anything after the fork (but the metrics line parser and the
+trial side's rung poke, for a job whose printed lines are watched for rungs: :class:`_Rungs`).
 """
 
 from __future__ import annotations
@@ -776,7 +776,8 @@ class _Rungs:
     pokes the loop's FIFO (``r``: judge now) and holds them until the verdict file says the step (go
     on: SIGCONT) or ``<step> stop`` (the loop cancelled the job first: the SIGTERM is sent with a
     SIGCONT), at most ``AUTORESEARCH_STOP_WAIT_S``. A stopped job thus prints no step past its rung.
-    The line parser is the runtime's (autoresearch/engine/metrics.py), imported here only for such a job."""
+    The line parser is the runtime's (autoresearch/engine/metrics.py), the poke and the verdict's reading
+    are report()'s (autoresearch/report.py), imported here only for such a job."""
 
     look_s = 0.005  # how often a held job's verdict file is read
 
@@ -834,18 +835,12 @@ class _Rungs:
         """The job was just stopped at ``step``: poke the loop to judge it now."""
         self.held, self.judged, self.until = step, step, now + self.wait_s
         try:
-            if not stat.S_ISFIFO(os.stat(self.fifo).st_mode):
-                raise OSError
-            fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO: no loop listens
-        except OSError:
+            poke, _ = _rung_protocol()
+            listening = poke(self.fifo)
+        except Exception:  # noqa: BLE001 - never breaks the supervisor: no wait
+            listening = False
+        if not listening:
             self.until = now  # nobody to wait for: go on at once
-            return
-        try:
-            os.write(fd, b"r")
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
 
     def verdict(self, now: float) -> bool:
         """Whether the held job may go on now: the loop answered this step (without a stop: a stop
@@ -854,17 +849,29 @@ class _Rungs:
             self.held = None
             return True
         try:
-            with open(self.file, "rb") as f:
-                words = f.read(64).split()
-        except OSError:  # not visible here: no wait
+            _, answer_of = _rung_protocol()
+            answer = answer_of(self.file, self.held or 0)
+        except Exception:  # noqa: BLE001 - never breaks the supervisor: no wait
+            answer = None
+        if answer is None:  # not visible here: no wait
             self.held = None
             return True
-        if words and words[0].isdigit() and int(words[0]) >= (self.held or 0):
-            if words[1:2] == [b"stop"]:
-                return False  # its SIGTERM is on its way (signal_all continues it then)
+        if answer == "stop":
+            return False  # its SIGTERM is on its way (signal_all continues it then)
+        if answer == "go":
             self.held = None
             return True
         return False
+
+
+def _rung_protocol() -> tuple[Any, Any]:
+    """The trial side's poke of the loop and read of its verdict (autoresearch/report.py: ``_poke``,
+    ``_answer``), the same a trial's ``report()`` uses at a rung. Found as :func:`_line_parser` finds
+    the package (a job is held only after its line was parsed: both are loaded by then)."""
+    _line_parser()
+    from autoresearch.report import _answer, _poke
+
+    return _poke, _answer
 
 
 def _line_parser() -> tuple[Any, Any]:

@@ -6,7 +6,8 @@ call imports them all) and ``run(args) -> int`` (which imports what it needs):
 (this machine's GPUs; Slurm's health program), :mod:`.loop` (``autoresearch plan.yaml``, run,
 schema, report), :mod:`.serve` (the MCP server), :mod:`.tracking` (ui, sync), :mod:`.backends` (profiles and whether
 each answers) and :mod:`.completion` (shell completion scripts). They reach the system only through
-:class:`autoresearch.api.Api`; :mod:`._render` prints.
+:class:`autoresearch.api.Api` (:func:`._facade.open_api`); :mod:`._render` prints. No command module
+imports this package (it imports them all): what a command needs from it comes in ``args``.
 
 Reads print rich tables for people and JSON with ``--json``. Errors print message
 and hint, exit 2 for usage/spec errors and 1 for runtime failures; tracebacks only
@@ -46,6 +47,7 @@ def build_parser(only: str = "") -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"autoresearch {__version__}",
                    help="print the version and exit")
     _global_flags(p, suppress=False)
+    p.set_defaults(whole_parser=build_parser)  # (``completion`` writes its script from the whole command line)
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
     one = _OneCommand(sub, only)
     for module in COMMANDS:
@@ -187,10 +189,3 @@ def _closed_pipe() -> int:
     except (OSError, ValueError):
         pass
     return EXIT_PIPE
-
-
-def open_api(args: argparse.Namespace) -> Any:
-    """The facade for ``--home`` (imported here, not at the top: ``--help`` stays instant)."""
-    from autoresearch.api import Api
-
-    return Api(args.home, getattr(args, "backend", None))

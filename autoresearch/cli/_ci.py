@@ -135,7 +135,7 @@ def run(args: argparse.Namespace, plan: Any) -> int:
 
 def _run(args: argparse.Namespace, plan: Any) -> int:
     from autoresearch.api import duration
-    from autoresearch.cli import open_api
+    from autoresearch.cli._facade import open_api
     from autoresearch.errors import AutoresearchError, SpecError
 
     json_path = args.json if isinstance(args.json, str) else None

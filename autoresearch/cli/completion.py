@@ -27,9 +27,9 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from autoresearch.cli import build_parser
-
-    print(script(build_parser(), args.shell))
+    # The whole command line's parser, as the package that assembles it hands it to every command
+    # (``whole_parser``): this module does not import that package, which imports this one.
+    print(script(args.whole_parser(), args.shell))
     return 0
 
 

@@ -111,7 +111,7 @@ def _kv(items: list[str] | None, flag: str) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from autoresearch.cli import open_api
+    from autoresearch.cli._facade import open_api
     from autoresearch.cli._render import print_json, render_job, render_jobs, render_metrics, render_nodes
     from autoresearch.views import JobView
 
@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from autoresearch.cli import open_api
+    from autoresearch.cli._facade import open_api
 
     command = list(args.command)
     if command and command[0] == "--":

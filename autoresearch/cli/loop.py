@@ -68,7 +68,7 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from autoresearch.cli import open_api
+    from autoresearch.cli._facade import open_api
     from autoresearch.views import to_dict, with_iso
 
     view, run_id = open_api(args).loop_report(args.name, args.out)
@@ -83,8 +83,9 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import autoresearch.cli._ci as _ci
     from autoresearch.api import load_plan
-    from autoresearch.cli import _ci, open_api
+    from autoresearch.cli._facade import open_api
     from autoresearch.errors import AutoresearchError, SpecError
     from autoresearch.views import to_dict, with_iso
 

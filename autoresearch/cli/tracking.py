@@ -34,7 +34,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from autoresearch.cli import open_api
+    from autoresearch.cli._facade import open_api
 
     api = open_api(args)
     if args.cmd == "ui":

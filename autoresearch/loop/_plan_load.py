@@ -4,9 +4,9 @@ Malformed YAML or non-UTF-8 bytes name their line (and column); an unknown key n
 nearest valid one; a pydantic error becomes ``<file>: <where>: <what>`` with a hint; what each
 trial will submit is checked once here, against :class:`~autoresearch.engine.spec.JobSpec`.
 
-The models live in :mod:`autoresearch.loop.plan`, which re-exports :func:`load_plan` and
-:func:`parse_plan`; import them from there. This module imports the
-models inside its functions, so that either module can be imported first.
+The models live in :mod:`autoresearch.loop.plan`, whose :func:`load_plan` and :func:`parse_plan`
+call these with its :class:`Plan` model; import them from there. This module never imports the
+models (each function is handed the model class), so the two modules form no import circle.
 """
 
 from __future__ import annotations
@@ -14,29 +14,28 @@ from __future__ import annotations
 import difflib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
 
 from autoresearch.errors import PlanError, SpecError
 
-if TYPE_CHECKING:
-    from autoresearch.loop.plan import Plan
+M = TypeVar("M", bound=BaseModel)
 
 
-def _fields_at(loc: tuple[Any, ...]) -> list[str]:
-    """The valid keys of the model found at ``loc`` (for 'did you mean')."""
-    from autoresearch.loop.plan import Param, Plan
+def _fields_at(root: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The valid keys of the model found at ``loc`` in ``root`` (the plan model; for 'did you mean')."""
+    param = get_args(root.model_fields["space"].annotation)[-1]  # space: dict[str, Param]
 
-    model: Any = Plan
+    model: Any = root
     for part in loc[:-1]:
         if isinstance(part, int) or model is None:
             continue
-        if model is Plan and part == "space":
+        if model is root and part == "space":
             model = "space"
             continue
         if model == "space":
-            model = Param
+            model = param
             continue
         info = model.model_fields.get(part)
         if info is None:
@@ -48,14 +47,15 @@ def _fields_at(loc: tuple[Any, ...]) -> list[str]:
     return list(getattr(model, "model_fields", {})) if isinstance(model, type) else []
 
 
-def explain(err: ValidationError, source: str = "plan") -> PlanError:
+def explain(err: ValidationError, source: str, model: type[BaseModel]) -> PlanError:
+    """What is wrong with a plan as one :class:`PlanError`; ``model`` is the plan model that refused it."""
     errors = err.errors()
     # A typo (comand) also makes its key missing (command): name the typo, the cause.
     first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = tuple(first["loc"])
     where = ".".join(str(p) for p in loc) or "plan"
     if first["type"] == "extra_forbidden":
-        valid = _fields_at(loc)
+        valid = _fields_at(model, loc)
         near = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
         what = f"did you mean {near[0]!r}? " if near else ""
         mean = f" (did you mean {near[0]!r}?)" if near else ""
@@ -90,18 +90,17 @@ def explain(err: ValidationError, source: str = "plan") -> PlanError:
     return PlanError(f"{source}: {where}: {msg}", hint=hint)
 
 
-def parse_plan(data: Any, source: str = "plan", base_dir: str | Path | None = None,
-               home: str | os.PathLike[str] | None = None) -> Plan:
-    """Validate a dict into a :class:`Plan`; ``trial.workdir`` becomes absolute (relative to ``base_dir``)."""
+def parse_plan(model: type[M], data: Any, source: str = "plan", base_dir: str | Path | None = None,
+               home: str | os.PathLike[str] | None = None) -> M:
+    """Validate a dict into ``model`` (the :class:`~autoresearch.loop.plan.Plan` model); ``trial.workdir``
+    becomes absolute (relative to ``base_dir``)."""
     if not isinstance(data, dict):
         raise PlanError(f"{source} must be a mapping of keys (name, objective, trial, ...), got {type(data).__name__}",
                         hint="start from examples/digits/plan.yaml")
-    from autoresearch.loop.plan import Plan
-
     try:
-        plan = Plan.model_validate(data)
+        plan: Any = model.model_validate(data)
     except ValidationError as err:
-        raise explain(err, source) from None
+        raise explain(err, source, model) from None
     except PlanError:
         raise
     except SpecError as err:  # a duration or size the shared parsers refused
@@ -127,7 +126,7 @@ def parse_plan(data: Any, source: str = "plan", base_dir: str | Path | None = No
     return plan
 
 
-def _check_trial_spec(plan: Plan, source: str) -> None:
+def _check_trial_spec(plan: Any, source: str) -> None:
     """What every trial will submit, checked once now (NUL bytes, env names, sizes, the command's
     placeholders) instead of failing each trial at submit."""
     from autoresearch.engine.spec import JobSpec
@@ -154,7 +153,7 @@ def _check_trial_spec(plan: Plan, source: str) -> None:
         raise PlanError(f"{source}: trial: {err.message}", hint=err.hint) from None
 
 
-def load_plan(path: str | Path, home: str | os.PathLike[str] | None = None) -> Plan:
+def load_plan(model: type[M], path: str | Path, home: str | os.PathLike[str] | None = None) -> M:
     """Read and validate plan.yaml; every problem is one :class:`PlanError` naming where it is."""
     import yaml
 
@@ -180,4 +179,4 @@ def load_plan(path: str | Path, home: str | os.PathLike[str] | None = None) -> P
         raise PlanError(f"{path}: malformed YAML: {err}", hint="fix the YAML syntax") from None
     except (ValueError, RecursionError) as err:  # an integer of 5,000 digits, brackets nested 10,000 deep
         raise PlanError(f"{path}: unreadable YAML: {str(err)[:200]}", hint="fix the value it names") from None
-    return parse_plan(data, source=str(path), base_dir=path.resolve().parent, home=home)
+    return parse_plan(model, data, source=str(path), base_dir=path.resolve().parent, home=home)

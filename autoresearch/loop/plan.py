@@ -10,8 +10,8 @@ Other proposers plug in through ``proposer`` (``kind`` is looked up in
 LLM proposers, ``options`` for anything else) and ``code`` (code-edit search).
 
 This module holds the models; reading a file and turning what is wrong into one
-:class:`~autoresearch.errors.PlanError` is :mod:`autoresearch.loop._plan_load`, whose
-:func:`load_plan` and :func:`parse_plan` are imported from here.
+:class:`~autoresearch.errors.PlanError` is :mod:`autoresearch.loop._plan_load`, which
+:func:`load_plan` and :func:`parse_plan` call with the :class:`Plan` model (it never imports this module).
 """
 
 from __future__ import annotations
@@ -20,17 +20,17 @@ import difflib
 import hashlib
 import json
 import math
+import os
 import re
 import shlex
 import string
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from autoresearch.engine.spec import parse_duration, parse_grace, parse_memory_mb, str_values
-from autoresearch.loop import stopping
-from autoresearch.loop._plan_load import load_plan as load_plan
-from autoresearch.loop._plan_load import parse_plan as parse_plan
+from autoresearch.loop import _plan_load, stopping
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MAX_GRID_POINTS = 100_000  # a range whose step makes more points than this is a typo, not a plan
@@ -517,6 +517,17 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.6g}" if value != int(value) or abs(value) >= 1e6 else repr(value)
     return str(value)
+
+
+def parse_plan(data: Any, source: str = "plan", base_dir: str | Path | None = None,
+               home: str | os.PathLike[str] | None = None) -> Plan:
+    """Validate a dict into a :class:`Plan`; ``trial.workdir`` becomes absolute (relative to ``base_dir``)."""
+    return _plan_load.parse_plan(Plan, data, source, base_dir, home)
+
+
+def load_plan(path: str | Path, home: str | os.PathLike[str] | None = None) -> Plan:
+    """Read and validate plan.yaml; every problem is one :class:`PlanError` naming where it is."""
+    return _plan_load.load_plan(Plan, path, home)
 
 
 def plan_schema() -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """What the modules of the MLflow mirror share: the pass's report, the cross-process
-lock around creations, and :class:`Mirror`, what they may use of the syncer (its queries
+lock around creations, which errors are worth retrying (:func:`is_transient`), the trials an
+outbox request names, and :class:`Mirror`, what they may use of the syncer (its queries
 are :class:`autoresearch.tracking._store.MirrorStore`'s).
 
 The mirror is :mod:`autoresearch.tracking._sync` (the :class:`Syncer` and its pass);
@@ -11,14 +12,20 @@ what it mirrors lives beside it, as functions of a :class:`Mirror`: ``_entities`
 from __future__ import annotations
 
 import contextlib
+import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from autoresearch.errors import TrackingError
 from autoresearch.store.outbox import creation_lock
 
 DEFAULT_EXPERIMENT = "Default"
+# Another MLflow client (a trial's own mlflow, `mlflow ui`) creating or migrating the same SQLite
+# store at the same moment: its schema is half-made for a while. Retried with back-off, not final.
+STORE_RACE = re.compile(r"table \S+ already exists|duplicate column|no such (table|column)|sqlite3\.OperationalError")
 
 
 @dataclass
@@ -46,6 +53,30 @@ def _critical(home: Path) -> Iterator[None]:
     a trace. Held for one MLflow call or two, never across a pass."""
     with creation_lock(home):
         yield
+
+
+def is_transient(err: BaseException) -> bool:
+    """Worth retrying later (server down, DB busy) as opposed to a rejected write."""
+    if isinstance(err, TrackingError):
+        return bool(err.details.get("transient"))
+    if isinstance(err, (ConnectionError, TimeoutError)):
+        return True
+    name = type(err).__name__
+    if name in ("ConnectionError", "ReadTimeout", "ConnectTimeout", "MaxRetryError", "OperationalError"):
+        return True
+    code = getattr(err, "error_code", "")
+    text = str(err)
+    return code in ("TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED") or any(
+        s in text for s in ("API request to", "Max retries exceeded", "Connection refused", "database is locked",
+                            "timed out", "503", "502")) or bool(STORE_RACE.search(text))
+
+
+def requested_trials(row: Any) -> list[int]:
+    """The trial ids a ``trial_run`` outbox entry asks runs for ([] when its payload is unreadable)."""
+    try:
+        return [int(i) for i in json.loads(row["payload"])]
+    except (ValueError, TypeError):
+        return []
 
 
 class Mirror(Protocol):

@@ -12,7 +12,8 @@ import time
 from typing import Any
 
 from autoresearch.errors import TrackingError
-from autoresearch.tracking._common import DEFAULT_EXPERIMENT, Mirror, SyncReport
+from autoresearch.store import outbox
+from autoresearch.tracking._common import DEFAULT_EXPERIMENT, Mirror, SyncReport, requested_trials
 from autoresearch.tracking._finish import FINAL, LOOP_FINAL
 from autoresearch.tracking._metrics import backfill
 from autoresearch.util.redact import is_secret, job_secrets, plan_secrets, redact, redact_command, redact_obj
@@ -95,7 +96,7 @@ def trials_view(plan: dict[str, Any]) -> dict[str, Any]:
 def _set_view(syncer: Mirror, loop: Any) -> None:
     """The experiment's saved view of the trials (kept up to date: a resumed plan may add
     parameters). A nicety: a store that refuses it warns once and blocks nothing."""
-    from autoresearch.tracking._sync import is_transient
+    from autoresearch.tracking._common import is_transient
 
     plan = _plan(loop)
     if not isinstance(plan, dict):
@@ -163,7 +164,7 @@ def sync_jobs(syncer: Mirror, report: SyncReport) -> None:
 
 def _create_runs(syncer: Mirror, jobs: list[Any], report: SyncReport) -> None:
     """The runs of jobs that have none, made together (one transaction into a SQLite store)."""
-    from autoresearch.tracking._sync import is_transient
+    from autoresearch.tracking._common import is_transient
 
     wanted: list[tuple[str, str, str, str | None, float | None]] = []
     for job in jobs:
@@ -316,3 +317,11 @@ def prepare_trials(syncer: Mirror, trial_ids: list[int]) -> dict[int, str]:
         except Exception as err:
             syncer.mark_blocked(entity, err)
     return out
+
+
+def sync_run_requests(syncer: Mirror, report: SyncReport) -> None:
+    """A sync pass's share of the run maker's work (:mod:`autoresearch.tracking._prepare_runs`):
+    requests left unanswered (their controller ended first)."""
+    for row in outbox.pending(syncer.ledger, "trial_run"):
+        prepared = prepare_trials(syncer, requested_trials(row))
+        outbox.mark_sent(syncer.ledger, row["id"], json.dumps({str(k): v for k, v in prepared.items()}))

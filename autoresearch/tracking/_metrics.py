@@ -74,7 +74,7 @@ def sync_metrics(syncer: Mirror, report: SyncReport, max_batches: int | None = N
             try:
                 refused = bulk_log_many(store, [(run_id, points) for _, run_id, points, _ in window])
             except Exception as err:
-                from autoresearch.tracking._sync import is_transient
+                from autoresearch.tracking._common import is_transient
 
                 if is_transient(err):
                     raise

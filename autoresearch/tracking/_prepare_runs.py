@@ -9,7 +9,7 @@ ledger's ``tracking_runs`` (where :func:`autoresearch.store.outbox.attempt_env` 
 reads the run ids from the ledger (:func:`autoresearch.store.outbox.trial_runs`). A tracking
 failure is recorded in the entry (``error: ...``); the trials then run without ``MLFLOW_RUN_ID``.
 An entry nobody answered (its controller was killed) is taken by the next sync pass
-(:func:`sync_run_requests`).
+(:func:`autoresearch.tracking._entities.sync_run_requests`).
 
 It exits when stdin closes, or as soon as its controller is gone (killed -9: nobody waits
 for the answer, so it does not finish a multi-second mlflow import first), so it never
@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 from autoresearch.store import outbox
+from autoresearch.tracking._common import requested_trials
 
 
 def _leave_with(parent: int, home: str | None) -> None:
@@ -42,20 +43,6 @@ def _leave_with(parent: int, home: str | None) -> None:
     os._exit(0)
 
 
-def _ids(row: Any) -> list[int]:
-    try:
-        return [int(i) for i in json.loads(row["payload"])]
-    except (ValueError, TypeError):
-        return []
-
-
-def sync_run_requests(syncer: Any, report: Any) -> None:
-    """A sync pass's share: requests left unanswered (their controller ended first)."""
-    for row in outbox.pending(syncer.ledger, "trial_run"):
-        prepared = syncer.prepare_trials(_ids(row))
-        outbox.mark_sent(syncer.ledger, row["id"], json.dumps({str(k): v for k, v in prepared.items()}))
-
-
 def answer(ledger: Any, entry_id: int) -> None:
     """Create the runs an outbox entry asks for and mark it sent (the run ids, or ``error: ...``)."""
     from autoresearch import tracking
@@ -64,7 +51,7 @@ def answer(ledger: Any, entry_id: int) -> None:
     if row is None or row["done_at"] is not None:
         return  # a sync pass answered it meanwhile: the runs are in the ledger
     try:
-        prepared = tracking.prepare_runs(ledger, _ids(row))
+        prepared = tracking.prepare_runs(ledger, requested_trials(row))
         ref = json.dumps({str(k): v for k, v in prepared.items()})
     except Exception as err:  # noqa: BLE001 - record it and stay up: the loop goes on without runs
         print(f"autoresearch: tracking: cannot create the trials' MLflow runs ({type(err).__name__}: {err})",

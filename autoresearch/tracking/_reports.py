@@ -17,7 +17,7 @@ from autoresearch.tracking._entities import loop_run
 
 
 def sync_reports(syncer: Mirror, report: SyncReport) -> None:
-    from autoresearch.tracking._sync import is_transient
+    from autoresearch.tracking._common import is_transient
 
     for row in outbox.pending(syncer.ledger, "report"):
         run_id = loop_run(syncer, row["loop_id"], report)

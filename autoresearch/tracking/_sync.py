@@ -25,8 +25,8 @@ no gap.
 The pass and the run bookkeeping live here; what is mirrored lives beside it, as
 functions of a :class:`~autoresearch.tracking._common.Mirror` (the public face of a
 :class:`Syncer`): ``_entities`` (loops, jobs, trials), ``_metrics``, ``_traces``
-(decisions, LLM calls), ``_reports`` (loops' reports), ``_prepare_runs`` (runs before
-launch) and ``_finish`` (logs, the end of runs).
+(decisions, LLM calls), ``_reports`` (loops' reports) and ``_finish`` (logs, the end of runs).
+None of them imports this module or the package's ``__init__``: what they share is in ``_common``.
 """
 
 from __future__ import annotations
@@ -40,11 +40,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import autoresearch.tracking._bulk as _bulk
+import autoresearch.tracking._entities as _entities
+import autoresearch.tracking._finish as _finish
+import autoresearch.tracking._metrics as _metrics
+import autoresearch.tracking._reports as _reports
+import autoresearch.tracking._traces as _traces
 from autoresearch.backends import Backend
 from autoresearch.errors import TrackingError
 from autoresearch.store.ledger import Ledger
-from autoresearch.tracking import _bulk, _entities, _finish, _metrics, _prepare_runs, _reports, _traces, tracking_uri
-from autoresearch.tracking._common import SyncReport, _critical
+from autoresearch.store.outbox import tracking_uri
+from autoresearch.tracking._common import STORE_RACE, SyncReport, _critical, is_transient
 from autoresearch.tracking._metrics import BATCH
 from autoresearch.tracking._store import MirrorStore, use_wal
 from autoresearch.util._private import private_dir, tighten
@@ -52,9 +58,6 @@ from autoresearch.util.redact import ambient_secrets, redact
 
 __all__ = ["SyncReport", "Syncer", "fail_fast_http", "is_transient"]
 
-# Another MLflow client (a trial's own mlflow, `mlflow ui`) creating or migrating the same SQLite
-# store at the same moment: its schema is half-made for a while. Retried with back-off, not final.
-STORE_RACE = re.compile(r"table \S+ already exists|duplicate column|no such (table|column)|sqlite3\.OperationalError")
 KIND_TAG = "mlflow.experimentKind"
 FLUSH_AT = 500  # runs' writes queued in a pass before they are sent (one transaction)
 URI_HINT = "set MLFLOW_TRACKING_URI to http(s)://HOST:PORT or sqlite:///ABSOLUTE/PATH.db, or unset it for the default"
@@ -69,22 +72,6 @@ def check_uri(uri: str) -> None:
         path = Path(uri[len("sqlite:///"):])
         if not path.parent.is_dir():
             raise TrackingError(f"tracking URI {uri!r}: directory {path.parent} does not exist", hint=URI_HINT)
-
-
-def is_transient(err: BaseException) -> bool:
-    """Worth retrying later (server down, DB busy) as opposed to a rejected write."""
-    if isinstance(err, TrackingError):
-        return bool(err.details.get("transient"))
-    if isinstance(err, (ConnectionError, TimeoutError)):
-        return True
-    name = type(err).__name__
-    if name in ("ConnectionError", "ReadTimeout", "ConnectTimeout", "MaxRetryError", "OperationalError"):
-        return True
-    code = getattr(err, "error_code", "")
-    text = str(err)
-    return code in ("TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED") or any(
-        s in text for s in ("API request to", "Max retries exceeded", "Connection refused", "database is locked",
-                            "timed out", "503", "502")) or bool(STORE_RACE.search(text))
 
 
 @contextlib.contextmanager
@@ -263,7 +250,7 @@ class Syncer:
             _traces.sync_decisions(self, report)
             _traces.sync_outbox(self, report)
             _reports.sync_reports(self, report)
-            _prepare_runs.sync_run_requests(self, report)
+            _entities.sync_run_requests(self, report)
             _finish.finish(self, report)
             self.flush()
         except TrackingError:

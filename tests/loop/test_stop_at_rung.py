@@ -187,3 +187,27 @@ def test_the_supervisor_finds_rung_lines_in_any_chunking() -> None:
     assert _Rungs.from_env({"AUTORESEARCH_STOP_STEPS": "x"}) is None
     assert _Rungs.from_env({"AUTORESEARCH_STOP_STEPS": "3", "AUTORESEARCH_STOP_FILE": "f", "AUTORESEARCH_STOP_FIFO": "p",
                             "AUTORESEARCH_STOP_METRIC": "loss", "AUTORESEARCH_STOP_WAIT_S": "nan"}) is None
+
+
+def test_one_rung_protocol_for_report_and_the_supervisor(tmp_path: Path) -> None:
+    """report() and the supervisor's _Rungs poke the loop and read its verdict with the same two
+    functions: a FIFO nobody reads is no listener, a file of garbage is no answer yet."""
+    from autoresearch.backends._supervisor import _rung_protocol
+    from autoresearch.report import _answer, _poke
+
+    assert _rung_protocol() == (_poke, _answer)
+    fifo, plain = tmp_path / "fifo", tmp_path / "plain"
+    os.mkfifo(fifo)
+    plain.write_text("")
+    assert not _poke(str(fifo)) and not _poke(str(plain)) and not _poke(str(tmp_path / "missing"))
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        assert _poke(str(fifo)) and os.read(reader, 8) == b"r"
+    finally:
+        os.close(reader)
+    answers = tmp_path / "answer"
+    assert _answer(str(answers), 3) is None  # not visible here: nobody to wait for
+    for text, verdict in ((b"", ""), (b"2", ""), (b"3", "go"), (b"4 stop", "stop"), (b"3 stop", "stop"),
+                          ("\u00b2".encode(), ""), (b"\xff\xfe 3", ""), (b"x" * 100, "")):
+        answers.write_bytes(text)
+        assert _answer(str(answers), 3) == verdict, text

@@ -60,7 +60,7 @@ def test_the_faces_show_a_trial_with_its_job(home: Path, tmp_path: Path, capsys:
                                        "space": {"x": [1]}}, base_dir=tmp_path), interactive=False)
     live.summary(view)  # type: ignore[arg-type]
     assert f"best: trial {best.trial_id} (job {best.job_id})" in capsys.readouterr().out
-    monkeypatch.setattr("autoresearch.cli.open_api", lambda args: api)
+    monkeypatch.setattr("autoresearch.cli._facade.open_api", lambda args: api)
     for argv in (["logs", f"T{best.trial_id}"], ["logs", "--trial", str(best.trial_id)]):
         assert main(argv) == 0
         assert f"x={best.params['x']}" in capsys.readouterr().out

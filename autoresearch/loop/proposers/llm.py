@@ -42,7 +42,7 @@ from autoresearch.loop.proposers._providers import ProposerError
 from autoresearch.util.paths import prompts_dir
 
 if TYPE_CHECKING:
-    from autoresearch.loop.proposers.code import CodeSearch
+    from autoresearch.loop.proposers._code_git import CodeSearch
 
 DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-6", "openai": "gpt-5-mini"}
 USER_MARK = "=== user ==="
@@ -104,7 +104,7 @@ class LLMProposer(Proposer):
         self.workdir = Path((_gate.as_dict(plan.get("trial")) or {}).get("workdir", ".")).expanduser().resolve()
         self.code: CodeSearch | None = None
         if code:
-            from autoresearch.loop.proposers.code import CodeSearch
+            from autoresearch.loop.proposers._code_git import CodeSearch
 
             self.code = CodeSearch(self.workdir, list(code.get("files") or []), code.get("instructions"))
         self.prompt_name, self.prompt_sha, self.system, self.template = load_prompt(
@@ -136,7 +136,7 @@ class LLMProposer(Proposer):
             raise _providers.missing_key_error(provider)
         code = _gate.as_dict(plan.get("code"))
         if code:
-            from autoresearch.loop.proposers.code import CodeSearch
+            from autoresearch.loop.proposers._code_git import CodeSearch
 
             workdir = (_gate.as_dict(plan.get("trial")) or {}).get("workdir", ".")
             CodeSearch.check(workdir, list(code.get("files") or []))
@@ -148,7 +148,7 @@ class LLMProposer(Proposer):
         """Code-edit trials run in their own git worktree with their patch applied."""
         if self.code is None:
             return None
-        from autoresearch.loop.proposers.code import prepare_trial_workdir
+        from autoresearch.loop.proposers._code_git import prepare_trial_workdir
 
         return str(prepare_trial_workdir(self.workdir, proposal.patch, self.worktrees / f"trial-{trial_id}"))
 
