@@ -70,22 +70,6 @@ DAEMON_LOOK_S = 0.02  # how often it looks for the starting daemon's listener
 ACK_SIGNAL = signal.SIGWINCH
 
 
-_environ: tuple[object, dict[str, str]] = (None, {})
-
-
-def environ() -> dict[str, str]:
-    """``dict(os.environ)``, decoded again only when it changed (a launch needs it twice and a
-    submit's view once: ~0.1 ms each). Keyed by the raw bytes: a C-level copy. Do not change it."""
-    global _environ
-    raw = getattr(os.environ, "_data", None)
-    if not isinstance(raw, dict):
-        return dict(os.environ)
-    key = tuple(raw.items())
-    if key != _environ[0]:
-        _environ = (key, dict(os.environ))
-    return _environ[1]
-
-
 def temp_path(path: str) -> str:
     """Where an atomic write of ``path`` puts its bytes first: this thread's own file, so two threads of
     one process writing the same file (a loop's controller and a ``stop_loop`` call both stopping a

@@ -156,7 +156,7 @@ def _umask() -> int:
 def send(home: str, request: dict[str, Any]) -> bool:
     """Hand ``request`` to the zygote of ``home`` (its answer is read by :func:`settle`); False when
     none listens (the caller forks the supervisor itself)."""
-    from autoresearch.backends._supervisor import environ as current
+    from autoresearch.util._environ import environ as current
 
     env, environ = request.get("env") or {}, current()
     frame = json.dumps({**request, "umask": _umask(),  # our environment, as a difference from the command's

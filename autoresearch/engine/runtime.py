@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 from autoresearch.backends import AttemptStatus, Backend, LaunchRequest, NodeInfo, open_backend
 from autoresearch.backends._base import DISK_FULL, LOG_DROPPED, OVER_LIMIT
-from autoresearch.backends._supervisor import environ
 from autoresearch.engine.guard import surviving
 from autoresearch.engine.ingest import ingest_attempt, ingest_final_many
 from autoresearch.engine.runfolders import leftovers, live_supervisor, recorded_ledger, set_aside
@@ -38,6 +37,7 @@ from autoresearch.engine.watcher import Watcher, fifo_name
 from autoresearch.errors import AutoresearchError, BackendError, LedgerError, SpecError
 from autoresearch.store.jobstore import JobStore, attempt_paths
 from autoresearch.store.ledger import Ledger
+from autoresearch.util._environ import environ
 
 if TYPE_CHECKING:  # at run time the scheduler is imported in schedule(), once something is queued: an idle read never loads it
     from collections.abc import Collection
