@@ -15,9 +15,6 @@ from tests.test_layers import imports, modules
 # Known circles, to break (do not add to them).
 KNOWN: set[frozenset[str]] = {
     frozenset({"autoresearch.backends._supervisor", "autoresearch.backends._zygote"}),
-    frozenset({"autoresearch.backends", "autoresearch.backends._base", "autoresearch.backends.limits",
-               "autoresearch.backends.profiles", "autoresearch.backends.ray", "autoresearch.engine.grants",
-               "autoresearch.engine.shares"}),
 }
 
 

@@ -703,10 +703,10 @@ def _alloc(row: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
 def _fair_share(home: Path) -> S.FairShare | None:
     """config.yaml's fair share; a file broken since this process read it turns it off for the pass
     (submits refuse the file with its error, so somebody sees it)."""
-    from autoresearch.engine import shares
+    from autoresearch.backends import profiles
 
     try:
-        return shares.load(home)
+        return profiles.fair_share(home)
     except AutoresearchError:
         return None
 
