@@ -33,7 +33,6 @@ import _signal  # signal's C functions: signal.pthread_sigmask converts every ma
 import _thread
 import contextlib
 import errno
-import fcntl
 import gc
 import json
 import os
@@ -178,7 +177,10 @@ def launch(request: dict[str, Any]) -> None:
                 if not _batching.get(_thread.get_ident()):
                     settle()
                 return
-            _zygote.start(home)
+            argv = _zygote.start(home)  # (the zygote imports nothing of ours: we start it)
+            if argv:
+                with contextlib.suppress(OSError):
+                    spawn_detached(argv, os.path.join(home, _zygote.LOG))
     _fork(request)
 
 
@@ -227,23 +229,6 @@ def _fork(request: dict[str, Any]) -> None:
     except BaseException:  # noqa: BLE001 - a forked child must never return into the caller
         pass
     os._exit(70)
-
-
-def lock_holder(path: str | os.PathLike[str]) -> int | None:
-    """The pid written in the lock file ``path`` while a process holds its flock (a home's pass
-    daemon, its zygote); None when nobody holds it, or it is missing or unreadable."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return None  # nobody holds it
-    except BlockingIOError:
-        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        return int(text) if text.isdigit() else None
-    finally:
-        os.close(fd)
 
 
 def spawn_detached(argv: list[str], log_path: str | os.PathLike[str], cwd: str | None = "/") -> None:
