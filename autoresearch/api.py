@@ -265,9 +265,9 @@ class Api:
 
     def _project_usage(self, project: str | None) -> list[ProjectUsageView]:
         """Each project's GPUs in use against its quota and weight (fair share), with its queue."""
-        from autoresearch.engine import shares
+        from autoresearch.backends import profiles
 
-        fair = shares.load(self._ledger.home)
+        fair = profiles.fair_share(self._ledger.home)
         rows = {r["project"]: r for r in self._jobs.project_usage(project)}
         names = set(rows) | ({p for p in fair.projects if project is None or p == project} if fair else set())
         out = []

@@ -315,7 +315,7 @@ def cancel_all(tree: Path, home: Path) -> None:
     25-50% of a core), and the next phase was measured beside it (four of them at once by the end)."""
     subprocess.run([sys.executable, "-c", CANCEL_ALL, str(home)], env={**os.environ, "PYTHONPATH": str(tree)},
                    timeout=300, check=False)
-    from autoresearch.backends._supervisor import lock_holder
+    from autoresearch.util._lockfile import lock_holder
 
     syncer = lock_holder(home / "tracking.lock")
     if syncer:

@@ -286,10 +286,28 @@ def member_env(env: dict[str, str], rank: int, node: str, gpu_ids: tuple[str, ..
 _ENGINE_SOURCE = lazy(r"^[a-z][a-z0-9]+:(?!//)")  # spec.ENGINE_SOURCE (spec imports pydantic: not here)
 
 
+def able(flag: str) -> list[str]:
+    """Registered backends whose class declares capability ``flag``, for hints (imports each).
+
+    Simulated backends (the fake) run nothing and are never named; one that fails to
+    import, or whose factory is not a :class:`Backend` class, is left out.
+    """
+    from autoresearch.backends._registry import _factory, backend_names  # only for a hint
+
+    out = []
+    for name in backend_names():
+        try:
+            factory = _factory(name)
+        except Exception:  # noqa: BLE001 - a broken plugin must not break an error message
+            continue
+        if isinstance(factory, type) and issubclass(factory, Backend) and not factory.simulated and getattr(
+                factory.capabilities, flag, False):
+            out.append(name)
+    return out
+
+
 def _instead(fix: str, what: str, flag: str) -> str:
     """A hint: ``fix``, or the registered backends that have ``flag`` (none: say so)."""
-    from autoresearch.backends import able  # the registry; only on this error path
-
     names = able(flag)
     if names:
         return f"{fix}, or submit to {what}: {', '.join(names)} (--backend NAME, a plan's backend:, or AUTORESEARCH_BACKEND)"

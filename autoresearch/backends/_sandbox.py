@@ -103,9 +103,9 @@ def tenant_ids(home: str | os.PathLike[str] | None = None,
     ``sandbox.uid_base`` the project's own, ``uid_base + number()`` (its tenant number)."""
     if os.geteuid() != 0:
         return None, None
-    from autoresearch.backends import limits
+    from autoresearch.backends import profiles
 
-    conf = limits.sandbox_config(home)
+    conf = profiles.sandbox_config(home)
     if conf.uid_base is not None and number is not None:
         own = conf.uid_base + min(max(int(number()), 0), (1 << 20) - 1)
         return own, own

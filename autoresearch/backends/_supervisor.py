@@ -33,7 +33,6 @@ import _signal  # signal's C functions: signal.pthread_sigmask converts every ma
 import _thread
 import contextlib
 import errno
-import fcntl
 import gc
 import json
 import os
@@ -68,22 +67,6 @@ DAEMON_LOOK_S = 0.02  # how often it looks for the starting daemon's listener
 # nudge), so the wait sleeps instead of polling the file 50 times a second. Ignored by default:
 # a nudge that reaches another process (a reused pid) does nothing.
 ACK_SIGNAL = signal.SIGWINCH
-
-
-_environ: tuple[object, dict[str, str]] = (None, {})
-
-
-def environ() -> dict[str, str]:
-    """``dict(os.environ)``, decoded again only when it changed (a launch needs it twice and a
-    submit's view once: ~0.1 ms each). Keyed by the raw bytes: a C-level copy. Do not change it."""
-    global _environ
-    raw = getattr(os.environ, "_data", None)
-    if not isinstance(raw, dict):
-        return dict(os.environ)
-    key = tuple(raw.items())
-    if key != _environ[0]:
-        _environ = (key, dict(os.environ))
-    return _environ[1]
 
 
 def temp_path(path: str) -> str:
@@ -194,7 +177,10 @@ def launch(request: dict[str, Any]) -> None:
                 if not _batching.get(_thread.get_ident()):
                     settle()
                 return
-            _zygote.start(home)
+            argv = _zygote.start(home)  # (the zygote imports nothing of ours: we start it)
+            if argv:
+                with contextlib.suppress(OSError):
+                    spawn_detached(argv, os.path.join(home, _zygote.LOG))
     _fork(request)
 
 
@@ -243,23 +229,6 @@ def _fork(request: dict[str, Any]) -> None:
     except BaseException:  # noqa: BLE001 - a forked child must never return into the caller
         pass
     os._exit(70)
-
-
-def lock_holder(path: str | os.PathLike[str]) -> int | None:
-    """The pid written in the lock file ``path`` while a process holds its flock (a home's pass
-    daemon, its zygote); None when nobody holds it, or it is missing or unreadable."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return None  # nobody holds it
-    except BlockingIOError:
-        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        return int(text) if text.isdigit() else None
-    finally:
-        os.close(fd)
 
 
 def spawn_detached(argv: list[str], log_path: str | os.PathLike[str], cwd: str | None = "/") -> None:

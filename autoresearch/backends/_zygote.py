@@ -98,7 +98,7 @@ def _address(home: str) -> tuple[str, int]:
 
 def running_pid(home: str | os.PathLike[str]) -> int | None:
     """The pid of the zygote of ``home``, when one runs."""
-    from autoresearch.backends._supervisor import lock_holder
+    from autoresearch.util._lockfile import lock_holder
 
     return lock_holder(os.path.join(home, LOCK))
 
@@ -156,7 +156,7 @@ def _umask() -> int:
 def send(home: str, request: dict[str, Any]) -> bool:
     """Hand ``request`` to the zygote of ``home`` (its answer is read by :func:`settle`); False when
     none listens (the caller forks the supervisor itself)."""
-    from autoresearch.backends._supervisor import environ as current
+    from autoresearch.util._environ import environ as current
 
     env, environ = request.get("env") or {}, current()
     frame = json.dumps({**request, "umask": _umask(),  # our environment, as a difference from the command's
@@ -212,12 +212,14 @@ def settle() -> list[dict[str, Any]]:
     return failed
 
 
-def start(home: str) -> None:
-    """Start the zygote of ``home`` unless one runs, we started one a moment ago, or this is the
-    home's first launch in ``IDLE_S`` (a lone CLI submit: a zygote would only go idle). Never raises."""
+def start(home: str) -> list[str] | None:
+    """The command that starts the zygote of ``home`` (the launcher spawns it detached, its stderr to
+    ``LOG``: backends/_supervisor.py, launch), or None: one runs, we started one a moment ago, or
+    this is the home's first launch in ``IDLE_S`` (a lone CLI submit: a zygote would only go idle).
+    Never raises. (This module never imports the supervisor's: the zygote runs it as a script.)"""
     now = time.monotonic()
     if now - _spawned.get(home, -RESPAWN_S) < RESPAWN_S:
-        return
+        return None
     path = os.path.join(home, LOCK)
     try:
         try:
@@ -229,17 +231,15 @@ def start(home: str) -> None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.utime(fd)
         except BlockingIOError:
-            return  # one runs (or is starting): it will answer the next launch
+            return None  # one runs (or is starting): it will answer the next launch
         finally:
             os.close(fd)
         if not recent:
-            return
+            return None
         _spawned[home] = now
-        from autoresearch.backends._supervisor import spawn_detached
-
-        spawn_detached([sys.executable, "-S", "-E", os.path.abspath(__file__), home], os.path.join(home, LOG))
+        return [sys.executable, "-S", "-E", os.path.abspath(__file__), home]
     except OSError:
-        pass
+        return None
 
 
 # -- the zygote's side --------------------------------------------------------------------------
@@ -454,12 +454,9 @@ def _ours(path: str, ino: int) -> bool:
         return False
 
 
-def serve(home: str, idle_s: float = IDLE_S, sup: ModuleType | None = None) -> int:
-    """Answer launch requests until idle; 0 at once when another zygote holds the home's lock."""
-    if sup is None:
-        from autoresearch.backends import _supervisor
-
-        sup = _supervisor
+def serve(home: str, idle_s: float, sup: ModuleType) -> int:
+    """Answer launch requests until idle, forking supervisors of ``sup`` (backends/_supervisor.py, as
+    the script imports it); 0 at once when another zygote holds the home's lock."""
     try:
         lock = os.open(os.path.join(home, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as err:
@@ -611,7 +608,7 @@ def _serve_client(clients: dict[int, tuple[_socket.socket, bytearray]], fd: int,
     return served
 
 
-def main(argv: list[str], sup: ModuleType | None = None) -> int:
+def main(argv: list[str], sup: ModuleType) -> int:
     if len(argv) not in (1, 2) or not argv[0].startswith("/"):
         print("usage: python -S -E _zygote.py HOME [IDLE_S]", file=sys.stderr)
         return 2

@@ -16,7 +16,8 @@
       projects:
         team-a: {memory: 64G}
 
-Read through ``backends/profiles.py`` (cached on the file's stamp). Stdlib only.
+Read through ``backends/profiles.py`` (cached on the file's stamp), which calls :func:`parse` and
+answers a home's section (``profiles.sandbox_config(home)``); this module never imports it. Stdlib only.
 """
 
 from __future__ import annotations
@@ -104,13 +105,6 @@ def parse(raw: Any) -> SandboxConfig:
                              "and pids in its cgroup.subtree_control)")
     return SandboxConfig(ids["uid"], ids["gid"], base, out, uid_base,
                          os.path.normpath(cgroup) if cgroup is not None else None)
-
-
-def sandbox_config(home: str | os.PathLike[str] | None = None) -> SandboxConfig:
-    """The home's ``sandbox:`` section (defaults when it has none)."""
-    from autoresearch.backends import profiles
-
-    return profiles.load(home).sandbox or SandboxConfig()
 
 
 def _id(value: Any, where: str) -> int:

@@ -21,10 +21,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autoresearch.errors import SpecError
 from autoresearch.util._regex import lazy
+
+if TYPE_CHECKING:
+    from autoresearch.backends.limits import SandboxConfig
+    from autoresearch.engine.grants import Tenancy
+    from autoresearch.engine.scheduler import FairShare
 
 CONFIG = "config.yaml"
 NAME = lazy(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # a profile's name ends up in file names and the ledger
@@ -112,7 +117,7 @@ def _read(path: Path, size: int) -> Any:
 
 
 def _parse(path: Path, data: Any) -> Config:
-    from autoresearch.backends import _builtin_kinds, check_options
+    from autoresearch.backends._registry import _builtin_kinds, check_options
 
     example = "backends: {NAME: {kind: local}}, default: NAME"
     if data is None:
@@ -153,8 +158,9 @@ def _parse(path: Path, data: Any) -> Config:
         if not isinstance(default, str) or (default not in profiles and default not in kinds):
             raise _bad(path, f"default {str(default)[:60]!r} is neither a profile nor a backend kind",
                        _near(str(default), [*profiles, *kinds], "profiles and kinds"))
-    from autoresearch.backends import limits
-    from autoresearch.engine import grants, shares
+    import autoresearch.backends.limits as limits
+    import autoresearch.engine.grants as grants
+    import autoresearch.engine.shares as shares
 
     fair = _section(path, data, "scheduler", shares.parse, "docs/scheduling.md")
     sandbox = _section(path, data, "sandbox", limits.parse, "docs/security.md")
@@ -219,7 +225,7 @@ def _section(path: Path, data: dict[str, Any], key: str, parse: Any, doc: str) -
 
 def resolve(name: str, home: str | os.PathLike[str] | None = None) -> Profile:
     """The profile ``name``, or a kind with its default options; SpecError listing both otherwise."""
-    from autoresearch.backends import backend_names, is_kind
+    from autoresearch.backends._registry import backend_names, is_kind
 
     config = load(home)
     if name in config.profiles:
@@ -233,6 +239,31 @@ def resolve(name: str, home: str | os.PathLike[str] | None = None) -> Profile:
                     + ("" if config.profiles else f"; name your own in {config.path}"))
 
 
+def fair_share(home: str | os.PathLike[str] | None = None) -> FairShare | None:
+    """The home's fair share (``scheduler:``, a :class:`~autoresearch.engine.scheduler.FairShare`; None:
+    off). SpecError on a broken config.yaml."""
+    fair: FairShare | None = load(home).fair
+    return fair
+
+
+def sandbox_config(home: str | os.PathLike[str] | None = None) -> SandboxConfig:
+    """The home's ``sandbox:`` section (a :class:`~autoresearch.backends.limits.SandboxConfig`; defaults
+    when it has none)."""
+    from autoresearch.backends.limits import SandboxConfig
+
+    sandbox: SandboxConfig = load(home).sandbox or SandboxConfig()
+    return sandbox
+
+
+def tenancy(home: str | os.PathLike[str] | None = None) -> Tenancy:
+    """What the home's ``tenants:`` section lends tenants (a :class:`~autoresearch.engine.grants.Tenancy`;
+    nothing when it has none)."""
+    from autoresearch.engine.grants import Tenancy
+
+    lent = load(home).tenancy
+    return lent if isinstance(lent, Tenancy) else Tenancy()
+
+
 def default_name(home: str | os.PathLike[str] | None = None) -> str:
     """The backend to use when nobody named one: AUTORESEARCH_BACKEND, the config's default, local."""
     return os.environ.get("AUTORESEARCH_BACKEND") or load(home).default or "local"
@@ -243,7 +274,7 @@ def _check_types(kind: str, options: dict[str, Any]) -> None:
     Only plain annotations are checked (str, int, float, bool, list[str], their unions with None)."""
     import typing
 
-    from autoresearch.backends import _factory
+    from autoresearch.backends._registry import _factory
 
     factory = _factory(kind)
     try:

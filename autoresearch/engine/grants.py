@@ -11,7 +11,8 @@ must not be able to steer the server's secrets: it starts from a clean environme
 (:func:`controller_env`: where programs are, the locale, autoresearch's and MLflow's own settings,
 plus the project's grants), its ``proposer.api_key_env`` may name a granted variable only, and its
 ``proposer.base_url`` must be one of ``llm_base_urls`` (:func:`check_plan`). docs/security.md says
-the whole trust model. The file is read (and cached) by ``backends/profiles.py``.
+the whole trust model. The file is read (and cached) by ``backends/profiles.py``
+(``profiles.tenancy(home)``), which calls :func:`parse`; this module never imports it.
 
 Stdlib only, no YAML: the controller and the server import it.
 """
@@ -19,7 +20,6 @@ Stdlib only, no YAML: the controller and the server import it.
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -85,13 +85,6 @@ def parse(raw: Any) -> Tenancy:
                             hint="the tokens file is never a tenant's; remove it from the grant")
         out[project] = tuple(dict.fromkeys(names))
     return Tenancy(tuple(str(u) for u in urls), out)
-
-
-def load(home: str | os.PathLike[str] | None = None) -> Tenancy:
-    from autoresearch.backends import profiles
-
-    tenancy = profiles.load(home).tenancy
-    return tenancy if isinstance(tenancy, Tenancy) else Tenancy()
 
 
 def endpoint(url: object) -> tuple[str, str, int, str]:

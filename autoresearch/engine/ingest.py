@@ -178,10 +178,10 @@ def _limit(ledger: Ledger, job_id: int) -> int | None:
         project = JobStore(ledger).tenant_project(job_id)
         limit = None
         if project is not None:
-            from autoresearch.backends import limits
+            from autoresearch.backends import limits, profiles
 
             try:
-                limit = limits.sandbox_config(ledger.home).for_project(project).metric_points
+                limit = profiles.sandbox_config(ledger.home).for_project(project).metric_points
             except Exception:  # noqa: BLE001 - a config.yaml broken since: the defaults hold
                 limit = limits.SandboxConfig().limits.metric_points
         _limits[key] = limit

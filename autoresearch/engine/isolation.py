@@ -152,9 +152,9 @@ def apply(request: Any, policy: dict[str, Any] | None, ledger: Any, project: str
     if uid is not None:  # a root launcher: the job runs as the tenant uid, which must write its own places
         _give(own, uid, gid, str(workdir) if str(workdir) in own else None)
     gpus = [g for _, ids in (request.alloc or ((request.node, request.gpu_ids),)) for g in ids]
-    from autoresearch.backends import limits
+    from autoresearch.backends import profiles
 
-    conf = limits.sandbox_config(ledger.home)
+    conf = profiles.sandbox_config(ledger.home)
     folder, no_cgroup = _sandbox.cgroup_state(conf.cgroup)  # a delegated cgroup v2: one of its own per attempt
     cgroup = os.path.join(folder, "autoresearch-" + re.sub(r"[^0-9A-Za-z_.-]", "_", request.key)) if folder else ""
     sandbox = Sandbox(hidden=tuple(dict.fromkeys(hidden)), visible=tuple(dict.fromkeys((*sources, *_runtime_paths()))),

@@ -207,9 +207,10 @@ def check_capacity(runtime: Runtime, gpus: int, nodes: int, project: str = "", p
         if nodes > fitting:
             raise CapacityError(f"asked for {nodes} node(s) with {gpus} GPU(s) each but only {fitting} exist",
                                 hint=f"ask for at most {fitting} node(s)")
+    from autoresearch.backends import profiles
     from autoresearch.engine import shares
 
-    shares.check(shares.load(runtime.ledger.home), sum(r["gpus"] for r in rows), project, priority, gpus, nodes)
+    shares.check(profiles.fair_share(runtime.ledger.home), sum(r["gpus"] for r in rows), project, priority, gpus, nodes)
     return rows
 
 

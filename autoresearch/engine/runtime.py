@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 from autoresearch.backends import AttemptStatus, Backend, LaunchRequest, NodeInfo, open_backend
 from autoresearch.backends._base import DISK_FULL, LOG_DROPPED, OVER_LIMIT
-from autoresearch.backends._supervisor import environ
 from autoresearch.engine.guard import surviving
 from autoresearch.engine.ingest import ingest_attempt, ingest_final_many
 from autoresearch.engine.runfolders import leftovers, live_supervisor, recorded_ledger, set_aside
@@ -38,6 +37,7 @@ from autoresearch.engine.watcher import Watcher, fifo_name
 from autoresearch.errors import AutoresearchError, BackendError, LedgerError, SpecError
 from autoresearch.store.jobstore import JobStore, attempt_paths
 from autoresearch.store.ledger import Ledger
+from autoresearch.util._environ import environ
 
 if TYPE_CHECKING:  # at run time the scheduler is imported in schedule(), once something is queued: an idle read never loads it
     from collections.abc import Collection
@@ -703,10 +703,10 @@ def _alloc(row: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
 def _fair_share(home: Path) -> S.FairShare | None:
     """config.yaml's fair share; a file broken since this process read it turns it off for the pass
     (submits refuse the file with its error, so somebody sees it)."""
-    from autoresearch.engine import shares
+    from autoresearch.backends import profiles
 
     try:
-        return shares.load(home)
+        return profiles.fair_share(home)
     except AutoresearchError:
         return None
 

@@ -9,14 +9,14 @@
 With the section present the pass orders each priority class by the projects' dominant
 share over weight and holds a project's normal and critical work to its ``gpu_quota``
 (``scheduler.schedule(fair=...)``; docs/scheduling.md). Without it: submit order,
-no quotas. The file is read (and cached) by ``backends/profiles.py``; this module turns its
+no quotas. The file is read (and cached) by ``backends/profiles.py`` (``profiles.fair_share(home)``),
+which never is imported here; this module turns its
 section into a :class:`~autoresearch.engine.scheduler.FairShare` and checks quotas against the fleet.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 from autoresearch.engine.scheduler import FairShare, Share
@@ -63,13 +63,6 @@ def parse(raw: Any) -> FairShare | None:
                             hint="write gpu_quota: 8, or leave it out for no cap")
         out[name] = Share(_weight(body.get("weight", default), f"{where}.weight"), quota)
     return FairShare(out, default)
-
-
-def load(home: str | os.PathLike[str] | None = None) -> FairShare | None:
-    """The home's fair share (None: off). SpecError on a broken config.yaml."""
-    from autoresearch.backends import profiles
-
-    return profiles.load(home).fair
 
 
 def check(fair: FairShare | None, fleet_gpus: int, project: str, priority: str, gpus: int, nodes: int) -> None:

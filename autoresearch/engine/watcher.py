@@ -164,7 +164,7 @@ def daemon_lock(home: Path, backend: str) -> Path:
 
 def daemon_pid(home: Path, backend: str = "local") -> int | None:
     """The pid of the daemon of ``home`` and ``backend``, when one runs."""
-    from autoresearch.backends._supervisor import lock_holder
+    from autoresearch.util._lockfile import lock_holder
 
     return lock_holder(daemon_lock(home, backend))
 

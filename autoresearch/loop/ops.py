@@ -258,7 +258,7 @@ def tenant_env(runtime: Any, plan: Any, project: str | None) -> dict[str, str] |
         return None
     from autoresearch.backends import profiles
 
-    tenancy = grants.load(runtime.ledger.home)
+    tenancy = profiles.tenancy(runtime.ledger.home)
     grants.check_plan(plan, project, tenancy, str(profiles.config_path(runtime.ledger.home)))
     return grants.controller_env(os.environ, project, tenancy)
 

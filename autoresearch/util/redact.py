@@ -70,7 +70,7 @@ def ambient_secrets() -> list[str]:
     """Secret-named variables of this process's environment (the supplement); found again only
     when the environment changed (every submit's view asks)."""
     global _AMBIENT
-    from autoresearch.backends._supervisor import environ
+    from autoresearch.util._environ import environ
 
     env = environ()
     if _AMBIENT[0] is not env:
