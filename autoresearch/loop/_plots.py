@@ -385,6 +385,9 @@ def plot_importances(data: ReportData) -> Any:
     fig: Any = ax.figure
     fig.set_size_inches(7, max(2.5, 0.6 * len(names) + 1.5))
     ax.set_title("", loc="left")  # optuna's own title
+    legend = ax.get_legend()
+    if legend is not None:  # one bar series, named after the metric the title names already
+        legend.remove()
     ax.set_title(f"{data.view.name}: importance of each parameter for {_t(data.view.metric)}\n"
                  f"(optuna's fANOVA over {len(study.trials)} finished trials; few trials: a rough guide)", fontsize=10)
     fig.tight_layout()

@@ -155,3 +155,13 @@ def test_the_best_line_against_time_never_goes_back(api: Any) -> None:
     xs = list(best.get_xdata())
     assert xs == sorted(xs) and xs[0] >= data.view.curve[0].at - data.start
     _plots.close(fig)
+
+
+@pytest.mark.slow  # scikit-learn's import and the fANOVA fit: seconds
+def test_the_importances_plot_has_no_legend_repeating_its_title(api: Any) -> None:
+    seed(api)
+    fig = _plots.plot_importances(_data(api))
+    if fig is None:
+        pytest.skip("scikit-learn is not installed: no importances")
+    assert fig.axes[0].get_legend() is None  # optuna's named the one bar series after the metric
+    _plots.close(fig)
