@@ -277,7 +277,18 @@ def aa_check(results: list[dict[str, Any]], a: str, b: str, resamples: int = 200
     return "\n".join(lines)
 
 
-def plot(results: list[dict[str, Any]], strategies: list[str], png: Path, top: float) -> None:
+def plot(results: list[dict[str, Any]], strategies: list[str], png: Path, top: float) -> Any:
+    """The anytime curves, one panel per workload, saved to ``png``; the figure."""
+    fig = figure(results, strategies, top)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=90)
+    return fig
+
+
+def figure(results: list[dict[str, Any]], strategies: list[str], top: float) -> Any:
+    """One panel per workload, each strategy in one colour in every panel; one legend under
+    the panels names each strategy once, and the panels of one drawn in only some (a legend
+    inside a panel listed strategies that panel does not draw)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -287,9 +298,9 @@ def plot(results: list[dict[str, Any]], strategies: list[str], png: Path, top: f
 
     workloads = sorted({r["workload"] for r in results})
     best_of = {w: min(CurveTable.load(DATA / f"{w}.json.gz").finals()) for w in workloads}
-    cols = 2
+    cols = min(2, len(workloads))
     rows = math.ceil(len(workloads) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(11, 4 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(11 if cols > 1 else 6, 4 * rows), squeeze=False)
     for ax, w in zip(axes.flat, workloads, strict=False):
         from autoresearch.sim.replay import target_of
 
@@ -316,13 +327,18 @@ def plot(results: list[dict[str, Any]], strategies: list[str], png: Path, top: f
     for ax in list(axes.flat)[len(workloads):]:
         ax.axis("off")
     handles: dict[str, Any] = {}
-    for ax in axes.flat:
+    where: dict[str, list[str]] = {}
+    for ax, w in zip(axes.flat, workloads, strict=False):
         for line in ax.get_lines():
             handles.setdefault(str(line.get_label()), line)
-    axes.flat[0].legend(list(handles.values()), list(handles), fontsize=7)  # every strategy, once
-    fig.tight_layout()
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=90)
+            where.setdefault(str(line.get_label()), []).append(w)
+    order = [s for s in strategies if s in handles] + [k for k in handles if k not in strategies]
+    labels = [k if len(where[k]) == len(workloads) else f"{k} ({', '.join(where[k])} only)" for k in order]
+    legend = fig.legend([handles[k] for k in order], labels, loc="lower center", bbox_to_anchor=(0.5, 0.0),
+                        ncol=min(4, len(order)), fontsize=8, frameon=False)
+    height = legend.get_window_extent(fig.canvas.get_renderer()).height / (fig.get_figheight() * fig.dpi)
+    fig.tight_layout(rect=(0, min(height + 0.01, 0.5), 1, 1))
+    return fig
 
 
 def main() -> None:

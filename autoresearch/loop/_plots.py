@@ -9,6 +9,9 @@ within the noise floor ringed. Imported only by :mod:`autoresearch.loop.report`
 
 Each ``plot_*`` returns a matplotlib Figure or None (nothing to draw); points that stand
 for a trial carry the URL ``#trial-N`` so the HTML report can link them to the trial's row.
+Each title names the best as ``summary.md`` does (trial, job, value, confirmed over seeds);
+the layout rules (a colour ramp visible at both ends, end labels apart, legends under the
+axes) are :mod:`autoresearch.loop._layout`'s.
 """
 
 from __future__ import annotations
@@ -16,13 +19,15 @@ from __future__ import annotations
 import json
 import math
 import sys
+import textwrap
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from autoresearch.engine import metrics as M
-from autoresearch.loop.views import LoopView, TrialRow
+from autoresearch.loop import _layout as L
+from autoresearch.loop.views import LoopView, TrialRow, confirmed_text
 from autoresearch.store.jobstore import JobStore
 from autoresearch.store.ledger import Ledger
 
@@ -83,12 +88,17 @@ def _logy(ax: Any, values: list[float]) -> None:
         ax.set_yscale("log")
 
 
-def _legend(ax: Any) -> None:
-    """The legend beside the axes; none when nothing has a label (an all-failed loop: matplotlib
-    would warn "No artists with labels found to put in legend" on the command's output)."""
-    if not ax.get_legend_handles_labels()[0]:
-        return
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+def _best_line(data: ReportData) -> str:
+    """The best trial as summary.md says it: its number, job, value (a mean over seeds) and
+    whether its seeds confirmed it."""
+    view = data.view
+    if view.best_trial is None or view.best_value is None:
+        return "no trial finished with the objective yet"
+    job = next((t.job_id for t in view.trials if t.trial_id == view.best_trial), None)
+    seeds = f" (mean of {view.best_seeds} seeds)" if view.best_seeds > 1 else ""
+    status = confirmed_text(view, data.plan)
+    return (f"best: trial {view.best_trial}" + (f" (job {job})" if job is not None else "")
+            + f": {view.metric} = {view.best_value:.6g}{seeds}" + (f", {status}" if status else ""))
 
 
 def _mpl() -> Any:
@@ -132,7 +142,7 @@ def _trial_points(ax: Any, data: ReportData, xs: dict[int, float]) -> list[float
     inc = next((t for t in view.trials if t.trial_id == view.best_trial), None)
     if inc is not None and inc.trial_id in xs and inc.objective is not None:
         ax.scatter([xs[inc.trial_id]], [inc.objective], s=160, marker="*", color="C3", zorder=5,
-                   label=f"incumbent #{inc.trial_id}")
+                   label=f"incumbent: trial {inc.trial_id} (one run)")
     return drawn
 
 
@@ -145,15 +155,13 @@ def _incumbent_line(ax: Any, data: ReportData, xs: dict[int, float]) -> list[flo
     x = [s[0] for s in steps]
     y = [float(s[1]) for s in steps]  # type: ignore[arg-type]
     noise = [s[2] if s[2] is not None and math.isfinite(s[2]) else 0.0 for s in steps]
-    label = f"best so far (the incumbent the loop kept: {view.best_value:.4g} = #{view.best_trial})" \
-        if view.best_value is not None else "best so far (the loop's incumbent)"
-    ax.step(x, y, where="post", color="C3", lw=2, label=label, zorder=2)
+    ax.step(x, y, where="post", color="C3", lw=2, label="best so far (the incumbent the loop kept)", zorder=2)
     if any(noise):  # the floor each incumbent was defended with: the std of one run of it (noise.py)
         lo = [v - n for v, n in zip(y, noise, strict=True)]
         hi = [v + n for v, n in zip(y, noise, strict=True)]
-        now = f"; now ±{view.noise_floor:.3g}" if view.noise_floor is not None else ""
+        now = f", now ±{view.noise_floor:.3g}" if view.noise_floor is not None else ""
         ax.fill_between(x, lo, hi, step="post", color="C3", alpha=0.12, lw=0,
-                        label=f"incumbent ± noise floor (std of one run of the incumbent over its seeds{now})")
+                        label=f"± noise floor (one run's std{now})")
     return y
 
 
@@ -168,10 +176,10 @@ def plot_best_vs_trials(data: ReportData) -> Any:
     _logy(ax, values)
     ax.set_xlabel("ended trials, in the order the loop judged them")
     ax.set_ylabel(f"{_t(view.metric)} ({'lower' if data.sign > 0 else 'higher'} is better)")
-    ax.set_title(f"{view.name}: best {_t(view.metric)} vs trials ({len(xs)} ended)")
+    ax.set_title(f"{view.name}: best {_t(view.metric)} vs trials ({len(xs)} ended)\n{_t(_best_line(data))}",
+                 fontsize=11)
     ax.grid(alpha=0.3)
-    _legend(ax)
-    fig.tight_layout()
+    L.legend_under(fig, ax)
     return fig
 
 
@@ -193,17 +201,30 @@ def plot_best_vs_time(data: ReportData) -> Any:
         line.set_url(f"#trial-{t.trial_id}")
         values += [c[1] for c in curve]
     xs = {c.trial_id: c.at - start for c in view.curve}
-    values += _trial_points(ax, data, xs) + _incumbent_line(ax, data, xs)
+    values += _trial_points(ax, data, xs) + _incumbent_line(ax, data, judged_at(view, start))
     ax.plot([], [], lw=0.8, color="C0", label="a trial's curve")
     ax.plot([], [], lw=0.8, color="C7", ls="--", label="an early-stopped trial's partial curve")
     _logy(ax, values)
     ax.set_xlabel("seconds since the loop started")
     ax.set_ylabel(_t(view.metric))
-    ax.set_title(f"{view.name}: best {_t(view.metric)} vs wall time")
+    ax.set_title(f"{view.name}: best {_t(view.metric)} vs wall time\n{_t(_best_line(data))}", fontsize=11)
     ax.grid(alpha=0.3)
-    _legend(ax)
-    fig.tight_layout()
+    L.legend_under(fig, ax)
     return fig
+
+
+def judged_at(view: LoopView, start: float) -> dict[int, float]:
+    """When each ended trial's verdict could first be drawn, in seconds since ``start``: never
+    before it ended, nor before the trials judged ahead of it (the curve is in the order the
+    loop judged them, a stopped trial's end may be earlier than a judged one's; on the sim
+    backend decisions are wall time, ends simulated). The best-so-far line, drawn at its own
+    end, went back in time and showed a best before it existed."""
+    out: dict[int, float] = {}
+    latest = -math.inf
+    for c in view.curve:
+        latest = max(latest, c.at - start)
+        out[c.trial_id] = latest
+    return out
 
 
 def asha_rungs(plan: dict[str, Any], max_step: int) -> list[int]:
@@ -232,12 +253,13 @@ def plot_learning_curves(data: ReportData) -> Any:
     fig, ax = plt.subplots(figsize=(10.5, 5))
     values: list[float] = []
     seen: set[str] = set()
+    ends: list[L.End] = []
     for t in view.trials:
         curve = data.series.get(t.trial_id)
         if not curve:
             continue
         if t.trial_id == view.best_trial:
-            kind, style = f"incumbent #{t.trial_id}", dict(color="C3", lw=2.2, zorder=4)
+            kind, style = f"incumbent: trial {t.trial_id}", dict(color="C3", lw=2.2, zorder=4)
         elif t.state in ("stopped", "cancelled"):
             kind, style = "early-stopped", dict(color="C7", lw=0.9, ls="--", alpha=0.7)
         elif t.role == "repeat":
@@ -248,9 +270,8 @@ def plot_learning_curves(data: ReportData) -> Any:
                         **style)  # type: ignore[arg-type]
         line.set_url(f"#trial-{t.trial_id}")
         seen.add(kind)
-        if len(data.series) <= 60:  # beyond that, ids are a blur: hover them in report.html
-            ax.annotate(f"#{t.trial_id}", (curve[-1][0], curve[-1][1]), xytext=(2, 0), textcoords="offset points",
-                        fontsize=6, color=style["color"], va="center")  # type: ignore[arg-type]
+        rank = -math.inf if t.trial_id == view.best_trial else data.sign * curve[-1][1]
+        ends.append(L.End(f"#{t.trial_id}", curve[-1][0], curve[-1][1], str(style["color"]), rank))
         values += [c[1] for c in curve]
     max_step = max(c[-1][0] for c in data.series.values())
     for i, rung in enumerate(asha_rungs(data.plan, max_step)):
@@ -261,10 +282,12 @@ def plot_learning_curves(data: ReportData) -> Any:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("step")
     ax.set_ylabel(_t(view.metric))
-    ax.set_title(f"{view.name}: learning curves by trial")
+    ax.set_title(f"{view.name}: learning curves by trial\n{_t(_best_line(data))}", fontsize=11)
     ax.grid(alpha=0.3)
-    _legend(ax)
-    fig.tight_layout()
+    low, high = ax.get_xlim()
+    ax.set_xlim(low, high + 0.04 * (high - low))  # room for the end labels inside the axes
+    L.legend_under(fig, ax)
+    L.end_labels(fig, ax, ends)
     return fig
 
 
@@ -297,7 +320,7 @@ def _study(data: ReportData) -> Any:
                 if not _inside(dists[k], v):
                     raise ValueError(k)
             study.add_trial(optuna.trial.create_trial(params=params, distributions={k: dists[k] for k in params},
-                                                      value=t.objective))
+                                                      value=t.objective, user_attrs={"trial_id": t.trial_id}))
         except (ValueError, TypeError):
             continue  # a value outside the plan's space (an agent's edit, a resumed plan): left out
     return study
@@ -322,8 +345,19 @@ def plot_parallel(data: ReportData) -> Any:
         ax = plot_parallel_coordinate(study, target_name=_t(data.view.metric))
     fig: Any = ax.figure
     fig.set_size_inches(max(7, 1.8 * len(study.trials[0].params) + 3), 5)
-    ax.set_title(f"{data.view.name}: parameters of the {len(study.trials)} finished explore trials, "
-                 f"coloured by {_t(data.view.metric)}", fontsize=10)
+    lines = L.recolour(ax, data.sign)
+    view = data.view
+    inc = next((t for t in study.trials if t.user_attrs.get("trial_id") == view.best_trial), None)
+    shown = ""
+    if lines is not None and inc is not None:  # the incumbent on top, in the red of every other plot
+        segment = lines.get_segments()[L.segment_of(lines, inc.value)]
+        ax.plot(segment[:, 0], segment[:, 1], color="C3", lw=2.4, zorder=5)
+        shown = f"red: the incumbent, {_best_line(data).removeprefix('best: ')}"
+    title = (f"{view.name}: parameters of the {len(study.trials)} finished explore trials, coloured by "
+             f"{view.metric} (darker is better)" + (f"\n{shown}" if shown else ""))
+    width = int(fig.get_figwidth() * 72 / (10 * 0.55))  # characters of 10 points the figure holds
+    ax.set_title("")  # optuna's; the figure's title is centred on the figure, not on the axes beside the colour bar
+    fig.suptitle(_t("\n".join(textwrap.fill(line, width) for line in title.splitlines())), fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -351,6 +385,9 @@ def plot_importances(data: ReportData) -> Any:
     fig: Any = ax.figure
     fig.set_size_inches(7, max(2.5, 0.6 * len(names) + 1.5))
     ax.set_title("", loc="left")  # optuna's own title
+    legend = ax.get_legend()
+    if legend is not None:  # one bar series, named after the metric the title names already
+        legend.remove()
     ax.set_title(f"{data.view.name}: importance of each parameter for {_t(data.view.metric)}\n"
                  f"(optuna's fANOVA over {len(study.trials)} finished trials; few trials: a rough guide)", fontsize=10)
     fig.tight_layout()

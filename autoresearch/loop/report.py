@@ -6,9 +6,9 @@
 * ``best_vs_trials.png``   every ended trial (early-stopped at their last value, seed repeats,
                            gains within noise) and the incumbent the loop kept, ± the noise floor;
 * ``best_vs_time.png``     the same against wall time, with every trial's (partial) curve;
-* ``learning_curves.png``  the objective by step per trial, with the ASHA rungs;
+* ``learning_curves.png``  the objective by step per trial, with the ASHA rungs, end labels apart;
 * ``parallel.png``         parallel coordinates (optuna's: real axes, log where the space is log,
-                           a colour bar);
+                           a colour bar; darker is better, the worst still visible, the incumbent red);
 * ``importances.png``      parameter importances (optuna's fANOVA over the finished trials);
 * ``lineage.png``          the tree of code-edit trials (parent -> child), when there is one;
 * ``summary.md``           the incumbent, the noise floor, a leaderboard, budgets, failures;

@@ -39,9 +39,9 @@ def test_the_corpus_covers_every_class() -> None:
     "node:1:2 [0] " * 100_000, "\ufffd" * 50_000, "Xid " * 250_000,
 ])
 def test_hostile_lines_are_scanned_fast_and_decide_nothing(line: str) -> None:
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a backtracking pattern burns it, a loaded machine does not
     hits = scan([line, line], C.DEFAULT)
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
     assert all(h.cls != "infra" and h.severity != "hard" for h in hits)
 
 

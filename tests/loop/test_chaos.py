@@ -68,7 +68,7 @@ def test_the_run_helper_leaves_with_its_controller(home: Path) -> None:
             except OSError:
                 return True
 
-        wait_for(gone, timeout=20)
+        wait_for(gone, timeout=60)
         assert time.monotonic() - killed < 2.5  # not after its mlflow import and its work
     finally:
         if parent.poll() is None:

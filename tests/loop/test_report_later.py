@@ -134,7 +134,7 @@ def test_the_loops_end_does_not_wait_for_the_run_maker(home: Path, monkeypatch: 
     assert proc is not None
     t0 = time.monotonic()
     maker.close()
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 5  # it held the loop's end up to 10 s; slack for a loaded machine
     wait_for(lambda: proc.poll() is not None, timeout=120)  # it leaves by itself (reaped by close's thread)
 
 

@@ -41,7 +41,7 @@ def test_job_outlives_the_cli_that_started_it(home: Path, tmp_path: Path) -> Non
     marker = tmp_path / "done"
     job = cli("submit", "--", "/bin/sh", "-c", f"sleep 1; touch {marker}").stdout.strip()
     # the CLI process has exited; nobody polls: the detached supervisor still finishes the job
-    wait_for(marker.exists, timeout=20)
+    wait_for(marker.exists, timeout=60)
     wait_for(lambda: status(job)["state"] == "succeeded")
 
 

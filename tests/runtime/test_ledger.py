@@ -94,7 +94,7 @@ def test_the_pass_lock_never_blocks_a_reader(tmp_path: Path) -> None:
         started = time.monotonic()
         with ledger.pass_lock(wait=False) as locked:
             assert locked is False
-        assert time.monotonic() - started < 0.5
+        assert time.monotonic() - started < 10  # a waiting lock would wait for the holder's 30 s
     finally:
         holder.kill()
         holder.wait()

@@ -201,32 +201,41 @@ def test_the_daemon_and_the_syncer_start_through_one_detaching_helper(api: Any, 
     assert [argv[2] for argv in started] == ["autoresearch.engine.passd", "autoresearch.tracking"]
 
 
-def test_an_ending_waits_for_a_starting_daemon_only_within_its_grace(tmp_path: Path) -> None:
+def test_an_ending_waits_for_a_starting_daemon_only_within_its_grace(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
+    import types
 
-    from autoresearch.backends._supervisor import DAEMON_GRACE_S, _poke_starting
+    from autoresearch.backends import _supervisor as S
 
     fifo = tmp_path / "wake.fifo"
     os.mkfifo(fifo)
     stamp = tmp_path / "passd.wake.fifo.started"
     now = time.time()
-    for mtime in (None, now + 3600, now - DAEMON_GRACE_S - 1):  # none started; a stamp from the future; long ago
+    clock = {"t": now, "slept": 0.0}  # the supervisor's clock, simulated: a loaded machine cannot stretch a wait
+
+    def sleep(seconds: float) -> None:
+        clock["t"] += seconds
+        clock["slept"] += seconds
+
+    monkeypatch.setattr(S, "time", types.SimpleNamespace(time=lambda: clock["t"], sleep=sleep))
+    for mtime in (None, now + 3600, now - S.DAEMON_GRACE_S - 1):  # none started; a stamp from the future; long ago
         if mtime is not None:
             stamp.touch()
             os.utime(stamp, (mtime, mtime))
-        t0 = time.monotonic()
-        assert not _poke_starting(str(fifo), "1.1") and time.monotonic() - t0 < 0.1  # no wait at all
-    os.utime(stamp, (now - DAEMON_GRACE_S + 0.3,) * 2)  # started a moment ago and never listens
-    t0 = time.monotonic()
-    assert not _poke_starting(str(fifo), "1.1")
-    assert 0.1 < time.monotonic() - t0 < 1.5  # the rest of the grace, not more
+        assert not S._poke_starting(str(fifo), "1.1") and clock["slept"] == 0  # no wait at all
+    os.utime(stamp, (now - S.DAEMON_GRACE_S + 0.3,) * 2)  # started a moment ago and never listens
+    assert not S._poke_starting(str(fifo), "1.1")
+    assert 0.3 <= clock["slept"] <= 0.3 + 2 * S.DAEMON_LOOK_S  # the rest of the grace, not more
+    monkeypatch.undo()
+    monkeypatch.setattr(S, "DAEMON_GRACE_S", 120.0)  # a real wait: it ends when the daemon listens
     os.utime(stamp)  # just started; it listens 0.3 s later
     got: list[bytes] = []
 
     def listen() -> None:
         time.sleep(0.3)
         fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-        deadline = time.monotonic() + 3
+        deadline = time.monotonic() + 120
         while not got and time.monotonic() < deadline:
             try:
                 data = os.read(fd, 64)
@@ -239,6 +248,6 @@ def test_an_ending_waits_for_a_starting_daemon_only_within_its_grace(tmp_path: P
 
     reader = threading.Thread(target=listen)
     reader.start()
-    assert _poke_starting(str(fifo), "7.2")
+    assert S._poke_starting(str(fifo), "7.2")
     reader.join()
     assert got == [b"\ne7.2\n"]  # the ending, handed to it

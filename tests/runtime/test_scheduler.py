@@ -124,11 +124,11 @@ def test_ten_thousand_jobs_scale() -> None:
 
     nodes = [node(f"n{i}", 8) for i in range(128)]
     pending = [Pending(i, ["critical", "normal", "best-effort"][i % 3], [1, 2, 4, 8][i % 4]) for i in range(10_000)]
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # this process's CPU time: other processes on a loaded machine do not count
     out = schedule(pending, nodes, [])
-    elapsed = time.perf_counter() - t0
+    elapsed = time.process_time() - t0
     assert sum(len(ids) for p in out.placements for _, ids in p.alloc) == 1024  # the cluster is full
-    assert elapsed < 2.0  # generous for a shared CI core; bench/ reports the real figure
+    assert elapsed < 2.0  # bench/ reports the real figure
 
 
 def test_degraded_nodes_and_nodes_a_job_failed_on_come_last() -> None:

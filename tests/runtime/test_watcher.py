@@ -19,7 +19,7 @@ def test_nobody_listening_means_the_poke_fails_at_once(tmp_path: Path) -> None:
     assert stat.S_ISFIFO((tmp_path / WAKE_FIFO).stat().st_mode)
     started = time.monotonic()
     assert not _poke(str(tmp_path / WAKE_FIFO))  # a FIFO nobody reads: ENXIO, the supervisor runs the pass
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 10  # (a blocking open would never return; slack for a loaded machine)
 
 
 def test_pokes_wake_the_listener_once_and_are_coalesced(tmp_path: Path) -> None:
@@ -142,7 +142,7 @@ def test_a_supervisor_sleeps_until_the_pass_releases_it_and_then_ends(tmp_path: 
         assert _switches(pid) - before <= 2, "the supervisor polls instead of sleeping"
         assert backend.poll(str(run_dir)).state == "exited"
         backend.release(str(run_dir))
-        wait_for(lambda: not sup.is_alive(pid, None), timeout=10)
+        wait_for(lambda: not sup.is_alive(pid, None), timeout=60)
     time.sleep(0.2)
     assert not (tmp_path / "hook").exists()  # released: it did not run the pass itself
 

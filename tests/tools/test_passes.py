@@ -18,7 +18,7 @@ def test_server_runs_the_pass_when_attempts_end(home: Path) -> None:
         first = api.submit({"command": ["sleep", "0.2"], "gpus": 2, "workdir": os.getcwd()}).id
         second = api.submit({"command": ["true"], "gpus": 2, "workdir": os.getcwd()}).id
         state = lambda j: api._ledger.one("SELECT state FROM jobs WHERE id=?", (j,))["state"]  # noqa: E731
-        wait_for(lambda: state(second) == "succeeded", timeout=20)
+        wait_for(lambda: state(second) == "succeeded", timeout=60)
         assert state(first) == "succeeded"
         # the server's thread ran the passes: no supervisor needed a fresh interpreter for it
         assert not (home / "jobs" / str(first) / "attempt-1" / "on_exit.log").exists()
@@ -48,8 +48,8 @@ def test_a_failed_pass_of_the_server_owes_a_whole_one(home: Path) -> None:
     try:
         fifo = str(home / fifo_name("local"))
         for n, expected in ((5, {(5, 1)}), (6, None), (7, {(7, 1)})):
-            wait_for(lambda n=n: _poke(fifo, f"{n}.1"), timeout=20)
-            wait_for(lambda n=n: len(calls) == n - 4, timeout=20)
+            wait_for(lambda n=n: _poke(fifo, f"{n}.1"), timeout=60)
+            wait_for(lambda n=n: len(calls) == n - 4, timeout=60)
             assert calls[-1] == expected, calls
     finally:
         stop.set()
