@@ -48,10 +48,12 @@ from autoresearch.backends._slurm_files import (
     locked,
     read_file,
     read_id,
+    run_sh,
     status_of,
     write_file,
     write_text,
 )
+from autoresearch.backends._slurm_wrap import member_argv
 from autoresearch.backends._supervisor import read_log_file
 from autoresearch.errors import BackendError, CapacityError, SpecError
 
@@ -247,8 +249,11 @@ class SlurmBackend(Backend):
             "created_at": time.time(), "ledger": request.ledger, "gang": gang})
         write_file(os.path.join(run_dir, "env.json"), dict(request.env))
         shutil.copyfile(Path(__file__).with_name("_slurm_wrap.py"), os.path.join(run_dir, "wrap.py"))
+        fast = run_sh(request.env, request.workdir, argv) if gang is None else None
+        if fast is not None:  # the program starts from sh, Python's start beside it (see _slurm_wrap.py)
+            write_text(os.path.join(run_dir, "run.sh"), fast)
         script, flags = os.path.join(run_dir, "job.sbatch"), self.flags(request, name)
-        write_text(script, self.script(request, flags))
+        write_text(script, self.script(request, flags, fast=fast is not None))
         return ["sbatch", "--parsable", *flags, script]
 
     def flags(self, request: LaunchRequest, name: str) -> list[str]:
@@ -271,14 +276,26 @@ class SlurmBackend(Backend):
         flags.append(f"--signal=B:TERM@{max(1, math.ceil(request.grace))}")
         return flags + self.sbatch_args
 
-    def script(self, request: LaunchRequest, flags: list[str]) -> str:
-        """The batch script: it runs wrap.py (the flags are written down in it for whoever reads it)."""
+    def script(self, request: LaunchRequest, flags: list[str], fast: bool = False) -> str:
+        """The batch script: it runs wrap.py (the flags are written down in it for whoever reads it).
+
+        ``fast``: it first starts the program itself from ``run.sh`` (in the background, its own
+        session) and then hands it to wrap.py (``--child``), so the program does not wait for
+        Python's start; it falls back to wrap.py alone where that cannot be done (no run.sh on this
+        node, no ``setsid``) and leaves the requeued copy and a stopped or ended attempt to wrap.py."""
         python = self.python or sys.executable
         lines = ["#!/bin/sh", f"# autoresearch attempt {request.key}, submitted as:",
                  f"#   sbatch {shlex.join(flags)} {shlex.quote(os.path.join(request.run_dir, 'job.sbatch'))}",
-                 f"PY={shlex.quote(python)}", '[ -x "$PY" ] || PY=python3',
-                 # -S: wrap.py is stdlib only: no site-packages scan (~60 ms of CPU a start here)
-                 f'exec "$PY" -S {shlex.quote(os.path.join(request.run_dir, "wrap.py"))} {shlex.quote(request.run_dir)}']
+                 f"PY={shlex.quote(python)}", '[ -x "$PY" ] || PY=python3', f"R={shlex.quote(request.run_dir)}"]
+        if fast:
+            lines += ['if [ -r "$R/run.sh" ] && [ "${SLURM_RESTART_COUNT:-0}" = 0 ] && [ ! -e "$R/exit.json" ] \\',
+                      '    && [ ! -e "$R/stop.json" ] && _ar_setsid=$(command -v setsid); then',
+                      '  ( . "$R/run.sh" ) &',
+                      "  trap '' TERM INT HUP USR1  # until wrap.py's handlers are in (the program has its own)",
+                      '  exec "$PY" -I -S "$R/wrap.py" --child "$!" "$R"',
+                      "fi"]
+        # -I -S: wrap.py is stdlib only: no site-packages scan (~60 ms of CPU a start here), no PYTHON* variables
+        lines.append('exec "$PY" -I -S "$R/wrap.py" "$R"')
         return "\n".join(lines).replace("\r", " ") + "\n"
 
     def _container(self, argv: list[str], request: LaunchRequest) -> list[str]:
@@ -286,6 +303,8 @@ class SlurmBackend(Backend):
         if self.containers == "pyxis":
             out = ["srun", f"--nodes={request.nodes}", "--ntasks-per-node=1", f"--container-image={request.image}",
                    f"--container-workdir={request.workdir}"]
+            if request.nodes > 1:  # each task sets its own ranks in the image, from sh (no wrap.py there)
+                argv = member_argv(request.run_dir, argv)
             return out + ([f"--container-mounts={','.join(mounts)}"] if mounts else []) + argv
         binds = [a for m in mounts for a in ("--bind", m)]
         return ["apptainer", "exec", "--nv", "--pwd", request.workdir, *binds, request.image, *argv]

@@ -11,6 +11,9 @@ import fcntl
 import json
 import math
 import os
+import re
+import shlex
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,40 @@ def status_of(data: dict[str, Any]) -> AttemptStatus:
     """An ending read back from ending.json (``cancelled``: only ours says so, never the job's exit.json)."""
     status = from_exit(data, "exited" if data.get("state") == "exited" else "lost")
     return dataclasses.replace(status, cancelled=True) if data.get("cancelled") is True else status
+
+
+GPU_VARS = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "SLURMD_NODENAME")  # as wrap.py's
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")
+
+
+def run_sh(env: Mapping[str, str], workdir: str, argv: Sequence[str]) -> str | None:
+    """``run.sh``: what job.sbatch's background subshell sources to become the program without Python
+    (the fast start, see _slurm_wrap.py): the environment wrap.py would give it, the workdir, then
+    ``exec setsid argv``. None where sh cannot say it (a variable's name is not a shell name)."""
+    if not argv or any(not _NAME.fullmatch(k) or k.startswith("_ar_") for k in env):
+        return None
+    keep = "SLURM*|" + "|".join(GPU_VARS)
+    lines = [
+        "# sourced by job.sbatch's background subshell (the fast start: see _slurm_wrap.py)",
+        # dash's `&` ignores INT and QUIT in the child for good: put them back for the program
+        "if env --default-signal=INT,QUIT true 2>/dev/null; then set -- env --default-signal=INT,QUIT",
+        "elif [ -x /bin/bash ]; then set -- /bin/bash -c 'trap - INT QUIT; exec \"$@\"' autoresearch-start",
+        "else set --; fi",
+        f"cd {shlex.quote(workdir)} 2>/dev/null || {{ printf 'autoresearch: cannot run %s: no directory %s\\n' "
+        f"{shlex.quote(argv[0])} {shlex.quote(workdir)} >&2; exit 127; }}",
+        # the program's environment: the allocation's SLURM_* and GPU variables, plus the attempt's own
+        "for _ar_v in $(env | sed -n 's/^\\([A-Za-z_][A-Za-z0-9_]*\\)=.*/\\1/p'); do",
+        f"  case $_ar_v in {keep}) ;; *) unset \"$_ar_v\" ;; esac",
+        "done",
+        "unset SLURM_EXPORT_ENV",
+    ]
+    for key in sorted(env):
+        if key.startswith("SLURM"):
+            continue  # the allocation's own facts win over the submitter's
+        line = f"export {key}={shlex.quote(str(env[key]).replace(chr(0), ''))}"
+        lines.append(f'[ -n "${{{key}+x}}" ] || {line}' if key in GPU_VARS else line)
+    lines.append(f'exec "$_ar_setsid" "$@" {shlex.join(argv)}')
+    return "\n".join(lines) + "\n"
 
 
 def read_file(path: str) -> dict[str, Any] | None:

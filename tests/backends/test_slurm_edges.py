@@ -185,6 +185,7 @@ def test_a_node_that_cannot_read_the_run_dir_fails_the_attempt_never_fakes_a_suc
                             workdir=str(tmp_path), log_path=str(tmp_path / "a.log"), run_dir=str(tmp_path / "a"))
     ext = backend.start(request)
     (tmp_path / "a" / "request.json").write_text("{}")  # what a node without the shared filesystem would see
+    (tmp_path / "a" / "run.sh").unlink()  # (nor this: the program is started from it)
     slurm.run("scontrol", "release", (tmp_path / "a" / "slurm_job_id").read_text())
     status = wait_for(lambda: (s := backend.poll(ext)).ended and s, timeout=60)
     assert status.state == "lost" and "ran" not in (tmp_path / "a.log").read_text()
