@@ -172,6 +172,16 @@ def gang(n: int, conf: str, tmp: Path) -> tuple[list[float], list[float]]:
     return bare, ours
 
 
+def python_start(n: int = 5) -> float:
+    """A bare ``python -c pass``'s wall time now (median of ``n``): what the machine's load does to a start."""
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=20, help="jobs of each kind per engine")
@@ -187,7 +197,8 @@ def main() -> None:
 
     def row(name: str, got: dict[str, list[float]]) -> None:  # printed as each engine is done
         b, a, c = med(got["bare"]), med(got["api"]), med(got["cli"])
-        print(f"{name:22} {b:8.3f} {a:8.3f} {c:8.3f} {a - b:+9.3f} {c - a:+8.3f}", flush=True)
+        print(f"{name:22} {b:8.3f} {a:8.3f} {c:8.3f} {a - b:+9.3f} {c - a:+8.3f}   (python -c pass: "
+              f"{python_start():.3f} s, load {os.getloadavg()[0]:.1f})", flush=True)
 
     try:
         for engine in args.engines.split(","):

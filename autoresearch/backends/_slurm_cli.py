@@ -146,36 +146,37 @@ class SlurmCli:
 
     # -- nodes and partitions ---------------------------------------------------------------
 
-    def partitions(self) -> dict[str, dict[str, Any]]:
-        """Per partition: nodes, most GPUs / CPUs / memory (MB) on one node, and whether it is the default."""
-        out = self.run(["sinfo", "-h", "-N", "-o", "%P|%N|%G|%c|%m"])
+    def facts(self) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+        """:meth:`partitions` and :meth:`nodes` from one ``sinfo`` (a submit's first check needs both:
+        one call less on the path of a fresh process's first submit)."""
+        out = self.run(["sinfo", "-h", "-N", "-o", "%P|%N|%G|%c|%m|%T|%E"])
         parts: dict[str, dict[str, Any]] = {}
+        seen: dict[str, dict[str, Any]] = {}
         for line in out.splitlines():
-            cells = line.split("|")
-            if len(cells) != 5:
+            cells = line.split("|", 6)
+            if len(cells) != 7:
                 continue
-            name = cells[0].strip()
+            name, node = cells[0].strip(), cells[1].strip()
             default = name.endswith("*")
             part = parts.setdefault(name.rstrip("*"), {"nodes": set(), "gpus": 0, "cpus": 0, "memory": 0,
                                                        "default": default})
-            part["nodes"].add(cells[1].strip())
+            part["nodes"].add(node)
             part["gpus"] = max(part["gpus"], gpu_count(cells[2]))
             part["cpus"] = max(part["cpus"], _int(cells[3]))
             part["memory"] = max(part["memory"], _int(cells[4]))
-        return parts
+            if node not in seen:  # (a node in several partitions is listed once a partition)
+                reason = cells[6].strip()
+                seen[node] = {"name": node, "cpus": _int(cells[3]), "memory": _int(cells[4]),
+                              "gpus": gpu_count(cells[2]), "state": cells[5].strip(),
+                              "reason": "" if reason == "none" else reason}
+        return parts, list(seen.values())
+
+    def partitions(self) -> dict[str, dict[str, Any]]:
+        """Per partition: nodes, most GPUs / CPUs / memory (MB) on one node, and whether it is the default."""
+        return self.facts()[0]
 
     def nodes(self) -> list[dict[str, Any]]:
-        out = self.run(["sinfo", "-h", "-N", "-o", "%N|%c|%m|%G|%T|%E"])
-        seen: dict[str, dict[str, Any]] = {}
-        for line in out.splitlines():
-            cells = line.split("|", 5)
-            if len(cells) != 6 or cells[0].strip() in seen:
-                continue
-            reason = cells[5].strip()
-            seen[cells[0].strip()] = {"name": cells[0].strip(), "cpus": _int(cells[1]), "memory": _int(cells[2]),
-                                      "gpus": gpu_count(cells[3]), "state": cells[4].strip(),
-                                      "reason": "" if reason == "none" else reason}
-        return list(seen.values())
+        return self.facts()[1]
 
 
 def gpu_count(gres: str) -> int:
