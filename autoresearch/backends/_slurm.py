@@ -64,6 +64,26 @@ CONTAINERS = ("none", "pyxis", "apptainer")
 _RUNNING = ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING")
 
 
+# A gang's rendezvous found by job.sbatch without Python (wrap.py's gang_env does the same): MASTER_ADDR is
+# the first host's NodeAddr; MASTER_PORT the first of a sequence derived from the job id (20000..39999, below
+# Linux's ephemeral range) that /proc/net/tcp{,6} does not list on this node. No answer: _ar_port stays
+# empty and wrap.py starts the gang itself.
+GANG_MASTER = [
+    '_ar_port=""',
+    '_ar_first=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-}" 2>/dev/null | head -n 1)',
+    'if [ -n "$_ar_first" ] && [ -r /proc/net/tcp ]; then',
+    '  _ar_addr=$(scontrol -o show node "$_ar_first" 2>/dev/null | sed -n \'s/.* NodeAddr=\\([^ ]*\\).*/\\1/p\')',
+    '  [ -n "$_ar_addr" ] || _ar_addr=$_ar_first',
+    '  _ar_used=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null)',
+    '  _ar_i=0; _ar_s=$(( (${SLURM_JOB_ID:-0} * 7919) % 20000 ))',
+    '  while [ "$_ar_i" -lt 64 ]; do',
+    '    _ar_port=$(( 20000 + (_ar_s + _ar_i * 7) % 20000 ))',
+    '    case $_ar_used in *$(printf \':%04X \' "$_ar_port")*) _ar_port=""; _ar_i=$((_ar_i + 1)) ;; *) break ;; esac',
+    '  done',
+    'fi',
+]
+
+
 def _clean(value: str, what: str) -> str:
     """A profile value that goes into an #SBATCH line: one line, no shell tricks needed."""
     value = str(value)
@@ -239,11 +259,11 @@ class SlurmBackend(Backend):
         argv = list(request.argv)
         if request.image:
             argv = self._container(argv, request)
-        gang = None
-        if request.nodes > 1:  # wrap.py starts one member per node (srun) and gives each its ranks
+        gang, srun = None, []
+        if request.nodes > 1:  # one member per node (srun), each with its ranks (its prologue)
             wrapped = not (request.image and self.containers == "pyxis")  # pyxis: srun is in argv already
-            gang = {"members": int(request.nodes), "srun": [
-                "srun", f"--nodes={request.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"] if wrapped else []}
+            srun = ["srun", f"--nodes={request.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"] if wrapped else []
+            gang = {"members": int(request.nodes), "srun": srun}
         on_exit = request.on_exit if self.pass_on_exit else None
         write_file(os.path.join(run_dir, "request.json"), {
             "key": request.key, "name": name, "argv": argv, "workdir": request.workdir, "log_path": request.log_path,
@@ -251,7 +271,8 @@ class SlurmBackend(Backend):
             "created_at": time.time(), "ledger": request.ledger, "gang": gang})
         write_file(os.path.join(run_dir, "env.json"), dict(request.env))
         shutil.copyfile(Path(__file__).with_name("_slurm_wrap.py"), os.path.join(run_dir, "wrap.py"))
-        fast = run_sh(request.env, request.workdir, argv) if gang is None else None
+        started = [*srun, *member_argv(run_dir, argv)] if srun else argv
+        fast = run_sh(request.env, request.workdir, started, int(request.nodes))
         if fast is not None:  # the program starts from sh, Python's start beside it (see _slurm_wrap.py)
             write_text(os.path.join(run_dir, "run.sh"), fast)
         script, flags = os.path.join(run_dir, "job.sbatch"), self.flags(request, name)
@@ -289,12 +310,16 @@ class SlurmBackend(Backend):
         lines = ["#!/bin/sh", f"# autoresearch attempt {request.key}, submitted as:",
                  f"#   sbatch {shlex.join(flags)} {shlex.quote(os.path.join(request.run_dir, 'job.sbatch'))}",
                  f"PY={shlex.quote(python)}", '[ -x "$PY" ] || PY=python3', f"R={shlex.quote(request.run_dir)}"]
+        if fast and request.nodes > 1:
+            lines += GANG_MASTER
         if fast:
+            master = ' "$_ar_addr" "$_ar_port"' if request.nodes > 1 else ""
             lines += ['if [ -r "$R/run.sh" ] && [ "${SLURM_RESTART_COUNT:-0}" = 0 ] && [ ! -e "$R/exit.json" ] \\',
-                      '    && [ ! -e "$R/stop.json" ] && _ar_setsid=$(command -v setsid); then',
+                      '    && [ ! -e "$R/stop.json" ] && _ar_setsid=$(command -v setsid)'
+                      + (' && [ -n "$_ar_port" ]' if master else "") + "; then",
                       '  ( . "$R/run.sh" ) &',
                       "  trap '' TERM INT HUP USR1  # until wrap.py's handlers are in (the program has its own)",
-                      '  exec "$PY" -I -S "$R/wrap.py" --child "$!" "$R"',
+                      f'  exec "$PY" -I -S "$R/wrap.py" --child "$!" "$R"{master}',
                       "fi"]
         # -I -S: wrap.py is stdlib only: no site-packages scan (~60 ms of CPU a start here), no PYTHON* variables
         lines.append('exec "$PY" -I -S "$R/wrap.py" "$R"')

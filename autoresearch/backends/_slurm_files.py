@@ -53,10 +53,11 @@ GPU_VARS = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")
 
 
-def run_sh(env: Mapping[str, str], workdir: str, argv: Sequence[str]) -> str | None:
+def run_sh(env: Mapping[str, str], workdir: str, argv: Sequence[str], members: int = 1) -> str | None:
     """``run.sh``: what job.sbatch's background subshell sources to become the program without Python
     (the fast start, see _slurm_wrap.py): the environment wrap.py would give it, the workdir, then
-    ``exec setsid argv``. None where sh cannot say it (a variable's name is not a shell name)."""
+    ``exec setsid argv`` (a gang's: ``srun`` and its members, with ``MASTER_ADDR``/``MASTER_PORT`` from the
+    script's ``_ar_addr``/``_ar_port``). None where sh cannot say it (a variable's name is not a shell name)."""
     if not argv or any(not _NAME.fullmatch(k) or k.startswith("_ar_") for k in env):
         return None
     keep = "SLURM*|" + "|".join(GPU_VARS)
@@ -79,6 +80,9 @@ def run_sh(env: Mapping[str, str], workdir: str, argv: Sequence[str]) -> str | N
             continue  # the allocation's own facts win over the submitter's
         line = f"export {key}={shlex.quote(str(env[key]).replace(chr(0), ''))}"
         lines.append(f'[ -n "${{{key}+x}}" ] || {line}' if key in GPU_VARS else line)
+    if members > 1:  # a gang's rendezvous, as job.sbatch found it (each member's ranks: its prologue)
+        lines.append(f'export MASTER_ADDR="$_ar_addr" MASTER_PORT="$_ar_port" WORLD_SIZE={int(members)} '
+                     "LOCAL_WORLD_SIZE=1")
     lines.append(f'exec "$_ar_setsid" "$@" {shlex.join(argv)}')
     return "\n".join(lines) + "\n"
 

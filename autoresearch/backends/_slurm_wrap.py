@@ -13,7 +13,10 @@ allocation's ``SLURM_*`` and GPU variables, exports the attempt's, changes to it
 ``exec``s ``setsid argv`` (its own session, so its own process group) in a background subshell;
 the script then ``exec``s this file with ``--child <pid>``. The program is this process's child
 either way (``exec`` keeps the pid), so what follows is the same: the wait, the stop, the timeout,
-``exit.json``. ``started_at`` is the program's own start, from ``/proc``.
+``exit.json``. ``started_at`` is the program's own start, from ``/proc``. A gang starts the same
+way: the script finds ``MASTER_ADDR`` (``scontrol``) and a ``MASTER_PORT`` free on this node (from
+``/proc/net/tcp``) itself, ``run.sh`` ``exec``s ``srun`` with the members' prologue, and this file
+gets ``--child <pid> <run_dir> <addr> <port>``.
 
 It runs the attempt's argv (``request.json``) in its own process group with the attempt's
 environment (``env.json``, plus the job's ``SLURM_*`` variables and the GPUs Slurm gave it),
@@ -223,8 +226,9 @@ def started_at(pid: int) -> float | None:
         return None
 
 
-def run(run_dir: str, child: int | None = None) -> int:
-    """Supervise the attempt: start its program, or (``child``) adopt the one the batch script started."""
+def run(run_dir: str, child: int | None = None, master: tuple[str, str] | None = None) -> int:
+    """Supervise the attempt: start its program, or (``child``) adopt the one the batch script started
+    (a gang's ``srun``, with the ``master`` address and port the script gave its members)."""
     exit_path = os.path.join(run_dir, "exit.json")
     if child is None and (int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0 or os.path.exists(exit_path)):
         return 0  # a requeued copy: that attempt is over (see the module docstring)
@@ -256,10 +260,12 @@ def run(run_dir: str, child: int | None = None) -> int:
         signal.signal(sig, on_term)
     signal.signal(signal.SIGCHLD, lambda s, f: None)
     argv, env = [str(a) for a in req.get("argv") or []], _env(run_dir)
-    gang = None if child is not None else req.get("gang")
+    gang = req.get("gang")
     state = {"node": os.environ.get("SLURMD_NODENAME", ""), "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""),
              "started_at": started}
-    if isinstance(gang, dict) and isinstance(gang.get("members"), int) and gang["members"] > 1:
+    if isinstance(gang, dict) and child is not None and master is not None and master[1].isdigit():
+        state.update(members=gang.get("members"), master_addr=master[0][:200], master_port=int(master[1]))
+    elif child is None and isinstance(gang, dict) and isinstance(gang.get("members"), int) and gang["members"] > 1:
         env = gang_env(env, gang["members"])
         srun = [str(a) for a in gang.get("srun") or []]
         if srun:  # (pyxis: srun --container-image is argv itself; its tasks read SLURM_PROCID for RANK)
@@ -354,6 +360,6 @@ def _after(run_dir: str, req: dict) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--child" and sys.argv[2].isdigit():
-        sys.exit(run(sys.argv[3], int(sys.argv[2])))
+    if len(sys.argv) in (4, 6) and sys.argv[1] == "--child" and sys.argv[2].isdigit():
+        sys.exit(run(sys.argv[3], int(sys.argv[2]), (sys.argv[4], sys.argv[5]) if len(sys.argv) == 6 else None))
     sys.exit(run(sys.argv[1]))

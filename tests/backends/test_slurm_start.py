@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from autoresearch.backends._base import LaunchRequest
-from autoresearch.backends._slurm import SlurmBackend
+from autoresearch.backends._slurm import GANG_MASTER, SlurmBackend
 from autoresearch.backends._slurm_files import run_sh
 from autoresearch.backends._slurm_wrap import MEMBER, first_failure, member_argv
 
@@ -96,10 +97,35 @@ def test_the_batch_script_starts_the_program_before_python_and_hands_it_over(tmp
     assert "train.py" not in script and "PATH" not in script  # Slurm keeps the script: no env, no argv in it
 
 
-def test_a_gang_starts_through_wrap_py_and_its_members_through_sh(tmp_path: Path) -> None:
+def test_a_gang_starts_from_sh_too_with_srun_and_its_members_prologue(tmp_path: Path) -> None:
     backend = SlurmBackend(conf=str(tmp_path / "slurm.conf"))
     argv = backend._prepare(_request(tmp_path, nodes=2), "ar-1.1-x")
-    assert "run.sh" not in Path(argv[-1]).read_text() and not (tmp_path / "run" / "run.sh").exists()
+    script, run = Path(argv[-1]).read_text(), (tmp_path / "run" / "run.sh").read_text()
+    assert script.index("_ar_port=") < script.index('( . "$R/run.sh" ) &')
+    assert 'wrap.py" --child "$!" "$R" "$_ar_addr" "$_ar_port"' in script and '[ -n "$_ar_port" ]' in script
+    assert 'export MASTER_ADDR="$_ar_addr" MASTER_PORT="$_ar_port" WORLD_SIZE=2 LOCAL_WORLD_SIZE=1' in run
+    assert "srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 sh -c" in run and "autoresearch-member" in run
+
+
+def test_the_scripts_master_port_skips_a_port_in_use_on_the_node(tmp_path: Path) -> None:
+    """GANG_MASTER, run by sh with a stand-in scontrol: the first host's NodeAddr, and the first port of
+    the job's sequence that /proc/net/tcp does not list."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text('#!/bin/sh\ncase "$1 $2" in\n"show hostnames") echo node-a; echo node-b ;;\n'
+                                      '*) echo "NodeName=node-a Arch=x86_64 NodeAddr=10.1.2.3 NodeHostName=node-a" ;;\nesac\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    job = 4242
+    first = 20000 + (job * 7919) % 20000
+    script = "\n".join(GANG_MASTER) + '\necho "$_ar_addr $_ar_port"\n'
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": str(job), "SLURM_JOB_NODELIST": "node-[a-b]"}
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", first))
+        busy.listen()
+        out = subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True, text=True, timeout=60).stdout
+    assert out.split() == ["10.1.2.3", str(20000 + (job * 7919 + 7) % 20000)]
+    out = subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True, text=True, timeout=60).stdout
+    assert out.split() == ["10.1.2.3", str(first)]
 
 
 def test_pyxis_gang_members_set_their_ranks_inside_the_image(tmp_path: Path) -> None:
