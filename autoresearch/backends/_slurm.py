@@ -65,14 +65,18 @@ _RUNNING = ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED", "SIG
 
 
 # A gang's rendezvous found by job.sbatch without Python (wrap.py's gang_env does the same): MASTER_ADDR is
-# the first host's NodeAddr; MASTER_PORT the first of a sequence derived from the job id (20000..39999, below
+# the first host's NodeAddr (from the run dir's nodeaddrs, else scontrol); MASTER_PORT the first of a sequence derived from the job id (20000..39999, below
 # Linux's ephemeral range) that /proc/net/tcp{,6} does not list on this node. No answer: _ar_port stays
 # empty and wrap.py starts the gang itself.
 GANG_MASTER = [
-    '_ar_port=""',
-    '_ar_first=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-}" 2>/dev/null | head -n 1)',
+    '_ar_port=""; _ar_addr=""',
+    '_ar_first=${SLURMD_NODENAME:-}  # the batch script runs on the allocation\'s first node',
     'if [ -n "$_ar_first" ] && [ -r /proc/net/tcp ]; then',
-    '  _ar_addr=$(scontrol -o show node "$_ar_first" 2>/dev/null | sed -n \'s/.* NodeAddr=\\([^ ]*\\).*/\\1/p\')',
+    '  if [ -r "$R/nodeaddrs" ]; then  # (sinfo\'s NodeAddr, written at submit)',
+    '    while read -r _ar_n _ar_a; do [ "$_ar_n" = "$_ar_first" ] && _ar_addr=$_ar_a && break; done < "$R/nodeaddrs"',
+    '  fi',
+    '  [ -n "$_ar_addr" ] || _ar_addr=$(scontrol -o show node "$_ar_first" 2>/dev/null '
+    '| sed -n \'s/.* NodeAddr=\\([^ ]*\\).*/\\1/p\')',
     '  [ -n "$_ar_addr" ] || _ar_addr=$_ar_first',
     '  _ar_used=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null)',
     '  _ar_i=0; _ar_s=$(( (${SLURM_JOB_ID:-0} * 7919) % 20000 ))',
@@ -123,6 +127,7 @@ class SlurmBackend(Backend):
         self._jobs: dict[int, dict[str, Any]] = {}
         self._jobs_at = 0.0
         self._nodes: list[NodeInfo] | None = None
+        self._addrs: dict[str, str] = {}  # node -> NodeAddr, as sinfo said last (a gang's MASTER_ADDR)
         self._nodes_at = 0.0
         self._parts: dict[str, dict[str, Any]] | None = None
         self._parts_at = 0.0
@@ -169,6 +174,7 @@ class SlurmBackend(Backend):
         with self._lock:
             self._parts, self._parts_at = parts, time.monotonic()
             self._nodes, self._nodes_at = _node_infos(nodes), self._parts_at  # the pass that follows needs them
+            self._addrs = _addrs(nodes)
         return parts
 
     def probe(self) -> None:
@@ -186,6 +192,7 @@ class SlurmBackend(Backend):
         parts, facts = self.cli.facts()
         nodes = _node_infos(facts)
         with self._lock:
+            self._addrs = _addrs(facts)
             self._nodes, self._nodes_at = nodes, time.monotonic()
             self._parts, self._parts_at = parts, self._nodes_at
         return nodes
@@ -275,6 +282,10 @@ class SlurmBackend(Backend):
         fast = run_sh(request.env, request.workdir, started, int(request.nodes))
         if fast is not None:  # the program starts from sh, Python's start beside it (see _slurm_wrap.py)
             write_text(os.path.join(run_dir, "run.sh"), fast)
+            if gang:  # where each node is reached (sinfo's NodeAddr): the script's MASTER_ADDR without scontrol
+                with self._lock:
+                    addrs = dict(self._addrs)
+                write_text(os.path.join(run_dir, "nodeaddrs"), "".join(f"{n} {a}\n" for n, a in sorted(addrs.items())))
         script, flags = os.path.join(run_dir, "job.sbatch"), self.flags(request, name)
         write_text(script, self.script(request, flags, fast=fast is not None))
         return ["sbatch", "--parsable", *flags, script]
@@ -518,6 +529,12 @@ class SlurmBackend(Backend):
     def _log_path(external_id: str) -> str:
         request = read_file(os.path.join(external_id, "request.json")) or {}
         return str(request.get("log_path") or os.path.join(external_id, "missing.log"))
+
+
+def _addrs(facts: list[dict[str, Any]]) -> dict[str, str]:
+    """Node -> NodeAddr, of the names and addresses a shell word can carry as they are."""
+    ok = re.compile(r"[A-Za-z0-9._:-]{1,200}")
+    return {n["name"]: n["addr"] for n in facts if ok.fullmatch(n["name"]) and ok.fullmatch(str(n.get("addr") or ""))}
 
 
 def _node_infos(facts: list[dict[str, Any]]) -> list[NodeInfo]:

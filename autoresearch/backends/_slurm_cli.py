@@ -149,12 +149,12 @@ class SlurmCli:
     def facts(self) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
         """:meth:`partitions` and :meth:`nodes` from one ``sinfo`` (a submit's first check needs both:
         one call less on the path of a fresh process's first submit)."""
-        out = self.run(["sinfo", "-h", "-N", "-o", "%P|%N|%G|%c|%m|%T|%E"])
+        out = self.run(["sinfo", "-h", "-N", "-o", "%P|%N|%G|%c|%m|%T|%o|%E"])
         parts: dict[str, dict[str, Any]] = {}
         seen: dict[str, dict[str, Any]] = {}
         for line in out.splitlines():
-            cells = line.split("|", 6)
-            if len(cells) != 7:
+            cells = line.split("|", 7)
+            if len(cells) != 8:
                 continue
             name, node = cells[0].strip(), cells[1].strip()
             default = name.endswith("*")
@@ -165,9 +165,9 @@ class SlurmCli:
             part["cpus"] = max(part["cpus"], _int(cells[3]))
             part["memory"] = max(part["memory"], _int(cells[4]))
             if node not in seen:  # (a node in several partitions is listed once a partition)
-                reason = cells[6].strip()
+                reason = cells[7].strip()
                 seen[node] = {"name": node, "cpus": _int(cells[3]), "memory": _int(cells[4]),
-                              "gpus": gpu_count(cells[2]), "state": cells[5].strip(),
+                              "gpus": gpu_count(cells[2]), "state": cells[5].strip(), "addr": cells[6].strip(),
                               "reason": "" if reason == "none" else reason}
         return parts, list(seen.values())
 

@@ -108,24 +108,29 @@ def test_a_gang_starts_from_sh_too_with_srun_and_its_members_prologue(tmp_path: 
 
 
 def test_the_scripts_master_port_skips_a_port_in_use_on_the_node(tmp_path: Path) -> None:
-    """GANG_MASTER, run by sh with a stand-in scontrol: the first host's NodeAddr, and the first port of
-    the job's sequence that /proc/net/tcp does not list."""
+    """GANG_MASTER, run by sh: MASTER_ADDR is the first node's NodeAddr (the run dir's nodeaddrs, written
+    from sinfo at submit; else a stand-in scontrol), and the port the first of the job's sequence that
+    /proc/net/tcp does not list."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text('#!/bin/sh\ncase "$1 $2" in\n"show hostnames") echo node-a; echo node-b ;;\n'
-                                      '*) echo "NodeName=node-a Arch=x86_64 NodeAddr=10.1.2.3 NodeHostName=node-a" ;;\nesac\n')
+    (bin_dir / "scontrol").write_text('#!/bin/sh\necho "NodeName=node-a Arch=x86_64 NodeAddr=10.1.2.3 NodeHostName=node-a"\n')
     (bin_dir / "scontrol").chmod(0o755)
     job = 4242
     first = 20000 + (job * 7919) % 20000
-    script = "\n".join(GANG_MASTER) + '\necho "$_ar_addr $_ar_port"\n'
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": str(job), "SLURM_JOB_NODELIST": "node-[a-b]"}
+    script = f"R={tmp_path}\n" + "\n".join(GANG_MASTER) + '\necho "$_ar_addr $_ar_port"\n'
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": str(job), "SLURMD_NODENAME": "node-a"}
+
+    def master() -> list[str]:
+        return subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True, text=True, timeout=60).stdout.split()
+
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", first))
         busy.listen()
-        out = subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True, text=True, timeout=60).stdout
-    assert out.split() == ["10.1.2.3", str(20000 + (job * 7919 + 7) % 20000)]
-    out = subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True, text=True, timeout=60).stdout
-    assert out.split() == ["10.1.2.3", str(first)]
+        assert master() == ["10.1.2.3", str(20000 + (job * 7919 + 7) % 20000)]
+    assert master() == ["10.1.2.3", str(first)]
+    (tmp_path / "nodeaddrs").write_text("node-0 10.9.9.9\nnode-a 10.4.4.4\n")
+    (bin_dir / "scontrol").unlink()  # not asked
+    assert master() == ["10.4.4.4", str(first)]
 
 
 def test_pyxis_gang_members_set_their_ranks_inside_the_image(tmp_path: Path) -> None:
