@@ -64,15 +64,23 @@ def run_sh(env: Mapping[str, str], workdir: str, argv: Sequence[str], members: i
     lines = [
         "# sourced by job.sbatch's background subshell (the fast start: see _slurm_wrap.py)",
         # dash's `&` ignores INT and QUIT in the child for good: put them back for the program
-        "if env --default-signal=INT,QUIT true 2>/dev/null; then set -- env --default-signal=INT,QUIT",
+        "if env --default-signal=INT,QUIT >/dev/null 2>&1; then set -- env --default-signal=INT,QUIT",
         "elif [ -x /bin/bash ]; then set -- /bin/bash -c 'trap - INT QUIT; exec \"$@\"' autoresearch-start",
         "else set --; fi",
         f"cd {shlex.quote(workdir)} 2>/dev/null || {{ printf 'autoresearch: cannot run %s: no directory %s\\n' "
         f"{shlex.quote(argv[0])} {shlex.quote(workdir)} >&2; exit 127; }}",
         # the program's environment: the allocation's SLURM_* and GPU variables, plus the attempt's own
-        "for _ar_v in $(env | sed -n 's/^\\([A-Za-z_][A-Za-z0-9_]*\\)=.*/\\1/p'); do",
-        f"  case $_ar_v in {keep}) ;; *) unset \"$_ar_v\" ;; esac",
+        # (the names from `export -p`, a builtin: no program started; a line of a value spread over
+        # several is at worst a name unset that is not there, or set again below)
+        "set -f; IFS='",
+        "'",
+        "for _ar_l in $(export -p); do",
+        '  case $_ar_l in "export "*) _ar_v=${_ar_l#export } ;; "declare -x "*) _ar_v=${_ar_l#declare -x } ;; '
+        "*) continue ;; esac",
+        "  _ar_v=${_ar_v%%=*}",
+        f'  case $_ar_v in {keep}|""|*[!A-Za-z0-9_]*) ;; *) unset "$_ar_v" ;; esac',
         "done",
+        "set +f; unset IFS _ar_l _ar_v",
         "unset SLURM_EXPORT_ENV",
     ]
     for key in sorted(env):

@@ -26,24 +26,28 @@ SHOW = ("import json, os, signal; print(json.dumps({'env': dict(os.environ), 'cw
 ODD = "it's \"odd\" $(touch /tmp/h42-never) `x` \\ \n second line ; & |"
 
 
-def _start(tmp_path: Path, script: str, outer_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _start(tmp_path: Path, script: str, outer_env: dict[str, str], sh: str = "/bin/sh"
+           ) -> subprocess.CompletedProcess[str]:
     """Source ``script`` the way job.sbatch does: in a background subshell of sh, setsid found first."""
     (tmp_path / "run.sh").write_text(script)
     job = 'R="$1"; _ar_setsid=$(command -v setsid); ( . "$R/run.sh" ) & wait $!'
-    return subprocess.run(["/bin/sh", "-c", job, "job", str(tmp_path)], env=outer_env, capture_output=True,
+    return subprocess.run([sh, "-c", job, "job", str(tmp_path)], env=outer_env, capture_output=True,
                           text=True, timeout=60)
 
 
-def test_the_fast_start_gives_the_program_exactly_wrap_pys_environment(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sh", ["/bin/sh", "/bin/bash"])  # (where /bin/sh is bash, `export -p` says declare -x)
+def test_the_fast_start_gives_the_program_exactly_wrap_pys_environment(tmp_path: Path, sh: str) -> None:
     work = tmp_path / "work dir"
     work.mkdir()
     env = {"PATH": os.environ["PATH"], "ODD": ODD, "CUDA_VISIBLE_DEVICES": "7", "SLURM_JOB_ID": "submitter's",
            "HOME": str(tmp_path)}
     script = run_sh(env, str(work), [sys.executable, "-c", SHOW])
     assert script is not None
+    (tmp_path / "export X").write_text("")  # (a value's line that globs to a file's name is no variable)
     outer = {"PATH": os.environ["PATH"], "HOSTNAME": "login", "SECRET_OF_SBATCH": "x", "SLURM_JOB_ID": "42",
+             "GLOB": "a\nexport *\nexport PATH2=1",
              "SLURM_PROCID": "0", "CUDA_VISIBLE_DEVICES": "0,1"}
-    done = _start(tmp_path, script, outer)
+    done = _start(tmp_path, script, outer, sh)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
     got = {k: v for k, v in seen["env"].items() if k not in ("PWD", "SHLVL", "_", "LC_CTYPE")}
