@@ -14,7 +14,10 @@ is the time from the submit call to the time the program wrote (its first line r
 Plus a 2-node gang on the Slurm kit: ``sbatch --nodes=2 --wrap 'srun ...'`` against
 ``Api.submit(nodes=2)`` (wrap.py, the members' ranks and MASTER_PORT), until both members ran.
 It starts the kits it needs in a temporary directory and stops them at the end, also when one
-fails to start. Medians of one run; the overhead columns subtract the bare median.
+fails to start. Medians of one run; the overhead columns subtract the bare median. Each row also
+prints a bare ``python -c pass``'s wall time and the load average at that moment, so a reader can
+judge what the machine's load did to every start. The package is byte-compiled first (as an
+installed one is), so the CLI column never pays for compiling this checkout.
 """
 
 from __future__ import annotations
