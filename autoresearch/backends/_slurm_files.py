@@ -51,6 +51,9 @@ def status_of(data: dict[str, Any]) -> AttemptStatus:
 
 GPU_VARS = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "SLURMD_NODENAME")  # as wrap.py's
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")
+# Names a /bin/sh that is bash will not export or unset (it would exit), and IFS (the script's own splitting):
+# such an environment goes through wrap.py.
+_READONLY = frozenset({"BASHOPTS", "SHELLOPTS", "BASH_VERSINFO", "EUID", "PPID", "UID", "BASH_ARGV0", "IFS"})
 
 
 def run_sh(env: Mapping[str, str], workdir: str, argv: Sequence[str], members: int = 1) -> str | None:
@@ -58,7 +61,7 @@ def run_sh(env: Mapping[str, str], workdir: str, argv: Sequence[str], members: i
     (the fast start, see _slurm_wrap.py): the environment wrap.py would give it, the workdir, then
     ``exec setsid argv`` (a gang's: ``srun`` and its members, with ``MASTER_ADDR``/``MASTER_PORT`` from the
     script's ``_ar_addr``/``_ar_port``). None where sh cannot say it (a variable's name is not a shell name)."""
-    if not argv or any(not _NAME.fullmatch(k) or k.startswith("_ar_") for k in env):
+    if not argv or any(not _NAME.fullmatch(k) or k.startswith("_ar_") or k in _READONLY for k in env):
         return None
     keep = "SLURM*|" + "|".join(GPU_VARS)
     lines = [

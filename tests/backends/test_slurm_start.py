@@ -20,7 +20,7 @@ from autoresearch.backends._slurm import GANG_MASTER, SlurmBackend
 from autoresearch.backends._slurm_files import run_sh
 from autoresearch.backends._slurm_wrap import MEMBER, first_failure, member_argv
 
-SHOW = ("import json, os, signal; print(json.dumps({'env': dict(os.environ), 'cwd': os.getcwd(), "
+SHOW = ("import json, os, signal, sys; print(json.dumps({'env': dict(os.environ), 'cwd': os.getcwd(), 'argv': sys.argv[1:], "
         "'pgid': os.getpgid(0) == os.getpid(), 'ign': [s for s in (signal.SIGINT, signal.SIGQUIT) "
         "if signal.getsignal(s) == signal.SIG_IGN]}))")
 ODD = "it's \"odd\" $(touch /tmp/h42-never) `x` \\ \n second line ; & |"
@@ -41,7 +41,7 @@ def test_the_fast_start_gives_the_program_exactly_wrap_pys_environment(tmp_path:
     work.mkdir()
     env = {"PATH": os.environ["PATH"], "ODD": ODD, "CUDA_VISIBLE_DEVICES": "7", "SLURM_JOB_ID": "submitter's",
            "HOME": str(tmp_path)}
-    script = run_sh(env, str(work), [sys.executable, "-c", SHOW])
+    script = run_sh(env, str(work), [sys.executable, "-c", SHOW, ODD])
     assert script is not None
     (tmp_path / "export X").write_text("")  # (a value's line that globs to a file's name is no variable)
     outer = {"PATH": os.environ["PATH"], "HOSTNAME": "login", "SECRET_OF_SBATCH": "x", "SLURM_JOB_ID": "42",
@@ -54,7 +54,7 @@ def test_the_fast_start_gives_the_program_exactly_wrap_pys_environment(tmp_path:
     # the attempt's own variables; the allocation's SLURM_* and GPUs win; nothing else of the batch job's
     assert got == {"PATH": os.environ["PATH"], "ODD": ODD, "HOME": str(tmp_path), "SLURM_JOB_ID": "42",
                    "SLURM_PROCID": "0", "CUDA_VISIBLE_DEVICES": "0,1"}
-    assert seen["cwd"] == str(work)
+    assert seen["cwd"] == str(work) and seen["argv"] == [ODD]
     assert seen["pgid"] is True  # its own process group: wrap.py's stop signals the whole of it
     assert seen["ign"] == []  # dash's `&` ignores INT and QUIT: put back for the program
     assert not Path("/tmp/h42-never").exists()
@@ -81,6 +81,7 @@ def test_the_fast_start_fails_like_wrap_py_on_a_missing_workdir_or_program(tmp_p
 def test_no_fast_start_where_sh_cannot_name_a_variable() -> None:
     assert run_sh({"A-B": "1"}, "/tmp", ["true"]) is None  # wrap.py passes such names; sh cannot export them
     assert run_sh({"_ar_setsid": "1"}, "/tmp", ["true"]) is None  # the script's own
+    assert run_sh({"SHELLOPTS": "braceexpand"}, "/tmp", ["true"]) is None  # bash (as sh) cannot export it
     assert run_sh({"A": "1"}, "/tmp", []) is None
 
 
