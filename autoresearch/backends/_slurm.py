@@ -41,8 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo
-from autoresearch.backends._slurm_cli import KIT_HINT, Rejected, SlurmCli, Unreachable
+from autoresearch.backends._slurm_cli import KIT_HINT, Rejected, SlurmCli, Unreachable, placed_on
 from autoresearch.backends._slurm_files import (
+    GANG_MASTER,
     from_exit,
     held,
     locked,
@@ -62,30 +63,6 @@ STOP_BACKSTOP_S = 30.0
 NODES_TTL_S = 5.0  # a stop not honoured this long after its grace: scancel hard
 CONTAINERS = ("none", "pyxis", "apptainer")
 _RUNNING = ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING")
-
-
-# A gang's rendezvous found by job.sbatch without Python (wrap.py's gang_env does the same): MASTER_ADDR is
-# the first host's NodeAddr (from the run dir's nodeaddrs, else scontrol); MASTER_PORT the first of a sequence derived from the job id (20000..39999, below
-# Linux's ephemeral range) that /proc/net/tcp{,6} does not list on this node. No answer: _ar_port stays
-# empty and wrap.py starts the gang itself.
-GANG_MASTER = [
-    '_ar_port=""; _ar_addr=""',
-    '_ar_first=${SLURMD_NODENAME:-}  # the batch script runs on the allocation\'s first node',
-    'if [ -n "$_ar_first" ] && [ -r /proc/net/tcp ]; then',
-    '  if [ -r "$R/nodeaddrs" ]; then  # (sinfo\'s NodeAddr, written at submit)',
-    '    while read -r _ar_n _ar_a; do [ "$_ar_n" = "$_ar_first" ] && _ar_addr=$_ar_a && break; done < "$R/nodeaddrs"',
-    '  fi',
-    '  [ -n "$_ar_addr" ] || _ar_addr=$(scontrol -o show node "$_ar_first" 2>/dev/null '
-    '| sed -n \'s/.* NodeAddr=\\([^ ]*\\).*/\\1/p\')',
-    '  [ -n "$_ar_addr" ] || _ar_addr=$_ar_first',
-    '  _ar_used=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null)',
-    '  _ar_i=0; _ar_s=$(( (${SLURM_JOB_ID:-0} * 7919) % 20000 ))',
-    '  while [ "$_ar_i" -lt 64 ]; do',
-    '    _ar_port=$(( 20000 + (_ar_s + _ar_i * 7) % 20000 ))',
-    '    case $_ar_used in *$(printf \':%04X \' "$_ar_port")*) _ar_port=""; _ar_i=$((_ar_i + 1)) ;; *) break ;; esac',
-    '  done',
-    'fi',
-]
 
 
 def _clean(value: str, what: str) -> str:
@@ -547,71 +524,6 @@ def held_detail(job: dict[str, Any] | None) -> str:
     reason = str((job or {}).get("state_reason") or "").strip()
     reason = "".join(c for c in reason if c.isprintable())[:120]
     return f"engine: PENDING, {reason}" if reason and reason.lower() != "none" else "engine: PENDING"
-
-
-def placed_on(job: dict[str, Any] | None) -> dict[str, Any]:
-    """Where Slurm runs a job: its node and GPU indexes (``gres_detail``, one entry a node: ``gpu:2(IDX:0-1)``);
-    for a gang also every node with its own (``members``), from ``job_resources``' node names or the host list."""
-    job = job or {}
-    details = job.get("gres_detail")
-    per_node = [_gpu_indexes(str(entry)) for entry in (details if isinstance(details, list) else [])[:1024]]
-    resources = job.get("job_resources")
-    listed = resources.get("allocated_nodes") if isinstance(resources, dict) else None
-    names = [str(n.get("nodename") or "") for n in listed if isinstance(n, dict)] if isinstance(listed, list) else []
-    names = names if names and all(names) else expand_hostlist(str(job.get("nodes") or ""))
-    names = [n for n in names if n.isprintable() and 0 < len(n) <= 200 and not any(c in n for c in "[],")]
-    if not names:
-        return {}
-    if len(names) == 1:
-        return {"node": names[0], "gpu_ids": tuple(i for ids in per_node for i in ids)[:1024]}
-    members = tuple((name, per_node[i] if i < len(per_node) else ()) for i, name in enumerate(names))
-    return {"node": names[0], "gpu_ids": members[0][1], "members": members}
-
-
-def _gpu_indexes(entry: str) -> tuple[str, ...]:
-    ids: list[str] = []
-    found = re.search(r"IDX:([0-9,\-]{1,200})\)", entry)
-    for part in found.group(1).split(",") if found else []:
-        low, _, high = part.partition("-")
-        if low.isdigit() and (not high or high.isdigit()):
-            ids += [str(i) for i in range(int(low), min(int(high or low), int(low) + 1024) + 1)]
-    return tuple(ids[:1024])
-
-
-def expand_hostlist(text: str, limit: int = 1024) -> list[str]:
-    """Slurm's compact host list, expanded: ``gpu[07-09],cpu1`` -> gpu07 gpu08 gpu09 cpu1 (zero padding
-    kept; several bracket groups multiply); at most ``limit`` names, [] for what is not a host list."""
-    if not text.isprintable() or len(text) > 4000:
-        return []
-    items, depth, word = [], 0, ""
-    for ch in text:
-        if ch == "," and depth == 0:
-            items.append(word)
-            word = ""
-            continue
-        depth += (ch == "[") - (ch == "]")
-        if depth not in (0, 1):
-            return []
-        word += ch
-    items.append(word)
-    out: list[str] = []
-    for item in items:
-        names = [""]
-        for literal, group in re.findall(r"([^\[\]]*)(?:\[([^\]]*)\])?", item):
-            values = [""]
-            if group:
-                values = []
-                for part in group.split(","):
-                    low, _, high = part.partition("-")
-                    if not low.isdigit() or (high and not high.isdigit()):
-                        return []
-                    last = int(high) if high else int(low)
-                    values += [str(i).zfill(len(low)) for i in range(int(low), min(last, int(low) + limit) + 1)]
-            names = [n + literal + v for n in names for v in values][:limit]
-        out += [n for n in names if n]
-        if len(out) >= limit:
-            return out[:limit]
-    return out
 
 
 def _cancelled_by(job: dict[str, Any] | None, job_id: int, ours: bool) -> str:

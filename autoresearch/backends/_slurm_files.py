@@ -56,6 +56,30 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")
 _READONLY = frozenset({"BASHOPTS", "SHELLOPTS", "BASH_VERSINFO", "EUID", "PPID", "UID", "BASH_ARGV0", "IFS"})
 
 
+# A gang's rendezvous found by job.sbatch without Python (wrap.py's gang_env does the same): MASTER_ADDR is
+# the first host's NodeAddr (from the run dir's nodeaddrs, else scontrol); MASTER_PORT the first of a sequence derived from the job id (20000..39999, below
+# Linux's ephemeral range) that /proc/net/tcp{,6} does not list on this node. No answer: _ar_port stays
+# empty and wrap.py starts the gang itself.
+GANG_MASTER = [
+    '_ar_port=""; _ar_addr=""',
+    '_ar_first=${SLURMD_NODENAME:-}  # the batch script runs on the allocation\'s first node',
+    'if [ -n "$_ar_first" ] && [ -r /proc/net/tcp ]; then',
+    '  if [ -r "$R/nodeaddrs" ]; then  # (sinfo\'s NodeAddr, written at submit)',
+    '    while read -r _ar_n _ar_a; do [ "$_ar_n" = "$_ar_first" ] && _ar_addr=$_ar_a && break; done < "$R/nodeaddrs"',
+    '  fi',
+    '  [ -n "$_ar_addr" ] || _ar_addr=$(scontrol -o show node "$_ar_first" 2>/dev/null '
+    '| sed -n \'s/.* NodeAddr=\\([^ ]*\\).*/\\1/p\')',
+    '  [ -n "$_ar_addr" ] || _ar_addr=$_ar_first',
+    '  _ar_used=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null)',
+    '  _ar_i=0; _ar_s=$(( (${SLURM_JOB_ID:-0} * 7919) % 20000 ))',
+    '  while [ "$_ar_i" -lt 64 ]; do',
+    '    _ar_port=$(( 20000 + (_ar_s + _ar_i * 7) % 20000 ))',
+    '    case $_ar_used in *$(printf \':%04X \' "$_ar_port")*) _ar_port=""; _ar_i=$((_ar_i + 1)) ;; *) break ;; esac',
+    '  done',
+    'fi',
+]
+
+
 def run_sh(env: Mapping[str, str], workdir: str, argv: Sequence[str], members: int = 1) -> str | None:
     """``run.sh``: what job.sbatch's background subshell sources to become the program without Python
     (the fast start, see _slurm_wrap.py): the environment wrap.py would give it, the workdir, then

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from autoresearch.api import Api
-from autoresearch.backends._slurm import SlurmBackend, expand_hostlist, placed_on
+from autoresearch.backends._slurm import SlurmBackend
+from autoresearch.backends._slurm_cli import expand_hostlist, placed_on
 from autoresearch.backends._slurm_wrap import PORT_BASE, PORT_SPAN, first_host, master_port
 from tests.conftest import wait_for, wait_state
 from tests.runtime.test_gangs import RENDEZVOUS

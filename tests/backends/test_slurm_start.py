@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from autoresearch.backends._base import LaunchRequest
-from autoresearch.backends._slurm import GANG_MASTER, SlurmBackend
-from autoresearch.backends._slurm_files import run_sh
+from autoresearch.backends._slurm import SlurmBackend
+from autoresearch.backends._slurm_files import GANG_MASTER, run_sh
 from autoresearch.backends._slurm_wrap import MEMBER, first_failure, member_argv
 
 SHOW = ("import json, os, signal, sys; print(json.dumps({'env': dict(os.environ), 'cwd': os.getcwd(), 'argv': sys.argv[1:], "
