@@ -5,6 +5,7 @@ the local backend: it exists in the ledger before ``sbatch`` runs, so a submitte
 any line leaves nothing the next pass cannot find. In the run dir:
 
     request.json env.json wrap.py job.sbatch   what to run (written before sbatch)
+    run.sh [nodeaddrs]                         the program's start from sh (the fast start, _slurm_wrap.py)
     slurm_job_id                               Slurm's id, once sbatch has answered
     state.json exit.json                       written on the node by wrap.py (_slurm_wrap.py)
     stop.json                                  written by stop(); wrap.py honours it even with slurmctld down
