@@ -45,16 +45,15 @@ so the program never runs twice under one attempt.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import resource
 import select
 import signal
-import socket
-import subprocess
 import sys
 import time
+
+# (hashlib, socket, subprocess and resource are imported where used: the fast start's supervisor needs
+# none of them until the end, and every module is CPU the program's own start competes with)
 
 GPU_VARS = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "SLURMD_NODENAME")
 STOP_POLL_S = 0.5
@@ -106,6 +105,8 @@ def first_host(nodelist: str) -> str:
 def master_port(job_id: str, free: object = None) -> int:
     """A port free on this host (the gang's first node), the first free one of a sequence derived
     from the Slurm job id: the same job asks for the same ports, two jobs rarely for the same one."""
+    import hashlib
+
     is_free = free if callable(free) else _port_free
     start = int(hashlib.sha1(str(job_id).encode()).hexdigest(), 16) % PORT_SPAN
     for i in range(PORT_TRIES):
@@ -116,6 +117,8 @@ def master_port(job_id: str, free: object = None) -> int:
 
 
 def _port_free(port: int) -> bool:
+    import socket
+
     with socket.socket() as s:
         try:
             s.bind(("", port))
@@ -126,6 +129,8 @@ def _port_free(port: int) -> bool:
 
 def _node_addr(node: str) -> str:
     """The address Slurm reaches ``node`` by (its NodeAddr; the name itself when Slurm does not say)."""
+    import subprocess
+
     try:
         out = subprocess.run(["scontrol", "-o", "show", "node", node], capture_output=True, text=True,
                              timeout=10).stdout
@@ -141,7 +146,7 @@ def gang_env(env: dict[str, str], members: int) -> dict[str, str]:
     """The rendezvous every member shares: MASTER_ADDR (the allocation's first host), MASTER_PORT, WORLD_SIZE."""
     out = dict(env)
     first = first_host(os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST") or "")
-    first = first or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    first = first or os.environ.get("SLURMD_NODENAME") or os.uname().nodename
     out.update(MASTER_ADDR=_node_addr(first), MASTER_PORT=str(master_port(os.environ.get("SLURM_JOB_ID", ""))),
                WORLD_SIZE=str(members), LOCAL_WORLD_SIZE="1")
     return out
@@ -309,6 +314,8 @@ def run(run_dir: str, child: int | None = None, master: tuple[str, str] | None =
         except OSError:
             pass
     _killpg(child, signal.SIGKILL)  # leftovers of the group
+    import resource
+
     code = os.waitstatus_to_exitcode(status) if status is not None else None
     ending: dict[str, object] = {
         "exit_code": code if code is not None and code >= 0 else None,

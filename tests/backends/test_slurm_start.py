@@ -170,3 +170,17 @@ def test_a_member_whose_run_dir_is_not_there_still_runs(tmp_path: Path) -> None:
     done = subprocess.run(argv, env={"PATH": os.environ["PATH"], "SLURM_PROCID": "0"}, capture_output=True,
                           text=True, timeout=60)
     assert (done.returncode, done.stdout.strip(), done.stderr) == (4, "0", "")
+
+
+def test_the_supervisor_imports_only_what_a_one_node_attempt_needs(tmp_path: Path) -> None:
+    """wrap.py starts beside the program (the fast start): hashlib, socket and subprocess (gangs only)
+    wait until used, so its start takes less of the CPU the program's own start needs."""
+    import autoresearch.backends._slurm_wrap as wrap
+
+    (tmp_path / "request.json").write_text(json.dumps({"argv": ["true"], "workdir": str(tmp_path)}))
+    (tmp_path / "env.json").write_text(json.dumps({"PATH": os.environ["PATH"]}))
+    done = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", wrap.__file__, str(tmp_path)],
+                          env={"PATH": os.environ["PATH"]}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and json.loads((tmp_path / "exit.json").read_text())["exit_code"] == 0
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "json" in imported and not imported & {"hashlib", "socket", "subprocess"}
