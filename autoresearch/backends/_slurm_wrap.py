@@ -223,11 +223,10 @@ def started_at(pid: int) -> float | None:
     """When process ``pid`` started (wall clock), from /proc; None where /proc does not say."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/stat") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # since boot (/proc/stat's btime is whole seconds)
+        since_boot = time.clock_gettime(getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC))
+        return time.time() - (since_boot - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
         return None
 
 

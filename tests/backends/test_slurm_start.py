@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,17 @@ def test_the_supervisor_imports_only_what_a_one_node_attempt_needs(tmp_path: Pat
     assert done.returncode == 0 and json.loads((tmp_path / "exit.json").read_text())["exit_code"] == 0
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "json" in imported and not imported & {"hashlib", "socket", "subprocess"}
+
+
+def test_a_started_programs_start_is_read_to_the_clock_tick(tmp_path: Path) -> None:
+    from autoresearch.backends._slurm_wrap import started_at
+
+    before = time.time()
+    child = subprocess.Popen(["sleep", "5"])
+    try:
+        begun = started_at(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert begun is not None and before - 0.05 <= begun <= time.time()  # (a tick is 10 ms; btime was whole seconds)
+    assert started_at(2**22 + 7) is None  # no such process
