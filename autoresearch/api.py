@@ -566,7 +566,7 @@ class Api:
             view.attempt_list.append(AttemptView(
                 a["n"], a["state"], a["node"], json.loads(a["gpu_ids"]), a["started_at"], a["ended_at"],
                 a["exit_code"], a["signal"], a["end_reason"], a["detail"] and redact(a["detail"], secrets),
-                a["peak_rss_mb"], a["failure_class"]))
+                a["peak_rss_mb"], a["failure_class"], _gang_nodes(a["alloc"])))
         if attempts and job["isolation"]:  # a tenant's: what it may use, and how that is enforced
             from autoresearch.engine import isolation
             from autoresearch.store.jobstore import attempt_paths
@@ -697,3 +697,13 @@ def prompts_dir() -> Path:
     from autoresearch.util import paths
 
     return paths.prompts_dir()
+
+
+def _gang_nodes(alloc: str | None) -> list[str]:
+    """A gang attempt's nodes from its recorded placement ([[node, gpu ids], ...]); [] for one node."""
+    try:
+        members = json.loads(alloc) if alloc else []
+        nodes = [str(m[0]) for m in members if isinstance(m, list) and m]
+    except (TypeError, ValueError):
+        return []
+    return nodes if len(nodes) > 1 else []

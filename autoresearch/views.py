@@ -31,6 +31,7 @@ class AttemptView:
     detail: str | None
     peak_rss_mb: float | None
     failure_class: str | None = None  # infra | infra-suspect | unknown | user, when it failed
+    nodes: list[str] = field(default_factory=list)  # a gang's every node, first to last (``node`` is the first)
 
 
 @dataclass

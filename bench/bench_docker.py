@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_runtime import pct, started_at  # bench/ is on sys.path when run as a script
+from bench_engines import compiled, python_start  # bench/ is on sys.path when run as a script
+from bench_runtime import pct, started_at
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,6 +66,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=20, help="submit->running samples per column")
     args = parser.parse_args()
     os.environ["AUTORESEARCH_SYNC"] = "off"
+    compiled()
     kit = _kit()
     tmp = Path(tempfile.mkdtemp(prefix="bench-docker-"))
     (tmp / "marks").mkdir()
@@ -84,6 +86,7 @@ def main() -> None:
                             ("cli", "autoresearch submit (CLI)")):
             med = statistics.median(times[kind])
             print(f"{label:40} {med:8.3f} {pct(times[kind], 0.9):8.3f} {med - bare:+10.3f}")
+        print(f"(python -c pass: {python_start():.3f} s, load {os.getloadavg()[0]:.1f})")
     finally:
         kit.stop(tmp / "kit")
         shutil.rmtree(tmp, ignore_errors=True)

@@ -14,7 +14,10 @@ is the time from the submit call to the time the program wrote (its first line r
 Plus a 2-node gang on the Slurm kit: ``sbatch --nodes=2 --wrap 'srun ...'`` against
 ``Api.submit(nodes=2)`` (wrap.py, the members' ranks and MASTER_PORT), until both members ran.
 It starts the kits it needs in a temporary directory and stops them at the end, also when one
-fails to start. Medians of one run; the overhead columns subtract the bare median.
+fails to start. Medians of one run; the overhead columns subtract the bare median. Each row also
+prints a bare ``python -c pass``'s wall time and the load average at that moment, so a reader can
+judge what the machine's load did to every start. The package is byte-compiled first (as an
+installed one is), so the CLI column never pays for compiling this checkout.
 """
 
 from __future__ import annotations
@@ -172,6 +175,25 @@ def gang(n: int, conf: str, tmp: Path) -> tuple[list[float], list[float]]:
     return bare, ours
 
 
+def compiled() -> None:
+    """Byte-compile the package once: an installed package has its .pyc files, and a CLI started with
+    PYTHONDONTWRITEBYTECODE=1 (some sandboxes set it) would otherwise compile ~30 modules at every start
+    (0.3-0.6 s of CPU here), which is this checkout's cost, not the CLI's."""
+    import compileall
+
+    compileall.compile_dir(str(ROOT / "autoresearch"), quiet=1)
+
+
+def python_start(n: int = 5) -> float:
+    """A bare ``python -c pass``'s wall time now (median of ``n``): what the machine's load does to a start."""
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=20, help="jobs of each kind per engine")
@@ -180,6 +202,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["AUTORESEARCH_SYNC"] = "off"
     os.environ.pop("AUTORESEARCH_BACKEND", None)
+    compiled()
     tmp = Path(tempfile.mkdtemp(prefix="bench-engines-"))
     med = statistics.median
     print(f"submit -> program running, median of {args.n} per column (s); one run, a loaded 2-core machine")
@@ -187,7 +210,8 @@ def main() -> None:
 
     def row(name: str, got: dict[str, list[float]]) -> None:  # printed as each engine is done
         b, a, c = med(got["bare"]), med(got["api"]), med(got["cli"])
-        print(f"{name:22} {b:8.3f} {a:8.3f} {c:8.3f} {a - b:+9.3f} {c - a:+8.3f}", flush=True)
+        print(f"{name:22} {b:8.3f} {a:8.3f} {c:8.3f} {a - b:+9.3f} {c - a:+8.3f}   (python -c pass: "
+              f"{python_start():.3f} s, load {os.getloadavg()[0]:.1f})", flush=True)
 
     try:
         for engine in args.engines.split(","):

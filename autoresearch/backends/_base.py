@@ -152,6 +152,9 @@ class AttemptStatus:
     # engine's own word for why it has not started (Slurm's PENDING and its reason): status shows it.
     node: str | None = None
     gpu_ids: tuple[str, ...] | None = None
+    # A gang's every node and its GPU ids, as the engine says (``node`` is the first): recorded as the
+    # attempt's placement (``alloc``), so status shows all of them. None: not said, or one node.
+    members: tuple[tuple[str, tuple[str, ...]], ...] | None = None
 
     @property
     def ended(self) -> bool:

@@ -14,8 +14,8 @@ for the exact command lines, a fake CLI that records them (tests/fakes/bin/docke
   path with ``:`` or ``,`` stays one path, where ``-v`` would split it). The container runs as the submitting
   user (``--user uid:gid``) so what it writes stays the user's.
 * At most once per key: ``request.json`` in the run dir is created with O_EXCL first, and
-  a container already there (``docker ps -a --filter label=... --filter name=...``; a
-  crash after ``docker run`` and before the ledger's write) is adopted, never run again.
+  a container already there (``docker run`` refuses its name; ``docker ps -a --filter label=...
+  --filter name=...`` then finds it) is adopted, never run again.
 * State from ``docker inspect``; the first ending seen is kept in ``final.json`` (it never
   changes, and survives ``docker rm``). Logs: a detached waiter (``_docker_wait``) streams
   ``docker logs -f`` into the attempt's log file and, at the end, runs the pass (on_exit)
@@ -162,10 +162,12 @@ class DockerBackend(Backend):
             json.dump({"key": request.key, "name": name, "created_at": time.time(), "log_path": request.log_path,
                        "timeout": request.timeout, "grace": request.grace, "on_exit": request.on_exit,
                        "wake_fifo": request.wake_fifo, "options": self.options, "ledger": request.ledger}, f)
-        if not self._find(request.key, name):  # a container from before a crash is adopted, not run again
-            argv, env = self.run_argv(request, name, image)
-            done = self._cli(*argv, env=env, check=False, timeout=max(self.timeout, 600.0))  # may pull the image
-            if done.returncode != 0 and not self._find(request.key, name):
+        # request.json was just created, so this run dir never started a container: no `docker ps` first
+        # (~40 ms before every start). A container of this name from elsewhere (a run dir made again) makes
+        # `docker run` fail on the name; it is then found and adopted, never run twice.
+        argv, env = self.run_argv(request, name, image)
+        done = self._cli(*argv, env=env, check=False, timeout=max(self.timeout, 600.0))  # may pull the image
+        if done.returncode != 0 and not self._find(request.key, name):
                 raise BackendError(f"docker run failed: {_text(done.stderr) or f'exit {done.returncode}'}",
                                    hint=f"check the image {image!r} exists and `docker run` works on this host")
         self._waiter(run_dir)

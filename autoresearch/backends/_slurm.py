@@ -5,6 +5,7 @@ the local backend: it exists in the ledger before ``sbatch`` runs, so a submitte
 any line leaves nothing the next pass cannot find. In the run dir:
 
     request.json env.json wrap.py job.sbatch   what to run (written before sbatch)
+    run.sh [nodeaddrs]                         the program's start from sh (the fast start, _slurm_wrap.py)
     slurm_job_id                               Slurm's id, once sbatch has answered
     state.json exit.json                       written on the node by wrap.py (_slurm_wrap.py)
     stop.json                                  written by stop(); wrap.py honours it even with slurmctld down
@@ -41,17 +42,20 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch.backends._base import AttemptStatus, Backend, Capabilities, LaunchRequest, NodeInfo
-from autoresearch.backends._slurm_cli import KIT_HINT, Rejected, SlurmCli, Unreachable
+from autoresearch.backends._slurm_cli import KIT_HINT, Rejected, SlurmCli, Unreachable, placed_on
 from autoresearch.backends._slurm_files import (
+    GANG_MASTER,
     from_exit,
     held,
     locked,
     read_file,
     read_id,
+    run_sh,
     status_of,
     write_file,
     write_text,
 )
+from autoresearch.backends._slurm_wrap import member_argv
 from autoresearch.backends._supervisor import read_log_file
 from autoresearch.errors import BackendError, CapacityError, SpecError
 
@@ -101,6 +105,7 @@ class SlurmBackend(Backend):
         self._jobs: dict[int, dict[str, Any]] = {}
         self._jobs_at = 0.0
         self._nodes: list[NodeInfo] | None = None
+        self._addrs: dict[str, str] = {}  # node -> NodeAddr, as sinfo said last (a gang's MASTER_ADDR)
         self._nodes_at = 0.0
         self._parts: dict[str, dict[str, Any]] | None = None
         self._parts_at = 0.0
@@ -139,13 +144,15 @@ class SlurmBackend(Backend):
                 return self._parts
         try:
             self.cli.ping()  # answers at once either way, where sinfo retries for ~9 s against a down slurmctld
-            parts = self.cli.partitions()
+            parts, nodes = self.cli.facts()
         except Unreachable:
             if self._parts is not None:
                 return self._parts  # a loop mid-sweep while slurmctld restarts: what it said last still holds
             raise  # a first submit to an engine that does not answer is refused, with the address and a hint
         with self._lock:
             self._parts, self._parts_at = parts, time.monotonic()
+            self._nodes, self._nodes_at = _node_infos(nodes), self._parts_at  # the pass that follows needs them
+            self._addrs = _addrs(nodes)
         return parts
 
     def probe(self) -> None:
@@ -160,10 +167,12 @@ class SlurmBackend(Backend):
             if time.monotonic() - self.cli.ok_at > 2.0:
                 self.cli.ping()  # but a pass must not launch into a slurmctld that is down (instant either way)
             return cached
-        nodes = [NodeInfo(n["name"], tuple(str(i) for i in range(n["gpus"])), float(n["cpus"]), n["memory"],
-                          state=n["state"], reason=n["reason"]) for n in self.cli.nodes()]
+        parts, facts = self.cli.facts()
+        nodes = _node_infos(facts)
         with self._lock:
+            self._addrs = _addrs(facts)
             self._nodes, self._nodes_at = nodes, time.monotonic()
+            self._parts, self._parts_at = parts, self._nodes_at
         return nodes
 
     def cordon(self, node: str, reason: str) -> None:
@@ -235,11 +244,11 @@ class SlurmBackend(Backend):
         argv = list(request.argv)
         if request.image:
             argv = self._container(argv, request)
-        gang = None
-        if request.nodes > 1:  # wrap.py starts one member per node (srun) and gives each its ranks
+        gang, srun = None, []
+        if request.nodes > 1:  # one member per node (srun), each with its ranks (its prologue)
             wrapped = not (request.image and self.containers == "pyxis")  # pyxis: srun is in argv already
-            gang = {"members": int(request.nodes), "srun": [
-                "srun", f"--nodes={request.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"] if wrapped else []}
+            srun = ["srun", f"--nodes={request.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"] if wrapped else []
+            gang = {"members": int(request.nodes), "srun": srun}
         on_exit = request.on_exit if self.pass_on_exit else None
         write_file(os.path.join(run_dir, "request.json"), {
             "key": request.key, "name": name, "argv": argv, "workdir": request.workdir, "log_path": request.log_path,
@@ -247,8 +256,16 @@ class SlurmBackend(Backend):
             "created_at": time.time(), "ledger": request.ledger, "gang": gang})
         write_file(os.path.join(run_dir, "env.json"), dict(request.env))
         shutil.copyfile(Path(__file__).with_name("_slurm_wrap.py"), os.path.join(run_dir, "wrap.py"))
+        started = [*srun, *member_argv(run_dir, argv)] if srun else argv
+        fast = run_sh(request.env, request.workdir, started, int(request.nodes))
+        if fast is not None:  # the program starts from sh, Python's start beside it (see _slurm_wrap.py)
+            write_text(os.path.join(run_dir, "run.sh"), fast)
+            if gang:  # where each node is reached (sinfo's NodeAddr): the script's MASTER_ADDR without scontrol
+                with self._lock:
+                    addrs = dict(self._addrs)
+                write_text(os.path.join(run_dir, "nodeaddrs"), "".join(f"{n} {a}\n" for n, a in sorted(addrs.items())))
         script, flags = os.path.join(run_dir, "job.sbatch"), self.flags(request, name)
-        write_text(script, self.script(request, flags))
+        write_text(script, self.script(request, flags, fast=fast is not None))
         return ["sbatch", "--parsable", *flags, script]
 
     def flags(self, request: LaunchRequest, name: str) -> list[str]:
@@ -271,14 +288,30 @@ class SlurmBackend(Backend):
         flags.append(f"--signal=B:TERM@{max(1, math.ceil(request.grace))}")
         return flags + self.sbatch_args
 
-    def script(self, request: LaunchRequest, flags: list[str]) -> str:
-        """The batch script: it runs wrap.py (the flags are written down in it for whoever reads it)."""
+    def script(self, request: LaunchRequest, flags: list[str], fast: bool = False) -> str:
+        """The batch script: it runs wrap.py (the flags are written down in it for whoever reads it).
+
+        ``fast``: it first starts the program itself from ``run.sh`` (in the background, its own
+        session) and then hands it to wrap.py (``--child``), so the program does not wait for
+        Python's start; it falls back to wrap.py alone where that cannot be done (no run.sh on this
+        node, no ``setsid``) and leaves the requeued copy and a stopped or ended attempt to wrap.py."""
         python = self.python or sys.executable
         lines = ["#!/bin/sh", f"# autoresearch attempt {request.key}, submitted as:",
                  f"#   sbatch {shlex.join(flags)} {shlex.quote(os.path.join(request.run_dir, 'job.sbatch'))}",
-                 f"PY={shlex.quote(python)}", '[ -x "$PY" ] || PY=python3',
-                 # -S: wrap.py is stdlib only: no site-packages scan (~60 ms of CPU a start here)
-                 f'exec "$PY" -S {shlex.quote(os.path.join(request.run_dir, "wrap.py"))} {shlex.quote(request.run_dir)}']
+                 f"PY={shlex.quote(python)}", '[ -x "$PY" ] || PY=python3', f"R={shlex.quote(request.run_dir)}"]
+        if fast and request.nodes > 1:
+            lines += GANG_MASTER
+        if fast:
+            master = ' "$_ar_addr" "$_ar_port"' if request.nodes > 1 else ""
+            lines += ['if [ -r "$R/run.sh" ] && [ "${SLURM_RESTART_COUNT:-0}" = 0 ] && [ ! -e "$R/exit.json" ] \\',
+                      '    && [ ! -e "$R/stop.json" ] && _ar_setsid=$(command -v setsid)'
+                      + (' && [ -n "$_ar_port" ]' if master else "") + "; then",
+                      '  ( . "$R/run.sh" ) &',
+                      "  trap '' TERM INT HUP USR1  # until wrap.py's handlers are in (the program has its own)",
+                      f'  exec "$PY" -I -S "$R/wrap.py" --child "$!" "$R"{master}',
+                      "fi"]
+        # -I -S: wrap.py is stdlib only: no site-packages scan (~60 ms of CPU a start here), no PYTHON* variables
+        lines.append('exec "$PY" -I -S "$R/wrap.py" "$R"')
         return "\n".join(lines).replace("\r", " ") + "\n"
 
     def _container(self, argv: list[str], request: LaunchRequest) -> list[str]:
@@ -286,6 +319,8 @@ class SlurmBackend(Backend):
         if self.containers == "pyxis":
             out = ["srun", f"--nodes={request.nodes}", "--ntasks-per-node=1", f"--container-image={request.image}",
                    f"--container-workdir={request.workdir}"]
+            if request.nodes > 1:  # each task sets its own ranks in the image, from sh (no wrap.py there)
+                argv = member_argv(request.run_dir, argv)
             return out + ([f"--container-mounts={','.join(mounts)}"] if mounts else []) + argv
         binds = [a for m in mounts for a in ("--bind", m)]
         return ["apptainer", "exec", "--nv", "--pwd", request.workdir, *binds, request.image, *argv]
@@ -474,27 +509,22 @@ class SlurmBackend(Backend):
         return str(request.get("log_path") or os.path.join(external_id, "missing.log"))
 
 
+def _addrs(facts: list[dict[str, Any]]) -> dict[str, str]:
+    """Node -> NodeAddr, of the names and addresses a shell word can carry as they are."""
+    ok = re.compile(r"[A-Za-z0-9._:-]{1,200}")
+    return {n["name"]: n["addr"] for n in facts if ok.fullmatch(n["name"]) and ok.fullmatch(str(n.get("addr") or ""))}
+
+
+def _node_infos(facts: list[dict[str, Any]]) -> list[NodeInfo]:
+    return [NodeInfo(n["name"], tuple(str(i) for i in range(n["gpus"])), float(n["cpus"]), n["memory"],
+                     state=n["state"], reason=n["reason"]) for n in facts]
+
+
 def held_detail(job: dict[str, Any] | None) -> str:
     """``engine: PENDING, <Slurm's reason>`` (Resources, Priority, QOSMaxGRESPerUser, ...)."""
     reason = str((job or {}).get("state_reason") or "").strip()
     reason = "".join(c for c in reason if c.isprintable())[:120]
     return f"engine: PENDING, {reason}" if reason and reason.lower() != "none" else "engine: PENDING"
-
-
-def placed_on(job: dict[str, Any] | None) -> dict[str, Any]:
-    """Where Slurm runs a one-node job: its node and GPU indexes (``gres_detail``: ``gpu:2(IDX:0-1)``)."""
-    nodes = "".join(c for c in str((job or {}).get("nodes") or "") if c.isprintable())[:200]
-    ids: list[str] = []
-    details = (job or {}).get("gres_detail")
-    for entry in details if isinstance(details, list) else []:
-        found = re.search(r"IDX:([0-9,\-]{1,200})\)", str(entry))
-        for part in found.group(1).split(",") if found else []:
-            low, _, high = part.partition("-")
-            if low.isdigit() and (not high or high.isdigit()):
-                ids += [str(i) for i in range(int(low), min(int(high or low), int(low) + 1024) + 1)]
-    if not nodes or any(c in nodes for c in "[],"):  # a gang's host list is no one node's name: not recorded
-        return {}
-    return {"node": nodes, "gpu_ids": tuple(ids[:1024])}
 
 
 def _cancelled_by(job: dict[str, Any] | None, job_id: int, ours: bool) -> str:

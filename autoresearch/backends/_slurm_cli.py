@@ -146,36 +146,37 @@ class SlurmCli:
 
     # -- nodes and partitions ---------------------------------------------------------------
 
-    def partitions(self) -> dict[str, dict[str, Any]]:
-        """Per partition: nodes, most GPUs / CPUs / memory (MB) on one node, and whether it is the default."""
-        out = self.run(["sinfo", "-h", "-N", "-o", "%P|%N|%G|%c|%m"])
+    def facts(self) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+        """:meth:`partitions` and :meth:`nodes` from one ``sinfo`` (a submit's first check needs both:
+        one call less on the path of a fresh process's first submit)."""
+        out = self.run(["sinfo", "-h", "-N", "-o", "%P|%N|%G|%c|%m|%T|%o|%E"])
         parts: dict[str, dict[str, Any]] = {}
+        seen: dict[str, dict[str, Any]] = {}
         for line in out.splitlines():
-            cells = line.split("|")
-            if len(cells) != 5:
+            cells = line.split("|", 7)
+            if len(cells) != 8:
                 continue
-            name = cells[0].strip()
+            name, node = cells[0].strip(), cells[1].strip()
             default = name.endswith("*")
             part = parts.setdefault(name.rstrip("*"), {"nodes": set(), "gpus": 0, "cpus": 0, "memory": 0,
                                                        "default": default})
-            part["nodes"].add(cells[1].strip())
+            part["nodes"].add(node)
             part["gpus"] = max(part["gpus"], gpu_count(cells[2]))
             part["cpus"] = max(part["cpus"], _int(cells[3]))
             part["memory"] = max(part["memory"], _int(cells[4]))
-        return parts
+            if node not in seen:  # (a node in several partitions is listed once a partition)
+                reason = cells[7].strip()
+                seen[node] = {"name": node, "cpus": _int(cells[3]), "memory": _int(cells[4]),
+                              "gpus": gpu_count(cells[2]), "state": cells[5].strip(), "addr": cells[6].strip(),
+                              "reason": "" if reason == "none" else reason}
+        return parts, list(seen.values())
+
+    def partitions(self) -> dict[str, dict[str, Any]]:
+        """Per partition: nodes, most GPUs / CPUs / memory (MB) on one node, and whether it is the default."""
+        return self.facts()[0]
 
     def nodes(self) -> list[dict[str, Any]]:
-        out = self.run(["sinfo", "-h", "-N", "-o", "%N|%c|%m|%G|%T|%E"])
-        seen: dict[str, dict[str, Any]] = {}
-        for line in out.splitlines():
-            cells = line.split("|", 5)
-            if len(cells) != 6 or cells[0].strip() in seen:
-                continue
-            reason = cells[5].strip()
-            seen[cells[0].strip()] = {"name": cells[0].strip(), "cpus": _int(cells[1]), "memory": _int(cells[2]),
-                                      "gpus": gpu_count(cells[3]), "state": cells[4].strip(),
-                                      "reason": "" if reason == "none" else reason}
-        return list(seen.values())
+        return self.facts()[1]
 
 
 def gpu_count(gres: str) -> int:
@@ -192,3 +193,68 @@ def gpu_count(gres: str) -> int:
 def _int(text: str) -> int:
     match = re.match(r"\s*(\d+)", text)
     return int(match.group(1)) if match else 0
+
+
+def placed_on(job: dict[str, Any] | None) -> dict[str, Any]:
+    """Where Slurm runs a job: its node and GPU indexes (``gres_detail``, one entry a node: ``gpu:2(IDX:0-1)``);
+    for a gang also every node with its own (``members``), from ``job_resources``' node names or the host list."""
+    job = job or {}
+    details = job.get("gres_detail")
+    per_node = [_gpu_indexes(str(entry)) for entry in (details if isinstance(details, list) else [])[:1024]]
+    resources = job.get("job_resources")
+    listed = resources.get("allocated_nodes") if isinstance(resources, dict) else None
+    names = [str(n.get("nodename") or "") for n in listed if isinstance(n, dict)] if isinstance(listed, list) else []
+    names = names if names and all(names) else expand_hostlist(str(job.get("nodes") or ""))
+    names = [n for n in names if n.isprintable() and 0 < len(n) <= 200 and not any(c in n for c in "[],")]
+    if not names:
+        return {}
+    if len(names) == 1:
+        return {"node": names[0], "gpu_ids": tuple(i for ids in per_node for i in ids)[:1024]}
+    members = tuple((name, per_node[i] if i < len(per_node) else ()) for i, name in enumerate(names))
+    return {"node": names[0], "gpu_ids": members[0][1], "members": members}
+
+
+def _gpu_indexes(entry: str) -> tuple[str, ...]:
+    ids: list[str] = []
+    found = re.search(r"IDX:([0-9,\-]{1,200})\)", entry)
+    for part in found.group(1).split(",") if found else []:
+        low, _, high = part.partition("-")
+        if low.isdigit() and (not high or high.isdigit()):
+            ids += [str(i) for i in range(int(low), min(int(high or low), int(low) + 1024) + 1)]
+    return tuple(ids[:1024])
+
+
+def expand_hostlist(text: str, limit: int = 1024) -> list[str]:
+    """Slurm's compact host list, expanded: ``gpu[07-09],cpu1`` -> gpu07 gpu08 gpu09 cpu1 (zero padding
+    kept; several bracket groups multiply); at most ``limit`` names, [] for what is not a host list."""
+    if not text.isprintable() or len(text) > 4000:
+        return []
+    items, depth, word = [], 0, ""
+    for ch in text:
+        if ch == "," and depth == 0:
+            items.append(word)
+            word = ""
+            continue
+        depth += (ch == "[") - (ch == "]")
+        if depth not in (0, 1):
+            return []
+        word += ch
+    items.append(word)
+    out: list[str] = []
+    for item in items:
+        names = [""]
+        for literal, group in re.findall(r"([^\[\]]*)(?:\[([^\]]*)\])?", item):
+            values = [""]
+            if group:
+                values = []
+                for part in group.split(","):
+                    low, _, high = part.partition("-")
+                    if not low.isdigit() or (high and not high.isdigit()):
+                        return []
+                    last = int(high) if high else int(low)
+                    values += [str(i).zfill(len(low)) for i in range(int(low), min(last, int(low) + limit) + 1)]
+            names = [n + literal + v for n in names for v in values][:limit]
+        out += [n for n in names if n]
+        if len(out) >= limit:
+            return out[:limit]
+    return out

@@ -1,9 +1,22 @@
 """The attempt's supervisor inside a Slurm batch job (the Slurm backend copies this file to the run dir).
 
 Stdlib only and self-contained: the compute node runs it with whatever Python it has, and
-need not have autoresearch installed. It is the batch script's only command::
+need not have autoresearch installed. The batch script (``job.sbatch``) starts it one of two ways::
 
-    python3 <run_dir>/wrap.py <run_dir>
+    python3 -I -S <run_dir>/wrap.py --child PID <run_dir>   # the fast start: the script started the program
+    python3 -I -S <run_dir>/wrap.py <run_dir>               # gangs, and where the fast start cannot be used
+
+**The fast start.** Python's start is most of what a wrapper adds to a job's start (0.1 s on an
+idle node, several times that on a busy one), so the batch script starts the program itself, with
+``sh``: ``run.sh`` (written at submit, 0600 beside ``env.json``) clears the job's environment to the
+allocation's ``SLURM_*`` and GPU variables, exports the attempt's, changes to its workdir and
+``exec``s ``setsid argv`` (its own session, so its own process group) in a background subshell;
+the script then ``exec``s this file with ``--child <pid>``. The program is this process's child
+either way (``exec`` keeps the pid), so what follows is the same: the wait, the stop, the timeout,
+``exit.json``. ``started_at`` is the program's own start, from ``/proc``. A gang starts the same
+way: the script finds ``MASTER_ADDR`` (``scontrol``) and a ``MASTER_PORT`` free on this node (from
+``/proc/net/tcp``) itself, ``run.sh`` ``exec``s ``srun`` with the members' prologue, and this file
+gets ``--child <pid> <run_dir> <addr> <port>``.
 
 It runs the attempt's argv (``request.json``) in its own process group with the attempt's
 environment (``env.json``, plus the job's ``SLURM_*`` variables and the GPUs Slurm gave it),
@@ -15,14 +28,15 @@ a ``stop.json`` in the run dir or a SIGTERM (``scancel --signal=TERM``, Slurm's 
 sends SIGTERM to the program and SIGKILL ``grace`` seconds later.
 
 **Gangs** (``request.json``'s ``gang``: the member count): this wrapper runs on the allocation's
-first node and starts one task per node with ``srun``; each task is this file again in member mode
-(``wrap.py --member <run_dir> -- argv``), which sets the torchrun contract from Slurm's own facts
-(``RANK`` = ``SLURM_PROCID``, ``NODE_RANK`` = ``SLURM_NODEID``, ``LOCAL_RANK`` = ``SLURM_LOCALID``,
-``WORLD_SIZE`` = ``SLURM_NTASKS``, ``LOCAL_WORLD_SIZE``) around ``MASTER_ADDR`` (the first host of
-the allocation, at the address Slurm reaches it by) and ``MASTER_PORT`` (free on that host, the
-first of a sequence derived from the Slurm job id), runs the program and records its ending in
-``members/<rank>.json``. ``srun --kill-on-bad-exit`` ends the others when one fails; the attempt
-keeps the code of the member that failed first, not the SIGTERM of the ones srun stopped.
+first node, sets ``MASTER_ADDR`` (the first host of the allocation, at the address Slurm reaches it
+by), ``MASTER_PORT`` (free on that host, the first of a sequence derived from the Slurm job id) and
+``WORLD_SIZE``, and starts one task per node with ``srun``. Each task is a ``sh`` prologue
+(``MEMBER``, no Python: it works inside a pyxis image too) that sets the member's torchrun contract
+from Slurm's own facts (``RANK`` = ``SLURM_PROCID``, ``NODE_RANK`` = ``SLURM_NODEID``,
+``LOCAL_RANK`` = ``SLURM_LOCALID``, ``WORLD_SIZE`` = ``SLURM_STEP_NUM_TASKS``,
+``LOCAL_WORLD_SIZE``), runs the program and records its ending in ``members/<rank>.json``.
+``srun --kill-on-bad-exit`` ends the others when one fails; the attempt keeps the code of the
+member that failed first, not the SIGTERM of the ones srun stopped.
 
 A copy that Slurm requeued (``SLURM_RESTART_COUNT > 0``) runs nothing: when Slurm takes an
 allocation back, autoresearch ends that attempt as preempted and launches the next one itself,
@@ -31,16 +45,15 @@ so the program never runs twice under one attempt.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import resource
 import select
 import signal
-import socket
-import subprocess
 import sys
 import time
+
+# (hashlib, socket, subprocess and resource are imported where used: the fast start's supervisor needs
+# none of them until the end, and every module is CPU the program's own start competes with)
 
 GPU_VARS = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "SLURMD_NODENAME")
 STOP_POLL_S = 0.5
@@ -92,6 +105,8 @@ def first_host(nodelist: str) -> str:
 def master_port(job_id: str, free: object = None) -> int:
     """A port free on this host (the gang's first node), the first free one of a sequence derived
     from the Slurm job id: the same job asks for the same ports, two jobs rarely for the same one."""
+    import hashlib
+
     is_free = free if callable(free) else _port_free
     start = int(hashlib.sha1(str(job_id).encode()).hexdigest(), 16) % PORT_SPAN
     for i in range(PORT_TRIES):
@@ -102,6 +117,8 @@ def master_port(job_id: str, free: object = None) -> int:
 
 
 def _port_free(port: int) -> bool:
+    import socket
+
     with socket.socket() as s:
         try:
             s.bind(("", port))
@@ -112,6 +129,8 @@ def _port_free(port: int) -> bool:
 
 def _node_addr(node: str) -> str:
     """The address Slurm reaches ``node`` by (its NodeAddr; the name itself when Slurm does not say)."""
+    import subprocess
+
     try:
         out = subprocess.run(["scontrol", "-o", "show", "node", node], capture_output=True, text=True,
                              timeout=10).stdout
@@ -127,53 +146,32 @@ def gang_env(env: dict[str, str], members: int) -> dict[str, str]:
     """The rendezvous every member shares: MASTER_ADDR (the allocation's first host), MASTER_PORT, WORLD_SIZE."""
     out = dict(env)
     first = first_host(os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST") or "")
-    first = first or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    first = first or os.environ.get("SLURMD_NODENAME") or os.uname().nodename
     out.update(MASTER_ADDR=_node_addr(first), MASTER_PORT=str(master_port(os.environ.get("SLURM_JOB_ID", ""))),
                WORLD_SIZE=str(members), LOCAL_WORLD_SIZE="1")
     return out
 
 
-def member_env(env: dict[str, str]) -> dict[str, str]:
-    """One task's own ranks, from what srun set for it."""
-    out = dict(env)
-    world = os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or env.get("WORLD_SIZE", "1")
-    out.update(RANK=os.environ.get("SLURM_PROCID", "0"), NODE_RANK=os.environ.get("SLURM_NODEID", "0"),
-               LOCAL_RANK=os.environ.get("SLURM_LOCALID", "0"), WORLD_SIZE=world,
-               LOCAL_WORLD_SIZE=env.get("LOCAL_WORLD_SIZE") or "1")
-    node = os.environ.get("SLURMD_NODENAME")
-    if node:
-        out["AUTORESEARCH_NODE"] = node
-    return out
+# One gang task (``sh -c MEMBER autoresearch-member RUN_DIR argv...``): its ranks from what srun set
+# for it, the program, then its ending in RUN_DIR/members/<rank>.json (a signal N shows as 128+N in
+# ``$?``: recorded as the signal). The record is best effort: inside an image the run dir may be absent.
+MEMBER = r"""R=$1; shift
+export RANK="${SLURM_PROCID:-0}" NODE_RANK="${SLURM_NODEID:-0}" LOCAL_RANK="${SLURM_LOCALID:-0}"
+export WORLD_SIZE="${SLURM_STEP_NUM_TASKS:-${SLURM_NTASKS:-${WORLD_SIZE:-1}}}" LOCAL_WORLD_SIZE="${LOCAL_WORLD_SIZE:-1}"
+[ -z "${SLURMD_NODENAME:-}" ] || export AUTORESEARCH_NODE="$SLURMD_NODENAME"
+"$@"
+c=$?
+if [ "$c" -gt 128 ]; then e=null; g=$((c - 128)); else e=$c; g=null; fi
+n=$(printf %s "${SLURMD_NODENAME:-}" | tr -cd 'A-Za-z0-9._-')
+mkdir -p "$R/members" 2>/dev/null && printf '{"rank": %d, "node": "%s", "ended_at": %s, "exit_code": %s, "signal": %s}\n' \
+  "$RANK" "$n" "$(date +%s.%N)" "$e" "$g" > "$R/members/.$RANK.tmp" 2>/dev/null && mv -f "$R/members/.$RANK.tmp" "$R/members/$RANK.json"
+exit $c
+"""
 
 
-def member(run_dir: str, argv: list[str]) -> int:
-    """One gang task: run ``argv`` with its ranks, record how it ended, end as it ended."""
-    env = member_env(dict(os.environ))
-    rank = env["RANK"]
-    child = _spawn(argv, env, os.getcwd())
-
-    def forward(signum: int, frame: object) -> None:
-        _killpg(child, signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
-        signal.signal(sig, forward)
-    while True:
-        try:
-            _, status = os.waitpid(child, 0)
-            break
-        except InterruptedError:
-            continue
-    code = os.waitstatus_to_exitcode(status)
-    _killpg(child, signal.SIGKILL)
-    folder = os.path.join(run_dir, "members")
-    try:
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        _write(os.path.join(folder, f"{int(rank)}.json"), {
-            "rank": int(rank), "node": env.get("AUTORESEARCH_NODE", ""), "ended_at": time.time(),
-            "exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None})
-    except (OSError, ValueError):
-        pass
-    return code if code >= 0 else 128 - code
+def member_argv(run_dir: str, argv: list[str]) -> list[str]:
+    """A gang task's command: the ``sh`` prologue around ``argv`` (see ``MEMBER``)."""
+    return ["sh", "-c", MEMBER, "autoresearch-member", run_dir, *argv]
 
 
 def first_failure(run_dir: str) -> dict | None:
@@ -221,19 +219,35 @@ def _killpg(pgid: int, sig: int) -> None:
         pass
 
 
-def run(run_dir: str) -> int:
+def started_at(pid: int) -> float | None:
+    """When process ``pid`` started (wall clock), from /proc; None where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # since boot (/proc/stat's btime is whole seconds)
+        since_boot = time.clock_gettime(getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC))
+        return time.time() - (since_boot - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def run(run_dir: str, child: int | None = None, master: tuple[str, str] | None = None) -> int:
+    """Supervise the attempt: start its program, or (``child``) adopt the one the batch script started
+    (a gang's ``srun``, with the ``master`` address and port the script gave its members)."""
     exit_path = os.path.join(run_dir, "exit.json")
-    if int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0 or os.path.exists(exit_path):
+    if child is None and (int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0 or os.path.exists(exit_path)):
         return 0  # a requeued copy: that attempt is over (see the module docstring)
     req = _read(os.path.join(run_dir, "request.json"))
-    if not isinstance(req.get("argv"), list) or not req["argv"]:
+    if child is None and (not isinstance(req.get("argv"), list) or not req["argv"]):
         # Not "true" by default: a run dir this node cannot read (no shared filesystem) must fail loudly.
         print(f"autoresearch: cannot read {run_dir}/request.json on {os.uname().nodename}: is the run dir "
               "on a filesystem this node shares?", file=sys.stderr)
         return 2
     stop_path = os.path.join(run_dir, "stop.json")
     started = time.time()
-    if os.path.exists(stop_path):  # stopped while it waited in the queue: never start the program
+    if child is not None:  # (the script checked the requeue, exit.json and stop.json before it started it)
+        begun = started_at(child)
+        started = begun if begun is not None and started - 60 < begun <= started else started
+    elif os.path.exists(stop_path):  # stopped while it waited in the queue: never start the program
         _write(exit_path, {"exit_code": None, "signal": signal.SIGTERM, "timed_out": False, "stopped": True,
                            "term_outside": False, "started_at": started, "ended_at": time.time()})
         return 0
@@ -249,17 +263,20 @@ def run(run_dir: str) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
         signal.signal(sig, on_term)
     signal.signal(signal.SIGCHLD, lambda s, f: None)
-    argv, env = [str(a) for a in req["argv"]], _env(run_dir)
+    argv, env = [str(a) for a in req.get("argv") or []], _env(run_dir)
     gang = req.get("gang")
     state = {"node": os.environ.get("SLURMD_NODENAME", ""), "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""),
              "started_at": started}
-    if isinstance(gang, dict) and isinstance(gang.get("members"), int) and gang["members"] > 1:
+    if isinstance(gang, dict) and child is not None and master is not None and master[1].isdigit():
+        state.update(members=gang.get("members"), master_addr=master[0][:200], master_port=int(master[1]))
+    elif child is None and isinstance(gang, dict) and isinstance(gang.get("members"), int) and gang["members"] > 1:
         env = gang_env(env, gang["members"])
         srun = [str(a) for a in gang.get("srun") or []]
         if srun:  # (pyxis: srun --container-image is argv itself; its tasks read SLURM_PROCID for RANK)
-            argv = [*srun, sys.executable, "-S", os.path.abspath(__file__), "--member", run_dir, "--", *argv]
+            argv = [*srun, *member_argv(run_dir, argv)]
         state.update(members=gang["members"], master_addr=env["MASTER_ADDR"], master_port=int(env["MASTER_PORT"]))
-    child = _spawn(argv, env, str(req.get("workdir") or "."))
+    if child is None:
+        child = _spawn(argv, env, str(req.get("workdir") or "."))
     _write(os.path.join(run_dir, "state.json"), {"pid": child, **state})
     timeout = req.get("timeout")
     grace = float(req.get("grace") or 0)
@@ -296,6 +313,8 @@ def run(run_dir: str) -> int:
         except OSError:
             pass
     _killpg(child, signal.SIGKILL)  # leftovers of the group
+    import resource
+
     code = os.waitstatus_to_exitcode(status) if status is not None else None
     ending: dict[str, object] = {
         "exit_code": code if code is not None and code >= 0 else None,
@@ -347,6 +366,6 @@ def _after(run_dir: str, req: dict) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 4 and sys.argv[1] == "--member" and sys.argv[3] == "--":
-        sys.exit(member(sys.argv[2], sys.argv[4:]))
+    if len(sys.argv) in (4, 6) and sys.argv[1] == "--child" and sys.argv[2].isdigit():
+        sys.exit(run(sys.argv[3], int(sys.argv[2]), (sys.argv[4], sys.argv[5]) if len(sys.argv) == 6 else None))
     sys.exit(run(sys.argv[1]))

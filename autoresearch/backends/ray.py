@@ -85,6 +85,7 @@ class RayBackend(Backend):
         self.timeout = float(timeout) if isinstance(timeout, (int, float)) and 0 < timeout < 3600 else 10.0
         self.runtime_env = dict(runtime_env or {})
         self._ended: dict[str, AttemptStatus] = {}  # final answers, cached (they never change)
+        self._node_names: dict[str, str] = {}  # Ray's node id -> our node name, as nodes() last read them
         self._ray_client: Any = None  # JobSubmissionClient, made on the first upload
 
     # -- HTTP -------------------------------------------------------------------------------
@@ -131,7 +132,17 @@ class RayBackend(Backend):
                                 gpu_ids=tuple(str(i) for i in range(int(gpus))), cpus=_count(res.get("CPU")),
                                 memory=int(_count(res.get("memory")) // (1 << 20)), state="alive",
                                 labels={"ray_node_id": str(row.get("node_id", ""))[:64]}))
+        self._node_names = {n.labels["ray_node_id"]: n.name for n in out if n.labels.get("ray_node_id")}
         return out
+
+    def _node_of(self, info: dict[str, Any]) -> str | None:
+        """The node a running job's driver runs on (Ray's ``driver_node_id``), by the name nodes() gives it."""
+        node_id = info.get("driver_node_id")
+        if not isinstance(node_id, str) or not node_id or len(node_id) > 64 or not node_id.isalnum():
+            return None
+        if node_id not in self._node_names:
+            self.nodes()  # a node new since the last read (one call, then known)
+        return self._node_names.get(node_id)
 
     def check(self, spec: Any) -> None:
         super().check(spec)
@@ -265,7 +276,7 @@ class RayBackend(Backend):
             limit = _float((info.get("metadata") or {}).get("autoresearch_timeout"))
             if limit is not None and started is not None and time.time() - started > limit:
                 self._call("POST", f"/api/jobs/{_quote(sid)}/stop")
-            return AttemptStatus("running", started_at=started)
+            return AttemptStatus("running", started_at=started, node=self._node_of(info))
         if state not in ("SUCCEEDED", "FAILED", "STOPPED"):
             raise BackendError(f"Ray reports job {sid} in an unknown state {str(state)[:40]!r}", hint=KIT_HINT)
         status = self._ending(sid, info, started, ended)

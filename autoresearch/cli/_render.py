@@ -102,7 +102,7 @@ def render_job(v: JobView) -> None:
     for a in v.attempt_list:
         exit_text = str(a.exit_code) if a.exit_code is not None else (f"sig {a.signal}" if a.signal else "-")
         ran = (a.ended_at or time.time()) - a.started_at if a.started_at else None
-        table.add_row(a.n, a.state, clean(a.node or "-"), clean(",".join(a.gpus) or "-"), _ago(a.started_at),
+        table.add_row(a.n, a.state, clean(",".join(a.nodes) or a.node or "-"), clean(",".join(a.gpus) or "-"), _ago(a.started_at),
                       _ago(a.ended_at), _dur(ran), exit_text, clean(a.end_reason or "-"),
                       f"{a.peak_rss_mb:.0f}" if a.peak_rss_mb else "-")
         if a.detail and not a.detail.startswith("exited "):

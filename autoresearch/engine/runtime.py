@@ -206,7 +206,7 @@ class Runtime:
         running: list[tuple[int, int, float]] = []
         ended: list[tuple[Any, AttemptStatus]] = []
         stopping: list[Any] = []  # told to stop (or their job cancelled): sent again if never heard
-        noted: list[tuple[int, int, str | None, str | None, str]] = []  # what the engine says of active ones
+        noted: list[tuple[int, int, str | None, str | None, str, str | None]] = []  # what the engine says of active ones
         if only is None:
             self._full_at = time.monotonic()
             active = self.jobs.active_attempts(self.backend.name)
@@ -775,19 +775,23 @@ def disk_full_hint(detail: str, home: Path) -> tuple[str, bool] | None:
             f"{then}", room)
 
 
-def engine_note(att: Any, status: AttemptStatus) -> tuple[int, int, str | None, str | None, str] | None:
-    """(job id, n, node, gpu ids as JSON, detail) for an active attempt whose engine says something new:
-    where it placed it (an engine that places its own jobs) or why it holds it (``engine: PENDING, ...``,
-    kept while it starts, cleared once it runs). None when nothing changed (the usual pass writes nothing)."""
+def engine_note(att: Any, status: AttemptStatus) -> tuple[int, int, str | None, str | None, str, str | None] | None:
+    """(job id, n, node, gpu ids as JSON, detail, alloc as JSON) for an active attempt whose engine says
+    something new: where it placed it (an engine that places its own jobs; a gang's every node in
+    ``alloc``) or why it holds it (``engine: PENDING, ...``, kept while it starts, cleared once it runs).
+    None when nothing changed (the usual pass writes nothing)."""
     held = status.detail if status.state == "starting" and status.detail.startswith("engine: ") else ""
     node = status.node if status.node and status.node != att["node"] else None
     ids = json.dumps(list(status.gpu_ids)) if status.gpu_ids is not None and status.node else None
     if ids is not None and ids == att["gpu_ids"] and node is None:
         ids = None
+    alloc = json.dumps([[m, list(g)] for m, g in status.members]) if status.members and status.node else None
+    if alloc is not None and alloc == att["alloc"]:
+        alloc = None
     current = att["detail"] or ""
-    if node is None and ids is None and held == (current if current.startswith("engine: ") else ""):
+    if node is None and ids is None and alloc is None and held == (current if current.startswith("engine: ") else ""):
         return None
-    return att["job_id"], att["n"], node, ids, held
+    return att["job_id"], att["n"], node, ids, held, alloc
 
 
 def classify(att: Any, status: AttemptStatus) -> tuple[str, str]:

@@ -345,15 +345,17 @@ class JobStore:
                 c.execute("UPDATE jobs SET state='running', started_at=COALESCE(started_at, ?), updated_at=? "
                           "WHERE id=? AND state='starting'", (at, now, job_id))
 
-    def note_engine_many(self, notes: list[tuple[int, int, str | None, str | None, str]]) -> None:
+    def note_engine_many(self, notes: list[tuple[int, int, str | None, str | None, str, str | None]]) -> None:
         """What engines said of active attempts (runtime.engine_note): the node and GPUs they placed
-        them on, and why they hold them (``detail`` while starting), in one transaction."""
+        them on (a gang's every node: ``alloc``), and why they hold them (``detail`` while starting),
+        in one transaction."""
         with self.ledger.tx() as c:
-            for job_id, n, node, gpu_ids, detail in notes:
+            for job_id, n, node, gpu_ids, detail, alloc in notes:
                 c.execute("UPDATE attempts SET node=COALESCE(?, node), gpu_ids=COALESCE(?, gpu_ids), "
+                          "alloc=COALESCE(?, alloc), "
                           "detail=CASE WHEN ? != '' THEN ? WHEN detail LIKE 'engine: %' THEN NULL ELSE detail END "
                           "WHERE job_id=? AND n=? AND state IN ('starting','running')",
-                          (node, gpu_ids, detail, detail, job_id, n))
+                          (node, gpu_ids, alloc, detail, detail, job_id, n))
 
     def begin_attempt(self, job_id: int, node: str | None, gpu_ids: Iterable[str],
                       job_dir: str | os.PathLike[str], alloc: Any = None, **event: object) -> tuple[sqlite3.Row, int] | None:

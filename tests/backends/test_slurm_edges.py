@@ -185,7 +185,25 @@ def test_a_node_that_cannot_read_the_run_dir_fails_the_attempt_never_fakes_a_suc
                             workdir=str(tmp_path), log_path=str(tmp_path / "a.log"), run_dir=str(tmp_path / "a"))
     ext = backend.start(request)
     (tmp_path / "a" / "request.json").write_text("{}")  # what a node without the shared filesystem would see
+    (tmp_path / "a" / "run.sh").unlink()  # (nor this: the program is started from it)
     slurm.run("scontrol", "release", (tmp_path / "a" / "slurm_job_id").read_text())
     status = wait_for(lambda: (s := backend.poll(ext)).ended and s, timeout=60)
     assert status.state == "lost" and "ran" not in (tmp_path / "a.log").read_text()
     assert "cannot read" in (tmp_path / "a.log").read_text()
+
+
+def test_a_fresh_processs_first_submit_asks_slurm_three_things(home: Path, slurm: Any, tmp_path: Path) -> None:
+    """Is slurmctld up, what partitions and nodes it has (one sinfo for both), sbatch: nothing more
+    on the path of a CLI's submit (each call is a client's start: 20-60 ms here)."""
+    backend = SlurmBackend(conf=slurm.conf)
+    asked: list[str] = []
+    run = backend.cli.run
+
+    def recorded(argv: list[str], *args: Any, **kwargs: Any) -> str:
+        asked.append(" ".join(argv[:2]))
+        return run(argv, *args, **kwargs)
+
+    backend.cli.run = recorded  # type: ignore[method-assign]
+    Api(home, backend).submit({"command": "true", "shell": True, "workdir": str(tmp_path)})
+    assert [a.split()[0] for a in asked] == ["scontrol", "sinfo", "sbatch"], asked
+    assert backend.nodes() and [a.split()[0] for a in asked].count("sinfo") == 1  # the pass's nodes: the same answer

@@ -70,3 +70,11 @@ async def test_mcp_tools_submit_follow_and_read_logs_on_slurm(home: Path, slurm:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def test_a_cli_submit_to_slurm_imports_none_of_the_heavy_packages(home: Path, slurm: Any) -> None:
+    """The CLI's submit through a Slurm profile (the backend, its checks, sbatch) stays on the fast path:
+    no pydantic, rich, yaml, mlflow, ... (the check can fail: tests/runtime/test_cli_imports.py)."""
+    from tests.runtime.test_cli_imports import loaded
+
+    assert loaded("submit", "--backend", "slurm", "--workdir", str(home.parent), "--", "true") == []

@@ -14,8 +14,9 @@ import pytest
 
 from autoresearch.api import Api
 from autoresearch.backends._slurm import SlurmBackend
+from autoresearch.backends._slurm_cli import expand_hostlist, placed_on
 from autoresearch.backends._slurm_wrap import PORT_BASE, PORT_SPAN, first_host, master_port
-from tests.conftest import wait_state
+from tests.conftest import wait_for, wait_state
 from tests.runtime.test_gangs import RENDEZVOUS
 
 PY = sys.executable
@@ -90,3 +91,35 @@ def test_a_kit_that_fails_to_start_leaves_no_daemon_running(tmp_path: Path) -> N
     with pytest.raises(SystemExit, match="did not come up"):
         kit.start(tmp_path / "kit", gpus=1, nodes=2, wait_s=0.0)  # no node can be idle within 0 s
     assert not any(kit.status(tmp_path / "kit").values()), kit.status(tmp_path / "kit")
+
+
+def test_a_gangs_attempt_records_and_shows_every_node_slurm_gave_it(gapi: Api, tmp_path: Path,
+                                                                     slurm_two_nodes: Any) -> None:
+    go = tmp_path / "go"
+    view = gapi.submit({"command": f"while [ ! -e {go} ]; do sleep 0.2; done", "shell": True, "nodes": 2,
+                        "gpus": 1, "cpus": 1, "memory": "256M", "timeout": "5m", "workdir": str(tmp_path)})
+    names = slurm_two_nodes.kit.node_names(2)
+
+    def placed() -> Any:
+        attempts = gapi.status(view.id).attempt_list  # type: ignore[union-attr]
+        return attempts and attempts[0].nodes == names and attempts[0]
+
+    attempt = wait_for(placed, timeout=90)
+    assert attempt.node == names[0] and attempt.gpus == ["0"]
+    row = gapi._ledger.one("SELECT alloc FROM attempts WHERE job_id=?", (view.id,))
+    assert json.loads(row["alloc"]) == [[names[0], ["0"]], [names[1], ["0"]]]
+    go.write_text("")
+    assert wait_state(gapi, view.id, ("succeeded", "failed"), timeout=120).state == "succeeded"
+
+
+def test_a_slurm_host_list_is_expanded_and_placed_per_node() -> None:
+    assert expand_hostlist("gpu[07-09,12],cpu1") == ["gpu07", "gpu08", "gpu09", "gpu12", "cpu1"]
+    assert expand_hostlist("r[1-2]n[01-02]") == ["r1n01", "r1n02", "r2n01", "r2n02"]
+    assert expand_hostlist("x[a-b]") == [] and expand_hostlist("x[[1]]") == [] and expand_hostlist("") == []
+    assert len(expand_hostlist("n[0-999999999]")) == 1024  # bounded, whatever Slurm (or a forger) says
+    placed = placed_on({"nodes": "vm-[0-1]", "gres_detail": ["gpu:1(IDX:0)", "gpu:2(IDX:0-1)"]})
+    assert placed == {"node": "vm-0", "gpu_ids": ("0",), "members": (("vm-0", ("0",)), ("vm-1", ("0", "1")))}
+    assert placed_on({"nodes": "vm-0", "gres_detail": ["gpu:2(IDX:0-1)"]}) == {"node": "vm-0", "gpu_ids": ("0", "1")}
+    named = {"nodes": "ignored[0-1]", "job_resources": {"allocated_nodes": [{"nodename": "a"}, {"nodename": "b"}]}}
+    assert placed_on(named)["members"] == (("a", ()), ("b", ()))
+    assert placed_on({"nodes": "bad\x1b[0m"}) == {} and placed_on(None) == {}

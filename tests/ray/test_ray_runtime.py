@@ -188,3 +188,21 @@ def test_the_head_killed_mid_run_retries_once_it_is_back(ray_env: RayHead, api: 
     first = api._ledger.query("SELECT end_reason FROM attempts WHERE n=1")
     assert [r["end_reason"] for r in first] == ["infra", "infra"]
     assert api._ledger.one("PRAGMA integrity_check")[0] == "ok"
+
+
+def test_a_running_jobs_attempt_records_the_ray_node_its_driver_runs_on(ray_env: RayHead, api: Api,
+                                                                        tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    job = api.submit({"command": f"while [ ! -e {go} ]; do sleep 0.2; done", "shell": True,
+                      "workdir": str(tmp_path)}).id
+    names = {n.name for n in RayBackend(address=ray_env.address).nodes()}
+
+    def placed() -> Any:
+        attempts = api.status(job).attempt_list  # type: ignore[union-attr]
+        return attempts and attempts[0].node in names and attempts[0]
+
+    try:
+        assert wait_for(placed, timeout=120).node.startswith("ray-")
+    finally:
+        go.write_text("")
+    wait_state(api, job, "succeeded", timeout=90)

@@ -106,8 +106,16 @@ def test_a_restart_between_docker_run_and_the_ledger_write_adopts_the_container(
     wait_end(backend, ext)
     os.remove(os.path.join(req.run_dir, "request.json"))  # the run dir's record is gone; the container is not
     assert DockerBackend().start(req) == ext
-    assert len(calls(fake_docker, "run")) == 1
+    assert len(calls(fake_docker, "run")) <= 2  # (a second `docker run` is refused: the name is taken)
     assert any("label=autoresearch.key=7.1" in c["argv"] for c in calls(fake_docker, "ps"))
+    assert wait_end(DockerBackend(), ext).exit_code == 0 and DockerBackend().read_log(ext) == b"once\n"
+
+
+def test_a_first_start_asks_docker_nothing_before_docker_run(home: Path, fake_docker: Path, tmp_path: Path) -> None:
+    backend = DockerBackend()
+    wait_end(backend, backend.start(request(tmp_path)))
+    first = [c["argv"][0] for c in calls(fake_docker)][:1]
+    assert first == ["run"] and not calls(fake_docker, "ps")
 
 
 def test_stop_uses_docker_stop_with_the_grace_and_release_removes_the_container(

@@ -287,3 +287,31 @@ def test_profiles_on_different_engines_or_engines_without_nodes_load(home: Path,
                        "  k1: {kind: kubernetes, api: 'https://k8s:6443', namespace: one}\n"
                        "  k2: {kind: kubernetes, api: 'https://k8s:6443', namespace: two}\n")
     assert sorted(load(home).profiles) == ["a", "b", "c", "d", "k1", "k2"]
+
+
+def test_a_fresh_process_reads_config_yaml_without_yaml_once_it_was_parsed(home: Path) -> None:
+    """The CLI's submit through a profile: the first process parses config.yaml (yaml, ~20 ms to import)
+    and leaves what it says beside it; the next ones read that while the file is unchanged."""
+    from tests.runtime.test_cli_imports import loaded
+
+    write_config(home, "backends:\n  mine: {kind: local}\ndefault: mine\n")
+    assert loaded("submit", "--backend", "mine", "--", "true", watch=("yaml",)) == ["yaml"]
+    assert loaded("submit", "--backend", "mine", "--", "true", watch=("yaml",)) == []
+    write_config(home, "backends:\n  other: {kind: local}\ndefault: other\n")  # an edit: parsed again
+    assert loaded("submit", "--backend", "other", "--", "true", watch=("yaml",)) == ["yaml"]
+    assert set(load(home).profiles) == {"other"}
+
+
+def test_what_json_cannot_say_as_yaml_did_is_parsed_every_time(home: Path) -> None:
+    from autoresearch.backends import profiles
+
+    path = write_config(home, "backends:\n  mine: {kind: local}\nx: {1: 2}\n")
+    data = profiles._read_parsed(path, os.stat(path))
+    assert data["x"] == {1: 2} and not (home / ".config.yaml.json").exists()
+    path = write_config(home, "backends:\n  mine: {kind: local}\n")
+    profiles._read_parsed(path, os.stat(path))
+    saved = json.loads((home / ".config.yaml.json").read_text())
+    saved["data"]["backends"]["mine"]["kind"] = "forged"  # stale or forged: the stamp no longer matches
+    saved["stamp"][0] += 1
+    (home / ".config.yaml.json").write_text(json.dumps(saved))
+    assert profiles._read_parsed(path, os.stat(path))["backends"]["mine"]["kind"] == "local"
