@@ -280,16 +280,19 @@ def schedule(
     out = Decisions()
     left = _Room(room)
     state: dict[str, _Node] = {}
-    max_gpus = 0
+    max_gpus = total_gpus = 0
+    total_cpus = 0.0
     for node in nodes:
+        ids = node.gpu_ids
+        total_gpus += len(ids)
+        total_cpus += node.cpus
         if node.schedulable:
-            ids = node.gpu_ids
             state[node.name] = _Node(node.name, len(ids), _sorted_ids(ids), node.cpus, node.memory, node.degraded)
             if len(ids) > max_gpus:
                 max_gpus = len(ids)
     usage = None
     if fair is not None:
-        usage = _Usage(fair, nodes)
+        usage = _Usage(fair, total_gpus, total_cpus)
         usage.add_running(running)
     if now is None:
         now = max((max(a.started_at, a.saved_at or 0.0) for a in running), default=0.0)
@@ -493,15 +496,15 @@ class _Usage:
 
     __slots__ = ("fair", "gpus", "cpus", "quota_used", "total_gpus", "total_cpus", "changed", "quotas", "weights")
 
-    def __init__(self, fair: FairShare, nodes: list[NodeState]) -> None:
+    def __init__(self, fair: FairShare, total_gpus: int, total_cpus: float) -> None:
         self.fair = fair
         self.quotas = {name: s.quota for name, s in fair.projects.items() if s.quota is not None}
         self.weights: dict[str, float] = {}
         self.gpus: dict[str, float] = {}
         self.cpus: dict[str, float] = {}
         self.quota_used: dict[str, int] = {}
-        self.total_gpus = sum(len(n.gpu_ids) for n in nodes) or 0
-        self.total_cpus = sum(n.cpus for n in nodes) or 0.0
+        self.total_gpus = total_gpus  # the fleet's, cordoned nodes too (a share of the fleet)
+        self.total_cpus = total_cpus
         self.changed = False
 
     def add(self, project: str, priority: str, gpus: int, cpus: float) -> None:

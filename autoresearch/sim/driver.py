@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 from dataclasses import dataclass, field
 
 from autoresearch.engine import scheduler as S
@@ -38,6 +39,7 @@ NCCL_LINE = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/Proces
 
 FAULT_CAUSES = ("node_loss", "xid", "nccl_hang")
 SHAPE_CAP = 32
+RESERVE_AFTER_S = 300.0  # a queued job that waited this long reserves a node (the runtime's default)
 
 
 @dataclass(slots=True)
@@ -61,6 +63,10 @@ class Job:
     retries: int = 0
     attempts: int = 0
     avoid: set[str] = field(default_factory=set)
+    # the scheduler's view of it, and what it was made for: (queued_since, nodes avoided, waited past
+    # reserve_after_s): the pass only compares waited_s with that, so the view lasts until one changes
+    view: S.Pending | None = None
+    view_key: tuple[float, int, bool] = (0.0, 0, False)
 
 
 @dataclass(slots=True)
@@ -72,6 +78,7 @@ class _Attempt:
     alloc: tuple[tuple[str, tuple[str, ...]], ...]
     stopping: bool = False
     view: S.Running | None = None  # what the last pass handed the scheduler
+    view_for: tuple[float, float] = (0.0, -1.0)  # the times it holds for: from its last checkpoint to the next
 
 
 @dataclass(slots=True)
@@ -183,10 +190,9 @@ class Driver:
         if not queued:
             return
         nodes = self._nodes(t)
-        pending = [S.Pending(j.id, j.priority, j.gpus, j.nodes, waited_s=t - j.queued_since,
-                             avoid=frozenset(j.avoid), project=j.project) for j in queued]
+        pending = [self._pending(j, t) for j in queued]
         running = [self._view(a, t) for a in self.running.values()]
-        decisions = S.schedule(pending, nodes, running, now=t, fair=self.fair)
+        decisions = S.schedule(pending, nodes, running, now=t, fair=self.fair, reserve_after_s=RESERVE_AFTER_S)
         for pre in decisions.preemptions:
             att = self.running.get(pre.job_id)
             if att is not None and not att.stopping:
@@ -221,13 +227,29 @@ class Driver:
         return list(self._node_states.values())
 
     @staticmethod
+    def _pending(job: Job, t: float) -> S.Pending:
+        """The scheduler's view of a queued job at ``t`` (made again only when it was queued again, it has
+        a node more to avoid, or it has now waited ``RESERVE_AFTER_S``: its ``waited_s`` is only compared
+        with that, so the view's may be older than ``t``)."""
+        waited = t - job.queued_since
+        key = (job.queued_since, len(job.avoid), waited >= RESERVE_AFTER_S)
+        if job.view is None or job.view_key != key:
+            job.view = S.Pending(job.id, job.priority, job.gpus, job.nodes, waited_s=waited,
+                                 avoid=frozenset(job.avoid), project=job.project)
+            job.view_key = key
+        return job.view
+
+    @staticmethod
     def _view(att: _Attempt, t: float) -> S.Running:
         """The scheduler's view of an attempt at ``t``, with its last checkpoint by then (made again only
-        when that or its stopping changed)."""
+        when that or its stopping changed; the checkpoint looked up only when ``t`` is past the next one)."""
+        view = att.view
+        if view is not None and att.view_for[0] <= t < att.view_for[1] and view.stopping == att.stopping:
+            return view
         marks = att.life.checkpoints
         i = bisect.bisect_right(marks, (t, 1 << 62))
         saved = marks[i - 1][0] if i else None
-        view = att.view
+        att.view_for = (marks[i - 1][0] if i else -math.inf, marks[i][0] if i < len(marks) else math.inf)
         if view is None or view.saved_at != saved or view.stopping != att.stopping:
             att.view = view = S.Running(att.job.id, att.n, att.job.priority, att.alloc, att.rec.t0,
                                         stopping=att.stopping, project=att.job.project, saved_at=saved)

@@ -43,3 +43,20 @@ def test_preemption_in_the_driver_spares_the_recently_saved() -> None:
     assert old.attempts == 1 and old.done_steps == 2  # stopped: kept its checkpoint at 2000 s
     assert young.state == "running" and young.attempts == 1
     assert stats.lost_preempt_gpu_s <= 8 * 60.0  # 50 s since old's checkpoint (+ grace), not 1550 s of young's
+
+
+def test_a_queued_jobs_view_is_kept_until_what_the_pass_reads_of_it_changes() -> None:
+    """The driver hands the scheduler the same Pending for a queued job pass after pass (made again when
+    it is queued again, has a node more to avoid, or crosses reserve_after_s: the only use of waited_s)."""
+    from autoresearch.sim.driver import RESERVE_AFTER_S
+
+    job = Job(1, "normal", 8, 1, (60.0,), 0.0)
+    job.queued_since = 100.0
+    first = Driver._pending(job, 110.0)
+    assert Driver._pending(job, 110.0 + RESERVE_AFTER_S / 2) is first and first.waited_s == 10.0
+    late = Driver._pending(job, 100.0 + RESERVE_AFTER_S)
+    assert late is not first and late.waited_s >= RESERVE_AFTER_S
+    job.avoid.add("n3")
+    assert Driver._pending(job, 100.0 + RESERVE_AFTER_S + 1).avoid == frozenset({"n3"})
+    job.queued_since = 900.0  # preempted and queued again: it waits from scratch
+    assert Driver._pending(job, 901.0).waited_s == 1.0
