@@ -60,3 +60,26 @@ def test_a_queued_jobs_view_is_kept_until_what_the_pass_reads_of_it_changes() ->
     assert Driver._pending(job, 100.0 + RESERVE_AFTER_S + 1).avoid == frozenset({"n3"})
     job.queued_since = 900.0  # preempted and queued again: it waits from scratch
     assert Driver._pending(job, 901.0).waited_s == 1.0
+
+
+def test_the_driver_hands_the_scheduler_group_caps_and_cpus() -> None:
+    """As the runtime does: a capped group (a research loop's trials) never runs more than its cap at once,
+    and a job's cores count against its node's (two 50-core jobs do not share a 96-core node)."""
+    fleet = parse([{"name": "h100", "count": 2, "gpus": 8}], NO_FAULTS, 1)  # 96 cores a node (12 per GPU)
+    trials = [Job(i, "normal", 1, 1, (600.0,), 0.0, 1, "sweep", group="loop:1") for i in range(1, 11)]
+    driver = Driver(fleet, trials, 4 * 3600.0, cordon=False, group_caps={"loop:1": 3})
+    seen: list[int] = []
+    launch = driver._launch
+
+    def counting(*args: object) -> None:
+        launch(*args)  # type: ignore[arg-type]
+        seen.append(driver.group_running["loop:1"])
+
+    driver._launch = counting  # type: ignore[method-assign]
+    stats = driver.run()
+    assert stats.jobs_done == 10 and max(seen) == 3
+    cores = [Job(i, "normal", 1, 1, (600.0,), 0.0, 1, "cpu", cpus=50.0) for i in range(1, 5)]
+    driver = Driver(fleet, cores, 3600.0, cordon=False)
+    driver.run()
+    first = [j for j in cores if j.first_start == 0.0]
+    assert len(first) == 2  # one per node: a node's 96 cores hold one 50-core job
