@@ -21,7 +21,9 @@ Policy (what a Slurm or Kueue user would expect):
 * Backfill: when a job cannot fit yet, later (smaller) jobs that fit still start.
   To keep a big job from starving behind a stream of small ones, a job that has
   waited ``reserve_after_s`` reserves the node closest to fitting it: nothing that
-  comes after it in the queue is placed there.
+  comes after it in the queue is placed there. At most ``max_reservations`` jobs (the first
+  in queue order, 16 by default) hold a node in one pass, as Slurm's ``bf_max_job_test``
+  bounds the jobs its backfill plans for: the rest wait their turn without holding anything.
 * Group caps: a job of a group (a research loop's trials) starts only while fewer than the
   group's cap of its jobs run, like Slurm's array throttle (``--array=0-99%16``); one that
   waits for its group holds nothing back (no reservation, no preemption).
@@ -33,7 +35,8 @@ Policy (what a Slurm or Kueue user would expect):
   the job they were stopped for, so later passes do not pick more victims.
 * Cost: free capacity is indexed by health tier and free GPUs (placement and reservations look
   only at nodes that fit), preemptible nodes by price in lazily refreshed heaps: a pass is
-  O(nodes + running + queue), not O(nodes x queue) (docs/scheduling.md, "Cost").
+  O(nodes + running + queue), not O(nodes x queue); a class is given up once nothing more of it
+  can start, and a project at its quota leaves fair share's order (docs/scheduling.md, "Cost").
 """
 
 from __future__ import annotations
@@ -41,10 +44,18 @@ from __future__ import annotations
 import bisect
 import functools
 import heapq
+import operator
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final, Self
 
 RANK = {"critical": 0, "normal": 1, "best-effort": 2}
+BEST_EFFORT = RANK["best-effort"]
+# how many long-waiting jobs hold a node against backfill in one pass (the first in queue order)
+MAX_RESERVATIONS = 16
+# The pass's shortcuts (a class given up once nothing more of it can start, a project at its quota
+# dropped from the order): they must never change a decision; tests/properties/test_scheduler_shortcuts.py
+# compares the pass with them and without them.
+_SHORTCUTS = True
 
 # The records are plain slotted classes, not dataclasses: a frozen dataclass costs ~1.5 ms to define
 # (its methods are compiled from source) and a submit imports this module; NamedTuples define fast
@@ -183,7 +194,7 @@ class _Node:
     __slots__ = ("name", "total", "free", "cpus", "memory", "tier", "best_effort", "priced", "stopping",
                  "reserved_for", "ver")
 
-    def __init__(self, name: str, total: int, free: list[str], cpus: float, memory: int,
+    def __init__(self, name: str, total: int, free: tuple[str, ...], cpus: float, memory: int,
                  degraded: bool = False) -> None:
         self.name, self.total, self.free, self.cpus, self.memory = name, total, free, cpus, memory
         self.tier = 1 if degraded else 0  # health tier: degraded (throttling) nodes are used last
@@ -257,28 +268,56 @@ def schedule(
     pack_gangs: bool = False,
     room: Mapping[str, int] | None = None,
     now: float | None = None,
+    max_reservations: int = MAX_RESERVATIONS,
 ) -> Decisions:
     """``room``: per capped group, how many more of its jobs may start (a group's running cap less
     its running jobs, like Slurm's ``--array=0-99%16``); a job of a group with none left waits,
     without reserving or preempting anything, and the jobs behind it go on. ``now``: the time
     ``started_at`` and ``saved_at`` are on, to weigh the work a preemption loses (None: the
-    latest of them, which keeps the order: youngest and most recently saved first)."""
+    latest of them, which keeps the order: youngest and most recently saved first).
+    ``max_reservations``: how many long-waiting jobs may hold a node in one pass (the first ones in
+    queue order), as Slurm's ``bf_max_job_test`` bounds the jobs its backfill plans for."""
     out = Decisions()
     left = _Room(room)
     state: dict[str, _Node] = {}
+    max_gpus = total_gpus = 0
+    total_cpus = 0.0
     for node in nodes:
+        ids = node.gpu_ids
+        total_gpus += len(ids)
+        total_cpus += node.cpus
         if node.schedulable:
-            state[node.name] = _Node(node.name, len(node.gpu_ids), list(_sorted_ids(node.gpu_ids)), node.cpus,
-                                     node.memory, node.degraded)
-    usage = _Usage(fair, nodes) if fair is not None else None
+            state[node.name] = _Node(node.name, len(ids), _sorted_ids(ids), node.cpus, node.memory, node.degraded)
+            if len(ids) > max_gpus:
+                max_gpus = len(ids)
+    usage = None
+    if fair is not None:
+        usage = _Usage(fair, total_gpus, total_cpus)
+        usage.add_running(running)
     if now is None:
         now = max((max(a.started_at, a.saved_at or 0.0) for a in running), default=0.0)
     used: dict[str, set[str]] = {}  # per node, the GPU ids its attempts hold: its free list filtered once below
     for att in running:
-        if usage is not None:
-            usage.add(att.project, att.priority, sum(len(ids) for _, ids in att.alloc), att.cpus * len(att.alloc))
+        alloc = att.alloc
+        if len(alloc) == 1:  # the common case: one member, one node
+            name, ids = alloc[0]
+            if (slot := state.get(name)) is not None:
+                if ids:
+                    if ids == slot.free:  # it holds the whole node (a node's ids are sorted once: often these)
+                        slot.free = ()
+                    elif (held := used.get(name)) is None:
+                        used[name] = set(ids)
+                    else:
+                        held.update(ids)
+                slot.cpus -= att.cpus
+                slot.memory -= att.memory
+                if att.stopping:
+                    slot.stopping.append(att)
+                elif att.priority == "best-effort":
+                    slot.best_effort.append(att)
+            continue
         on_node: dict[str, int] = {}  # per node, this attempt's members there (a packed gang has several)
-        for name, ids in att.alloc:
+        for name, ids in alloc:
             on_node[name] = on_node.get(name, 0) + 1
             if ids:
                 used.setdefault(name, set()).update(ids)
@@ -294,61 +333,65 @@ def schedule(
                 slot.best_effort.append(att)
     for name, held in used.items():
         if (slot := state.get(name)) is not None:
-            slot.free = [] if held.issuperset(slot.free) else [g for g in slot.free if g not in held]
-    preemptible: list[_Node] = []
-    for slot in state.values():
-        if slot.best_effort or slot.stopping:
-            preemptible.append(slot)
-    index = _Index(state.values(), max((len(n.gpu_ids) for n in nodes if n.schedulable), default=0), preemptible, now)
+            slot.free = () if held.issuperset(slot.free) else tuple(g for g in slot.free if g not in held)
+    preemptible = [slot for slot in state.values() if slot.best_effort or slot.stopping]
+    index = _Index(state.values(), max_gpus, preemptible, now)
 
     # Free resources only shrink during one pass, so a shape that failed once fails again:
     # remembering the smallest failing GPU count keeps 10,000-job queues linear.
     fail_fit: dict[tuple[int, float, int], int] = {}
     fail_preempt: dict[tuple[int, float, int, int], int] = {}
     fail_reserve = 1 << 30
+    reservations = max(0, max_reservations)
 
-    order = (usage.order(pending) if usage is not None
-             else sorted(pending, key=lambda p: (RANK.get(p.priority, 1), *_place(p))))
-    for job in order:
-        members = job.nodes
-        if pack_gangs and members > 1:  # one host: the gang is one request N times the size, split below
-            job = job._replace(gpus=job.gpus * members, cpus=job.cpus * members, memory=job.memory * members,
-                               nodes=1)
-        if usage is not None and not usage.admits(job):
-            continue  # its project holds its quota
-        if not left.has(job):
-            continue  # its group runs its cap
-        shape = (job.nodes, job.cpus, job.memory)
-        if job.gpus < fail_fit.get(shape, 1 << 30):
-            chosen = index.fit(job)
-            if chosen is not None:
-                alloc: list[tuple[str, tuple[str, ...]]] = []
-                for slot in chosen:
-                    taken, slot.free = slot.free[: job.gpus], slot.free[job.gpus:]
-                    slot.cpus -= job.cpus
-                    slot.memory -= job.memory
-                    index.moved(slot, len(slot.free) + job.gpus)
-                    alloc.append((slot.name, tuple(taken)))
-                if job.nodes != members:
-                    alloc = _split(alloc[0], members)
-                out.placements.append(Placement(job.job_id, tuple(alloc)))
-                left.take(job)
-                if usage is not None:
-                    usage.add(job.project, job.priority, job.gpus * job.nodes, _cores(job.cpus) * job.nodes)
-                continue
-            fail_fit[shape] = job.gpus
-        if job.priority != "best-effort" and preemptible:
-            key = (*shape, RANK[job.priority])
-            if job.gpus < fail_preempt.get(key, 1 << 30):
-                if _preempt(job, index, out):
-                    left.take(job)  # the slots it claims are its: a later pass starts it
-                    if usage is not None:  # its slots are claimed: they count as its project's from now on
+    for rank, least, jobs in _classes(pending, usage):
+        for job in jobs:
+            members = job.nodes
+            if pack_gangs and members > 1:  # one host: the gang is one request N times the size, split below
+                job = job._replace(gpus=job.gpus * members, cpus=job.cpus * members, memory=job.memory * members,
+                                   nodes=1)
+            if usage is not None and not usage.admits(job):
+                continue  # its project holds its quota
+            if not left.has(job):
+                continue  # its group runs its cap
+            shape = (job.nodes, job.cpus, job.memory)
+            if job.gpus < fail_fit.get(shape, 1 << 30):
+                chosen = index.fit(job)
+                if chosen is not None:
+                    given: list[tuple[str, tuple[str, ...]]] = []
+                    for slot in chosen:
+                        taken, slot.free = slot.free[: job.gpus], slot.free[job.gpus:]
+                        slot.cpus -= job.cpus
+                        slot.memory -= job.memory
+                        index.moved(slot, len(slot.free) + job.gpus)
+                        given.append((slot.name, taken))
+                    if job.nodes != members:
+                        given = _split(given[0], members)
+                    out.placements.append(Placement(job.job_id, tuple(given)))
+                    left.take(job)
+                    if usage is not None:
                         usage.add(job.project, job.priority, job.gpus * job.nodes, _cores(job.cpus) * job.nodes)
                     continue
-                fail_preempt[key] = job.gpus
-        if job.waited_s >= reserve_after_s and job.gpus < fail_reserve:
-            if not index.reserve(job, out):
-                fail_reserve = job.gpus  # held nodes only grow in a pass: no bigger job finds one either
+                fail_fit[shape] = job.gpus
+            if rank < BEST_EFFORT and (index.victims_left or not _SHORTCUTS and preemptible):
+                key = (*shape, rank)
+                if job.gpus < fail_preempt.get(key, 1 << 30):
+                    if _preempt(job, index, out):
+                        left.take(job)  # the slots it claims are its: a later pass starts it
+                        if usage is not None:  # its slots are claimed: they count as its project's from now on
+                            usage.add(job.project, job.priority, job.gpus * job.nodes, _cores(job.cpus) * job.nodes)
+                        continue
+                    fail_preempt[key] = job.gpus
+            if reservations and job.waited_s >= reserve_after_s and job.gpus < fail_reserve:
+                if index.reserve(job, out):
+                    reservations -= 1
+                else:
+                    fail_reserve = job.gpus  # held nodes only grow in a pass: no bigger job finds one either
+            # Nothing left for the rest of the class? No unreserved node with room for its smallest
+            # job, nothing to preempt (or a class that does not preempt), no reservation to give.
+            if (_SHORTCUTS and index.most_free() < least and (rank == BEST_EFFORT or not index.victims_left)
+                    and (not reservations or fail_reserve <= least)):
+                break
     return out
 
 
@@ -370,6 +413,46 @@ def nothing_starts(nodes: list[NodeState], running: list[Running], gpuless_queue
         for name, ids in att.alloc:
             used.setdefault(name, set()).update(ids)
     return all(not node.schedulable or all(g in used.get(node.name, ()) for g in node.gpu_ids) for node in nodes)
+
+
+def _classes(pending: list[Pending], usage: _Usage | None) -> list[tuple[int, int, Iterator[Pending]]]:
+    """The queue by priority class, most urgent first: (rank, the fewest GPUs a job of the class asks,
+    its jobs in the order they are tried: fair share's with ``usage``, else submit order). One loop
+    over the queue; the sorts are Timsort's on a queue read in submit order (linear), keyed in C when
+    no job keeps another's place."""
+    key = _job_id if set(map(_order, pending)) <= {None} else _place
+    if usage is None:
+        classes: dict[int, list[Pending]] = {}
+        for p in pending:
+            rank = RANK.get(p.priority, 1)
+            if (jobs := classes.get(rank)) is None:
+                classes[rank] = [p]
+            else:
+                jobs.append(p)
+        out: list[tuple[int, int, Iterator[Pending]]] = []
+        for rank in sorted(classes):
+            jobs = classes[rank]
+            jobs.sort(key=key)
+            out.append((rank, min(map(_gpus, jobs)), iter(jobs)))
+        return out
+    by: dict[tuple[int, str], list[Pending]] = {}
+    for p in pending:
+        pair = (RANK.get(p.priority, 1), p.project)
+        if (jobs := by.get(pair)) is None:
+            by[pair] = [p]
+        else:
+            jobs.append(p)
+    ranks: dict[int, dict[str, list[Pending]]] = {}
+    for (rank, project), jobs in by.items():
+        jobs.sort(key=key)
+        ranks.setdefault(rank, {})[project] = jobs
+    return [(rank, min(min(map(_gpus, jobs)) for jobs in ranks[rank].values()),
+             usage.order(ranks[rank], rank == BEST_EFFORT)) for rank in sorted(ranks)]
+
+
+_job_id = operator.attrgetter("job_id")
+_order = operator.attrgetter("order")
+_gpus = operator.attrgetter("gpus")
 
 
 def _place(job: Pending) -> tuple[int, int]:
@@ -411,15 +494,17 @@ def _split(alloc: tuple[str, tuple[str, ...]], members: int) -> list[tuple[str, 
 class _Usage:
     """What each project holds, for fair share and quotas, updated as the pass places jobs."""
 
-    __slots__ = ("fair", "gpus", "cpus", "quota_used", "total_gpus", "total_cpus", "changed")
+    __slots__ = ("fair", "gpus", "cpus", "quota_used", "total_gpus", "total_cpus", "changed", "quotas", "weights")
 
-    def __init__(self, fair: FairShare, nodes: list[NodeState]) -> None:
+    def __init__(self, fair: FairShare, total_gpus: int, total_cpus: float) -> None:
         self.fair = fair
+        self.quotas = {name: s.quota for name, s in fair.projects.items() if s.quota is not None}
+        self.weights: dict[str, float] = {}
         self.gpus: dict[str, float] = {}
         self.cpus: dict[str, float] = {}
         self.quota_used: dict[str, int] = {}
-        self.total_gpus = sum(len(n.gpu_ids) for n in nodes) or 0
-        self.total_cpus = sum(n.cpus for n in nodes) or 0.0
+        self.total_gpus = total_gpus  # the fleet's, cordoned nodes too (a share of the fleet)
+        self.total_cpus = total_cpus
         self.changed = False
 
     def add(self, project: str, priority: str, gpus: int, cpus: float) -> None:
@@ -429,37 +514,65 @@ class _Usage:
         if priority != "best-effort":
             self.quota_used[project] = self.quota_used.get(project, 0) + gpus
 
+    def add_running(self, running: list[Running]) -> None:
+        """:meth:`add` for each of ``running`` (the pass's start: one loop, no call per attempt)."""
+        self.changed = True
+        gpus, cpus, quota_used = self.gpus, self.cpus, self.quota_used
+        for att in running:
+            alloc = att.alloc
+            g = len(alloc[0][1]) if len(alloc) == 1 else sum(len(ids) for _, ids in alloc)
+            project = att.project
+            gpus[project] = gpus.get(project, 0) + g
+            cpus[project] = cpus.get(project, 0.0) + att.cpus * len(alloc)
+            if att.priority != "best-effort":
+                quota_used[project] = quota_used.get(project, 0) + g
+
     def admits(self, job: Pending) -> bool:
         if job.priority == "best-effort":
             return True  # backfill: over quota is fine, it is the first preempted
-        quota = self.fair.share(job.project).quota
+        if not self.quotas:
+            return True
+        quota = self.quotas.get(job.project)
         return quota is None or self.quota_used.get(job.project, 0) + job.gpus * job.nodes <= quota
 
     def key(self, project: str) -> float:
         """The project's dominant share over its weight: who is furthest below its fair share."""
         g = self.gpus.get(project, 0) / self.total_gpus if self.total_gpus else 0.0
         c = self.cpus.get(project, 0.0) / self.total_cpus if self.total_cpus else 0.0
-        return max(g, c) / self.fair.share(project).weight
+        weight = self.weights.get(project)
+        if weight is None:
+            weight = self.weights[project] = self.fair.share(project).weight
+        return max(g, c) / weight
 
-    def order(self, pending: list[Pending]) -> Iterator[Pending]:
-        """Class by class; inside one, the project with the smallest :meth:`key` next (keys move
-        as the caller :meth:`add`s placements between two yields), then submit order."""
-        classes: dict[int, dict[str, list[Pending]]] = {}
-        for p in sorted(pending, key=_place, reverse=True):  # each list pops from its end
-            classes.setdefault(RANK.get(p.priority, 1), {}).setdefault(p.project, []).append(p)
-        for rank in sorted(classes):
-            groups = classes[rank]
-            heap = [(self.key(project), _place(jobs[-1]), project) for project, jobs in groups.items()]
-            heapq.heapify(heap)
-            while heap:
-                key, _, project = heap[0]
-                jobs = groups[project]
-                self.changed = False
-                yield jobs.pop()
-                if jobs:  # its key moves only when the caller placed the job
-                    heapq.heapreplace(heap, (self.key(project) if self.changed else key, _place(jobs[-1]), project))
-                else:
+    def order(self, groups: dict[str, list[Pending]], exempt: bool) -> Iterator[Pending]:
+        """One class's jobs, per project in submit order: the project with the smallest :meth:`key`
+        next (keys move as the caller :meth:`add`s placements between two yields), then submit order.
+        A project that holds its whole quota is dropped when its job was not placed (its usage only
+        grows in a pass), unless the class is ``exempt`` (best-effort) or asks for no GPU."""
+        heap: list[tuple[float, tuple[int, int], str, Pending, Iterator[Pending]]] = []
+        for project, jobs in groups.items():
+            it = iter(jobs)
+            first = next(it)
+            heap.append((self.key(project), _place(first), project, first, it))
+        heapq.heapify(heap)
+        quotas, used = self.quotas, self.quota_used
+        while heap:
+            key, _, project, job, it = heap[0]
+            self.changed = False
+            yield job
+            if _SHORTCUTS and not self.changed and not exempt and project in quotas and used.get(project, 0) >= quotas[project] \
+                    and job.gpus > 0:
+                # at its quota: of its jobs, only those asking for no GPU could still be admitted
+                rest = [p for p in it if p.gpus == 0]
+                if not rest:
                     heapq.heappop(heap)
+                    continue
+                it = iter(rest)
+            nxt = next(it, None)
+            if nxt is None:
+                heapq.heappop(heap)
+            else:  # its key moves only when the caller placed the job
+                heapq.heapreplace(heap, (self.key(project) if self.changed else key, _place(nxt), project, nxt, it))
 
 
 def _slot_key(gpu_id: str) -> tuple[int, str]:
@@ -482,7 +595,7 @@ class _Index:
     a node's version changes with it; a node's price only rises in a pass, so the top, once fresh, is
     the cheapest)."""
 
-    __slots__ = ("state", "buckets", "max_gpus", "preemptible", "heaps", "now")
+    __slots__ = ("state", "buckets", "max_gpus", "preemptible", "heaps", "now", "victims_left")
 
     def __init__(self, nodes: Iterable[_Node], max_gpus: int, preemptible: list[_Node], now: float) -> None:
         self.now = now
@@ -492,7 +605,16 @@ class _Index:
         for slot in self.state.values():
             self.buckets[slot.tier][len(slot.free)][slot.name] = slot
         self.preemptible = preemptible
+        # best-effort and stopping attempts not yet claimed: none left, no preemption can succeed
+        self.victims_left = sum(len(slot.best_effort) + len(slot.stopping) for slot in preemptible)
         self.heaps: dict[int, list[tuple[_Option, int, str]]] = {}
+
+    def most_free(self) -> int:
+        """The most free GPUs on an unreserved node (-1: every node is held)."""
+        for k in range(self.max_gpus, -1, -1):
+            if self.buckets[0][k] or self.buckets[1][k]:
+                return k
+        return -1
 
     def moved(self, slot: _Node, old_free: int) -> None:
         """``slot`` changed (its free GPUs were ``old_free``): rebucket it, mark index entries stale."""
@@ -674,6 +796,7 @@ def _preempt(job: Pending, index: _Index, out: Decisions) -> bool:
         slot.free = slot.free[use_free:]
         slot.cpus += sum(a.cpus * _members_on(a, name) for a in freed) - job.cpus
         slot.memory += sum(a.memory * _members_on(a, name) for a in freed) - job.memory
+        index.victims_left -= len(taken_stopping) + len(taken_victims)
         for att in taken_stopping:
             slot.stopping.remove(att)
         for v in taken_victims:

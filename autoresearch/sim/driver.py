@@ -3,7 +3,7 @@
 The same models as the ``sim`` backend (:mod:`~autoresearch.sim.fleet`, the seeded fault
 schedule, :func:`~autoresearch.sim.timeline.live` for each attempt), the pure scheduler
 (:func:`autoresearch.engine.scheduler.schedule`: placement, backfill, preemption of best-effort
-work) and the pure health policy (:func:`autoresearch.health.policy.node_state` and
+work, with the runtime's inputs: fair share, group caps, each node's and job's cores and memory) and the pure health policy (:func:`autoresearch.health.policy.node_state` and
 ``failure_class``) for cordons, without a ledger or processes: a week of 512 GPUs in seconds.
 
 What a pass of the real runtime does, it does every ``pass_s`` of simulated time when
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 from dataclasses import dataclass, field
 
 from autoresearch.engine import scheduler as S
@@ -38,6 +39,7 @@ NCCL_LINE = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/Proces
 
 FAULT_CAUSES = ("node_loss", "xid", "nccl_hang")
 SHAPE_CAP = 32
+RESERVE_AFTER_S = 300.0  # a queued job that waited this long reserves a node (the runtime's default)
 
 
 @dataclass(slots=True)
@@ -52,6 +54,9 @@ class Job:
     kind: str = ""  # gang | sweep | soak: for the tables
     max_retries: int = 2
     project: str = ""
+    cpus: float = 0.0  # per member, as a spec's cpus (0: none asked)
+    memory: int = 0  # MB per member
+    group: str = ""  # a capped group (a research loop's trials): at most ``group_caps[group]`` run at once
     behaviour: str = ""  # "" | spoof (prints SPOOF_LINE, succeeds) | nccl_fail (prints NCCL_LINE, exits 1) | selfkill
     # state
     state: str = "pending"  # pending (not submitted yet) | queued | running | succeeded | failed
@@ -61,6 +66,10 @@ class Job:
     retries: int = 0
     attempts: int = 0
     avoid: set[str] = field(default_factory=set)
+    # the scheduler's view of it, and what it was made for: (queued_since, nodes avoided, waited past
+    # reserve_after_s): the pass only compares waited_s with that, so the view lasts until one changes
+    view: S.Pending | None = None
+    view_key: tuple[float, int, bool] = (0.0, 0, False)
 
 
 @dataclass(slots=True)
@@ -72,6 +81,7 @@ class _Attempt:
     alloc: tuple[tuple[str, tuple[str, ...]], ...]
     stopping: bool = False
     view: S.Running | None = None  # what the last pass handed the scheduler
+    view_for: tuple[float, float] = (0.0, -1.0)  # the times it holds for: from its last checkpoint to the next
 
 
 @dataclass(slots=True)
@@ -102,13 +112,16 @@ class Stats:
 class Driver:
     def __init__(self, fleet: Fleet, jobs: list[Job], horizon_s: float, cordon: bool = True,
                  health: HealthConfig | None = None, pass_s: float = 30.0, grace_s: float = 30.0,
-                 policy: str = "owner", fair: S.FairShare | None = None) -> None:
+                 policy: str = "owner", fair: S.FairShare | None = None,
+                 group_caps: dict[str, int] | None = None) -> None:
         self.fleet = fleet
         self.schedule_ = Schedule(fleet)
         self.jobs = {j.id: j for j in jobs}
         self.horizon = horizon_s
         self.cordon = cordon
         self.fair = fair  # fair share between projects (the runtime's scheduler: section), None: off
+        self.group_caps = dict(group_caps or {})  # per group, how many of its jobs may run at once
+        self.group_running: dict[str, int] = {}
         self.policy = policy  # owner: evidence has an owner (today's code) | trusting: job output decides (as before)
         self.successes: list[tuple[float, tuple[str, ...], int, str]] = []  # (t, nodes, job, project)
         self.false_since: dict[str, float] = {}
@@ -119,12 +132,12 @@ class Driver:
         self._rank = {name: i for i, name in enumerate(self.types)}  # the fleet's order of its nodes
         self.gpu_ids = {name: tuple(str(g) for g in range(kind.gpus)) for name, kind in self.types.items()}
         self.status = {name: P.NodeStatus("healthy") for name in self.types}
-        self._node_states = {name: S.NodeState(name, self.gpu_ids[name]) for name in self.types}
+        self._node_states = {name: self._node_state(name) for name in self.types}
         self._abnormal: set[str] = set()  # nodes last seen down, cordoned or degraded
         self.findings: dict[str, list[Finding]] = {name: [] for name in self.types}
         self.cordon_log: list[tuple[str, float]] = []  # what the backend's cordon hook records
         self.running: dict[int, _Attempt] = {}  # job id -> its live attempt
-        self.queues: dict[tuple[str, int, int, str], list[int]] = {}  # per shape, the queued jobs' ids in order
+        self.queues: dict[tuple[str, int, int, str, float, int, str], list[int]] = {}  # per shape, the queued jobs' ids in order
         self.events: list[tuple[float, int, int, int]] = []  # (t, seq, job id, attempt n): an ending
         self.seq = 0
         self.stats = Stats(capacity_gpu_s=fleet.total_gpus * horizon_s)
@@ -183,10 +196,10 @@ class Driver:
         if not queued:
             return
         nodes = self._nodes(t)
-        pending = [S.Pending(j.id, j.priority, j.gpus, j.nodes, waited_s=t - j.queued_since,
-                             avoid=frozenset(j.avoid), project=j.project) for j in queued]
+        pending = [self._pending(j, t) for j in queued]
         running = [self._view(a, t) for a in self.running.values()]
-        decisions = S.schedule(pending, nodes, running, now=t, fair=self.fair)
+        decisions = S.schedule(pending, nodes, running, now=t, fair=self.fair, reserve_after_s=RESERVE_AFTER_S,
+                               room=self._room() if self.group_caps else None)
         for pre in decisions.preemptions:
             att = self.running.get(pre.job_id)
             if att is not None and not att.stopping:
@@ -211,8 +224,8 @@ class Driver:
         for name in look:
             down = self.schedule_.down(name, t) is not None
             state = self.status[name].state
-            node = S.NodeState(name, self.gpu_ids[name], schedulable=not down and state not in ("cordoned", "down"),
-                               degraded=state == "degraded")
+            node = self._node_state(name, schedulable=not down and state not in ("cordoned", "down"),
+                                    degraded=state == "degraded")
             self._node_states[name] = node
             if node.schedulable and not node.degraded:
                 self._abnormal.discard(name)
@@ -220,17 +233,42 @@ class Driver:
                 self._abnormal.add(name)
         return list(self._node_states.values())
 
+    def _node_state(self, name: str, schedulable: bool = True, degraded: bool = False) -> S.NodeState:
+        kind = self.types[name]
+        return S.NodeState(name, self.gpu_ids[name], kind.cpus, kind.memory, schedulable, degraded)
+
+    def _room(self) -> dict[str, int]:
+        """Per capped group, how many more of its jobs may start (the runtime's ``jobs.group_room``)."""
+        return {g: cap - self.group_running.get(g, 0) for g, cap in self.group_caps.items()}
+
+    @staticmethod
+    def _pending(job: Job, t: float) -> S.Pending:
+        """The scheduler's view of a queued job at ``t`` (made again only when it was queued again, it has
+        a node more to avoid, or it has now waited ``RESERVE_AFTER_S``: its ``waited_s`` is only compared
+        with that, so the view's may be older than ``t``)."""
+        waited = t - job.queued_since
+        key = (job.queued_since, len(job.avoid), waited >= RESERVE_AFTER_S)
+        if job.view is None or job.view_key != key:
+            job.view = S.Pending(job.id, job.priority, job.gpus, job.nodes, job.cpus, job.memory, waited_s=waited,
+                                 avoid=frozenset(job.avoid), project=job.project, group=job.group)
+            job.view_key = key
+        return job.view
+
     @staticmethod
     def _view(att: _Attempt, t: float) -> S.Running:
         """The scheduler's view of an attempt at ``t``, with its last checkpoint by then (made again only
-        when that or its stopping changed)."""
+        when that or its stopping changed; the checkpoint looked up only when ``t`` is past the next one)."""
+        view = att.view
+        if view is not None and att.view_for[0] <= t < att.view_for[1] and view.stopping == att.stopping:
+            return view
         marks = att.life.checkpoints
         i = bisect.bisect_right(marks, (t, 1 << 62))
         saved = marks[i - 1][0] if i else None
-        view = att.view
+        att.view_for = (marks[i - 1][0] if i else -math.inf, marks[i][0] if i < len(marks) else math.inf)
         if view is None or view.saved_at != saved or view.stopping != att.stopping:
-            att.view = view = S.Running(att.job.id, att.n, att.job.priority, att.alloc, att.rec.t0,
-                                        stopping=att.stopping, project=att.job.project, saved_at=saved)
+            att.view = view = S.Running(att.job.id, att.n, att.job.priority, att.alloc, att.rec.t0, att.job.cpus,
+                                        att.job.memory, stopping=att.stopping, project=att.job.project,
+                                        saved_at=saved)
         return view
 
     def _held(self, project: str, gpu_s: float) -> None:
@@ -241,8 +279,9 @@ class Driver:
         job.state, job.queued_since = "queued", t
         bisect.insort(self.queues.setdefault(self._shape(job), []), job.id)
 
-    def _shape(self, job: Job) -> tuple[str, int, int, str]:
-        return (job.priority, job.gpus, job.nodes, job.project if self.fair is not None else "")
+    def _shape(self, job: Job) -> tuple[str, int, int, str, float, int, str]:
+        return (job.priority, job.gpus, job.nodes, job.project if self.fair is not None else "", job.cpus, job.memory,
+                job.group)
 
     def _queued(self) -> list[Job]:
         """The queue as the scheduler sees it: at most ``SHAPE_CAP`` jobs of one class and shape (and project,
@@ -284,6 +323,8 @@ class Driver:
         if job.behaviour == "spoof" and self.cordon:
             self._log_lines(att, [SPOOF_LINE], t)
         self.running[job.id] = att
+        if job.group:
+            self.group_running[job.group] = self.group_running.get(job.group, 0) + 1
         self.stats.attempts += 1
         self._due(att)
 
@@ -296,6 +337,8 @@ class Driver:
         job, end = att.job, att.life.ending
         assert end is not None
         del self.running[job.id]
+        if job.group:
+            self.group_running[job.group] -= 1
         gpus = att.rec.gpus
         used = end.t - att.rec.t0
         self.stats.busy_gpu_s += gpus * used

@@ -46,6 +46,22 @@ def test_long_waiting_job_reserves_a_node_against_backfill() -> None:
     assert out.reserved == {"n1": 1}
 
 
+def test_reservations_are_capped_per_pass_first_waiters_first() -> None:
+    """At most MAX_RESERVATIONS long-waiting jobs hold a node in one pass (as Slurm's bf_max_job_test bounds
+    the jobs its backfill plans for): every waiting job holding a node blocked backfill on most of a fleet."""
+    from autoresearch.engine.scheduler import MAX_RESERVATIONS
+
+    nodes = [node(f"n{i:02d}", 2) for i in range(MAX_RESERVATIONS + 8)]
+    busy = [running(100 + i, "normal", f"n{i:02d}", ("0",)) for i in range(len(nodes))]
+    waiting = [Pending(i, "normal", 2, waited_s=400) for i in range(1, len(nodes) + 5)]
+    out = schedule(waiting, nodes, busy)
+    assert sorted(out.reserved.values()) == list(range(1, MAX_RESERVATIONS + 1))
+    out = schedule([*waiting, Pending(99, "normal", 1)], nodes, busy, max_reservations=2)
+    assert sorted(out.reserved.values()) == [1, 2]
+    # the nodes nobody holds still backfill
+    assert [p.job_id for p in out.placements] == [99] and out.placements[0].alloc[0][0] not in out.reserved
+
+
 def test_cordoned_node_gets_nothing() -> None:
     out = schedule([Pending(1, "normal", 1)], [node("bad", 2, schedulable=False)], [])
     assert out.placements == []

@@ -43,3 +43,43 @@ def test_preemption_in_the_driver_spares_the_recently_saved() -> None:
     assert old.attempts == 1 and old.done_steps == 2  # stopped: kept its checkpoint at 2000 s
     assert young.state == "running" and young.attempts == 1
     assert stats.lost_preempt_gpu_s <= 8 * 60.0  # 50 s since old's checkpoint (+ grace), not 1550 s of young's
+
+
+def test_a_queued_jobs_view_is_kept_until_what_the_pass_reads_of_it_changes() -> None:
+    """The driver hands the scheduler the same Pending for a queued job pass after pass (made again when
+    it is queued again, has a node more to avoid, or crosses reserve_after_s: the only use of waited_s)."""
+    from autoresearch.sim.driver import RESERVE_AFTER_S
+
+    job = Job(1, "normal", 8, 1, (60.0,), 0.0)
+    job.queued_since = 100.0
+    first = Driver._pending(job, 110.0)
+    assert Driver._pending(job, 110.0 + RESERVE_AFTER_S / 2) is first and first.waited_s == 10.0
+    late = Driver._pending(job, 100.0 + RESERVE_AFTER_S)
+    assert late is not first and late.waited_s >= RESERVE_AFTER_S
+    job.avoid.add("n3")
+    assert Driver._pending(job, 100.0 + RESERVE_AFTER_S + 1).avoid == frozenset({"n3"})
+    job.queued_since = 900.0  # preempted and queued again: it waits from scratch
+    assert Driver._pending(job, 901.0).waited_s == 1.0
+
+
+def test_the_driver_hands_the_scheduler_group_caps_and_cpus() -> None:
+    """As the runtime does: a capped group (a research loop's trials) never runs more than its cap at once,
+    and a job's cores count against its node's (two 50-core jobs do not share a 96-core node)."""
+    fleet = parse([{"name": "h100", "count": 2, "gpus": 8}], NO_FAULTS, 1)  # 96 cores a node (12 per GPU)
+    trials = [Job(i, "normal", 1, 1, (600.0,), 0.0, 1, "sweep", group="loop:1") for i in range(1, 11)]
+    driver = Driver(fleet, trials, 4 * 3600.0, cordon=False, group_caps={"loop:1": 3})
+    seen: list[int] = []
+    launch = driver._launch
+
+    def counting(*args: object) -> None:
+        launch(*args)  # type: ignore[arg-type]
+        seen.append(driver.group_running["loop:1"])
+
+    driver._launch = counting  # type: ignore[method-assign]
+    stats = driver.run()
+    assert stats.jobs_done == 10 and max(seen) == 3
+    cores = [Job(i, "normal", 1, 1, (600.0,), 0.0, 1, "cpu", cpus=50.0) for i in range(1, 5)]
+    driver = Driver(fleet, cores, 3600.0, cordon=False)
+    driver.run()
+    first = [j for j in cores if j.first_start == 0.0]
+    assert len(first) == 2  # one per node: a node's 96 cores hold one 50-core job
