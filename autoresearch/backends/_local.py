@@ -146,6 +146,9 @@ class LocalBackend(Backend):
                 "argv": argv,
                 "key": request.key,  # its poke names it (watcher.Watcher.take)
                 "sandbox": request.sandbox is not None,
+                # a root launcher's sandbox: its first stages made by the supervisor's child (backends/_rootbox.py)
+                "rootbox": request.sandbox is not None and request.sandbox.uid is not None
+                and os.environ.get("AUTORESEARCH_ROOTBOX", "").lower() not in ("off", "0", "no", "false"),
                 "log_limit": int(request.sandbox.limits.get("log") or 0) if request.sandbox is not None else None,
                 "cgroup": request.sandbox.cgroup if request.sandbox is not None and request.sandbox.cgroup else None,
                 # the project folder's total (sandbox.limits.disk), measured by the supervisor as the job runs
