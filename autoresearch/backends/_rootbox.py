@@ -147,6 +147,8 @@ def _parse(argv: list[str]) -> Plan | None:
         i += 2
     if not _REQUIRED <= seen or out.info_fd < 0 or perms is not None or size is not None:
         return None
+    if not out.ops or out.ops[0] != ("ro-bind", "/", "/"):
+        return None  # the read-only root first: everything else is made on top of it
     i += 1
     if os.path.basename(argv[i]) != "setpriv":
         return None
@@ -452,3 +454,25 @@ def _apply(op: tuple[Any, ...], sources: dict[str, int]) -> None:
                 _setattr(path, _ATTR_RDONLY | _ATTR_NOSUID | _ATTR_NODEV)
     else:  # (plan() admits no other)
         raise OSError(errno.EINVAL, f"unknown sandbox operation {kind}")
+
+
+def main(argv: list[str]) -> int:
+    """``python -S -E _rootbox.py ARGV...``: run a root chain's argv (``{info-fd}`` and ``{args-fd}``
+    in it, as :func:`_sandbox._argv` writes them) this way, with an empty environment; its exit
+    status, 2 when it cannot (the launcher's check that this way works here: _sandbox.rootbox_works)."""
+    info_r, info_w = os.pipe()
+    argv = [str(info_w) if a == "{info-fd}" else "0" if a == "{args-fd}" else a for a in argv]
+    chain = plan(argv) if usable() else None
+    if chain is None:
+        return 2
+    pid = spawn(chain, {"PATH": "/usr/local/bin:/usr/bin:/bin"}, 2, None, os.setsid)
+    os.close(info_w)
+    os.close(info_r)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
