@@ -250,6 +250,7 @@ def _prctl(option: int, arg: int, what: str) -> None:
 def _inner(chain: Plan, env: dict[str, str]) -> None:
     """G: builds the mounts, drops to the tenant uid in a user namespace of its own, starts the job
     (pid 2) and reaps until it ends."""
+    _retitle()
     _check(_libc.unshare(_NEWNS | _NEWIPC | _NEWUTS), "unshare(mount, ipc, uts)")
     if chain.cgroup_ns:
         _libc.unshare(_NEWCGROUP)  # (try, as bwrap's --unshare-cgroup-try)
@@ -294,6 +295,23 @@ def _inner(chain: Plan, env: dict[str, str]) -> None:
         if pid == job:
             code = os.waitstatus_to_exitcode(status)
             os._exit(code if code >= 0 else 128 - code)
+
+
+_TITLE = b"autoresearch-sandbox"
+
+
+def _retitle() -> None:
+    """Our command line (``/proc/1/cmdline``, which any process may read) made :data:`_TITLE` and NULs:
+    as a fork of the supervisor it was its launcher's (a server's, or a CLI's that launched another
+    project's queued job: arguments no job may read). The kernel reads it from our memory between
+    arg_start and arg_end (``/proc/self/stat``), our own copy since the fork: overwritten in place."""
+    with open("/proc/self/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    start, end = int(fields[45]), int(fields[46])  # (fields 48 and 49; [0] here is field 3)
+    if not 0 < start < end or end - start > 1 << 21:
+        raise OSError(errno.EINVAL, f"our command line is not where /proc/self/stat says ({start}, {end})")
+    ctypes.memset(start, 0, end - start)
+    ctypes.memmove(start, _TITLE, min(len(_TITLE), end - start - 1))
 
 
 def _user_namespace(uid: int, gid: int) -> None:

@@ -124,6 +124,14 @@ def test_the_supervisors_sandbox_is_the_programs_sandbox(base: Path, monkeypatch
     assert lines[0] != "0" and "pid 2" in lines and "no userns" in lines and "root read-only" in lines, lines
     assert all(int(line.split()[1], 16) == 0 for line in lines if line.startswith("Cap")), lines
     assert Path("/proc/self/mountinfo").read_text() == host_mounts  # nothing of it reached the host
+    # The sandbox's pid 1 is a fork of the supervisor, forked from its launcher (here: this pytest):
+    # the job reads none of the launcher's command line there (a CLI's could be another project's).
+    job = api.submit({"command": ["sh", "-c", "tr '\\0' '\\n' < /proc/1/cmdline; cat /proc/1/environ"],
+                      "workdir": str(base), "max_retries": 0}, project="team-a")
+    wait_state(api, job.id, ("succeeded", "failed"), timeout=60)
+    log = (home / "jobs" / str(job.id) / "attempt-1.log").read_text()
+    assert log.split("\n", 1)[0] == "autoresearch-sandbox" and "pytest" not in log, log
+    assert "Permission denied" in log and "AUTORESEARCH_HOME" not in log, log  # not dumpable: no environ
 
 
 @pytest.mark.skipif(not ROOT or shutil.which("bwrap") is None or shutil.which("setpriv") is None,
