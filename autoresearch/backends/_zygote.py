@@ -76,7 +76,10 @@ def _version() -> bytes:
     started) is refused (the launcher forks that supervisor itself), and does not keep it alive."""
     here = os.path.dirname(os.path.abspath(__file__))
     stamp = [os.stat(os.path.join(here, name)) for name in ("_zygote.py", "_supervisor.py", "_rootbox.py")]
-    return ";".join(f"{st.st_mtime_ns:x}.{st.st_size:x}" for st in stamp).encode()[-16:].rjust(16, b"-")
+    folded = 0xCBF29CE484222325  # FNV-1a of every file's stamp (the last 16 characters were the last file's)
+    for byte in ";".join(f"{st.st_mtime_ns:x}.{st.st_size:x}" for st in stamp).encode():
+        folded = ((folded ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{folded:016x}".encode()
 
 
 VERSION = _version()
