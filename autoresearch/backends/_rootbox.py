@@ -386,7 +386,7 @@ def _drop_bounding() -> None:
 
 
 def _open_tree(path: str, missing_ok: bool = False) -> int:
-    fd = _libc.syscall(_OPEN_TREE, _AT_FDCWD, path.encode(), _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE)
+    fd = _libc.syscall(_OPEN_TREE, _AT_FDCWD, os.fsencode(path), _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE)
     if fd < 0:
         err = ctypes.get_errno()
         if missing_ok and err == errno.ENOENT:
@@ -397,7 +397,7 @@ def _open_tree(path: str, missing_ok: bool = False) -> int:
 
 def _setattr(path: str, set_: int, clear: int = 0) -> None:
     attr = _MountAttr(set_, clear, 0, 0)
-    _check(_libc.syscall(_MOUNT_SETATTR, _AT_FDCWD, path.encode(), _AT_RECURSIVE, ctypes.byref(attr),
+    _check(_libc.syscall(_MOUNT_SETATTR, _AT_FDCWD, os.fsencode(path), _AT_RECURSIVE, ctypes.byref(attr),
                          ctypes.sizeof(attr)), f"mount_setattr({path})")
 
 
@@ -405,7 +405,7 @@ def _attach(fd: int, dst: str, is_dir: bool, set_: int) -> None:
     """The cloned tree ``fd`` at ``dst`` with the flags ``set_`` added to its own (bwrap's bind_mount:
     a writable bind keeps its source's read-only submounts read-only)."""
     _ensure(dst, is_dir)
-    _check(_libc.syscall(_MOVE_MOUNT, fd, b"", _AT_FDCWD, dst.encode(), _MOVE_MOUNT_F_EMPTY_PATH),
+    _check(_libc.syscall(_MOVE_MOUNT, fd, b"", _AT_FDCWD, os.fsencode(dst), _MOVE_MOUNT_F_EMPTY_PATH),
            f"move_mount({dst})")
     _setattr(dst, set_)
 
@@ -426,7 +426,7 @@ def _ensure(path: str, is_dir: bool) -> None:
 def _tmpfs(path: str, mode: int, size: int | None, flags: int = _MS_NOSUID | _MS_NODEV) -> None:
     _ensure(path, True)
     data = f"mode={mode:o}" + (f",size={size}" if size else "")
-    _check(_libc.mount(b"tmpfs", path.encode(), b"tmpfs", flags, data.encode()), f"tmpfs on {path}")
+    _check(_libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", flags, data.encode()), f"tmpfs on {path}")
 
 
 def _apply(op: tuple[Any, ...], sources: dict[str, int]) -> None:
@@ -459,16 +459,16 @@ def _apply(op: tuple[Any, ...], sources: dict[str, int]) -> None:
             os.symlink(target, os.path.join(dev, name))
         for name in ("shm", "pts"):
             os.mkdir(os.path.join(dev, name), 0o755)
-        _check(_libc.mount(b"devpts", os.path.join(dev, "pts").encode(), b"devpts", _MS_NOSUID | _MS_NOEXEC,
+        _check(_libc.mount(b"devpts", os.fsencode(os.path.join(dev, "pts")), b"devpts", _MS_NOSUID | _MS_NOEXEC,
                            b"newinstance,ptmxmode=0666,mode=620"), "devpts")
         os.symlink("pts/ptmx", os.path.join(dev, "ptmx"))
     elif kind == "proc":
         proc = op[1]
-        _check(_libc.mount(b"proc", proc.encode(), b"proc", _MS_NOSUID | _MS_NOEXEC | _MS_NODEV, None), "proc")
+        _check(_libc.mount(b"proc", os.fsencode(proc), b"proc", _MS_NOSUID | _MS_NOEXEC | _MS_NODEV, None), "proc")
         for name in _PROC_COVERS:
             path = os.path.join(proc, name)
             if os.access(path, os.W_OK):  # (as bwrap: what is read-only or absent already is left)
-                _check(_libc.mount(path.encode(), path.encode(), None, _MS_BIND | _MS_REC, None), f"bind {path}")
+                _check(_libc.mount(os.fsencode(path), os.fsencode(path), None, _MS_BIND | _MS_REC, None), f"bind {path}")
                 _setattr(path, _ATTR_RDONLY | _ATTR_NOSUID | _ATTR_NODEV)
     else:  # (plan() admits no other)
         raise OSError(errno.EINVAL, f"unknown sandbox operation {kind}")
