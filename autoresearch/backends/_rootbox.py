@@ -1,35 +1,43 @@
-"""A root launcher's first sandbox stage, run in the supervisor's own forked child (no exec).
+"""A root launcher's tenant sandbox, made by the supervisor's own forked child (no program exec'd).
 
 For a root server the sandbox is a chain (backends/_sandbox.py): ``prlimit`` -> ``bwrap`` as root
 (mounts, namespaces) -> ``setpriv`` (down to the tenant uid) -> ``bwrap`` as that uid (the user
-namespace, the job's environment) -> the command. The first three cost a tenant's launch most of
-its time: three programs to exec and link, and the root ``bwrap`` reads ``/proc/self/mountinfo``
-again for every one of its ~15 binds (docs/performance.md). This module runs those three stages'
-work in the supervisor's forked child instead, with the same argv as its plan: it reads the
-``prlimit``, ``bwrap`` and ``setpriv`` options that :func:`_sandbox._argv` writes (and no other:
-anything it does not know, it leaves to the programs, :func:`plan` returns None) and makes the same
-sandbox with a few system calls, then execs the last ``bwrap`` exactly as ``setpriv`` did.
+namespace, the job's environment) -> the command. The chain cost a tenant's launch ~15 ms of CPU
+over the command: four programs to exec and link, and the root ``bwrap`` reads
+``/proc/self/mountinfo`` again for every one of its ~15 binds (docs/security.md). This module makes
+the same sandbox in the supervisor's forked child instead, with the chain's argv as its plan: it
+reads the ``prlimit``, ``bwrap`` and ``setpriv`` options and the last ``bwrap``'s that
+:func:`_sandbox._argv` writes (and no other: anything it does not know, it leaves to the programs:
+:func:`plan` returns None) and carries them out with system calls.
 
 What it does, in order (bwrap's own order; docs/security.md):
 
-1. (the child, C) joins the attempt's cgroup when it has one, sets its parent-death signal, makes a
-   new pid namespace for its child G, forks G, says G's pid on the info descriptor (as ``bwrap
-   --info-fd``: the supervisor signals G's session), waits for G and exits with its status (128+N
-   for a signal, as ``bwrap``);
-2. (G, pid 1 of the new namespace, parent-death signal SIGKILL) makes new mount, ipc, uts and cgroup
-   namespaces, makes ``/`` a slave (nothing it mounts reaches the host), clones every bind's source
-   as the host shows it (``open_tree``: before anything covers it), then makes the whole tree
-   read-only, nosuid and nodev (``mount_setattr``, recursive: one call where ``bwrap`` re-reads the
-   mount table for each mount) and mounts the tmpfs, ``/dev``, ``/proc`` and binds of the plan;
-3. sets the rlimits, a new session, drops every capability from its bounding set, clears its
-   groups, takes the tenant gid and uid (which clears its capabilities), sets no_new_privs and its
-   parent-death signal again (a change of uid clears it), and execs the last ``bwrap``, which
-   makes the user namespace and reads the job's environment from its descriptor. Nothing of the
-   job's environment is in this process: it runs with :data:`_supervisor.LAUNCHER_ENV`.
+1. the supervisor makes a new pid namespace for its next child only and forks G, pid 1 there (then
+   takes its own pid namespace back for its later children); G starts a session of its own (the
+   supervisor signals it: the kernel drops the signals an init does not handle, so a stop's
+   SIGTERM reaches the job, as with the last ``bwrap`` as init before), sets its parent-death
+   signal (SIGKILL), joins the attempt's cgroup when it has one, and overwrites its command line
+   (it was its launcher's);
+2. G makes new mount, ipc, uts and cgroup namespaces, makes ``/`` a slave (nothing it mounts
+   reaches the host), clones every bind's source as the host shows it (``open_tree``: before
+   anything covers it), makes the whole tree read-only, nosuid and nodev (``mount_setattr``,
+   recursive: one call where ``bwrap`` re-reads the mount table for each mount), then the tmpfs,
+   ``/dev``, ``/proc`` and binds of the plan (``move_mount``);
+3. G sets the rlimits, drops every capability from its bounding set, clears its groups, takes the
+   tenant gid and uid (which clears its other capabilities), sets no_new_privs and its parent-death
+   signal again (a change of uid clears it); then a user namespace that maps that uid and gid to
+   themselves and one more inside it after which none can be made (``--disable-userns``), with no
+   capability in it; it starts the job (pid 2, its own environment, found on its own ``PATH``,
+   ``posix_spawn``) and reaps until the job ends, exiting with its status (128+N for a death by
+   signal N, as ``bwrap``). Nothing of the job's environment reaches anything but the job.
+
+G is a fork of the supervisor (its memory holds the launcher's environment): it is not dumpable
+but while it writes its own uid/gid maps, before the job exists, so no job reads or traces it.
 
 Every step fails closed: an error ends G with exit status 1 and a line in the attempt's log; the
-job never runs with a step missing. A kernel without ``open_tree``/``mount_setattr`` (Linux < 5.12)
-or a process that is not root takes the programs' chain (:func:`usable`).
+job never runs with a step missing. A launcher takes this way only where :func:`main` ran ``true``
+so once (``_sandbox.rootbox_works``); a kernel without ``open_tree``/``mount_setattr`` (Linux <
+5.12), a launcher that is not root or ``AUTORESEARCH_ROOTBOX=off`` takes the programs' chain.
 
 Stdlib only (``ctypes``: imported once per process that launches, by the home's zygote before it
 forks supervisors: importing it costs more than the launch it saves).
