@@ -95,6 +95,7 @@ class Plan:
         self.cgroup_ns = False
         self.ops: list[tuple[Any, ...]] = []  # ("ro-bind"|"bind"|"dev-bind-try", src, dst, mode) ...
         self.uid = self.gid = -1
+        self.args_fd = -1  # the last bwrap's --args (the job's environment for it: not the job's to keep)
         self.workdir = "/"  # the last bwrap's --chdir
         self.command: list[str] = []  # and its command
 
@@ -179,7 +180,7 @@ def _parse(argv: list[str]) -> Plan | None:
     if len(last) < 15 or os.path.basename(last[0]) != "bwrap" or last[1:9] != _LAST or last[9] != "--args" \
             or last[11] != "--chdir" or last[13] != "--":
         return None
-    out.workdir, out.command = last[12], last[14:]
+    out.args_fd, out.workdir, out.command = int(last[10]), last[12], last[14:]
     return out
 
 
@@ -216,6 +217,11 @@ def spawn(chain: Plan, env: dict[str, str], log_fd: int, cgroup: str | None, pre
         return pid
     try:
         os.close(chain.info_fd)  # (nothing to say on it: the supervisor's child is G itself)
+        if chain.args_fd > 2:
+            try:  # (the job gets its environment as such, not this descriptor too)
+                os.close(chain.args_fd)
+            except OSError:
+                pass
         prepare()
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, "prctl(PDEATHSIG)")  # (bwrap's --die-with-parent)
         if cgroup:  # fails closed: the sandbox never runs outside the cgroup that bounds it

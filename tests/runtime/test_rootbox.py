@@ -32,8 +32,8 @@ def test_the_plan_is_the_chains_argv() -> None:
     argv = _root_argv(disk=1 << 20, cpu_seconds=30)
     plan = _rootbox.plan(argv)
     assert plan is not None
-    assert (plan.uid, plan.gid, plan.info_fd, plan.workdir, plan.command) == (4242, 4343, 7, "/usr",
-                                                                              ["sh", "-c", "echo hi"])
+    assert (plan.uid, plan.gid, plan.info_fd, plan.args_fd, plan.workdir, plan.command) == (
+        4242, 4343, 7, 8, "/usr", ["sh", "-c", "echo hi"])
     import resource
 
     assert sorted(plan.rlimits) == sorted([(resource.RLIMIT_NPROC, 64, 64), (resource.RLIMIT_FSIZE, 1 << 20, 1 << 20),
@@ -129,12 +129,14 @@ def test_the_supervisors_sandbox_is_the_programs_sandbox(base: Path, monkeypatch
     assert not [m for m in made if m in ours or m == str(base) or m.startswith(f"{base}/")], made
     # The sandbox's pid 1 is a fork of the supervisor, forked from its launcher (here: this pytest):
     # the job reads none of the launcher's command line there (a CLI's could be another project's).
-    job = api.submit({"command": ["sh", "-c", "tr '\\0' '\\n' < /proc/1/cmdline; cat /proc/1/environ"],
+    job = api.submit({"command": ["sh", "-c", "tr '\\0' '\\n' < /proc/1/cmdline; cat /proc/1/environ; "
+                                              "ls /proc/self/fd | tr '\\n' ' '"],
                       "workdir": str(base), "max_retries": 0}, project="team-a")
     wait_state(api, job.id, ("succeeded", "failed"), timeout=60)
     log = (home / "jobs" / str(job.id) / "attempt-1.log").read_text()
     assert log.split("\n", 1)[0] == "autoresearch-sandbox" and "pytest" not in log, log
     assert "Permission denied" in log and "AUTORESEARCH_HOME" not in log, log  # not dumpable: no environ
+    assert log.rsplit("\n", 1)[-1].split() == ["0", "1", "2", "3"], log  # its output, and ls's own
 
 
 @pytest.mark.skipif(not ROOT or shutil.which("bwrap") is None or shutil.which("setpriv") is None,
