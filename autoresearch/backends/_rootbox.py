@@ -286,8 +286,12 @@ def _inner(chain: Plan, env: dict[str, str]) -> None:
         _apply(op, {path: fd for (index, path), fd in sources.items() if index == at})
     for fd in sources.values():
         os.close(fd)
+    space = None  # the address-space limit is the job's alone: ours (a fork of a Python process) is past it
     for which, soft, hard in chain.rlimits:
-        resource.setrlimit(which, (soft, hard))
+        if which == resource.RLIMIT_AS:
+            space = (soft, hard)
+        else:
+            resource.setrlimit(which, (soft, hard))
     _drop_bounding()  # (needs root's CAP_SETPCAP: before the uid drop, which clears the other sets)
     os.setgroups([])
     os.setresgid(chain.gid, chain.gid, chain.gid)
@@ -298,7 +302,7 @@ def _inner(chain: Plan, env: dict[str, str]) -> None:
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, "prctl(PDEATHSIG)")  # (a change of uid cleared it)
     _user_namespace(chain.uid, chain.gid)
     os.chdir(chain.workdir)  # (as the tenant uid, as bwrap's --chdir)
-    job = _start(chain.command, env)
+    job = _start(chain.command, env, space)
     while True:  # pid 1: reap what is orphaned to us until the job ends (then the namespace ends)
         try:
             pid, status = os.waitpid(-1, 0)
@@ -347,8 +351,9 @@ def _user_namespace(uid: int, gid: int) -> None:
     _drop_capabilities()
 
 
-def _start(command: list[str], env: dict[str, str]) -> int:
-    """The job's command, with its own environment, found on its own PATH (as bwrap's execvp)."""
+def _start(command: list[str], env: dict[str, str], space: tuple[int, int] | None) -> int:
+    """The job's command, with its own environment, found on its own PATH (as bwrap's execvp); with
+    ``space``, the RLIMIT_AS it gets in a forked child before its exec, else through posix_spawn."""
     env = {k: v for k, v in env.items() if k and "=" not in k and "\0" not in k and "\0" not in v}
     program = command[0]
     if "/" not in program:
@@ -357,6 +362,19 @@ def _start(command: list[str], env: dict[str, str]) -> int:
             if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
                 program = candidate
                 break
+    if space is not None:
+        pid = os.fork()
+        if pid:
+            return pid
+        try:
+            resource.setrlimit(resource.RLIMIT_AS, space)
+            os.execve(program, command, env)
+        except OSError as err:
+            _say(f"cannot run {command[0]!r}: {err.strerror}")
+            os._exit(127 if err.errno == errno.ENOENT else 126)
+        except BaseException as err:  # noqa: BLE001 - a forked child never returns into G
+            _say(f"cannot run {command[0]!r}: {err}")
+        os._exit(126)
     try:  # (vfork underneath: no copy of our pages for it)
         return os.posix_spawn(program, command, env, setsigdef=_DEFAULT_SIGNALS)
     except OSError as err:
