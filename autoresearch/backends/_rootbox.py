@@ -23,7 +23,7 @@ What it does, in order (bwrap's own order; docs/security.md):
    anything covers it), makes the whole tree read-only, nosuid and nodev (``mount_setattr``,
    recursive: one call where ``bwrap`` re-reads the mount table for each mount), then the tmpfs,
    ``/dev``, ``/proc`` and binds of the plan (``move_mount``);
-3. G sets the rlimits, drops every capability from its bounding set, clears its groups, takes the
+3. G sets the rlimits (RLIMIT_AS only for the job: see :func:`_start`), drops every capability from its bounding set, clears its groups, takes the
    tenant gid and uid (which clears its other capabilities), sets no_new_privs and its parent-death
    signal again (a change of uid clears it); then a user namespace that maps that uid and gid to
    themselves and one more inside it after which none can be made (``--disable-userns``), with no
