@@ -160,5 +160,14 @@ def test_the_launchers_check_runs_the_sandbox_and_says_its_exit() -> None:
         argv = _sandbox._argv(found, command, "/", Sandbox(uid=65534, gid=65534))
         done = subprocess.run([*script, *argv], capture_output=True, text=True, timeout=60, cwd="/")
         assert done.returncode == code, (command, done.stderr)
+    # A device node of the attempt's (a GPU's; /dev/kmsg stands in) is bound into the minimal /dev
+    # as bwrap --dev-bind-try binds it: without nodev (a nodev mount refuses to open any node); absent
+    # without it.
+    if os.path.exists("/dev/kmsg"):
+        probe = "test -c /dev/kmsg && awk '$5 == \"/dev/kmsg\" {print $6}' /proc/self/mountinfo"
+        for devices, out in ((("/dev/kmsg",), "rw,nosuid"), ((), "")):
+            argv = _sandbox._argv(found, ["sh", "-c", probe], "/", Sandbox(uid=65534, gid=65534, devices=devices))
+            done = subprocess.run([*script, *argv], capture_output=True, text=True, timeout=60, cwd="/")
+            assert done.stdout.strip().replace(",relatime", "") == out, (devices, done.stdout, done.stderr)
     not_root = _sandbox._argv(found, ["true"], "/", Sandbox())
     assert subprocess.run([*script, *not_root], capture_output=True, timeout=60, cwd="/").returncode == 2
