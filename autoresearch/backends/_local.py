@@ -146,7 +146,7 @@ class LocalBackend(Backend):
                 "argv": argv,
                 "key": request.key,  # its poke names it (watcher.Watcher.take)
                 "sandbox": request.sandbox is not None,
-                # a root launcher's sandbox: its first stages made by the supervisor's child (backends/_rootbox.py)
+                # a root launcher's sandbox made by the supervisor's child, not by the programs (backends/_rootbox.py)
                 "rootbox": request.sandbox is not None and request.sandbox.uid is not None and _rootbox_on(),
                 "log_limit": int(request.sandbox.limits.get("log") or 0) if request.sandbox is not None else None,
                 "cgroup": request.sandbox.cgroup if request.sandbox is not None and request.sandbox.cgroup else None,
