@@ -146,6 +146,8 @@ class LocalBackend(Backend):
                 "argv": argv,
                 "key": request.key,  # its poke names it (watcher.Watcher.take)
                 "sandbox": request.sandbox is not None,
+                # a root launcher's sandbox made by the supervisor's child, not by the programs (backends/_rootbox.py)
+                "rootbox": request.sandbox is not None and request.sandbox.uid is not None and _rootbox_on(),
                 "log_limit": int(request.sandbox.limits.get("log") or 0) if request.sandbox is not None else None,
                 "cgroup": request.sandbox.cgroup if request.sandbox is not None and request.sandbox.cgroup else None,
                 # the project folder's total (sandbox.limits.disk), measured by the supervisor as the job runs
@@ -329,3 +331,13 @@ def _make_cgroup(path: str, limits: dict[str, Any]) -> None:
                 continue  # (a kernel without swap accounting)
             raise BackendError(f"cannot set {name} of the attempt's cgroup {path}: {err}",
                                hint="check sandbox.cgroup enables cpu, memory and pids for its children") from err
+
+
+def _rootbox_on() -> bool:
+    """Whether a root launcher's tenant sandboxes are made by the supervisor's child (backends/_rootbox.py):
+    where that works here (checked once per process) and ``AUTORESEARCH_ROOTBOX`` is not ``off``."""
+    if os.environ.get("AUTORESEARCH_ROOTBOX", "").lower() in ("off", "0", "no", "false"):
+        return False
+    from autoresearch.backends import _sandbox
+
+    return _sandbox.rootbox_works()

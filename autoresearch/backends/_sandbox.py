@@ -92,6 +92,28 @@ def programs(sandbox: Sandbox | None = None) -> tuple[str, str]:
     return found
 
 
+@lru_cache(maxsize=1)
+def rootbox_works() -> bool:
+    """Whether a root launcher's supervisors make its tenants' sandboxes themselves (backends/_rootbox.py,
+    the same plan as the programs' chain, without their four execs): a ``true`` in such a sandbox,
+    once per process, from a small interpreter; False (the programs run) when it fails here, and
+    for a launcher that is not root (its one ``bwrap`` runs)."""
+    if os.geteuid() != 0:
+        return False
+    import subprocess
+    import sys
+
+    found = programs(Sandbox(uid=65534, gid=65534))
+    argv = _argv(found, ["true"], "/", Sandbox(uid=65534, gid=65534, limits={"processes": 4096, "tmp": 1 << 20}))
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rootbox.py")
+    try:
+        done = subprocess.run([sys.executable, "-S", "-E", script, *argv], capture_output=True, timeout=20,
+                              env=LAUNCHER_ENV, cwd="/")
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
 def bwrap() -> str:
     return programs()[0]
 

@@ -948,7 +948,8 @@ _LIMIT_DETAILS: dict[int, str] = {int(signal.SIGXFSZ): "over its limit: a file p
 
 def _start_member(req: dict[str, Any], env: dict[str, str], log_fd: int) -> tuple[int, int]:
     """Spawn one member; (its pid, the process group to signal)."""
-    argv, info, args = req["argv"], None, None
+    argv, info, args, chain = req["argv"], None, None, None
+    job_env = env
     if req.get("sandbox"):  # argv[0] is bwrap: it tells us its child's pid, whose session we signal
         info, info_w = os.pipe()
         os.set_inheritable(info_w, True)
@@ -960,15 +961,56 @@ def _start_member(req: dict[str, Any], env: dict[str, str], log_fd: int) -> tupl
         env = LAUNCHER_ENV
     try:
         cgroup = req.get("cgroup")
-        child = _spawn(argv, env, req["workdir"], log_fd, cgroup if isinstance(cgroup, str) and cgroup else None)
+        chain = _rootbox_plan(argv) if req.get("sandbox") and req.get("rootbox") else None
+        if chain is not None:  # a root launcher's chain: its stages run in our child (backends/_rootbox.py)
+            child = rootbox().spawn(chain, job_env, log_fd, cgroup if isinstance(cgroup, str) and cgroup else None,
+                                   lambda: _child_setup(log_fd, session=True))
+        else:
+            child = _spawn(argv, env, req["workdir"], log_fd, cgroup if isinstance(cgroup, str) and cgroup else None)
     finally:
         if args is not None:
             os.close(args)
     group = child
     if info is not None:
         os.close(info_w)
-        group = _sandbox_child(info) or child
+        if chain is not None:  # (our child is the sandbox's pid 1 itself: nothing to learn)
+            os.close(info)
+        else:
+            group = _sandbox_child(info) or child
     return child, group
+
+
+def rootbox() -> Any:
+    """backends/_rootbox.py, imported as we were: from the package, or (in the home's zygote and the
+    supervisors it forks, ``python -S -E _zygote.py``) from this folder; None where it cannot load."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"{__package__}._rootbox" if __package__ else "_rootbox")
+    except (ImportError, OSError, AttributeError):
+        return None
+
+
+def _rootbox_plan(argv: list[str]) -> Any:
+    """The plan of a root sandbox chain that our child can run itself (backends/_rootbox.py), or None
+    (the programs run it): not root, an old kernel, an argv it does not know."""
+    module = rootbox()
+    return module.plan(argv) if module is not None and module.usable() else None
+
+
+def _child_setup(log_fd: int, session: bool = False) -> None:
+    """In a forked child that runs a command: as :func:`_spawn`'s (scheduling policy, process group
+    or with ``session`` a session of its own, output to the log, default signals)."""
+    _command_policy()
+    if session:
+        os.setsid()
+    else:
+        os.setpgid(0, 0)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    signal.set_wakeup_fd(-1)
+    for sig in _DEFAULT_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def _how(status: int) -> str:

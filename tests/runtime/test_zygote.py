@@ -465,3 +465,23 @@ def test_a_supervisor_says_it_is_free_only_while_it_would_take_the_request(
     assert ours.recv(8) == b""  # its second and last: it leaves, and says nothing
     assert os.waitpid(pid, 0)[1] == 0
     assert ran.read_text().split() == ["0", "1"]
+
+
+def test_the_version_changes_with_each_of_its_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A zygote refuses requests of other code: a change to any of the files it runs is another
+    version (it was the last 16 characters of the stamps: the last file's alone)."""
+    import types
+
+    real = os.stat
+    seen = {}
+    for changed in (None, "_zygote.py", "_supervisor.py", "_rootbox.py"):
+        def fake(path: Any, *args: Any, changed: str | None = changed, **kwargs: Any) -> Any:
+            st = real(path, *args, **kwargs)
+            if changed is not None and str(path).endswith("/" + changed):
+                return types.SimpleNamespace(st_mtime_ns=st.st_mtime_ns + 1, st_size=st.st_size)
+            return st
+
+        monkeypatch.setattr(os, "stat", fake)
+        seen[changed] = _zygote._version()
+        monkeypatch.setattr(os, "stat", real)
+    assert len(set(seen.values())) == 4 and all(len(v) == 16 for v in seen.values()), seen
