@@ -316,6 +316,10 @@ def run(run_dir: str, child: int | None = None, master: tuple[str, str] | None =
     import resource
 
     code = os.waitstatus_to_exitcode(status) if status is not None else None
+    if not (stopped or timed_out or term_outside) and code != 0 and os.path.exists(stop_path):
+        # Our stop reached the program before this loop saw it (the fast start: scancel's SIGTERM hits
+        # the program the script started while this file is still starting): it ended by our stop.
+        stopped = True
     ending: dict[str, object] = {
         "exit_code": code if code is not None and code >= 0 else None,
         "signal": -code if code is not None and code < 0 else None,

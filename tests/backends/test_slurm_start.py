@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from autoresearch.backends import _slurm_wrap as wrap
 from autoresearch.backends._base import LaunchRequest
 from autoresearch.backends._slurm import SlurmBackend
 from autoresearch.backends._slurm_files import GANG_MASTER, run_sh
@@ -176,7 +177,7 @@ def test_a_member_whose_run_dir_is_not_there_still_runs(tmp_path: Path) -> None:
 def test_the_supervisor_imports_only_what_a_one_node_attempt_needs(tmp_path: Path) -> None:
     """wrap.py starts beside the program (the fast start): hashlib, socket and subprocess (gangs only)
     wait until used, so its start takes less of the CPU the program's own start needs."""
-    import autoresearch.backends._slurm_wrap as wrap
+    assert wrap.__file__
 
     (tmp_path / "request.json").write_text(json.dumps({"argv": ["true"], "workdir": str(tmp_path)}))
     (tmp_path / "env.json").write_text(json.dumps({"PATH": os.environ["PATH"]}))
@@ -199,3 +200,23 @@ def test_a_started_programs_start_is_read_to_the_clock_tick(tmp_path: Path) -> N
         child.wait()
     assert begun is not None and before - 0.05 <= begun <= time.time()  # (a tick is 10 ms; btime was whole seconds)
     assert started_at(2**22 + 7) is None  # no such process
+
+
+def test_a_program_our_stop_ended_before_wrap_py_took_it_over_ends_stopped(tmp_path: Path) -> None:
+    """The fast start: scancel's SIGTERM can end the program the script started before ``wrap.py
+    --child`` looks at stop.json; that ending is still our stop (a cancel), not the program's exit."""
+    (tmp_path / "request.json").write_text(json.dumps({"argv": ["true"]}))
+    (tmp_path / "stop.json").write_text(json.dumps({"requested_at": time.time()}))
+    script = f'sh -c "exit 3" & exec {sys.executable} -I -S {wrap.__file__} --child "$!" {tmp_path}'
+    subprocess.run(["/bin/sh", "-c", script], check=True, timeout=60)
+    ending = json.loads((tmp_path / "exit.json").read_text())
+    assert ending["exit_code"] == 3 and ending["stopped"] is True, ending
+
+
+def test_a_program_that_succeeded_before_our_stop_keeps_its_success(tmp_path: Path) -> None:
+    (tmp_path / "request.json").write_text(json.dumps({"argv": ["true"]}))
+    (tmp_path / "stop.json").write_text(json.dumps({"requested_at": time.time()}))
+    script = f'sh -c "exit 0" & exec {sys.executable} -I -S {wrap.__file__} --child "$!" {tmp_path}'
+    subprocess.run(["/bin/sh", "-c", script], check=True, timeout=60)
+    ending = json.loads((tmp_path / "exit.json").read_text())
+    assert ending["exit_code"] == 0 and ending["stopped"] is False, ending
