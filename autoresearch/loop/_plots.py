@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoresearch.engine import metrics as M
-from autoresearch.loop.views import LoopView, TrialRow
+from autoresearch.loop.views import LoopView, TrialRow, confirmed_text
 from autoresearch.store.jobstore import JobStore
 from autoresearch.store.ledger import Ledger
 
@@ -38,6 +38,13 @@ class ReportData:
     @property
     def sign(self) -> float:
         return 1.0 if self.view.goal == "minimize" else -1.0
+
+    @property
+    def confirmed(self) -> str:
+        """``, confirmed (3 seeds)`` / ``, not confirmed: 1 of 3 seed(s) ended`` / '' (the plan has no repeats):
+        every label that names the incumbent carries it, as summary.md, the CI reports and MLflow do."""
+        text = confirmed_text(self.view, self.plan)
+        return f", {text}" if text else ""
 
     @property
     def start(self) -> float:
@@ -132,7 +139,7 @@ def _trial_points(ax: Any, data: ReportData, xs: dict[int, float]) -> list[float
     inc = next((t for t in view.trials if t.trial_id == view.best_trial), None)
     if inc is not None and inc.trial_id in xs and inc.objective is not None:
         ax.scatter([xs[inc.trial_id]], [inc.objective], s=160, marker="*", color="C3", zorder=5,
-                   label=f"incumbent #{inc.trial_id}")
+                   label=f"incumbent #{inc.trial_id}{data.confirmed}")
     return drawn
 
 
@@ -145,7 +152,7 @@ def _incumbent_line(ax: Any, data: ReportData, xs: dict[int, float]) -> list[flo
     x = [s[0] for s in steps]
     y = [float(s[1]) for s in steps]  # type: ignore[arg-type]
     noise = [s[2] if s[2] is not None and math.isfinite(s[2]) else 0.0 for s in steps]
-    label = f"best so far (the incumbent the loop kept: {view.best_value:.4g} = #{view.best_trial})" \
+    label = f"best so far (the incumbent the loop kept: {view.best_value:.4g} = #{view.best_trial}{data.confirmed})" \
         if view.best_value is not None else "best so far (the loop's incumbent)"
     ax.step(x, y, where="post", color="C3", lw=2, label=label, zorder=2)
     if any(noise):  # the floor each incumbent was defended with: the std of one run of it (noise.py)
@@ -168,7 +175,7 @@ def plot_best_vs_trials(data: ReportData) -> Any:
     _logy(ax, values)
     ax.set_xlabel("ended trials, in the order the loop judged them")
     ax.set_ylabel(f"{_t(view.metric)} ({'lower' if data.sign > 0 else 'higher'} is better)")
-    ax.set_title(f"{view.name}: best {_t(view.metric)} vs trials ({len(xs)} ended)")
+    ax.set_title(f"{view.name}: best {_t(view.metric)} vs trials ({len(xs)} ended{data.confirmed.replace(', ', '; best ', 1)})")
     ax.grid(alpha=0.3)
     _legend(ax)
     fig.tight_layout()
@@ -199,7 +206,8 @@ def plot_best_vs_time(data: ReportData) -> Any:
     _logy(ax, values)
     ax.set_xlabel("seconds since the loop started")
     ax.set_ylabel(_t(view.metric))
-    ax.set_title(f"{view.name}: best {_t(view.metric)} vs wall time")
+    ax.set_title(f"{view.name}: best {_t(view.metric)} vs wall time"
+                 + (f" (best {data.confirmed[2:]})" if data.confirmed else ""))
     ax.grid(alpha=0.3)
     _legend(ax)
     fig.tight_layout()
@@ -237,7 +245,7 @@ def plot_learning_curves(data: ReportData) -> Any:
         if not curve:
             continue
         if t.trial_id == view.best_trial:
-            kind, style = f"incumbent #{t.trial_id}", dict(color="C3", lw=2.2, zorder=4)
+            kind, style = f"incumbent #{t.trial_id}{data.confirmed}", dict(color="C3", lw=2.2, zorder=4)
         elif t.state in ("stopped", "cancelled"):
             kind, style = "early-stopped", dict(color="C7", lw=0.9, ls="--", alpha=0.7)
         elif t.role == "repeat":
@@ -384,7 +392,7 @@ def plot_lineage(data: ReportData) -> Any:
         dot.set_urls([f"#trial-{t.trial_id}"])
         label = f"#{t.trial_id} {t.objective:.4g}" if t.objective is not None else f"#{t.trial_id} {t.state}"
         if t.trial_id == view.best_trial:
-            label += " (incumbent)"
+            label += f" (incumbent{data.confirmed})"
         ax.annotate(label, (x, y), xytext=(4, 0), textcoords="offset points", fontsize=7, va="center")
     ax.set_xlabel("edits from the base")
     ax.set_yticks([])

@@ -446,7 +446,8 @@ class Controller:
         view = self.view()
         s.store.decide("finish", inputs={"counts": view.counts, "elapsed_s": self.elapsed(), "spent": _limits.spent(s)},
                        outputs={"reason": s.stop_reason, "best_trial": view.best_trial,
-                                "best_value": view.best_value, "noise_floor": view.noise_floor},
+                                "best_value": view.best_value, "best_seeds": view.best_seeds,
+                                "best_confirmed": view.best_confirmed, "noise_floor": view.noise_floor},
                        rationale=f"loop finished: {s.stop_reason}")
         s.store.set_loop(state="finished", elapsed_s=self.elapsed(), ended_at=time.time())
         view = reread_loop(self.ledger, view, elapsed_s=self.elapsed())  # its trials are as they were
