@@ -179,6 +179,15 @@ def test_proposer_options_in_a_strategy_name(table: CurveTable) -> None:
         make_searcher("bohb[fit=all+hyperband", table)
 
 
+def test_stopper_options_in_a_strategy_name(table: CurveTable) -> None:
+    """Tuning a default tries the stopper's options too (Hyperband's brackets); its rungs stay matched."""
+    searcher = make_searcher("bohb[min_points=3]+hyperband[brackets=4]", table, seed=0)
+    assert searcher.stopper.n == 4 and searcher.proposer.min_points == 3 and searcher.stopper.rf == 3
+    assert make_searcher("bohb+hyperband", table, seed=0).stopper.n != 4
+    run = replay(table, searcher, budget=150)
+    assert run.compute == 150
+
+
 def test_a_reference_that_never_reaches_the_target_counts_as_the_budget_in_the_ratio() -> None:
     """Optuna's median compute-to-target may be "never": the ratio then counts it as the budget (a
     lower bound on its compute, so the ratio is an upper bound), with a bootstrap interval."""
