@@ -315,11 +315,8 @@ def plot(results: list[dict[str, Any]], strategies: list[str], png: Path, top: f
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(workloads):]:
         ax.axis("off")
-    handles: dict[str, Any] = {}
-    for ax in axes.flat:
-        for line in ax.get_lines():
-            handles.setdefault(str(line.get_label()), line)
-    axes.flat[0].legend(list(handles.values()), list(handles), fontsize=7)  # every strategy, once
+    for ax in list(axes.flat)[: len(workloads)]:
+        ax.legend(fontsize=7)  # each panel names what it draws (a strategy run on other workloads only is not here)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=90)

@@ -296,7 +296,8 @@ def first_wave(stopper: Stopper, at_rung: dict[int, int], curves: dict[int, Seri
     * ``end``: a trial finished with its last step at this rung: the rung may be every trial's last
       epoch, so it goes on unjudged (as it did before);
     * ``lead``: no peer (a trial it is compared with) was kept at this rung yet, every running peer
-      is waiting at it too (the quorum: nobody else can still arrive), and it is the best of them
+      that reached the rung below (any step, at the first rung) is waiting at it too (the quorum:
+      a trial that started later is not waited for), and it is the best of them
       (ties: the lower id): it is kept at the rung (the best of those that reached it is within the
       best ``1/reduction_factor`` of them) and goes on; its next step shows the rung is below the end;
     * ``hold``: it waits at the rung (its ``report()`` or its supervisor holds it, at most
@@ -315,7 +316,10 @@ def first_wave(stopper: Stopper, at_rung: dict[int, int], curves: dict[int, Seri
             contenders.append(trial)
     for trial in contenders:
         rung = at_rung[trial]
-        quorum = all(at_rung.get(j) == rung for j in running if j != trial and stopper.peers(trial, j))
+        below = max((r for r in stopper.decision_steps(trial) if r < rung), default=0)
+        coming = [j for j in running if j != trial and stopper.peers(trial, j) and curves.get(j)
+                  and (below == 0 or value_at(curves[j], below) is not None)]  # a trial that just started is not
+        quorum = all(at_rung.get(j) == rung for j in coming)
         rivals = [j for j in contenders if at_rung[j] == rung and (j == trial or stopper.peers(trial, j))]
         best = min(rivals, key=lambda j: (value_at(curves[j], rung), j))
         out[trial] = "lead" if quorum and best == trial else "hold"

@@ -119,6 +119,10 @@ def test_first_wave_holds_for_the_quorum_then_the_best_leads_and_the_rest_are_ju
     at = {t: r for t, s in curves.items() if (r := asha.waiting_rung(t, s, curves)) is not None}
     assert at == {1: 2, 2: 2}  # trial 3 has not reached the rung
     assert first_wave(asha, at, curves, {1, 2, 3}, set()) == {1: "hold", 2: "hold"}  # 3 may still arrive
+    assert first_wave(asha, at, {**curves, 3: []}, {1, 2, 3}, set()) == {1: "lead", 2: "hold"}  # 3 just started
+    # at rung 4 the quorum is the peers that reached rung 2: one still at step 1 is not waited for
+    late: dict[int, Series] = {1: [(2, 2.5), (3, 2.4), (4, 2.3)], 2: [(2, 5.5), (3, 5.4), (4, 5.3)], 3: [(1, 7.0)]}
+    assert first_wave(ASHA(2, 2), {1: 4, 2: 4}, late, {1, 2, 3}, set()) == {1: "lead", 2: "hold"}
     curves[3] = [(1, 7.0), (2, 6.5)]
     at[3] = 2
     assert first_wave(asha, at, curves, {1, 2, 3}, set()) == {1: "lead", 2: "hold", 3: "hold"}
