@@ -342,6 +342,10 @@ def make_searcher(strategy: str, table: CurveTable, *, seed: int = 0, parallel: 
     early_stop = None
     if stopper:
         stopper, own = _options_in(stopper)  # hyperband[brackets=2]: the stopper's options (its rungs stay matched)
+        rungs = sorted({"min_steps", "reduction_factor", "max_steps"} & set(own))
+        if rungs:
+            raise SpecError(f"strategy {name[:60]!r}: {', '.join(rungs)} would leave Optuna on other rungs",
+                            hint="the rungs are the benchmark's own (STOPPER_DEFAULTS), the same for every tool")
         early_stop = {"kind": stopper, **STOPPER_DEFAULTS, "max_steps": table.max_step, **(stopper_options or {}),
                       **own}
     return LoopSearcher(table, {"kind": kind, **(proposer_options or {})}, early_stop, seed=seed, parallel=parallel)

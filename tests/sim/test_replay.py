@@ -186,6 +186,8 @@ def test_stopper_options_in_a_strategy_name(table: CurveTable) -> None:
     assert make_searcher("bohb+hyperband", table, seed=0).stopper.n != 4
     run = replay(table, searcher, budget=150)
     assert run.compute == 150
+    with pytest.raises(SpecError, match="other rungs"):
+        make_searcher("bohb+hyperband[reduction_factor=4]", table)
 
 
 def test_a_reference_that_never_reaches_the_target_counts_as_the_budget_in_the_ratio() -> None:
