@@ -240,8 +240,8 @@ class Hyperband(Stopper):
 
     def __init__(self, min_steps: int = 1, reduction_factor: int = 3, max_steps: int | None = None,
                  brackets: int | None = None) -> None:
-        if brackets is None:  # as many as there are rungs below max_steps (3 without one)
-            brackets = len(ASHA(min_steps, reduction_factor, max_steps).rungs(max_steps or 0)) if max_steps else 3
+        if brackets is None:  # Hyperband's s_max + 1: a bracket per rung below max_steps, and one that trains in full
+            brackets = len(ASHA(min_steps, reduction_factor, max_steps).rungs(max_steps or 0)) + 1 if max_steps else 3
         self.n = max(1, brackets)
         self.rf = reduction_factor
         self.asha = [ASHA(min_steps * reduction_factor**b, reduction_factor, max_steps) for b in range(self.n)]
