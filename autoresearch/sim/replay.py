@@ -257,7 +257,10 @@ class OptunaSearcher:
         if sampler not in samplers or pruner not in pruners:
             raise SpecError(f"unknown optuna strategy {sampler}+{pruner}",
                             hint="samplers: tpe, random; pruners: sh, sh-matched, hb, hb-default, median")
-        self.study = optuna.create_study(direction="minimize" if table.mode == "min" else "maximize",
+        # a fixed study name: HyperbandPruner puts a trial in a bracket by crc32(study name + trial number), and
+        # the default name is a random UUID, so the same seed gave other brackets, another run, every time
+        self.study = optuna.create_study(study_name=f"replay-{table.workload}-{seed}"[:120],
+                                         direction="minimize" if table.mode == "min" else "maximize",
                                          sampler=samplers[sampler](), pruner=pruners[pruner]())
         d = optuna.distributions
         self.distributions: dict[str, Any] = {}

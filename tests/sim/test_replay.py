@@ -108,7 +108,7 @@ def test_a_stopper_that_stops_at_the_first_rung_consumes_fewer_steps_per_trial(t
     assert plain.completed >= 120 // STEPS - 4 and early.completed == 0
 
 
-@pytest.mark.parametrize("strategy", ["tpe+asha", "optuna:tpe+sh", "random", "optuna:random"])
+@pytest.mark.parametrize("strategy", ["tpe+asha", "optuna:tpe+sh", "optuna:tpe+hb", "random", "optuna:random"])
 def test_same_seed_same_run(table: CurveTable, strategy: str) -> None:
     a = run_strategy(strategy, table, seed=3, budget=150)
     b = run_strategy(strategy, table, seed=3, budget=150)
