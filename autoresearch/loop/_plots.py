@@ -45,6 +45,13 @@ class ReportData:
         return 1.0 if self.view.goal == "minimize" else -1.0
 
     @property
+    def confirmed(self) -> str:
+        """``, confirmed (3 seeds)`` / ``, not confirmed: 1 of 3 seed(s) ended`` / '' (the plan has no repeats):
+        every label that names the incumbent carries it, as summary.md, the CI reports and MLflow do."""
+        text = confirmed_text(self.view, self.plan)
+        return f", {text}" if text else ""
+
+    @property
     def start(self) -> float:
         return min((t.created_at for t in self.view.trials), default=0.0)
 
@@ -142,7 +149,7 @@ def _trial_points(ax: Any, data: ReportData, xs: dict[int, float]) -> list[float
     inc = next((t for t in view.trials if t.trial_id == view.best_trial), None)
     if inc is not None and inc.trial_id in xs and inc.objective is not None:
         ax.scatter([xs[inc.trial_id]], [inc.objective], s=160, marker="*", color="C3", zorder=5,
-                   label=f"incumbent: trial {inc.trial_id} (one run)")
+                   label=f"incumbent: trial {inc.trial_id} (one run){data.confirmed}")
     return drawn
 
 
@@ -259,7 +266,7 @@ def plot_learning_curves(data: ReportData) -> Any:
         if not curve:
             continue
         if t.trial_id == view.best_trial:
-            kind, style = f"incumbent: trial {t.trial_id}", dict(color="C3", lw=2.2, zorder=4)
+            kind, style = f"incumbent: trial {t.trial_id}{data.confirmed}", dict(color="C3", lw=2.2, zorder=4)
         elif t.state in ("stopped", "cancelled"):
             kind, style = "early-stopped", dict(color="C7", lw=0.9, ls="--", alpha=0.7)
         elif t.role == "repeat":
@@ -421,7 +428,7 @@ def plot_lineage(data: ReportData) -> Any:
         dot.set_urls([f"#trial-{t.trial_id}"])
         label = f"#{t.trial_id} {t.objective:.4g}" if t.objective is not None else f"#{t.trial_id} {t.state}"
         if t.trial_id == view.best_trial:
-            label += " (incumbent)"
+            label += f" (incumbent{data.confirmed})"
         ax.annotate(label, (x, y), xytext=(4, 0), textcoords="offset points", fontsize=7, va="center")
     ax.set_xlabel("edits from the base")
     ax.set_yticks([])

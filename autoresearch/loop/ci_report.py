@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch.errors import SpecError
-from autoresearch.loop.gate import SUMMARY_FORMAT, GateResult
+from autoresearch.loop.gate import SUMMARY_FORMAT, GateResult, confirmed_words
 from autoresearch.loop.store import LoopStore
 
 VERDICT = {0: "PASS", 1: "REGRESSION", 2: "ERROR"}
@@ -103,8 +103,11 @@ def junit(view: Any, result: GateResult | None, stops: dict[int, str]) -> bytes:
     suite = ET.SubElement(suites, "testsuite", name=f"loop {view.name}",
                           timestamp=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()))
     props = ET.SubElement(suite, "properties")
+    confirmed = getattr(view, "best_confirmed", None)
     for name, value in (("metric", view.metric), ("goal", view.goal), ("best_trial", view.best_trial),
-                        ("best_value", view.best_value), ("noise_floor", view.noise_floor),
+                        ("best_value", view.best_value), ("best_seeds", view.best_seeds),
+                        ("best_confirmed", "no repeats" if confirmed is None else str(confirmed).lower()),
+                        ("noise_floor", view.noise_floor),
                         ("stop_reason", view.stop_reason)):
         ET.SubElement(props, "property", name=name, value=_xml_text("" if value is None else str(value), 500))
     tests = failures = skipped = errors = 0
@@ -163,10 +166,14 @@ def markdown(view: Any, result: GateResult | None, code: int, reason: str, loop_
     if result is not None:
         b = result.baseline
         seeds = f", mean of {result.candidate_seeds} seeds" if result.candidate_seeds > 1 else ""
+        sure = f", {confirmed_words(result.candidate_confirmed)}" \
+            if result.candidate is not None and result.candidate_confirmed is not None else ""
         rows = [("metric", f"{result.metric} ({result.goal})"),
-                ("this run", f"{_fmt(result.candidate)} (trial {result.candidate_trial}{seeds})"
+                ("this run", f"{_fmt(result.candidate)} (trial {result.candidate_trial}{seeds}{sure})"
                  if result.candidate is not None else "-"),
-                ("baseline", f"{_fmt(b.value)} ({b.source or b.ref})" if b is not None else "none given")]
+                ("baseline", f"{_fmt(b.value)} ({b.source or b.ref}"
+                             f"{'' if b.confirmed is None else ', ' + confirmed_words(b.confirmed)})"
+                 if b is not None else "none given")]
         if result.worse_by is not None:
             rel = f" ({result.worse_by / abs(b.value):+.2%})" if b is not None and b.value else ""
             rows.append(("worse by", f"{result.worse_by:.4g}{rel}"))

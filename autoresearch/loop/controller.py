@@ -66,6 +66,7 @@ from autoresearch.store.jobstore import JobStore
 from autoresearch.util._private import private_dir
 
 SIM_WAIT_S = 600.0  # simulated seconds a wait may skip when no event comes first
+HELD_MONITOR_S = 0.05  # how often curves are read while trials wait at a first-wave rung (stopping.first_wave)
 
 
 class Controller:
@@ -255,13 +256,19 @@ class Controller:
         if self.call is not None or self._retry_tick or self.runs.held:
             timeout = self.poll_s
         elif self.watch_metrics and self.state.active:
-            timeout = max(self.poll_s, self.monitor_every_s - (time.monotonic() - self._last_monitor))
+            timeout = max(self.poll_s, self._monitor_every() - (time.monotonic() - self._last_monitor))
         else:
             timeout = self.safety_poll_s
         if self.on_update is not None:
             timeout = min(timeout, self.update_every_s)
         self._woke = (bool(self.watcher.wait(timeout)) or self._retry_tick
                       or time.monotonic() - self._last_tick >= self.safety_poll_s)
+
+    def _monitor_every(self) -> float:
+        """How often running trials' curves are read: ``monitor_every_s``, or :data:`HELD_MONITOR_S` while
+        trials wait at a first-wave rung for a lead to go past it (its next step is no rung: it does
+        not poke the loop, and every look saved is a wait the held trials do not make)."""
+        return min(self.monitor_every_s, HELD_MONITOR_S) if self.state.held else self.monitor_every_s
 
     def close(self) -> None:
         self.runs.close()
@@ -394,7 +401,7 @@ class Controller:
         now = time.monotonic()
         # a report() at a rung waits: judge it now
         heard = getattr(self.watcher, "points", False)
-        if self.watch_metrics and s.active and (heard or now - self._last_monitor >= self.monitor_every_s):
+        if self.watch_metrics and s.active and (heard or now - self._last_monitor >= self._monitor_every()):
             if heard:
                 self.watcher.points = False
             self._last_monitor = now
@@ -446,7 +453,8 @@ class Controller:
         view = self.view()
         s.store.decide("finish", inputs={"counts": view.counts, "elapsed_s": self.elapsed(), "spent": _limits.spent(s)},
                        outputs={"reason": s.stop_reason, "best_trial": view.best_trial,
-                                "best_value": view.best_value, "noise_floor": view.noise_floor},
+                                "best_value": view.best_value, "best_seeds": view.best_seeds,
+                                "best_confirmed": view.best_confirmed, "noise_floor": view.noise_floor},
                        rationale=f"loop finished: {s.stop_reason}")
         s.store.set_loop(state="finished", elapsed_s=self.elapsed(), ended_at=time.time())
         view = reread_loop(self.ledger, view, elapsed_s=self.elapsed())  # its trials are as they were

@@ -38,6 +38,7 @@ class Baseline:
     value: float
     noise_floor: float | None = None
     source: str = ""  # what it is, for people: "trial 4 of loop nightly (summary.json)", "MLflow run abc..."
+    confirmed: bool | None = None  # its seeds all ended (True), not (False), unknown or no repeats (None)
 
 
 @dataclass
@@ -48,6 +49,7 @@ class GateResult:
     candidate: float | None = None  # the incumbent's value (mean over its seeds)
     candidate_trial: int | None = None
     candidate_seeds: int = 0
+    candidate_confirmed: bool | None = None  # the incumbent's repeats all ended; None: the plan has no repeats
     baseline: Baseline | None = None
     worse_by: float | None = None  # > 0: worse than the baseline, in the metric's units
     tolerance: float | None = None  # max_regression, in the metric's units
@@ -97,15 +99,23 @@ def baseline_from_summary(path: str | Path, metric: str, goal: str, ref: str | N
                         hint="pick a baseline whose sweep produced a best trial")
     noise = _number(data.get("noise_floor"))
     trial = best.get("trial")
-    source = f"trial {trial} of loop {str(data.get('loop', '?'))[:64]} ({p.name})"
+    confirmed = best.get("confirmed") if isinstance(best.get("confirmed"), bool) else None
+    source = f"trial {str(trial)[:20]} of loop {str(data.get('loop', '?'))[:64]} ({p.name})"
     return Baseline(ref or str(path), "json", metric, value, noise if noise is not None and noise >= 0 else None,
-                    source)
+                    source, confirmed)
+
+
+def confirmed_words(confirmed: bool | None, seeds: int = 0) -> str:
+    """``confirmed (3 seeds)``, ``not confirmed (1 seed ended)``, or ``no repeats`` (None)."""
+    count = f" ({seeds} seed{'s' if seeds != 1 else ''}{'' if confirmed else ' ended'})" if seeds > 0 else ""
+    return "no repeats" if confirmed is None else ("confirmed" if confirmed else "not confirmed") + count
 
 
 def evaluate(view: Any, gate: Any, baseline: Baseline | None) -> GateResult:
     """The verdict on a finished loop's view (a LoopView) against ``baseline``; ``gate``: the plan's."""
     out = GateResult(metric=gate.metric, goal=view.goal, verdict="no-baseline", candidate=view.best_value,
-                     candidate_trial=view.best_trial, candidate_seeds=view.best_seeds, baseline=baseline,
+                     candidate_trial=view.best_trial, candidate_seeds=view.best_seeds,
+                     candidate_confirmed=getattr(view, "best_confirmed", None), baseline=baseline,
                      max_regression=str(gate.max_regression))
     if view.best_value is None:
         out.verdict = "no-result"
@@ -122,7 +132,12 @@ def evaluate(view: Any, gate: Any, baseline: Baseline | None) -> GateResult:
     rel = f" ({out.worse_by / abs(baseline.value):+.2%})" if baseline.value else ""
     allowed = f"allowed {out.allowed:.4g} (max_regression {gate.max_regression}"
     allowed += f", noise floor ±{out.noise:.4g})" if out.noise is not None else ")"
-    what = f"{gate.metric} {view.best_value:.6g} vs baseline {baseline.value:.6g}"
+    sure = out.candidate_confirmed  # said only where the plan has repeats (as summary.md does)
+    what = (f"{gate.metric} {view.best_value:.6g}"
+            + (f" [{confirmed_words(sure, out.candidate_seeds)}]" if sure is not None else "")
+            + f" vs baseline {baseline.value:.6g}")
+    if baseline.confirmed is not None:
+        what += f" [{confirmed_words(baseline.confirmed)}]"
     if out.worse_by > out.allowed:
         out.verdict = "regression"
         out.rationale = f"{what}: worse by {out.worse_by:.4g}{rel}, more than {allowed}"

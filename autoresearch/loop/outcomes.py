@@ -24,6 +24,7 @@ from autoresearch.loop import ordered, pause
 from autoresearch.loop.proposers import Proposal, ProposeResult, ProposerInfo
 from autoresearch.loop.series import read_series
 from autoresearch.loop.state import LoopHost
+from autoresearch.loop.stopping import first_wave
 from autoresearch.loop.store import to_record
 from autoresearch.loop.views import kept_on_means
 from autoresearch.store.jobstore import JobStore
@@ -45,16 +46,27 @@ def monitor(c: LoopHost) -> None:
                  if r["state"] in ("succeeded", "stopped") and r["id"] not in s.series]
         read_series(c, ended)
     others = dict(s.series)
-    for trial_id, series in fresh.items():
-        answer = series[-1][0] if series else 0
+    todo = dict(fresh)
+    for trial_id in list(s.held):  # trials held at a first-wave rung: judged again as their peers move
+        if trial_id in s.active and trial_id not in s.stopping and s.series.get(trial_id):
+            todo.setdefault(trial_id, s.series[trial_id])
+        else:
+            del s.held[trial_id]
+    answers: dict[int, int] = {}
+    at_rung: dict[int, int] = {}
+    for trial_id, series in todo.items():
+        answers[trial_id] = series[-1][0] if series else 0
         if trial_id not in s.stopping and trial_id in s.active and s.active[trial_id]["role"] != "repeat":
             if s.ordered:  # reproducible: judged against lower trials only, once they are in (loop/ordered.py)
                 mine, lower, waiting = ordered.judge_view(c, trial_id, series)
                 verdict = c.stopper.check(trial_id, mine, lower)
                 if waiting is not None and verdict is None:
-                    answer = waiting - 1  # a report() at that rung waits for its cohort
+                    answers[trial_id] = waiting - 1  # a report() at that rung waits for its cohort
             else:
                 verdict = c.stopper.check(trial_id, series, others)
+                rung = c.stopper.waiting_rung(trial_id, series, others) if verdict is None and s.sync else None
+                if rung is not None:
+                    at_rung[trial_id] = rung
             if verdict is not None:
                 if s.ordered:
                     s.stopped_at[trial_id] = verdict.step
@@ -64,7 +76,22 @@ def monitor(c: LoopHost) -> None:
                 c.stop_trial(trial_id, verdict.rationale, {"rule": verdict.rule, "step": verdict.step, "pause": paused,
                                                       "value": verdict.value * c.sign,
                                                       "threshold": verdict.threshold * c.sign})
-        if s.sync is not None and series:  # a report() waiting at a rung goes on (or learns it is stopped)
+    if at_rung:  # first-wave rungs (no max_steps): a lead goes on, the others wait to be judged there
+        finished = {t for t in s.series if t not in s.active and (s.rows.get(t) or {}).get("state") == "succeeded"}
+        busy = {t for t, r in s.active.items()
+                if r["state"] == "running" and r["role"] != "repeat" and t not in s.stopping}
+        for trial_id, what in first_wave(c.stopper, at_rung, others, busy, finished).items():
+            if what == "lead":
+                c.stopper.keep_at(trial_id, at_rung[trial_id])
+            if what == "hold":
+                s.held[trial_id] = at_rung[trial_id]
+                answers[trial_id] = at_rung[trial_id] - 1
+            else:
+                s.held.pop(trial_id, None)
+    for trial_id, answer in answers.items():
+        if trial_id not in at_rung:
+            s.held.pop(trial_id, None)
+        if s.sync is not None and todo[trial_id]:  # a report() waiting at a rung goes on (or learns it is stopped)
             s.sync.answer(trial_id, answer, stop=trial_id in s.stopping)
 
 

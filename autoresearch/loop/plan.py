@@ -288,8 +288,9 @@ class EarlyStop(_Model):
     max_steps: int | None = Field(None, ge=1, description="asha, hyperband: rungs are below it; curve: the step to "
                                                           "forecast (default: the longest curve seen).")
     min_trials: int = Field(3, ge=1, description="median: trials that must have reached a step before it applies.")
-    brackets: int | None = Field(None, ge=1, le=10, description="hyperband: brackets (default: the rungs below "
-                                                                 "max_steps, else 3).")
+    brackets: int | None = Field(None, ge=1, le=10, description="hyperband: brackets (default: one per rung below "
+                                                                 "max_steps plus one that trains in full, as Hyperband's "
+                                                                 "s_max + 1; 3 without max_steps).")
     pause: bool = Field(False, description="asha, hyperband: pause a losing trial at its rung (it must checkpoint "
                                            "in AUTORESEARCH_CHECKPOINT_DIR) and resume it when promoted.")
     confidence: float = Field(0.95, ge=0.5, lt=1.0, description="curve: how sure the forecast must be that a trial "

@@ -38,6 +38,7 @@ class LoopState:
     active: dict[int, Any] = field(default_factory=dict)  # trial id -> row (queued/running with a job)
     series: dict[int, Series] = field(default_factory=dict)  # trial id -> signed objective series
     stopping: set[int] = field(default_factory=set)  # trials whose stop decision is out
+    held: dict[int, int] = field(default_factory=dict)  # trial -> the first-wave rung it waits at (stopping.first_wave)
     sync: Any = None  # the rung handshake with trials' report() (autoresearch/loop/rungsync.py), if any
     pause_at: set[int] = field(default_factory=set)  # trials being stopped to be paused (loop/pause.py)
     pause_off: bool = False  # a trial did not checkpoint: pausing fell back to stopping

@@ -107,6 +107,14 @@ class Stopper(abc.ABC):
         """Whether ``other``'s curve is compared with ``trial``'s (Hyperband: the same bracket)."""
         return True
 
+    def waiting_rung(self, trial: int, series: Series, everyone: dict[int, Series]) -> int | None:
+        """The rung ``trial`` stands at (its last step) when it is not judged there only because no
+        trial went past it yet (no ``max_steps``: it may be the last epoch); None otherwise."""
+        return None
+
+    def keep_at(self, trial: int, rung: int) -> None:  # noqa: B027 - optional
+        """Judge ``trial`` kept at ``rung`` (the first-wave lead, :func:`first_wave`)."""
+
     @abc.abstractmethod
     def check(self, trial: int, series: Series, others: dict[int, Series]) -> StopVerdict | None:
         """A verdict to stop ``trial`` (its signed curve ``series``) given every trial's curve, or None."""
@@ -150,6 +158,17 @@ class ASHA(Stopper):
 
     def judged_rungs(self, trial: int) -> set[int]:
         return self.judged.get(trial, set())
+
+    def waiting_rung(self, trial: int, series: Series, everyone: dict[int, Series]) -> int | None:
+        if self.max_steps is not None or not series:
+            return None
+        rung = series[-1][0]
+        if rung in self.judged.get(trial, set()) or rung not in self.rungs(rung) or passed(rung, trial, series, everyone):
+            return None
+        return rung
+
+    def keep_at(self, trial: int, rung: int) -> None:
+        self.judged.setdefault(trial, set()).add(rung)
 
     def check(self, trial: int, series: Series, others: dict[int, Series],
               everyone: dict[int, Series] | None = None) -> StopVerdict | None:
@@ -221,8 +240,8 @@ class Hyperband(Stopper):
 
     def __init__(self, min_steps: int = 1, reduction_factor: int = 3, max_steps: int | None = None,
                  brackets: int | None = None) -> None:
-        if brackets is None:  # as many as there are rungs below max_steps (3 without one)
-            brackets = len(ASHA(min_steps, reduction_factor, max_steps).rungs(max_steps or 0)) if max_steps else 3
+        if brackets is None:  # Hyperband's s_max + 1: a bracket per rung below max_steps, and one that trains in full
+            brackets = len(ASHA(min_steps, reduction_factor, max_steps).rungs(max_steps or 0)) + 1 if max_steps else 3
         self.n = max(1, brackets)
         self.rf = reduction_factor
         self.asha = [ASHA(min_steps * reduction_factor**b, reduction_factor, max_steps) for b in range(self.n)]
@@ -243,6 +262,12 @@ class Hyperband(Stopper):
     def judged_rungs(self, trial: int) -> set[int]:
         return self.asha[self.bracket(trial)].judged_rungs(trial)
 
+    def waiting_rung(self, trial: int, series: Series, everyone: dict[int, Series]) -> int | None:
+        return self.asha[self.bracket(trial)].waiting_rung(trial, series, everyone)
+
+    def keep_at(self, trial: int, rung: int) -> None:
+        self.asha[self.bracket(trial)].keep_at(trial, rung)
+
     def peers(self, trial: int, other: int) -> bool:
         return self.bracket(trial) == self.bracket(other)
 
@@ -259,6 +284,46 @@ class Hyperband(Stopper):
             return None
         return StopVerdict(verdict.step, verdict.value, verdict.threshold, f"hyperband bracket {b} rung {verdict.step}",
                            f"bracket {b} of {self.n}: {verdict.rationale}")
+
+
+def first_wave(stopper: Stopper, at_rung: dict[int, int], curves: dict[int, Series], running: set[int],
+               finished: set[int]) -> dict[int, str]:
+    """What to do with running trials that stand at a rung nobody went past yet (``at_rung``: trial
+    -> rung, from :meth:`Stopper.waiting_rung`), so that none trains a step past a rung it could be
+    stopped at. ``curves``: every trial's signed curve; ``running``: the trials running (not being
+    stopped); ``finished``: the trials that ended by themselves (succeeded). Per trial:
+
+    * ``end``: a trial finished with its last step at this rung: the rung may be every trial's last
+      epoch, so it goes on unjudged (as it did before);
+    * ``lead``: no peer (a trial it is compared with) was kept at this rung yet, every running peer
+      that reached the rung below (any step, at the first rung) is waiting at it too (the quorum:
+      a trial that started later is not waited for), and it is the best of them
+      (ties: the lower id): it is kept at the rung (the best of those that reached it is within the
+      best ``1/reduction_factor`` of them) and goes on; its next step shows the rung is below the end;
+    * ``hold``: it waits at the rung (its ``report()`` or its supervisor holds it, at most
+      ``AUTORESEARCH_STOP_WAIT_S``): for its running peers to arrive, then for the lead to go past
+      the rung, and is judged there.
+    """
+    out: dict[int, str] = {}
+    contenders: list[int] = []
+    for trial, rung in sorted(at_rung.items()):
+        peers = [j for j, s in curves.items() if j != trial and stopper.peers(trial, j) and value_at(s, rung) is not None]
+        if any(j in finished and s and s[-1][0] == rung for j, s in curves.items() if j != trial):
+            out[trial] = "end"
+        elif any(rung in stopper.judged_rungs(j) for j in peers):
+            out[trial] = "hold"
+        else:
+            contenders.append(trial)
+    for trial in contenders:
+        rung = at_rung[trial]
+        below = max((r for r in stopper.decision_steps(trial) if r < rung), default=0)
+        coming = [j for j in running if j != trial and stopper.peers(trial, j) and curves.get(j)
+                  and (below == 0 or value_at(curves[j], below) is not None)]  # a trial that just started is not
+        quorum = all(at_rung.get(j) == rung for j in coming)
+        rivals = [j for j in contenders if at_rung[j] == rung and (j == trial or stopper.peers(trial, j))]
+        best = min(rivals, key=lambda j: (value_at(curves[j], rung), j))
+        out[trial] = "lead" if quorum and best == trial else "hold"
+    return out
 
 
 class CurveStop(Stopper):

@@ -19,7 +19,7 @@ Two kinds of searcher, driven the same way:
   and ``should_prune`` on each point.
 
 A strategy is named ``<proposer>[+<stopper>]`` for ours (``tpe+asha``, ``random``; stopper options from
-:data:`STOPPER_DEFAULTS`, proposer options in brackets: ``bohb[fit=all]+hyperband``) or ``optuna:<sampler>[+<pruner>]`` (``optuna:tpe+sh``,
+:data:`STOPPER_DEFAULTS`, options in brackets: ``bohb[fit=all]+hyperband[brackets=2]``) or ``optuna:<sampler>[+<pruner>]`` (``optuna:tpe+sh``,
 ``optuna:tpe+hb``, ``optuna:random``). Optuna's pruners on our rungs (the stopper's ``min_steps``,
 ``reduction_factor`` and the table's ``max_step``): ``hb`` and ``sh-matched``; on Optuna's own
 defaults: ``sh`` (min resource auto, factor 4) and ``hb-default`` (max resource auto). bench/bench_search.py runs strategies x seeds x workloads.
@@ -257,7 +257,10 @@ class OptunaSearcher:
         if sampler not in samplers or pruner not in pruners:
             raise SpecError(f"unknown optuna strategy {sampler}+{pruner}",
                             hint="samplers: tpe, random; pruners: sh, sh-matched, hb, hb-default, median")
-        self.study = optuna.create_study(direction="minimize" if table.mode == "min" else "maximize",
+        # a fixed study name: HyperbandPruner puts a trial in a bracket by crc32(study name + trial number), and
+        # the default name is a random UUID, so the same seed gave other brackets, another run, every time
+        self.study = optuna.create_study(study_name=f"replay-{table.workload}-{seed}"[:120],
+                                         direction="minimize" if table.mode == "min" else "maximize",
                                          sampler=samplers[sampler](), pruner=pruners[pruner]())
         d = optuna.distributions
         self.distributions: dict[str, Any] = {}
@@ -316,7 +319,8 @@ def _options_in(kind: str) -> tuple[str, dict[str, Any]]:
         if not eq or not key.strip():
             raise SpecError(f"strategy {kind[:60]!r}: {item[:40]!r} is not key=value", hint="e.g. bohb[fit=all]")
         try:
-            out[key.strip()] = float(raw)
+            number = float(raw)
+            out[key.strip()] = int(number) if number.is_integer() and "." not in raw else number
         except ValueError:
             out[key.strip()] = raw.strip()
     return head, out
@@ -340,7 +344,13 @@ def make_searcher(strategy: str, table: CurveTable, *, seed: int = 0, parallel: 
                                                                    **options}}
     early_stop = None
     if stopper:
-        early_stop = {"kind": stopper, **STOPPER_DEFAULTS, "max_steps": table.max_step, **(stopper_options or {})}
+        stopper, own = _options_in(stopper)  # hyperband[brackets=2]: the stopper's options (its rungs stay matched)
+        rungs = sorted({"min_steps", "reduction_factor", "max_steps"} & set(own))
+        if rungs:
+            raise SpecError(f"strategy {name[:60]!r}: {', '.join(rungs)} would leave Optuna on other rungs",
+                            hint="the rungs are the benchmark's own (STOPPER_DEFAULTS), the same for every tool")
+        early_stop = {"kind": stopper, **STOPPER_DEFAULTS, "max_steps": table.max_step, **(stopper_options or {}),
+                      **own}
     return LoopSearcher(table, {"kind": kind, **(proposer_options or {})}, early_stop, seed=seed, parallel=parallel)
 
 

@@ -70,6 +70,8 @@ def _send_decisions(syncer: Mirror, batch: list[tuple[str, Any]], report: SyncRe
                             for k in ("tokens_in", "tokens_out", "cost_usd", "latency_s")]
                 if d["kind"] == "promote" and d["trial_id"] is not None:
                     _retag_verdicts(syncer, d, run_id, retags, owners)
+                elif d["kind"] == "finish":
+                    retags.setdefault(run_id, {}).update(best_tags(record.get("outputs")))
             if direct is None:
                 syncer.client.log_artifacts(run_id, tmp, "decisions")
         syncer.log_metrics(run_id, metrics)
@@ -81,6 +83,30 @@ def _send_decisions(syncer: Mirror, batch: list[tuple[str, Any]], report: SyncRe
     report.decisions += len(batch)
     report.artifacts += len(batch)
     syncer.move_cursor("decisions", batch[-1][1]["id"])
+
+
+def best_tags(outputs: object) -> dict[str, str]:
+    """The loop run's tags for the best its ``finish`` decision named: the trial, its value (the mean
+    over its ended seeds), how many seeds, and whether they confirmed it (``true``; ``false``: its
+    repeats had not all ended; ``no repeats``: the plan asked for none). Whatever is malformed in the
+    decision is left out, never guessed."""
+    if not isinstance(outputs, dict):
+        return {}
+    tags: dict[str, str] = {}
+    trial = outputs.get("best_trial")
+    if type(trial) is int:
+        tags["autoresearch.best_trial"] = tags["autoresearch.incumbent_trial"] = str(trial)
+    value = outputs.get("best_value")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        tags["autoresearch.best_value"] = repr(float(value))
+    seeds = outputs.get("best_seeds")
+    if type(seeds) is int and seeds >= 0:
+        tags["autoresearch.best_seeds"] = str(seeds)
+    if "best_confirmed" in outputs and "autoresearch.best_trial" in tags:
+        flag = outputs["best_confirmed"]
+        tags["autoresearch.best_confirmed"] = ("true" if flag is True else "false" if flag is False
+                                               else "no repeats" if flag is None else "unknown")
+    return tags
 
 
 def _retag_verdicts(syncer: Mirror, d: Any, loop_run_id: str, retags: dict[str, dict[str, str]],

@@ -197,3 +197,56 @@ def test_the_best_says_whether_its_seeds_confirmed_it(api: Any) -> None:
     alone = LoopView("x", 1, "finished", "loss", "minimize", [], {}, 4, 0.1, best_seeds=1, best_confirmed=False)
     assert confirmed_text(alone, {"repeats": {"seeds": 3}}) == "not confirmed: 1 of 3 seed(s) ended"
     assert "**not confirmed: 1 of 3 seed(s) ended**" in summary_markdown(alone, {"repeats": {"seeds": 3}}, [])
+
+
+def test_plots_and_the_ci_gate_say_whether_the_best_is_confirmed(api: Any, tmp_path: Path) -> None:
+    """The summary said "confirmed" or not; the plots, the gate's verdict, the JUnit file and the
+    Markdown summary called a best on one of its three seeds best like any other."""
+    import xml.etree.ElementTree as ET
+
+    from autoresearch.loop import ci_report
+    from autoresearch.loop.gate import Baseline, baseline_from_summary, evaluate
+    from autoresearch.loop.plan import Gate
+
+    seed(api)
+    with api._ledger.tx() as c:  # the third seed of the incumbent has not ended: 2 of 3
+        c.execute("UPDATE trials SET state='running', objective=NULL, ended_at=NULL WHERE id=3")
+    view = loop_view(api._ledger, "noisy")
+    assert view.best_trial == 1 and view.best_confirmed is False and view.best_seeds == 2
+    data = _plots.load(api._ledger, view, json.loads(api._ledger.one("SELECT plan FROM loops")["plan"]))
+    note = "not confirmed: 2 of 3 seed(s) ended"
+    fig = _plots.plot_best_vs_trials(data)
+    ax = fig.axes[0]
+    assert any(note in str(line.get_label()) for line in ax.lines)  # the best-so-far line
+    assert any(f"incumbent #1, {note}" == c.get_label() for c in ax.collections)  # the star
+    assert note in ax.get_title()
+    _plots.close(fig)
+    fig = _plots.plot_learning_curves(data)
+    assert any(f"incumbent #1, {note}" == line.get_label() for line in fig.axes[0].lines)
+    _plots.close(fig)
+
+    result = evaluate(view, Gate(metric="loss", max_regression=0.5), Baseline("b.json", "json", "loss", 0.2))
+    assert result.verdict == "pass" and result.candidate_confirmed is False
+    assert "[not confirmed (2 seeds ended)]" in result.rationale
+    props = {p.get("name"): p.get("value") for p in ET.fromstring(ci_report.junit(view, result, {})).iter("property")}
+    assert props["best_confirmed"] == "false" and props["best_seeds"] == "2"
+    assert "not confirmed" in ci_report.markdown(view, result, 0, "pass")
+    summary = ci_report.summary(view, result, 0, "pass", {})
+    assert summary["best"]["confirmed"] is False and summary["gate"]["candidate_confirmed"] is False
+    (tmp_path / "base.json").write_text(json.dumps(summary, default=str))
+    base = baseline_from_summary(tmp_path / "base.json", "loss", "minimize")  # the next night's baseline says so
+    assert base.confirmed is False
+    again = evaluate(view, Gate(metric="loss", max_regression=0.5), base)
+    assert "vs baseline 0.096 [not confirmed]: equal" in again.rationale
+
+    with api._ledger.tx() as c:  # its seed ends: confirmed everywhere
+        c.execute("UPDATE trials SET state='succeeded', objective=0.108, ended_at=? WHERE id=3", (time.time(),))
+    view = loop_view(api._ledger, "noisy")
+    data = _plots.load(api._ledger, view, json.loads(api._ledger.one("SELECT plan FROM loops")["plan"]))
+    fig = _plots.plot_best_vs_trials(data)
+    assert "confirmed (3 seeds)" in fig.axes[0].get_title() and "not confirmed" not in fig.axes[0].get_title()
+    _plots.close(fig)
+    result = evaluate(view, Gate(metric="loss", max_regression=0.5), Baseline("b.json", "json", "loss", 0.2))
+    assert "[confirmed (3 seeds)]" in result.rationale
+    props = {p.get("name"): p.get("value") for p in ET.fromstring(ci_report.junit(view, result, {})).iter("property")}
+    assert props["best_confirmed"] == "true"

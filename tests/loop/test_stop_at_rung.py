@@ -211,3 +211,55 @@ def test_one_rung_protocol_for_report_and_the_supervisor(tmp_path: Path) -> None
                           ("\u00b2".encode(), ""), (b"\xff\xfe 3", ""), (b"x" * 100, "")):
         answers.write_bytes(text)
         assert _answer(str(answers), 3) == verdict, text
+
+
+# the first wave: `n` trials start together (each waits, at most 60 s, until all n have started), so all
+# reach the first rung before any goes past it; then they print a loss of x + 1/step every `pause` s
+BARRIER = textwrap.dedent("""\
+    import os, sys, time
+    x, steps, pause, n = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+    open(f"ready-{x}", "w").close()
+    deadline = time.time() + 60
+    while sum(name.startswith("ready-") for name in os.listdir(".")) < n and time.time() < deadline:
+        time.sleep(0.02)
+    for step in range(1, steps + 1):
+        time.sleep(pause)
+        print(f"epoch {step} loss: {x + 1.0 / step}", flush=True)
+""")
+
+
+def _first_wave(api: Any, work: Path, name: str, epochs: int) -> tuple[Any, dict[int, Any]]:
+    (work / "barrier.py").write_text(BARRIER)
+    plan = parse_plan({
+        "name": name, "objective": {"metric": "loss"},
+        "trial": {"command": f"{sys.executable} barrier.py {{x}} {epochs} 0.3 3", "grace": 5},
+        "space": {"x": {"choices": [0.0, 5.0, 6.0]}}, "proposer": {"kind": "grid"},
+        "budget": {"trials": 3, "parallel": 3},
+        "early_stop": {"kind": "asha", "min_steps": 2, "reduction_factor": 2}}, base_dir=work)
+    view = Controller(plan, runtime=api._runtime).run()
+    stops = {d["trial_id"]: json.loads(d["inputs"]) for d in
+             api._ledger.query("SELECT * FROM decisions WHERE kind='stop'", ())}
+    return view, stops
+
+
+def test_the_first_wave_stops_at_its_rung_too(api: Any, work: Path) -> None:
+    """Without max_steps a rung is judged once some trial went past it (it may be the last epoch). In
+    the first wave nobody had: every trial went on, and the losers were stopped a step past their
+    rung. Now the best of them goes on (kept) and the others wait at the rung to be judged there."""
+    view, stops = _first_wave(api, work, "wave", 8)
+    stopped = [t for t in view.trials if t.state == "stopped"]
+    assert stopped and set(stops) == {t.trial_id for t in stopped}
+    for t in stopped:
+        assert t.job_id is not None
+        assert last_steps(api, t.job_id) == stops[t.trial_id]["step"], (t.params, stops[t.trial_id])
+    worst = next(t for t in view.trials if t.params["x"] == 6.0)
+    assert worst.state == "stopped" and stops[worst.trial_id]["step"] == 2  # at the first-wave rung
+    best = next(t for t in view.trials if t.params["x"] == 0.0)
+    assert best.state == "succeeded" and best.job_id is not None and last_steps(api, best.job_id) == 8
+
+
+def test_a_first_wave_rung_that_is_the_last_epoch_stops_nobody(api: Any, work: Path) -> None:
+    """The reason a rung waits for a trial to go past it: the rung may be the trials' last epoch. The
+    lead finishes there; the ones waiting at the rung are then let go unjudged and finish too."""
+    view, stops = _first_wave(api, work, "short", 2)
+    assert not stops and [t.state for t in view.trials] == ["succeeded"] * 3

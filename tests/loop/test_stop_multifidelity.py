@@ -24,12 +24,15 @@ def saturating(final: float, gap: float, rate: float, steps: int) -> list[tuple[
 
 def test_hyperband_brackets_have_their_own_first_rung_and_hyperband_shares() -> None:
     hb = Hyperband(min_steps=1, reduction_factor=3, max_steps=27)
-    assert hb.n == 3 and [a.rungs(26) for a in hb.asha] == [[1, 3, 9], [3, 9], [9]]
-    shares = Counter(hb.bracket(t) for t in range(1, 131))
-    assert shares[0] > shares[1] > shares[2] > 0  # 9 : 3 : 1, like Hyperband's n_i
-    assert abs(shares[0] / 130 - 9 / 13) < 0.05
+    # a bracket per rung below max_steps and one that trains in full (Hyperband's s_max + 1, as Optuna's)
+    assert hb.n == 4 and [a.rungs(26) for a in hb.asha] == [[1, 3, 9], [3, 9], [9], []]
+    shares = Counter(hb.bracket(t) for t in range(1, 401))
+    assert shares[0] > shares[1] > shares[2] > shares[3] > 0  # 27 : 9 : 3 : 1, like Hyperband's n_i
+    assert abs(shares[0] / 400 - 27 / 40) < 0.05
     assert [hb.bracket(t) for t in range(1, 20)] == [Hyperband(1, 3, 27).bracket(t) for t in range(1, 20)]
     assert hb.decision_steps(next(t for t in range(1, 50) if hb.bracket(t) == 2)) == [9]
+    assert hb.decision_steps(next(t for t in range(1, 400) if hb.bracket(t) == 3)) == []
+    assert Hyperband(min_steps=1, reduction_factor=3).n == 3 and Hyperband(1, 3, 27, brackets=3).n == 3
 
 
 def test_hyperband_compares_a_trial_with_its_own_bracket_only() -> None:

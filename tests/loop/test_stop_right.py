@@ -96,6 +96,9 @@ def test_target_is_reached_by_a_reported_point(api: Any, work: Path) -> None:
     finish = api._ledger.query("SELECT * FROM decisions WHERE kind='finish'", ())[-1]
     reason = json.loads(finish["outputs"])["reason"]
     assert "target 7 reached by trial 1 at step 4" in reason
+    # the best it names says whether its seeds confirmed it (no repeats here: null), for MLflow's tags
+    outputs = json.loads(finish["outputs"])
+    assert "best_confirmed" in outputs and outputs["best_confirmed"] is None and outputs["best_seeds"] == 1
     first, second = sorted(view.trials, key=lambda t: t.trial_id)
     assert first.state == "succeeded"  # the trial that got there finishes (the loop's best)
     assert second.state == "stopped"  # the others are stopped: the loop is done

@@ -107,3 +107,41 @@ def test_a_registered_stopper_is_a_plan_kind_and_make_stopper_builds_it(monkeypa
     with pytest.raises(PlanError) as err:
         parse_plan({**plan, "early_stop": "pbt"})
     assert "Input should be 'asha', 'median', 'hyperband', 'curve' or 'at-step'" in err.value.message
+
+
+def test_first_wave_holds_for_the_quorum_then_the_best_leads_and_the_rest_are_judged_at_the_rung() -> None:
+    """No max_steps: a rung is judged once a trial went past it. In the first wave nobody had, so every
+    trial went on and the losers were stopped a step past their rung."""
+    from autoresearch.loop.stopping import Hyperband, first_wave
+
+    asha = ASHA(min_steps=2, reduction_factor=2)
+    curves: dict[int, Series] = {1: [(1, 3.0), (2, 2.5)], 2: [(1, 6.0), (2, 5.5)], 3: [(1, 7.0)]}
+    at = {t: r for t, s in curves.items() if (r := asha.waiting_rung(t, s, curves)) is not None}
+    assert at == {1: 2, 2: 2}  # trial 3 has not reached the rung
+    assert first_wave(asha, at, curves, {1, 2, 3}, set()) == {1: "hold", 2: "hold"}  # 3 may still arrive
+    assert first_wave(asha, at, {**curves, 3: []}, {1, 2, 3}, set()) == {1: "lead", 2: "hold"}  # 3 just started
+    # at rung 4 the quorum is the peers that reached rung 2: one still at step 1 is not waited for
+    late: dict[int, Series] = {1: [(2, 2.5), (3, 2.4), (4, 2.3)], 2: [(2, 5.5), (3, 5.4), (4, 5.3)], 3: [(1, 7.0)]}
+    assert first_wave(ASHA(2, 2), {1: 4, 2: 4}, late, {1, 2, 3}, set()) == {1: "lead", 2: "hold"}
+    curves[3] = [(1, 7.0), (2, 6.5)]
+    at[3] = 2
+    assert first_wave(asha, at, curves, {1, 2, 3}, set()) == {1: "lead", 2: "hold", 3: "hold"}
+    asha.keep_at(1, 2)
+    assert asha.waiting_rung(1, curves[1], curves) is None and first_wave(asha, {3: 2}, curves, {1, 3}, set()) == {
+        3: "hold"}  # a peer was kept at the rung: wait for it to go past
+    curves[1] = [*curves[1], (3, 2.4)]  # the lead went past: the rung is below the end, the others are judged there
+    assert asha.waiting_rung(3, curves[3], curves) is None
+    verdict = asha.check(3, curves[3], curves)
+    assert verdict is not None and verdict.step == 2
+    # the rung was the last epoch: a trial finished there, so those waiting go on unjudged
+    short: dict[int, Series] = {1: [(1, 3.0), (2, 2.5)], 2: [(1, 6.0), (2, 5.5)]}
+    assert first_wave(ASHA(2, 2), {2: 2}, short, {2}, finished={1}) == {2: "end"}
+    # max_steps given: every rung below it is judged at once, nothing waits
+    assert ASHA(2, 2, max_steps=8).waiting_rung(1, [(2, 1.0)], {}) is None
+    # Hyperband: a bracket's quorum and lead are its own (trials 1 and 5 are in bracket 0 of 2, 3 in bracket 1)
+    hb = Hyperband(min_steps=1, reduction_factor=3, brackets=2)
+    assert hb.bracket(1) == hb.bracket(5) == 0 != hb.bracket(3)
+    wave: dict[int, Series] = {1: [(1, 2.0)], 5: [(1, 1.0)], 3: [(1, 9.0)]}  # 3's first rung is 3: not waiting
+    at = {t: r for t, s in wave.items() if (r := hb.waiting_rung(t, s, wave)) is not None}
+    assert at == {1: 1, 5: 1}
+    assert first_wave(hb, at, wave, {1, 3, 5}, set()) == {1: "hold", 5: "lead"}  # 3 is no peer: no quorum wait

@@ -108,7 +108,7 @@ def test_a_stopper_that_stops_at_the_first_rung_consumes_fewer_steps_per_trial(t
     assert plain.completed >= 120 // STEPS - 4 and early.completed == 0
 
 
-@pytest.mark.parametrize("strategy", ["tpe+asha", "optuna:tpe+sh", "random", "optuna:random"])
+@pytest.mark.parametrize("strategy", ["tpe+asha", "optuna:tpe+sh", "optuna:tpe+hb", "random", "optuna:random"])
 def test_same_seed_same_run(table: CurveTable, strategy: str) -> None:
     a = run_strategy(strategy, table, seed=3, budget=150)
     b = run_strategy(strategy, table, seed=3, budget=150)
@@ -177,6 +177,17 @@ def test_proposer_options_in_a_strategy_name(table: CurveTable) -> None:
         make_searcher("bohb[fit]+hyperband", table)
     with pytest.raises(SpecError, match=r"\[key=value"):
         make_searcher("bohb[fit=all+hyperband", table)
+
+
+def test_stopper_options_in_a_strategy_name(table: CurveTable) -> None:
+    """Tuning a default tries the stopper's options too (Hyperband's brackets); its rungs stay matched."""
+    searcher = make_searcher("bohb[min_points=3]+hyperband[brackets=4]", table, seed=0)
+    assert searcher.stopper.n == 4 and searcher.proposer.min_points == 3 and searcher.stopper.rf == 3
+    assert make_searcher("bohb+hyperband[brackets=1]", table, seed=0).stopper.n == 1
+    run = replay(table, searcher, budget=150)
+    assert run.compute == 150
+    with pytest.raises(SpecError, match="other rungs"):
+        make_searcher("bohb+hyperband[reduction_factor=4]", table)
 
 
 def test_a_reference_that_never_reaches_the_target_counts_as_the_budget_in_the_ratio() -> None:

@@ -142,3 +142,31 @@ def test_ui_prints_the_url_once_the_server_answers_and_stops_it(api: Any, quiet:
         time.sleep(0.5)
     else:
         raise AssertionError("mlflow ui still answers after autoresearch ui stopped")
+
+
+def test_the_loop_run_says_which_best_and_whether_its_seeds_confirmed_it(api: Any, quiet: Path) -> None:
+    """The summary and the CI reports said "confirmed" or not; the loop's MLflow run named the last
+    promoted trial only, and nothing said whether its repeats had ended."""
+    loop = make_loop(api, "sure", PLAN)
+    make_decision(api, loop, "finish", outputs={"reason": "budget", "best_trial": 7, "best_value": 0.25,
+                                                "best_seeds": 1, "best_confirmed": False, "noise_floor": None})
+    tracking.sync(quiet)
+    mlflow = client(f"sqlite:///{quiet.resolve() / 'mlflow.db'}")
+    exp = mlflow.get_experiment_by_name("sure")
+    run = mlflow.search_runs([exp.experiment_id], filter_string="tags.`autoresearch.kind` = 'loop'")[0]
+    tags = run.data.tags
+    assert tags["autoresearch.best_trial"] == "7" and tags["autoresearch.incumbent_trial"] == "7"
+    assert tags["autoresearch.best_confirmed"] == "false" and tags["autoresearch.best_seeds"] == "1"
+    assert float(tags["autoresearch.best_value"]) == 0.25
+
+
+def test_best_tags_take_nothing_malformed_from_a_decision() -> None:
+    from autoresearch.tracking._traces import best_tags
+
+    assert best_tags({"best_trial": 3, "best_value": 0.5, "best_seeds": 3, "best_confirmed": True}) == {
+        "autoresearch.best_trial": "3", "autoresearch.incumbent_trial": "3", "autoresearch.best_value": "0.5",
+        "autoresearch.best_seeds": "3", "autoresearch.best_confirmed": "true"}
+    assert best_tags({"best_trial": 3, "best_confirmed": None})["autoresearch.best_confirmed"] == "no repeats"
+    for garbage in (None, [], "x" * 10**6, {"best_trial": "<b>1</b>", "best_value": "nan", "best_seeds": -1,
+                                            "best_confirmed": "yes"}, {"best_trial": True}):
+        assert best_tags(garbage) == {}
