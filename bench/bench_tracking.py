@@ -206,11 +206,25 @@ def loop_home(root: Path, trials: int, parallel: int = 16) -> Path:
     return home
 
 
+def fresh_copy(source: Path, home: Path) -> None:
+    """A copy of ``source``'s home bound to a fresh store of its own: the copied ledger is bound to the
+    source's ``mlflow.db`` (its loop's run maker bound it), so every copy mirrored into that one
+    store, which grew by a loop each run (the later runs, and the second path, measured into a
+    store several loops big)."""
+    import shutil
+    import sqlite3
+
+    shutil.copytree(source, home, ignore=shutil.ignore_patterns("*.fifo", "*.sock", "*.listen", "mlflow.db*",
+                                                                "mlartifacts"))
+    with sqlite3.connect(home / "ledger.db") as db:
+        db.execute("UPDATE tracking_state SET value=? WHERE name='uri'", (f"sqlite:///{home / 'mlflow.db'}",))
+    db.close()
+
+
 def catch_up(trials: int, repeat: int, code: dict[str, str]) -> int:
     """The mirror's CPU a trial: a loop's home (its ``trials`` trials ended, nothing mirrored) mirrored
     into a fresh SQLite store by ``Syncer.run_once`` in a fresh process, once per path, side by side."""
     import json
-    import shutil
 
     cpu: dict[str, list[dict[str, float]]] = {name: [] for name in code}
     with tempfile.TemporaryDirectory() as tmp:
@@ -218,7 +232,7 @@ def catch_up(trials: int, repeat: int, code: dict[str, str]) -> int:
         for r in range(repeat):
             for name, (path, bulk) in ((n, c.split(":", 1)) for n, c in code.items()):
                 home = Path(tmp) / f"{name}-{r}"
-                shutil.copytree(source, home, ignore=shutil.ignore_patterns("*.fifo", "*.sock", "*.listen"))
+                fresh_copy(source, home)
                 env = {**os.environ, "AUTORESEARCH_HOME": str(home), "AUTORESEARCH_SYNC": "off",
                        "AUTORESEARCH_MIRROR_BULK": bulk, "PYTHONPATH": path}
                 env.pop("MLFLOW_TRACKING_URI", None)

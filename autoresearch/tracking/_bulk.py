@@ -233,6 +233,14 @@ def write_text(folder: str, artifact_path: str, text: str) -> None:
     """``text`` as the artifact ``artifact_path`` of a run whose artifacts are in ``folder``: folders
     made private, the file 0600, written beside and renamed into place (a reader never sees half of
     it), walked without following a link (:func:`autoresearch.util._private.open_beneath`)."""
+    write_texts(folder, [(artifact_path, text)])
+
+
+def write_texts(folder: str, files: list[tuple[str, str]]) -> None:
+    """:func:`write_text` of many artifacts (path, text) of one run: the run's folder made once and
+    each folder of theirs walked once (a batch of decisions: one ``decisions/`` for all its files)."""
+    if not files:
+        return
     missing = []
     path = os.path.abspath(folder)
     while not os.path.isdir(path) and os.path.dirname(path) != path:
@@ -243,19 +251,43 @@ def write_text(folder: str, artifact_path: str, text: str) -> None:
             os.mkdir(path, 0o700)
         except FileExistsError:
             pass
-    fd, name = open_beneath(folder, artifact_path, create_dirs=True, dir_mode=0o700)
-    try:
-        tmp = f".{name}.{uuid.uuid4().hex[:8]}.tmp"
-        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
+    by_dir: dict[str, list[tuple[str, str]]] = {}
+    for artifact_path, text in files:
+        parent, name = _split(artifact_path)
+        by_dir.setdefault(parent, []).append((name, text))
+    for parent, group in by_dir.items():
+        fd, _ = open_beneath(folder, f"{parent}/{group[0][0]}" if parent else group[0][0], create_dirs=True,
+                             dir_mode=0o700)
         try:
-            with os.fdopen(out, "w", encoding="utf-8", errors="surrogateescape") as f:
-                f.write(text)
-            os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=fd)
-            except OSError:
-                pass
-            raise
-    finally:
-        os.close(fd)
+            for name, text in group:
+                _write_at(fd, name, text)
+        finally:
+            os.close(fd)
+
+
+def _split(artifact_path: str) -> tuple[str, str]:
+    """(folder, file name) of an artifact path, refused (ValueError) as :func:`open_beneath` refuses it."""
+    parts = artifact_path.split("/")
+    if not artifact_path or artifact_path.startswith("/") or "\0" in artifact_path or any(
+            p in (".", "..") for p in parts):
+        raise ValueError(f"{artifact_path[:200]!r} is not a relative path without '.' or '..'")
+    parts = [p for p in parts if p]
+    if not parts:
+        raise ValueError(f"{artifact_path[:200]!r} names no file")
+    return "/".join(parts[:-1]), parts[-1]
+
+
+def _write_at(fd: int, name: str, text: str) -> None:
+    tmp = f".{name}.{uuid.uuid4().hex[:8]}.tmp"
+    out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
+    try:
+        with os.fdopen(out, "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(text)
+        os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=fd)
+        except OSError:
+            pass
+        raise
+

@@ -125,9 +125,9 @@ def loop_secrets(syncer: Mirror, loop: Any) -> list[str]:
 
 
 def loop_run(syncer: Mirror, loop_id: int, report: SyncReport | None = None) -> str | None:
-    row = syncer.store.loop_run_id(loop_id)
-    if row is not None and row["run_id"]:
-        return str(row["run_id"])
+    run_id = syncer.store.loop_run_id(loop_id)
+    if run_id is not None:
+        return run_id
     loop = syncer.store.unsynced_loop(loop_id)
     return sync_loop(syncer, loop, report or SyncReport()) if loop is not None else None
 
@@ -156,9 +156,10 @@ def sync_jobs(syncer: Mirror, report: SyncReport) -> None:
     flight) and the blocked ones: the per-second pass is O(changes), not O(jobs) (issue 16)."""
     began = time.time()
     jobs = syncer.store.jobs_to_sync(syncer.jobs_since)
-    _create_runs(syncer, [job for job in jobs if job["run_id"] is None], report)
-    for job in jobs:
-        sync_job(syncer, job, report)
+    with syncer.store.prefetch_jobs(jobs):
+        _create_runs(syncer, [job for job in jobs if job["run_id"] is None], report)
+        for job in jobs:
+            sync_job(syncer, job, report)
     syncer.jobs_since = began - CHANGE_SLACK_S  # only once the pass went through: a failure looks again
 
 
@@ -294,28 +295,30 @@ def prepare_trials(syncer: Mirror, trial_ids: list[int]) -> dict[int, str]:
     out: dict[int, str] = {}
     report = SyncReport()
     wanted: list[tuple[str, str, str, str | None, float | None]] = []
-    for trial_id in trial_ids:  # made together first (one transaction into a SQLite store)
-        trial = syncer.store.trial(trial_id)
-        loop = syncer.store.loop(trial["loop_id"]) if trial is not None else None
-        parent = loop_run(syncer, trial["loop_id"], report) if trial is not None else None
-        if trial is not None and loop is not None and parent is not None:
-            wanted.append((f"trial:{trial_id}", loop_experiment(loop), f"trial-{trial_id}", parent,
-                           trial["created_at"]))
-    syncer.create_runs(wanted, report)
-    for trial_id in trial_ids:
-        trial = syncer.store.trial(trial_id)
-        if trial is None:
-            continue
-        parent = loop_run(syncer, trial["loop_id"], report)
-        loop = syncer.store.loop(trial["loop_id"])
-        if parent is None or loop is None:
-            continue
-        entity = f"trial:{trial_id}"
-        try:
-            out[trial_id], _ = syncer.ensure_run(entity, loop_experiment(loop), f"trial-{trial_id}",
-                                                  parent, report, trial["created_at"])
-        except Exception as err:
-            syncer.mark_blocked(entity, err)
+    with syncer.store.pass_reads():  # (the run maker's batch: its loop read once)
+        trials = syncer.store.trials(trial_ids)  # one query, not two a trial
+        for trial_id in trial_ids:  # made together first (one transaction into a SQLite store)
+            trial = trials.get(trial_id)
+            loop = syncer.store.loop(trial["loop_id"]) if trial is not None else None
+            parent = loop_run(syncer, trial["loop_id"], report) if trial is not None else None
+            if trial is not None and loop is not None and parent is not None:
+                wanted.append((f"trial:{trial_id}", loop_experiment(loop), f"trial-{trial_id}", parent,
+                               trial["created_at"]))
+        syncer.create_runs(wanted, report)
+        for trial_id in trial_ids:
+            trial = trials.get(trial_id)
+            if trial is None:
+                continue
+            parent = loop_run(syncer, trial["loop_id"], report)
+            loop = syncer.store.loop(trial["loop_id"])
+            if parent is None or loop is None:
+                continue
+            entity = f"trial:{trial_id}"
+            try:
+                out[trial_id], _ = syncer.ensure_run(entity, loop_experiment(loop), f"trial-{trial_id}",
+                                                      parent, report, trial["created_at"])
+            except Exception as err:
+                syncer.mark_blocked(entity, err)
     return out
 
 

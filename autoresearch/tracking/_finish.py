@@ -30,14 +30,19 @@ def finish(syncer: Mirror, report: SyncReport) -> None:
         return  # points still waiting: finish later, or a run would end before its last point
     rows = syncer.store.job_runs_to_finish()
     syncer.artifact_locations([row["run_id"] for row in rows])  # one query, not one a log
+    logs = syncer.store.attempt_logs(row["job_id"] for row in rows if row["logs_done"] < (row["ended_n"] or 0))
+    uploaded: list[tuple[str, int]] = []  # (entity, logs done): recorded together, after the uploads
     for row in rows:
         try:
-            _upload_logs(syncer, row, report)
+            _upload_logs(syncer, row, report, logs.get(row["job_id"], []), uploaded)
             if row["state"] in FINAL and row["trial_state"] != "paused":  # a paused trial's run goes on
                 syncer.end_run(row["entity"], row["run_id"], FINAL[row["state"]],
                                int((row["ended_at"] or time.time()) * 1000), _ended(syncer, row["entity"], report))
         except Exception as err:
             syncer.mark_blocked(row["entity"], err)
+    with syncer.store.batch():  # (a crash before it uploads those logs again: the same files)
+        for entity, n in uploaded:
+            syncer.store.logs_done(entity, n)
     _end_never_ran(syncer, report)
     syncer.flush()  # the trials' runs ended (in the ledger too) before their loop's run is looked at
     for loop in syncer.store.loop_runs_open():
@@ -95,17 +100,23 @@ def _find_run(syncer: Mirror, entity: str, experiment_id: str | None) -> str | N
     return str(found[0].info.run_id) if found else None
 
 
-def _upload_logs(syncer: Mirror, row: Any, report: SyncReport) -> None:
+def _upload_logs(syncer: Mirror, row: Any, report: SyncReport, attempts: list[Any],
+                 uploaded: list[tuple[str, int]]) -> None:
+    """The logs of a job's ended attempts not uploaded yet (``attempts``: the job's, in order); what
+    went up is added to ``uploaded`` (entity, attempts done) for the caller to record."""
+    upto = row["ended_n"] or 0
+    attempts = [att for att in attempts if row["logs_done"] < att["n"] <= upto]
+    if not attempts:
+        return
     spec = json.loads(row["spec"])
     secrets = job_secrets(spec)  # from the ledger, whichever process mirrors it
-    upto = row["ended_n"] or 0
     # a resumed trial's later job (loop/pause.py) logs beside its first job's, not over them
     job = f"job-{row['job_id']}-" if (spec.get("tags") or {}).get("autoresearch.resumed_from_job") else ""
-    for att in syncer.store.logs_to_upload(row["job_id"], row["logs_done"], upto):
+    for att in attempts:
         text = _read_capped(att["log_path"])
         syncer.log_text(row["run_id"], redact(text, secrets), f"logs/{job}attempt-{att['n']}.log")
         report.artifacts += 1
-        syncer.store.logs_done(row["entity"], att["n"])
+        uploaded.append((row["entity"], att["n"]))
 
 
 def _read_capped(path: str) -> str:

@@ -22,8 +22,10 @@ def _metric_name(name: str) -> str:
     return _BAD_NAME.sub("_", name)[:250] or "_"
 
 
-def _run_of_job(syncer: Mirror, job_id: int, report: SyncReport) -> tuple[str | None, str]:
-    row = syncer.store.run_of_job(job_id)
+def _run_of_job(syncer: Mirror, job_id: int, report: SyncReport, row: Any = ...) -> tuple[str | None, str]:
+    """(the run id of a job's run, its entity); ``row``: the job's :meth:`run_of_job`, read in bulk."""
+    if row is ...:
+        row = syncer.store.run_of_job(job_id)
     if row is None:
         return None, f"job:{job_id}"
     if row is not None and row["run_id"] and row["error"] is None:
@@ -35,10 +37,12 @@ def _run_of_job(syncer: Mirror, job_id: int, report: SyncReport) -> tuple[str | 
     return run_id, row["entity"]
 
 
-def _points(syncer: Mirror, rows: list[Any], job_id: int) -> list[Any]:
+def _points(syncer: Mirror, rows: list[Any], job_id: int, reported: set[str] | None = None) -> list[Any]:
+    """A job's ledger rows as MLflow points; ``reported``: the job's reported names (read in bulk)."""
     from mlflow.entities import Metric
 
-    reported = syncer.store.reported_names(job_id)
+    if reported is None:
+        reported = syncer.store.reported_names(job_id)
     points = []
     for r in best_source(rows, reported=reported):  # rows are a window: the reported names are the job's
         value = r["value"]
@@ -63,11 +67,14 @@ def sync_metrics(syncer: Mirror, report: SyncReport, max_batches: int | None = N
         for r in rows:
             by_job.setdefault(r["job_id"], []).append(r)
         window: list[tuple[str, str, list[Any], int]] = []  # (entity, run id, points, last rowid)
+        runs = syncer.store.runs_of_jobs(by_job)  # a query a table for the window, not two a job
+        names = syncer.store.reported_names_of(by_job)
         for job_id, job_rows in by_job.items():
-            run_id, entity = _run_of_job(syncer, job_id, report)
+            run_id, entity = _run_of_job(syncer, job_id, report, runs.get(job_id))
             if run_id is None:
                 continue  # blocked: its points wait in the ledger and are backfilled once it is fixed
-            window.append((entity, run_id, _points(syncer, job_rows, job_id), job_rows[-1]["rid"]))
+            window.append((entity, run_id, _points(syncer, job_rows, job_id, names.get(job_id, set())),
+                           job_rows[-1]["rid"]))
         store = syncer.bulk_store()
         refused = {run_id for _, run_id, _, _ in window}
         if store is not None and window:  # the window's points of every run in one transaction

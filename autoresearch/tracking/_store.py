@@ -15,7 +15,8 @@ import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from autoresearch.store.ledger import Ledger
 
@@ -39,6 +40,11 @@ class MirrorStore:
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
         self._open: tuple[sqlite3.Connection, int] | None = None  # the transaction of a :meth:`batch`, its thread
+        # A pass's reads (:meth:`pass_reads`), of one thread: what cannot change under a pass (loops' rows,
+        # run ids once made) read once, and what a phase read in bulk (:meth:`prefetch_jobs`, ...).
+        self._memo: dict[tuple[str, object], Any] | None = None
+        self._phase: dict[tuple[str, object], Any] | None = None
+        self._memo_thread = 0
 
     def _tx(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         if self._open is not None and self._open[1] == threading.get_ident():
@@ -58,6 +64,136 @@ class MirrorStore:
                 yield
             finally:
                 self._open = None
+
+    # -- a pass's reads in bulk ----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def pass_reads(self) -> Iterator[None]:
+        """One pass of this thread: what cannot change under it is read once (a loop's row: its name,
+        plan and experiment; a run id once made: it never changes) instead of once a trial, and what
+        a phase prefetched in bulk is used (:meth:`prefetch_jobs`, :meth:`prefetch_decisions`)."""
+        if self._memo is not None:
+            yield
+            return
+        self._memo, self._memo_thread = {}, threading.get_ident()
+        try:
+            yield
+        finally:
+            self._memo = self._phase = None
+
+    def _memo_here(self) -> dict[tuple[str, object], Any] | None:
+        return self._memo if self._memo is not None and self._memo_thread == threading.get_ident() else None
+
+    def _recall(self, kind: str, key: object) -> tuple[bool, Any]:
+        """(found, value) of a prefetched or memoized read."""
+        if self._memo_here() is None:
+            return False, None
+        for memo in (self._phase, self._memo):
+            if memo is not None and (kind, key) in memo:
+                return True, memo[(kind, key)]
+        return False, None
+
+    def _remember(self, kind: str, key: object, value: Any) -> None:
+        memo = self._memo_here()
+        if memo is not None:
+            memo[(kind, key)] = value
+
+    def _forget(self, kind: str, key: object) -> None:
+        for memo in (self._phase, self._memo):
+            if memo is not None:
+                memo.pop((kind, key), None)
+
+    def _in(self, sql: str, keys: Iterable[Any], params: tuple[Any, ...] = ()) -> list[Row]:
+        """``sql`` with ``{}`` standing for a list of ``keys``' placeholders, 500 keys a query."""
+        keys = sorted(set(keys))
+        out: list[Row] = []
+        for i in range(0, len(keys), 500):
+            chunk = tuple(keys[i:i + 500])
+            out += self.ledger.query(sql.format(",".join("?" * len(chunk))), params + chunk)
+        return out
+
+    @contextlib.contextmanager
+    def prefetch_jobs(self, jobs: list[Row]) -> Iterator[None]:
+        """While a phase mirrors ``jobs`` (rows of :meth:`jobs_to_sync`, read before this): their trials,
+        the trials' decisions and verdicts, the jobs' last attempts, their runs' ids and recorded problems,
+        and their loops, read in a few queries (one a table) instead of ~10 a job. Read after the jobs, as
+        one job's mirror reads them: a run's synced version never claims a change it did not see."""
+        if self._memo_here() is None:
+            yield
+            return
+        phase: dict[tuple[str, object], Any] = {}
+        trial_ids = {int(j["trial_id"]) for j in jobs if j["trial_id"] is not None}
+        job_ids = {int(j["id"]) for j in jobs}
+        for tid in trial_ids:
+            phase[("trial", tid)] = None
+        for row in self._in("SELECT * FROM trials WHERE id IN ({})", trial_ids):
+            phase[("trial", row["id"])] = row
+        trials = [t for k, t in phase.items() if k[0] == "trial" and t is not None]
+        decision_ids = {int(t["decision_id"]) for t in trials if t["decision_id"] is not None}
+        for did in decision_ids:
+            phase[("decision", did)] = None
+        for row in self._in("SELECT * FROM decisions WHERE id IN ({})", decision_ids):
+            phase[("decision", row["id"])] = row
+        self._verdicts(phase, trial_ids)
+        for jid in job_ids:
+            phase[("last_node", jid)] = None
+        for row in self._in("SELECT job_id, node, failure_class FROM attempts a WHERE job_id IN ({}) AND n=(SELECT "
+                            "MAX(n) FROM attempts b WHERE b.job_id=a.job_id)", job_ids):
+            phase[("last_node", row["job_id"])] = row
+        for job in jobs:
+            entity = f"trial:{job['trial_id']}" if job["trial_id"] is not None else f"job:{job['id']}"
+            if "error" in job.keys():
+                phase[("error", entity)] = job["error"]
+            if "run_id" in job.keys() and job["run_id"]:
+                self._remember("run", entity, str(job["run_id"]))
+        self.loops({int(t["loop_id"]) for t in trials})
+        self._phase = phase
+        try:
+            yield
+        finally:
+            self._phase = None
+
+    @contextlib.contextmanager
+    def prefetch_decisions(self, decisions: list[Row]) -> Iterator[None]:
+        """While a batch of ``decisions`` is mirrored: the trials each produced, and the trials its
+        keep-or-discard decisions judged (their rows, verdicts and run ids), a query a table."""
+        if self._memo_here() is None or not decisions:
+            yield
+            return
+        phase: dict[tuple[str, object], Any] = {}
+        ids = [int(d["id"]) for d in decisions]
+        for did in ids:
+            phase[("trials_of", did)] = []
+        for row in self._in("SELECT id, decision_id FROM trials WHERE decision_id BETWEEN ? AND ? AND loop_id IN ({}) "
+                            "ORDER BY id", {int(d["loop_id"]) for d in decisions}, (min(ids), max(ids))):
+            if ("trials_of", row["decision_id"]) in phase:
+                phase[("trials_of", row["decision_id"])].append(row["id"])
+        judged = {int(d["trial_id"]) for d in decisions if d["kind"] == "promote" and d["trial_id"] is not None}
+        for row in self._in("SELECT * FROM trials WHERE id IN ({})", judged):
+            phase[("trial", row["id"])] = row
+        self._verdicts(phase, judged)
+        self.runs_of([f"trial:{t}" for t in judged])
+        self.loops({int(d["loop_id"]) for d in decisions})
+        self._phase = phase
+        try:
+            yield
+        finally:
+            self._phase = None
+
+    def _verdicts(self, phase: dict[tuple[str, object], Any], trial_ids: set[int]) -> None:
+        for tid in trial_ids:
+            phase[("verdict", tid)] = None
+        for row in self._in("SELECT id, trial_id, inputs, outputs FROM decisions WHERE kind='promote' AND trial_id "
+                            "IN ({}) ORDER BY id", trial_ids):
+            phase[("verdict", row["trial_id"])] = row  # (the last one wins)
+
+    def loops(self, loop_ids: set[int]) -> None:
+        """Read the rows of ``loop_ids`` not read yet in this pass (one query)."""
+        if self._memo_here() is None:
+            return
+        todo = {i for i in loop_ids if not self._recall("loop", i)[0]}
+        for row in self._in("SELECT * FROM loops WHERE id IN ({})", todo):
+            self._remember("loop", row["id"], row)
 
     # -- tracking_state: the bound store, the home id, the cursors -------------------------
 
@@ -112,6 +248,8 @@ class MirrorStore:
 
     def rebind(self, uri: str) -> None:
         """Bind to a new store: forget the run mapping, the cursors and what the outbox sent."""
+        if self._memo is not None:
+            self._memo.clear()
         with self._tx() as c:
             c.execute("DELETE FROM tracking_runs")
             c.execute("DELETE FROM tracking_state WHERE name IN ('metrics','decisions')")
@@ -124,13 +262,25 @@ class MirrorStore:
         """(run_id, experiment_id) of ``entity``'s row, if it has one."""
         return self.ledger.one("SELECT run_id, experiment_id FROM tracking_runs WHERE entity=?", (entity,))
 
+    def run_id_of(self, entity: str) -> str | None:
+        """The run id of ``entity`` (None: none made yet); a run id once made never changes, so a pass
+        reads it once (:meth:`pass_reads`)."""
+        found, run_id = self._recall("run", entity)
+        if found:
+            return str(run_id)
+        row = self.run_of(entity)
+        if row is None or not row["run_id"]:
+            return None
+        self._remember("run", entity, str(row["run_id"]))
+        return str(row["run_id"])
+
     def runs_of(self, entities: list[str]) -> dict[str, str | None]:
         """The run id of each of ``entities`` that has a row (None: reserved, its create maybe cut short)."""
         out: dict[str, str | None] = {}
-        for i in range(0, len(entities), 500):
-            chunk = entities[i:i + 500]
-            out.update((r["entity"], r["run_id"]) for r in self.ledger.query(
-                f"SELECT entity, run_id FROM tracking_runs WHERE entity IN ({','.join('?' * len(chunk))})", tuple(chunk)))
+        for r in self._in("SELECT entity, run_id FROM tracking_runs WHERE entity IN ({})", entities):
+            out[r["entity"]] = r["run_id"]
+            if r["run_id"]:
+                self._remember("run", r["entity"], str(r["run_id"]))
         return out
 
     def reserve_run(self, entity: str, experiment_id: str, parent: str | None) -> None:
@@ -141,6 +291,7 @@ class MirrorStore:
                       "updated_at) VALUES (?,?,?,?,?)", (entity, experiment_id, parent, now, now))
 
     def set_run(self, entity: str, run_id: str, experiment_id: str, parent: str | None) -> None:
+        self._remember("run", entity, run_id)
         with self._tx() as c:
             c.execute("UPDATE tracking_runs SET run_id=?, experiment_id=?, parent_run_id=?, updated_at=? "
                       "WHERE entity=?", (run_id, experiment_id, parent, time.time(), entity))
@@ -149,15 +300,23 @@ class MirrorStore:
         """Record a run's permanent problem (a row even for a run never created: its points are
         backfilled once it is fixed)."""
         now = time.time()
+        self._forget("loop_run", entity)
+        self._forget("error", entity)
         with self._tx() as c:
             c.execute("INSERT OR IGNORE INTO tracking_runs(entity, created_at, updated_at) VALUES (?,?,?)",
                       (entity, now, now))
             c.execute("UPDATE tracking_runs SET error=?, updated_at=? WHERE entity=?", (text, now, entity))
 
-    def error_of(self, entity: str) -> Row | None:
-        return self.ledger.one("SELECT error FROM tracking_runs WHERE entity=?", (entity,))
+    def error_of(self, entity: str) -> str | None:
+        """The recorded problem of ``entity``'s run (None: none, or no row)."""
+        found, error = self._recall("error", entity)
+        if found:
+            return str(error) if error is not None else None
+        row = self.ledger.one("SELECT error FROM tracking_runs WHERE entity=?", (entity,))
+        return str(row["error"]) if row is not None and row["error"] is not None else None
 
     def clear_error(self, entity: str) -> None:
+        self._forget("error", entity)
         with self._tx() as c:
             c.execute("UPDATE tracking_runs SET error=NULL WHERE entity=?", (entity,))
 
@@ -166,10 +325,17 @@ class MirrorStore:
         return self.ledger.one("SELECT error FROM tracking_runs WHERE entity IN (?, ?)",
                                (f"job:{job_id}", f"trial:{trial_id}"))
 
-    def loop_run_id(self, loop_id: int) -> Row | None:
-        """The run of a loop that has no recorded problem."""
-        return self.ledger.one("SELECT run_id FROM tracking_runs WHERE entity=? AND error IS NULL",
-                               (f"loop:{loop_id}",))
+    def loop_run_id(self, loop_id: int) -> str | None:
+        """The run of a loop that has no recorded problem (read once a pass once there is one)."""
+        entity = f"loop:{loop_id}"
+        found, run_id = self._recall("loop_run", entity)
+        if found:
+            return str(run_id)
+        row = self.ledger.one("SELECT run_id FROM tracking_runs WHERE entity=? AND error IS NULL", (entity,))
+        if row is None or not row["run_id"]:
+            return None
+        self._remember("loop_run", entity, str(row["run_id"]))
+        return str(row["run_id"])
 
     def synced(self, entity: str, version: float) -> None:
         with self._tx() as c:
@@ -217,7 +383,13 @@ class MirrorStore:
             "OR r.error IS NOT NULL ORDER BY l.id")
 
     def loop(self, loop_id: int) -> Row | None:
-        return self.ledger.one("SELECT * FROM loops WHERE id=?", (loop_id,))
+        """A loop's row (read once a pass: the mirror uses its name, plan and experiment, which stay)."""
+        found, row = self._recall("loop", loop_id)
+        if found:
+            return row  # type: ignore[no-any-return]
+        row = self.ledger.one("SELECT * FROM loops WHERE id=?", (loop_id,))
+        self._remember("loop", loop_id, row)
+        return row
 
     def unsynced_loop(self, loop_id: int) -> Row | None:
         """A loop as :meth:`loops_to_sync` shows one never mirrored."""
@@ -249,10 +421,16 @@ class MirrorStore:
                                f"LEFT JOIN trials t ON {TRIAL_JOIN} WHERE j.id=?", (job_id,))
 
     def trial(self, trial_id: int) -> Row | None:
-        return self.ledger.one("SELECT * FROM trials WHERE id=?", (trial_id,))
+        found, row = self._recall("trial", trial_id)
+        return row if found else self.ledger.one("SELECT * FROM trials WHERE id=?", (trial_id,))  # type: ignore[no-any-return]
+
+    def trials(self, trial_ids: Iterable[int]) -> dict[int, Row]:
+        """The rows of ``trial_ids`` that exist (a query per 500)."""
+        return {r["id"]: r for r in self._in("SELECT * FROM trials WHERE id IN ({})", trial_ids)}
 
     def decision(self, decision_id: int) -> Row | None:
-        return self.ledger.one("SELECT * FROM decisions WHERE id=?", (decision_id,))
+        found, row = self._recall("decision", decision_id)
+        return row if found else self.ledger.one("SELECT * FROM decisions WHERE id=?", (decision_id,))  # type: ignore[no-any-return]
 
     def latest_experiment(self) -> str | None:
         """The MLflow experiment of the newest loop mirrored (else of the newest job)."""
@@ -265,6 +443,9 @@ class MirrorStore:
 
     def verdict_of(self, trial_id: int) -> Row | None:
         """The keep-or-discard decision of a trial (the last one)."""
+        found, row = self._recall("verdict", trial_id)
+        if found:
+            return row  # type: ignore[no-any-return]
         return self.ledger.one("SELECT id, inputs, outputs FROM decisions WHERE kind='promote' AND trial_id=? "
                                "ORDER BY id DESC LIMIT 1", (trial_id,))
 
@@ -277,6 +458,9 @@ class MirrorStore:
 
     def last_node(self, job_id: int) -> Row | None:
         """The node of a job's latest attempt, and its failure class (infra, user; NULL unless it failed)."""
+        found, row = self._recall("last_node", job_id)
+        if found:
+            return row  # type: ignore[no-any-return]
         return self.ledger.one("SELECT node, failure_class FROM attempts WHERE job_id=? ORDER BY n DESC LIMIT 1",
                                (job_id,))
 
@@ -284,6 +468,9 @@ class MirrorStore:
         return self.ledger.query("SELECT * FROM decisions WHERE id > ? ORDER BY id LIMIT ?", (cursor, limit))
 
     def trials_of_decision(self, decision_id: int) -> list[int]:
+        found, ids = self._recall("trials_of", decision_id)
+        if found:
+            return list(ids)
         return [r["id"] for r in self.ledger.query("SELECT id FROM trials WHERE decision_id=? ORDER BY id",
                                                    (decision_id,))]
 
@@ -294,6 +481,20 @@ class MirrorStore:
         return self.ledger.one(
             f"SELECT {ENTITY} AS entity, r.run_id, r.error FROM jobs j LEFT JOIN trials t ON {TRIAL_JOIN} "
             f"LEFT JOIN tracking_runs r ON r.entity={ENTITY} WHERE j.id=?", (job_id,))
+
+    def runs_of_jobs(self, job_ids: Iterable[int]) -> dict[int, Row]:
+        """:meth:`run_of_job` of many jobs (a query per 500)."""
+        return {r["job_id"]: r for r in self._in(
+            f"SELECT j.id AS job_id, {ENTITY} AS entity, r.run_id, r.error FROM jobs j LEFT JOIN trials t ON "
+            f"{TRIAL_JOIN} LEFT JOIN tracking_runs r ON r.entity={ENTITY} WHERE j.id IN ({{}})", job_ids)}
+
+    def reported_names_of(self, job_ids: Iterable[int]) -> dict[int, set[str]]:
+        """:meth:`reported_names` of many jobs (a query per 500)."""
+        out: dict[int, set[str]] = {}
+        for r in self._in("SELECT DISTINCT job_id, name FROM metrics WHERE job_id IN ({}) AND source='report'",
+                          job_ids):
+            out.setdefault(r["job_id"], set()).add(r["name"])
+        return out
 
     def reported_names(self, job_id: int) -> set[str]:
         """The metrics a job reported (the reported-beats-log rule needs all of them)."""
@@ -358,6 +559,13 @@ class MirrorStore:
             "ON r.entity='trial:' || t.id WHERE r.finished=0 AND r.error IS NULL AND t.job_id IS NULL "
             "AND t.state NOT IN ('proposed','queued','running') AND NOT EXISTS (SELECT 1 FROM jobs j WHERE "
             "json_extract(j.spec, '$.tags.\"autoresearch.trial_id\"')=CAST(t.id AS TEXT))")
+
+    def attempt_logs(self, job_ids: Iterable[int]) -> dict[int, list[Row]]:
+        """The attempts (n, log_path) of each of ``job_ids``, in order (a query per 500)."""
+        out: dict[int, list[Row]] = {}
+        for r in self._in("SELECT job_id, n, log_path FROM attempts WHERE job_id IN ({}) ORDER BY job_id, n", job_ids):
+            out.setdefault(r["job_id"], []).append(r)
+        return out
 
     def logs_to_upload(self, job_id: int, after: int, upto: int) -> list[Row]:
         return self.ledger.query("SELECT n, log_path FROM attempts WHERE job_id=? AND n > ? AND n <= ? "

@@ -243,16 +243,8 @@ class Syncer:
         self._ingest_live()
         self._batching, self._queue = self._bulk_store() is not None, []
         try:
-            _entities.sync_loops(self, report)
-            _entities.sync_jobs(self, report)
-            self.flush()  # the runs' tags before their points and their ends
-            _metrics.sync_metrics(self, report, max_batches)
-            _traces.sync_decisions(self, report)
-            _traces.sync_outbox(self, report)
-            _reports.sync_reports(self, report)
-            _entities.sync_run_requests(self, report)
-            _finish.finish(self, report)
-            self.flush()
+            with self.store.pass_reads():
+                self._phases(report, max_batches)
         except TrackingError:
             raise
         except Exception as err:
@@ -265,6 +257,18 @@ class Syncer:
         if self._state("error") is not None:  # it works again: status stops saying why it was behind
             self.store.clear_state("error", "error_at", "retry_at")
         return report
+
+    def _phases(self, report: SyncReport, max_batches: int | None) -> None:
+        _entities.sync_loops(self, report)
+        _entities.sync_jobs(self, report)
+        self.flush()  # the runs' tags before their points and their ends
+        _metrics.sync_metrics(self, report, max_batches)
+        _traces.sync_decisions(self, report)
+        _traces.sync_outbox(self, report)
+        _reports.sync_reports(self, report)
+        _entities.sync_run_requests(self, report)
+        _finish.finish(self, report)
+        self.flush()
 
     def _ingest_live(self) -> None:
         """Pull fresh points of running attempts into the ledger, so MLflow shows them live."""
@@ -318,9 +322,9 @@ class Syncer:
     def ensure_run(self, entity: str, experiment: str, run_name: str, parent: str | None,
                     report: SyncReport | None = None, started: float | None = None) -> tuple[str, bool]:
         """The run of ``entity`` (created if needed, exactly once). Returns (run id, created)."""
-        row = self.store.run_of(entity)
-        if row is not None and row["run_id"]:
-            return str(row["run_id"]), False
+        run_id = self.store.run_id_of(entity)
+        if run_id is not None:
+            return run_id, False
         with _critical(self.ledger.home):
             return self._create_run(entity, experiment, run_name, parent, report, started)
 
@@ -406,8 +410,7 @@ class Syncer:
 
     def clear_error(self, entity: str) -> bool:
         """Forget a run's recorded problem (it synced again); whether there was one."""
-        row = self.store.error_of(entity)
-        if row is None or row["error"] is None:
+        if self.store.error_of(entity) is None:
             return False
         self.store.clear_error(entity)
         return True

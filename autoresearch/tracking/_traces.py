@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from autoresearch.store import outbox
-from autoresearch.tracking._bulk import write_text
+from autoresearch.tracking._bulk import write_texts
 from autoresearch.tracking._common import DEFAULT_EXPERIMENT, Mirror, SyncReport, _critical
 from autoresearch.tracking._entities import loop_experiment, loop_run, loop_secrets, verdict
 from autoresearch.util.redact import redact_obj
@@ -27,7 +27,8 @@ def sync_decisions(syncer: Mirror, report: SyncReport) -> None:
                 break  # the parent run is blocked; its decisions (and those after them) wait in order
             batch.append((run_id, d))
         if batch:
-            _send_decisions(syncer, batch, report)
+            with syncer.store.prefetch_decisions([d for _, d in batch]):
+                _send_decisions(syncer, batch, report)
         if len(batch) < DECISION_BATCH:
             return
 
@@ -47,6 +48,7 @@ def _send_decisions(syncer: Mirror, batch: list[tuple[str, Any]], report: SyncRe
     syncer.artifact_locations(list(by_run))
     for run_id, decisions in by_run.items():
         metrics = []
+        files: list[tuple[str, str]] = []  # (artifact path, text) to write into a local folder together
         with tempfile.TemporaryDirectory(prefix="autoresearch-decisions-") as tmp:
             direct = syncer.artifact_folder(run_id)  # a local folder: the files go straight in
             for d in decisions:
@@ -62,7 +64,7 @@ def _send_decisions(syncer: Mirror, batch: list[tuple[str, Any]], report: SyncRe
                 # compact: the C encoder (indent= takes the pure-Python one); the UI shows a .json indented
                 text = json.dumps(redact_obj(record, secrets[d["loop_id"]]), default=str)
                 if direct is not None:
-                    write_text(direct, f"decisions/{d['id']:06d}-{d['kind']}.json", text)
+                    files.append((f"decisions/{d['id']:06d}-{d['kind']}.json", text))
                 else:
                     (Path(tmp) / f"{d['id']:06d}-{d['kind']}.json").write_text(text)
                 ts = int(d["created_at"] * 1000)
@@ -74,6 +76,8 @@ def _send_decisions(syncer: Mirror, batch: list[tuple[str, Any]], report: SyncRe
                     retags.setdefault(run_id, {}).update(best_tags(record.get("outputs")))
             if direct is None:
                 syncer.client.log_artifacts(run_id, tmp, "decisions")
+            else:
+                write_texts(direct, files)
         syncer.log_metrics(run_id, metrics)
         retags.setdefault(run_id, {})["autoresearch.decisions"] = str(decisions[-1]["id"])
         owners[run_id] = f"loop:{decisions[-1]['loop_id']}"
@@ -123,11 +127,11 @@ def _retag_verdicts(syncer: Mirror, d: Any, loop_run_id: str, retags: dict[str, 
         if isinstance(inputs.get("incumbent_trial"), int):
             trials.append(inputs["incumbent_trial"])
     for trial_id in trials:
-        row = syncer.store.run_of(f"trial:{trial_id}")
+        run_id = syncer.store.run_id_of(f"trial:{trial_id}")
         trial = syncer.store.trial(trial_id)
-        if row is not None and row["run_id"] and trial is not None:
-            retags.setdefault(str(row["run_id"]), {})["autoresearch.verdict"] = verdict(syncer, trial)
-            owners[str(row["run_id"])] = f"trial:{trial_id}"
+        if run_id is not None and trial is not None:
+            retags.setdefault(run_id, {})["autoresearch.verdict"] = verdict(syncer, trial)
+            owners[run_id] = f"trial:{trial_id}"
 
 
 def sync_outbox(syncer: Mirror, report: SyncReport) -> None:

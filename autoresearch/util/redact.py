@@ -225,14 +225,23 @@ def _redact_shell(text: str, secrets: list[str]) -> str:
 
 def redact_obj(obj: Any, secrets: Iterable[str]) -> Any:
     """A JSON-like structure for an artifact: secret-named keys' values hidden, commands
-    redacted by rule, every other string as free text."""
+    redacted by rule, every other string as free text. (The mirror walks every decision with it:
+    the plain JSON types are told by their exact type first, ABC checks only for the others.)"""
     known = list(secrets)
+    pattern = _pattern(tuple(known), False)
 
     def walk(node: Any, key: str = "") -> Any:
-        if isinstance(node, Mapping):
+        kind = type(node)
+        if kind in _SCALARS:
+            return node
+        if kind is str:
+            if key == "command":
+                return redact_command(node, known)
+            return pattern.sub(MARK, node) if pattern is not None and node else node
+        if kind is dict or kind is not list and isinstance(node, Mapping):
             return {k: (MARK if is_secret(str(k)) and not isinstance(v, (Mapping, list)) and v not in (None, "")
                         else walk(v, str(k))) for k, v in node.items()}
-        if isinstance(node, list):
+        if kind is list or isinstance(node, list):
             if key == "command" and all(isinstance(v, str) for v in node):
                 return redact_argv(node, known)
             return [walk(v) for v in node]
@@ -241,3 +250,6 @@ def redact_obj(obj: Any, secrets: Iterable[str]) -> Any:
         return node
 
     return walk(obj)
+
+
+_SCALARS = frozenset((int, float, bool, type(None)))
