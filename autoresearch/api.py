@@ -133,7 +133,7 @@ class Api:
     def cordon(self, node: str, reason: str = "", undo: bool = False) -> NodeView:
         """Take a node out of scheduling (running attempts continue), or put it back. Cordoning the
         last healthy node while critical jobs queue is allowed, with a warning on the view."""
-        state, why = ("healthy", "") if undo else ("cordoned", reason or "cordoned by hand")
+        state, why = ("healthy", "") if undo else ("cordoned", reason or "by hand")  # shown after the state: no "cordoned" twice
         warning = "" if undo else self._last_node_warning(node)
         self._jobs.set_node_state(node, state, why, "uncordon" if undo else "cordon")
         # An engine that schedules itself takes the node out too (Slurm: drain): the node's own backend.

@@ -124,6 +124,9 @@ def test_nodes_and_cordon(home: Path) -> None:
     assert cluster["cordoned"] == [f"{name}: thermal"]
     cli("uncordon", name)
     wait_for(lambda: status(job)["state"] == "succeeded")
+    said = cli("cordon", name).stdout  # no reason given: the line says the state once, then why
+    assert said.split() == [name, "cordoned", "by", "hand"] and said.count("cordon") == 1, said
+    cli("uncordon", name)
 
 
 BAD = [
