@@ -162,7 +162,7 @@ def _incumbent_line(ax: Any, data: ReportData, xs: dict[int, float]) -> list[flo
     x = [s[0] for s in steps]
     y = [float(s[1]) for s in steps]  # type: ignore[arg-type]
     noise = [s[2] if s[2] is not None and math.isfinite(s[2]) else 0.0 for s in steps]
-    ax.step(x, y, where="post", color="C3", lw=2, label="best so far (the incumbent the loop kept)", zorder=2)
+    ax.step(x, y, where="post", color="C3", lw=2, label=f"best so far (the incumbent the loop kept{data.confirmed})", zorder=2)
     if any(noise):  # the floor each incumbent was defended with: the std of one run of it (noise.py)
         lo = [v - n for v, n in zip(y, noise, strict=True)]
         hi = [v + n for v, n in zip(y, noise, strict=True)]

@@ -218,11 +218,11 @@ def test_plots_and_the_ci_gate_say_whether_the_best_is_confirmed(api: Any, tmp_p
     fig = _plots.plot_best_vs_trials(data)
     ax = fig.axes[0]
     assert any(note in str(line.get_label()) for line in ax.lines)  # the best-so-far line
-    assert any(f"incumbent #1, {note}" == c.get_label() for c in ax.collections)  # the star
+    assert any(f"incumbent: trial 1 (one run), {note}" == c.get_label() for c in ax.collections)  # the star
     assert note in ax.get_title()
     _plots.close(fig)
     fig = _plots.plot_learning_curves(data)
-    assert any(f"incumbent #1, {note}" == line.get_label() for line in fig.axes[0].lines)
+    assert any(f"incumbent: trial 1, {note}" == line.get_label() for line in fig.axes[0].lines)
     _plots.close(fig)
 
     result = evaluate(view, Gate(metric="loss", max_regression=0.5), Baseline("b.json", "json", "loss", 0.2))
