@@ -29,6 +29,7 @@ workspace. What each attempt does:
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import io
 import json
@@ -467,7 +468,9 @@ def _archive(workdir: str, limit: int) -> bytes:
     """The workdir as a deterministic tar.gz (links kept as links, never followed); refused over ``limit``."""
     buf = io.BytesIO()
     total = 0
-    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=6) as tar:
+    # gzip's header holds a time: mtime=0, so the same content is the same archive (and name) at any second
+    with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=6, mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w") as tar:
         for root, dirs, files in os.walk(workdir):
             dirs[:] = sorted(d for d in dirs if d not in _SKIP)
             for name in sorted(files):

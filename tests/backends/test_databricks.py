@@ -304,3 +304,14 @@ def test_code_goes_to_a_volume_with_code_volume_and_each_content_once(dbx: FakeD
     (script,) = {dbx.file(s["tasks"][0]["ai_runtime_task"]["deployments"][0]["command_path"]).read_text().split(
         "code=")[1].split("\n")[0] for s in dbx.submits()}
     assert '"${AUTORESEARCH_DATABRICKS_ROOT:-}"/Volumes/main/ml/code/autoresearch-code/' in script
+
+
+def test_the_same_workdir_is_the_same_archive_at_any_second(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The archive names itself by its content: gzip's header time must not make two archives of one
+    workdir differ (two attempts started a second apart uploaded the same code twice)."""
+    from autoresearch.backends import databricks
+
+    (tmp_path / "t.py").write_text("print('x')\n")
+    first = databricks._archive(str(tmp_path), 1 << 20)
+    monkeypatch.setattr(time, "time", lambda: 2_000_000_000.0)  # another second (gzip stamps time.time())
+    assert databricks._archive(str(tmp_path), 1 << 20) == first
