@@ -316,9 +316,12 @@ def run(run_dir: str, child: int | None = None, master: tuple[str, str] | None =
     import resource
 
     code = os.waitstatus_to_exitcode(status) if status is not None else None
-    if not (stopped or timed_out or term_outside) and code != 0 and os.path.exists(stop_path):
-        # Our stop reached the program before this loop saw it (the fast start: scancel's SIGTERM hits
-        # the program the script started while this file is still starting): it ended by our stop.
+    if not (stopped or timed_out or term_outside) and os.path.exists(stop_path):
+        # Our stop reached the program before this loop saw it: ``scancel --full``'s SIGTERM goes to the
+        # program as well as to us, and a program that handles it may exit (0 too) before this loop looks,
+        # or before this file has even started (the fast start). stop.json is written before the signal is
+        # sent and ``stop`` writes nothing once exit.json exists, so an ending seen with it present came after
+        # our stop was asked: it is our stop's (a cancel, its exit code kept), as on the local backend.
         stopped = True
     ending: dict[str, object] = {
         "exit_code": code if code is not None and code >= 0 else None,

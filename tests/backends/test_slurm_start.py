@@ -213,10 +213,23 @@ def test_a_program_our_stop_ended_before_wrap_py_took_it_over_ends_stopped(tmp_p
     assert ending["exit_code"] == 3 and ending["stopped"] is True, ending
 
 
-def test_a_program_that_succeeded_before_our_stop_keeps_its_success(tmp_path: Path) -> None:
+def test_a_program_that_exits_0_on_our_stops_sigterm_before_wrap_py_looks_ends_stopped(tmp_path: Path) -> None:
+    """A program that handles SIGTERM and exits 0 (the conformance suite's graceful program): scancel's signal
+    reaches it directly, and it can be gone before wrap.py looks at stop.json. Still our stop, exit code 0 kept."""
     (tmp_path / "request.json").write_text(json.dumps({"argv": ["true"]}))
     (tmp_path / "stop.json").write_text(json.dumps({"requested_at": time.time()}))
     script = f'sh -c "exit 0" & exec {sys.executable} -I -S {wrap.__file__} --child "$!" {tmp_path}'
     subprocess.run(["/bin/sh", "-c", script], check=True, timeout=60)
+    ending = json.loads((tmp_path / "exit.json").read_text())
+    assert ending["exit_code"] == 0 and ending["stopped"] is True, ending
+
+
+def test_a_program_that_ended_before_our_stop_keeps_its_ending(tmp_path: Path) -> None:
+    """A stop asked after the ending was recorded changes nothing: ``stop`` writes no stop.json then."""
+    (tmp_path / "request.json").write_text(json.dumps({"argv": ["true"]}))
+    script = f'sh -c "exit 0" & exec {sys.executable} -I -S {wrap.__file__} --child "$!" {tmp_path}'
+    subprocess.run(["/bin/sh", "-c", script], check=True, timeout=60)
+    SlurmBackend.__new__(SlurmBackend).stop(str(tmp_path))
+    assert not (tmp_path / "stop.json").exists()
     ending = json.loads((tmp_path / "exit.json").read_text())
     assert ending["exit_code"] == 0 and ending["stopped"] is False, ending
