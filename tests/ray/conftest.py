@@ -37,6 +37,13 @@ class RayHead:
                         str(self.cpus), "--port", str(self.port), "--dashboard-port", str(self.dashboard_port)],
                        check=True, capture_output=True, timeout=240)
 
+    def alive(self) -> bool:
+        try:
+            os.kill(int((self.dir / "head.pid").read_text()), 0)
+        except (OSError, ValueError):
+            return False
+        return True
+
     def stop(self, kill: bool = False) -> None:
         subprocess.run([str(KIT / "stop.sh"), "--dir", str(self.dir), *(["--kill"] if kill else [])],
                        check=True, capture_output=True, timeout=60)
@@ -70,7 +77,9 @@ def ray_head() -> Iterator[RayHead]:
 
 @pytest.fixture
 def ray_env(ray_head: RayHead, home: Path, monkeypatch: pytest.MonkeyPatch) -> RayHead:
-    """A home whose default backend is the session's Ray head."""
+    """A home whose default backend is the session's Ray head (started again if a test left it down)."""
+    if not ray_head.alive():
+        ray_head.start()
     monkeypatch.setenv("AUTORESEARCH_BACKEND", "ray")
     monkeypatch.setenv("RAY_ADDRESS", ray_head.address)
     os.environ.pop("AUTORESEARCH_METRICS_FILE", None)
