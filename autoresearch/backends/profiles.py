@@ -214,11 +214,9 @@ def engine_address(kind: str, options: dict[str, Any]) -> str | None:
     if kind == "slurm":
         conf = str(options.get("conf") or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
         return f"Slurm cluster of {os.path.realpath(os.path.expanduser(conf))}"
-    if kind == "docker":
-        import socket
-
+    if kind == "docker":  # (the node's name as the backend makes it: os.uname's, gethostname's without socket.py)
         daemon = str(options.get("host") or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")
-        node = str(options.get("node_name") or f"docker@{socket.gethostname() or 'localhost'}")
+        node = str(options.get("node_name") or f"docker@{os.uname().nodename or 'localhost'}")
         return f"Docker daemon {daemon} as node {node}"
     return None
 
