@@ -259,3 +259,18 @@ def test_a_running_programs_end_is_read_from_the_zombie(tmp_path: Path) -> None:
     if os.path.exists(f"/proc/{os.getpid()}/sched"):
         assert end is not None and gone - 0.5 <= end <= gone + 0.05, (end, gone)
     assert ended_at(2**22 + 7) is None  # no such process
+
+
+def test_a_submit_lock_is_seen_held_by_whoever_holds_it(tmp_path: Path) -> None:
+    """``held`` (util/_lockfile.py, shared with lock_holder): a Slurm attempt's submit.lock is held
+    while a submit holds it, whether or not a pid is written in it; free after; none when missing."""
+    from autoresearch.backends._slurm_files import locked
+    from autoresearch.util._lockfile import held, lock_holder
+
+    path = tmp_path / "submit.lock"
+    assert held(path) is False  # no file: nobody
+    with locked(str(path)):
+        assert held(path) is True and lock_holder(path) is None  # held, no pid in it
+        path.write_text("4242")
+        assert lock_holder(path) == 4242
+    assert held(path) is False and lock_holder(path) is None
