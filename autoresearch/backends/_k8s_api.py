@@ -244,7 +244,12 @@ class Client:
             raise self._error(err.response.status_code, err.response.text[:500], "") from None
         except ConfigError as err:  # a token file gone between two calls
             raise SpecError(f"the kubernetes credentials cannot be read: {err}", hint=_NO_SERVER_HINT) from None
-        except (httpx2.HTTPError, OSError, ValueError) as err:
+        except ValueError as err:  # msgspec's DecodeError/ValidationError: an answer that is not the object
+            raise BackendError(f"the Kubernetes API server at {self.server} answered what is not a Kubernetes "
+                               f"object ({type(err).__name__}: {str(err)[:200]})",
+                               hint=f"is {self.server} a Kubernetes API server (kubectl --server {self.server} "
+                                    f"version)? a proxy in between? {KIT_HINT}") from None
+        except (httpx2.HTTPError, OSError) as err:
             raise BackendError(f"the Kubernetes API server at {self.server} does not answer "
                                f"({type(err).__name__}: {str(err)[:200]})",
                                hint="check the api option / kubeconfig and that the cluster is up "

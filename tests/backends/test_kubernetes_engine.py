@@ -521,3 +521,33 @@ def test_delete_options_reach_the_api_as_query_parameters(k8s: FakeKubernetes, t
     assert deletes == [{"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background",
                         "gracePeriodSeconds": 0}]
     assert ("default", ext.split("/")[1]) not in k8s.jobs
+
+
+@pytest.mark.parametrize("answer", [b"not json", b'{"kind": "Job", "metadata": 5}', b"[1, 2]", b"\xff\xfe" * 1000])
+def test_an_answer_that_is_no_kubernetes_object_is_a_backend_error(tmp_path: Path, answer: bytes) -> None:
+    """Untrusted input: a server (or a proxy) that answers garbage as JSON is a BackendError naming it."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Garbage(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802 - the http.server API
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Garbage)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        backend = KubernetesBackend(api=f"http://127.0.0.1:{server.server_address[1]}", namespace="default",
+                                    image="i", state_dir=str(tmp_path / "s"))
+        with pytest.raises(BackendError) as err:
+            backend.poll("default/ar-x-1")
+        assert "not a Kubernetes object" in err.value.message
+    finally:
+        server.shutdown()
+        server.server_close()
