@@ -35,7 +35,6 @@ import json
 import math
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -86,7 +85,7 @@ class DockerBackend(Backend):
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 3600:
             raise SpecError(f"docker backend: timeout must be 0..3600 seconds, got {timeout!r:.60}", hint="e.g. timeout: 30")
         self.image, self.docker, self.host, self.gpus = image, docker, host, gpus
-        self.node_name = node_name or f"docker@{socket.gethostname() or 'localhost'}"
+        self.node_name = node_name or f"docker@{os.uname().nodename or 'localhost'}"  # (gethostname's)
         self.user = user if user is not None else f"{os.getuid()}:{os.getgid()}"
         self.network, self.pull, self.run_args, self.timeout, self.keep = network, pull, run_args or [], timeout, keep
         self.options = {"image": image, "docker": docker, "host": host, "node_name": node_name, "gpus": gpus,

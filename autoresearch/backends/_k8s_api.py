@@ -1,25 +1,27 @@
-"""A small Kubernetes API client on the stdlib (``urllib``), for ``backends/kubernetes.py``.
+"""The Kubernetes API for ``backends/kubernetes.py``, through lightkube (the ``[kubernetes]`` extra).
 
-Only what the backend calls: JSON requests to the API server with a bearer token, a CA
-bundle and a timeout, and the pod log as bytes. Where to connect comes from the backend's
-options (``api``, ``token``/``token_file``, ``ca_file``, ``insecure``), else a kubeconfig
-(``kubeconfig`` option, ``$KUBECONFIG``, ``~/.kube/config``: its current context, token or
-client certificate), else the in-cluster service account. The ``kubernetes`` package is not
-needed (invariant 7: a trial start never imports it).
+lightkube (a maintained client on httpx) builds every request: the resource paths, the
+kubeconfig (contexts, ``*-data`` material, ``exec`` credential plugins, token files re-read
+when the kubelet rotates them), in-cluster service accounts, TLS and bearer auth. This module
+only picks the configuration from the backend's options and turns the client's answers into
+plain dicts and its failures into :class:`BackendError` / :class:`AuthError` with a hint.
 
-Errors a user can act on are :class:`BackendError` with a hint: the API unreachable (the
-address tried), 401/403 (the token), anything else the API refused (its own message).
+Where to connect: the ``api`` option (with ``token``/``token_file``, ``ca_file``, ``insecure``),
+else a kubeconfig (``kubeconfig`` option, ``$KUBECONFIG``, ``~/.kube/config``), else the
+in-cluster service account. Without lightkube installed the backend refuses at its first use
+with a hint to install the extra; there is no second, hand-written client to keep in step.
+
+Invariant 7: lightkube (and httpx2, the resource models: ~0.5 s) is imported on the first API
+call of a backend instance, never by importing this module, so loading profiles, submitting
+to another engine or reading an ended attempt's status and log never pays for it.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
-import ssl
-import urllib.error
-import urllib.parse
-import urllib.request
-from dataclasses import dataclass
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -27,95 +29,19 @@ from autoresearch.errors import AuthError, BackendError, SpecError
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 KIT_HINT = "see backends/kubernetes/README.md to set up the namespace and Kueue queues"
+EXTRA_HINT = "pip install 'autoresearch[kubernetes]' (the lightkube client)"
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # what may stand in a request's path
+_NO_SERVER_HINT = ("set backend option api: https://HOST:6443 (and token_file, ca_file), or point kubeconfig / "
+                   "$KUBECONFIG at a kubeconfig file")
 
 
-@dataclass
-class Connection:
-    api: str
-    token: str = ""
-    ca_file: str = ""
-    cert_file: str = ""
-    key_file: str = ""
-    insecure: bool = False
-    namespace: str = ""
-
-
-def connection(api: str = "", token: str = "", token_file: str = "", ca_file: str = "", insecure: bool = False,
-               kubeconfig: str = "", context: str = "") -> Connection:
-    """Where and how to connect: explicit options win, then a kubeconfig, then in-cluster."""
-    if token_file:
-        token = _read_text(token_file, "token_file")
-    if api:
-        return Connection(api.rstrip("/"), token=token, ca_file=ca_file, insecure=insecure)
-    path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or str(Path.home() / ".kube" / "config")
-    if kubeconfig or Path(path).is_file():
-        conn = _from_kubeconfig(path, context)
-        conn.token = token or conn.token
-        conn.ca_file = ca_file or conn.ca_file
-        conn.insecure = insecure or conn.insecure
-        return conn
-    host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-    if host and (SERVICE_ACCOUNT / "token").is_file():
-        return Connection(f"https://{host}:{port}", token=token or _read_text(str(SERVICE_ACCOUNT / "token"), "token"),
-                          ca_file=ca_file or str(SERVICE_ACCOUNT / "ca.crt"),
-                          namespace=_read_text(str(SERVICE_ACCOUNT / "namespace"), "namespace"))
-    raise SpecError("the kubernetes backend has no API server to talk to",
-                    hint="set backend option api: https://HOST:6443 (and token_file, ca_file), or point kubeconfig / "
-                         "$KUBECONFIG at a kubeconfig file")
-
-
-def _read_text(path: str, what: str) -> str:
+def _lightkube() -> Any:
     try:
-        return Path(path).expanduser().read_text().strip()
-    except OSError as err:
-        raise SpecError(f"kubernetes {what} {path!r} cannot be read: {err.strerror}",
-                        hint=f"pass a readable file as {what}") from None
-
-
-def _from_kubeconfig(path: str, context: str) -> Connection:
-    import yaml  # only when a kubeconfig is used
-
-    try:
-        config = yaml.safe_load(Path(path).expanduser().read_text()) or {}
-    except (OSError, yaml.YAMLError) as err:
-        raise SpecError(f"kubeconfig {path!r} cannot be read: {err}", hint="pass api: and token_file: instead") from None
-    if not isinstance(config, dict):
-        raise SpecError(f"kubeconfig {path!r} is not a mapping", hint="pass api: and token_file: instead")
-
-    def named(kind: str, name: str) -> dict[str, Any]:
-        for item in config.get(kind) or []:
-            if isinstance(item, dict) and item.get("name") == name:
-                return dict(item.get(kind[:-1]) or {})
-        raise SpecError(f"kubeconfig {path!r} has no {kind[:-1]} {name!r}", hint="pick one with the context option")
-
-    ctx = named("contexts", context or str(config.get("current-context") or ""))
-    cluster, user = named("clusters", str(ctx.get("cluster", ""))), named("users", str(ctx.get("user", "")))
-    base = Path(path).expanduser().parent
-    ca = _material(cluster, "certificate-authority", base)
-    return Connection(str(cluster.get("server", "")).rstrip("/"), token=str(user.get("token") or ""), ca_file=ca,
-                      cert_file=_material(user, "client-certificate", base),
-                      key_file=_material(user, "client-key", base),
-                      insecure=bool(cluster.get("insecure-skip-tls-verify")), namespace=str(ctx.get("namespace") or ""))
-
-
-def _material(section: dict[str, Any], key: str, base: Path) -> str:
-    """A file path for a kubeconfig's ``key`` or ``key-data`` (base64, written to a private file)."""
-    if section.get(key):
-        return str(base / str(section[key]))
-    data = section.get(f"{key}-data")
-    if not data:
-        return ""
-    import base64
-    import hashlib
-    import tempfile
-
-    raw = base64.b64decode(str(data))
-    out = Path(tempfile.gettempdir()) / f"autoresearch-kube-{os.getuid()}-{hashlib.sha256(raw).hexdigest()[:16]}"
-    if not out.exists():
-        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-    return str(out)
+        import lightkube
+    except ImportError:
+        raise SpecError("the kubernetes backend needs the lightkube package, which is not installed",
+                        hint=EXTRA_HINT) from None
+    return lightkube
 
 
 class ApiError(Exception):
@@ -126,67 +52,230 @@ class ApiError(Exception):
         self.status, self.message, self.reason = status, message, reason
 
 
-class Client:
-    """JSON over HTTP(S) to one API server; every call bounded by ``timeout`` seconds."""
+def connection(api: str = "", token: str = "", token_file: str = "", ca_file: str = "", insecure: bool = False,
+               kubeconfig: str = "", context: str = "") -> Any:
+    """Where and how to connect (a lightkube ``SingleConfig``): explicit options win, then a
+    kubeconfig, then in-cluster. A :class:`SpecError` with a hint when none is there or it is broken."""
+    _lightkube()
+    from lightkube.config.kubeconfig import KubeConfig
+    from lightkube.config.models import Cluster, User
 
-    def __init__(self, conn: Connection, timeout: float = 10.0) -> None:
-        self.conn, self.timeout = conn, timeout
-        self._context: ssl.SSLContext | None = None
-        if conn.api.startswith("https://"):
-            ctx = ssl.create_default_context(cafile=conn.ca_file or None)
-            if conn.insecure:
-                ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-            if conn.cert_file:
-                ctx.load_cert_chain(conn.cert_file, conn.key_file or None)
-            self._context = ctx
-
-    def call(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None,
-             content_type: str = "application/json") -> Any:
-        raw = self.raw(method, path, body, query, content_type)
-        return json.loads(raw) if raw else {}
-
-    def raw(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None,
-            content_type: str = "application/json", sink: BinaryIO | None = None) -> bytes:
-        """The response body; with ``sink``, copied there in chunks instead (a log of any size)."""
-        url = self.conn.api + path
-        if query:
-            url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"Accept": "application/json", "User-Agent": "autoresearch"}
-        if data is not None:
-            headers["Content-Type"] = content_type
-        if self.conn.token:
-            headers["Authorization"] = f"Bearer {self.conn.token}"
-        request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    if token_file:
+        _read_text(token_file, "token_file")  # unreadable: refused now, with the option's name
+    if api:
+        user = User(token_file=str(Path(token_file).expanduser())) if token_file else User(token=token or None)
+        cluster = Cluster(server=api.rstrip("/"), certificate_auth=ca_file or None, insecure=insecure)
+        return KubeConfig.from_one(cluster=cluster, user=user, namespace=None).get()
+    config: Any
+    path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or str(Path.home() / ".kube" / "config")
+    if kubeconfig or Path(path).expanduser().is_file():
+        config = _from_kubeconfig(path, context)
+    elif os.environ.get("KUBERNETES_SERVICE_HOST") and (SERVICE_ACCOUNT / "token").is_file():
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout, context=self._context) as response:
+            config = KubeConfig.from_service_account(SERVICE_ACCOUNT).get()
+        except Exception as err:  # noqa: BLE001 - lightkube's ConfigError, KeyError, OSError
+            raise SpecError(f"the in-cluster service account cannot be read: {err}", hint=_NO_SERVER_HINT) from None
+    else:
+        raise SpecError("the kubernetes backend has no API server to talk to", hint=_NO_SERVER_HINT)
+    import msgspec
+
+    cluster, user = config.cluster, config.user or User()
+    if ca_file:
+        cluster = msgspec.structs.replace(cluster, certificate_auth=ca_file, certificate_auth_data=None)
+    if insecure:
+        cluster = msgspec.structs.replace(cluster, insecure=True)
+    if token_file:
+        user = msgspec.structs.replace(user, token_file=str(Path(token_file).expanduser()), token=None)
+    elif token:
+        user = msgspec.structs.replace(user, token=token, token_file=None)
+    return config._replace(cluster=cluster, user=user)
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        return Path(path).expanduser().read_text().strip()
+    except (OSError, UnicodeDecodeError) as err:
+        raise SpecError(f"kubernetes {what} {path!r} cannot be read: {getattr(err, 'strerror', err)}",
+                        hint=f"pass a readable file as {what}") from None
+
+
+def _from_kubeconfig(path: str, context: str) -> Any:
+    import yaml  # only when a kubeconfig is used
+    from lightkube.config.kubeconfig import KubeConfig
+
+    try:
+        raw = yaml.safe_load(Path(path).expanduser().read_text()) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise SpecError(f"kubeconfig {path!r} cannot be read: {err}", hint="pass api: and token_file: instead") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"kubeconfig {path!r} is not a mapping", hint="pass api: and token_file: instead")
+    try:
+        config = KubeConfig.from_dict({"clusters": [], "contexts": [], **raw}, fname=Path(path).expanduser())
+    except Exception as err:  # noqa: BLE001 - a malformed entry: msgspec's, lightkube's or a KeyError
+        raise SpecError(f"kubeconfig {path!r} is not a kubeconfig lightkube can read: {str(err)[:200]}",
+                        hint="check it with kubectl config view, or pass api: and token_file: instead") from None
+    name = context or config.current_context or ""
+    ctx = config.contexts.get(name)
+    if ctx is None:
+        raise SpecError(f"kubeconfig {path!r} has no context {name!r}", hint="pick one with the context option")
+    if ctx.cluster not in config.clusters:
+        raise SpecError(f"kubeconfig {path!r} has no cluster {ctx.cluster!r}", hint="pick one with the context option")
+    if ctx.user and ctx.user not in config.users:
+        raise SpecError(f"kubeconfig {path!r} has no user {ctx.user!r}", hint="pick one with the context option")
+    return config.get(name)
+
+
+class Client:
+    """One API server through a lightkube client; every call bounded by ``timeout`` seconds.
+
+    Objects go in and come out as plain dicts (the manifests of ``_k8s_job.py``, the states read
+    by ``_k8s_status.py``); lightkube's resource models are the typed layer in between."""
+
+    def __init__(self, config: Any, timeout: float = 10.0) -> None:
+        lightkube = _lightkube()
+        import httpx2
+
+        self.config, self.server = config, str(config.cluster.server)
+        self.namespace = str(config.context.namespace or "")  # "" when the context names none
+        self._httpx = httpx2
+        with self.errors():
+            self._lk = lightkube.Client(config=config, timeout=httpx2.Timeout(timeout), field_manager="autoresearch")
+
+    # -- the calls the backend makes -----------------------------------------------------------
+
+    def version(self) -> dict[str, Any]:
+        with self.errors():
+            response = self._lk._client._client.get("version")  # lightkube has no /version call; its httpx client
+            self._lk._client.raise_for_status(response)
+            answer = response.json()
+        return answer if isinstance(answer, dict) else {}
+
+    def get_job(self, ns: str, name: str) -> dict[str, Any]:
+        from lightkube.resources.batch_v1 import Job
+
+        _named(ns, name)
+        with self.errors():
+            return _plain(self._lk.get(Job, name, namespace=ns))
+
+    def create_job(self, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+        from lightkube import codecs
+
+        with self.errors():
+            return _plain(self._lk.create(codecs.from_dict(body), namespace=ns))
+
+    def annotate_job(self, ns: str, name: str, annotations: dict[str, str]) -> None:
+        from lightkube.resources.batch_v1 import Job
+        from lightkube.types import PatchType
+
+        _named(ns, name)
+        with self.errors():
+            self._lk.patch(Job, name, {"metadata": {"annotations": annotations}}, namespace=ns,
+                           patch_type=PatchType.MERGE)
+
+    def delete_job(self, ns: str, name: str, grace: int | None) -> None:
+        """Background propagation: the garbage collector deletes its pods (each with its own grace)."""
+        from lightkube.resources.batch_v1 import Job
+        from lightkube.types import CascadeType
+
+        _named(ns, name)
+        with self.errors():
+            self._lk.delete(Job, name, namespace=ns, grace_period=grace, cascade=CascadeType.BACKGROUND)
+
+    def pods(self, ns: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+        from lightkube.resources.core_v1 import Pod
+
+        with self.errors():
+            return [_plain(pod) for pod in self._lk.list(Pod, namespace=ns, labels=labels)]
+
+    def delete_pod(self, ns: str, name: str, grace: int | None) -> None:
+        from lightkube.resources.core_v1 import Pod
+
+        _named(ns, name)
+        with self.errors():
+            self._lk.delete(Pod, name, namespace=ns, grace_period=grace)
+
+    def create_service(self, ns: str, body: dict[str, Any]) -> None:
+        from lightkube import codecs
+
+        with self.errors():
+            self._lk.create(codecs.from_dict(body), namespace=ns)
+
+    def pod_log(self, ns: str, pod: str, container: str, limit: int | None = None,
+                sink: BinaryIO | None = None) -> bytes:
+        """The log as bytes (lightkube's ``log()`` yields decoded lines and has no ``limitBytes``):
+        the same request lightkube's ``log()`` prepares, read raw; with ``sink``, copied there in
+        chunks instead (a log of any size)."""
+        from lightkube.resources.core_v1 import PodLog
+
+        _named(ns, pod)
+        inner = self._lk._client
+        with self.errors():
+            request = inner.prepare_request("get", PodLog, name=pod, namespace=ns,
+                                            params={"container": container, "limitBytes": limit})
+            response = inner.send(inner.build_adapter_request(request), stream=True)
+            try:
+                if response.is_error:
+                    response.read()
+                    inner.raise_for_status(response)
                 if sink is None:
-                    out: bytes = response.read()
-                    return out
-                while chunk := response.read(1 << 20):
+                    return response.read()
+                for chunk in response.iter_bytes(1 << 20):
                     sink.write(chunk)
                 return b""
-        except urllib.error.HTTPError as err:
-            raise self._error(err) from None
-        except (urllib.error.URLError, OSError, ValueError) as err:
-            reason = getattr(err, "reason", err)
-            raise BackendError(f"the Kubernetes API server at {self.conn.api} does not answer ({reason})",
-                               hint="check the api option / kubeconfig and that the cluster is up "
-                                    f"(kubectl --server {self.conn.api} version); {KIT_HINT}") from None
+            finally:
+                response.close()
 
-    def _error(self, err: urllib.error.HTTPError) -> Exception:
+    # -- errors --------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def errors(self) -> Iterator[None]:
+        """lightkube's and httpx's failures as the errors the backend handles."""
+        from lightkube import ApiError as LightkubeApiError
+        from lightkube import ConfigError
+
+        httpx2 = self._httpx
         try:
-            status = json.loads(err.read() or b"{}")
-        except (ValueError, OSError):
-            status = {}
-        message = str(status.get("message") or err.reason or "")[:500] if isinstance(status, dict) else ""
-        reason = str(status.get("reason") or "") if isinstance(status, dict) else ""
-        if err.code == 401:
-            return AuthError(f"the Kubernetes API server at {self.conn.api} refused the token (401 Unauthorized)",
+            yield
+        except LightkubeApiError as err:
+            status = err.status
+            raise self._error(int(status.code or err.response.status_code), str(status.message or ""),
+                              str(status.reason or "")) from None
+        except httpx2.HTTPStatusError as err:  # an answer that is not a JSON Status (a proxy, a gateway)
+            raise self._error(err.response.status_code, err.response.text[:500], "") from None
+        except ConfigError as err:  # a token file gone between two calls
+            raise SpecError(f"the kubernetes credentials cannot be read: {err}", hint=_NO_SERVER_HINT) from None
+        except ValueError as err:  # msgspec's DecodeError/ValidationError: an answer that is not the object
+            raise BackendError(f"the Kubernetes API server at {self.server} answered what is not a Kubernetes "
+                               f"object ({type(err).__name__}: {str(err)[:200]})",
+                               hint=f"is {self.server} a Kubernetes API server (kubectl --server {self.server} "
+                                    f"version)? a proxy in between? {KIT_HINT}") from None
+        except (httpx2.HTTPError, OSError) as err:
+            raise BackendError(f"the Kubernetes API server at {self.server} does not answer "
+                               f"({type(err).__name__}: {str(err)[:200]})",
+                               hint="check the api option / kubeconfig and that the cluster is up "
+                                    f"(kubectl --server {self.server} version); {KIT_HINT}") from None
+
+    def _error(self, code: int, message: str, reason: str) -> Exception:
+        message = message[:500]
+        if code == 401:
+            return AuthError(f"the Kubernetes API server at {self.server} refused the token (401 Unauthorized)",
                              hint="pass a valid bearer token (token_file, or a kubeconfig user with a token); "
                                   "a service account token: kubectl create token SERVICE_ACCOUNT")
-        if err.code == 403:
-            return AuthError(f"the Kubernetes API server at {self.conn.api} forbids this: {message}",
+        if code == 403:
+            return AuthError(f"the Kubernetes API server at {self.server} forbids this: {message}",
                              hint="grant the token's account the Role in backends/kubernetes/ (create/get/delete "
                                   "jobs, get/list/delete pods and pods/log in the namespace)")
-        return ApiError(err.code, message, reason)
+        return ApiError(code, message, reason)
+
+
+def _named(*names: str) -> None:
+    """Names go into the request's path unescaped: one that is no object name (from a garbled
+    answer: ``../``, ``?``) is an object the API does not have, not a request made elsewhere."""
+    for name in names:
+        if not _NAME.fullmatch(name):
+            raise ApiError(404, f"{name[:80]!r} is not a Kubernetes object name", "NotFound")
+
+
+def _plain(obj: Any) -> dict[str, Any]:
+    out = obj.to_dict() if hasattr(obj, "to_dict") else obj
+    return out if isinstance(out, dict) else {}

@@ -40,10 +40,6 @@ def backend_names() -> list[str]:
     return sorted({**_entry_points(), **_BUILTIN})
 
 
-def _builtin_kinds() -> list[str]:
-    return backend_names()
-
-
 def is_kind(name: str) -> bool:
     """Whether ``name`` is a registered backend kind (built in first: no entry-point scan for those)."""
     return name in _BUILTIN or name in _entry_points()

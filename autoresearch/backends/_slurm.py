@@ -46,7 +46,6 @@ from autoresearch.backends._slurm_cli import KIT_HINT, Rejected, SlurmCli, Unrea
 from autoresearch.backends._slurm_files import (
     GANG_MASTER,
     from_exit,
-    held,
     locked,
     read_file,
     read_id,
@@ -58,6 +57,7 @@ from autoresearch.backends._slurm_files import (
 from autoresearch.backends._slurm_wrap import member_argv
 from autoresearch.backends._supervisor import read_log_file
 from autoresearch.errors import BackendError, CapacityError, SpecError
+from autoresearch.util._lockfile import held
 
 SUBMIT_GRACE_S = 60.0  # an attempt with no Slurm job this long after its request was written never got one
 STOP_BACKSTOP_S = 30.0

@@ -164,16 +164,3 @@ class locked:
     def __exit__(self, *exc: object) -> None:
         os.close(self.fd)
 
-
-def held(path: str) -> bool:
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except OSError:
-        return True
-    finally:
-        os.close(fd)

@@ -7,8 +7,8 @@ and refuses what the published schema of its version refuses (``tests/fakes/k8s_
 not yet exercised against a live cluster. Options that would make every Job invalid (a node
 selector or priority class that is no label, a name prefix no Service name may start with)
 are refused at load. The Job itself is ``_k8s_job.py``, reading its state
-``_k8s_status.py``, the HTTP client and its configuration (api/token/CA, kubeconfig,
-in-cluster) ``_k8s_api.py``.
+``_k8s_status.py``, the requests (through lightkube, the ``[kubernetes]`` extra, imported on the first API
+call) and their configuration (api/token/CA, kubeconfig, in-cluster) ``_k8s_api.py``.
 
 * At most once (issue 9 item 4): the Job's name comes from the attempt key, so a start that
   is repeated (a submitter killed between the API's create and the ledger's write) finds
@@ -34,7 +34,6 @@ import json
 import math
 import os
 import time
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -120,9 +119,9 @@ class KubernetesBackend(Backend):
     @property
     def api(self) -> Client:
         if self._client is None:
-            conn = connection(**self._options)
-            self._namespace = self._namespace or conn.namespace or "autoresearch"
-            self._client = Client(conn, timeout=self.timeout)
+            client = Client(connection(**self._options), timeout=self.timeout)
+            self._namespace = self._namespace or client.namespace or "autoresearch"
+            self._client = client
         return self._client
 
     @property
@@ -153,29 +152,23 @@ class KubernetesBackend(Backend):
         os.replace(tmp, path)
 
     def _pods(self, ns: str, name: str) -> list[dict[str, Any]]:
-        found = self.api.call("GET", f"/api/v1/namespaces/{ns}/pods", query={"labelSelector": f"{manifest.LABEL}={name}"})
-        items = found.get("items") if isinstance(found, dict) else None
-        pods = [p for p in items if isinstance(p, dict)] if isinstance(items, list) else []
-        return sorted(pods, key=index)
+        return sorted(self.api.pods(ns, {manifest.LABEL: name}), key=index)
 
     def _job(self, ns: str, name: str) -> dict[str, Any] | None:
         try:
-            job = self.api.call("GET", f"/apis/batch/v1/namespaces/{ns}/jobs/{name}")
-            return job if isinstance(job, dict) else {}
+            return self.api.get_job(ns, name)
         except ApiError as err:
             if err.status == 404:
                 return None
             raise BackendError(f"reading Job {ns}/{name} failed: {err.message}", hint=KIT_HINT) from None
 
-    def _delete(self, path: str, grace: int | None) -> None:
-        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
-        if grace is not None:
-            body["gracePeriodSeconds"] = grace
+    def _delete(self, ns: str, name: str, grace: int | None, pod: bool = False) -> None:
         try:
-            self.api.call("DELETE", path, body)
+            (self.api.delete_pod if pod else self.api.delete_job)(ns, name, grace)
         except ApiError as err:
             if err.status != 404:
-                raise BackendError(f"deleting {path} failed: {err.message}", hint=KIT_HINT) from None
+                raise BackendError(f"deleting {'Pod' if pod else 'Job'} {ns}/{name} failed: {err.message}",
+                                   hint=KIT_HINT) from None
 
     # -- the contract ---------------------------------------------------------------------
 
@@ -195,9 +188,9 @@ class KubernetesBackend(Backend):
 
     def probe(self) -> None:
         try:
-            self.api.call("GET", "/version")
+            self.api.version()
         except ApiError as err:
-            raise BackendError(f"the Kubernetes API server at {self.api.conn.api} answered /version with "
+            raise BackendError(f"the Kubernetes API server at {self.api.server} answered /version with "
                                f"{err.status}: {err.message}", hint=KIT_HINT) from None
 
     def start(self, request: LaunchRequest) -> str:
@@ -214,7 +207,7 @@ class KubernetesBackend(Backend):
         if request.nodes > 1:
             _gang_env(body, name, int(request.nodes))
         try:
-            created = self.api.call("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body)
+            created = self.api.create_job(ns, body)
         except AuthError:
             raise
         except BackendError:
@@ -249,7 +242,7 @@ class KubernetesBackend(Backend):
         uid = (job.get("metadata") or {}).get("uid")
         service = manifest.service_manifest(name, str(uid) if uid else None)
         with contextlib.suppress(ApiError):  # 409: made by the first start; anything else: the gang still runs
-            self.api.call("POST", f"/api/v1/namespaces/{ns}/services", service)
+            self.api.create_service(ns, service)
 
     def poll(self, external_id: str) -> AttemptStatus:
         try:
@@ -264,11 +257,9 @@ class KubernetesBackend(Backend):
         status, kill = interpret(job, pods, stopped, ns, name)
         if job is not None and status.state == "running" and STARTED not in job_annotations(job):
             with contextlib.suppress(ApiError):
-                self.api.call("PATCH", f"/apis/batch/v1/namespaces/{ns}/jobs/{name}",
-                              {"metadata": {"annotations": {STARTED: str(int(time.time()))}}},
-                              content_type="application/merge-patch+json")
+                self.api.annotate_job(ns, name, {STARTED: str(int(time.time()))})
         if kill:  # ended for us, not for the engine (evicted, preempted, unpullable): never let it run again
-            self._delete(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}", None)
+            self._delete(ns, name, None)
         if status.ended:
             self._remember(ns, name, status, pods)
         return status
@@ -280,10 +271,9 @@ class KubernetesBackend(Backend):
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         kept = False
         if pods:
-            pod_name = urllib.parse.quote(str((pods[0].get("metadata") or {}).get("name", "")), safe="")
+            pod_name = str((pods[0].get("metadata") or {}).get("name", ""))
             with contextlib.suppress(ApiError, BackendError), tmp.open("wb") as sink:
-                self.api.raw("GET", f"/api/v1/namespaces/{ns}/pods/{pod_name}/log",
-                             query={"container": manifest.CONTAINER}, sink=sink)
+                self.api.pod_log(ns, pod_name, manifest.CONTAINER, sink=sink)
                 kept = True
         if kept:
             os.replace(tmp, path)
@@ -295,10 +285,8 @@ class KubernetesBackend(Backend):
         self._write(self._file(ns, name, ".end.json"), json.dumps(fields).encode())
 
     def _pod_log(self, ns: str, pod: dict[str, Any], limit: int | None) -> bytes:
-        pod_name = urllib.parse.quote(str((pod.get("metadata") or {}).get("name", "")), safe="")
         try:
-            return self.api.raw("GET", f"/api/v1/namespaces/{ns}/pods/{pod_name}/log",
-                                query={"container": manifest.CONTAINER, "limitBytes": limit})
+            return self.api.pod_log(ns, str((pod.get("metadata") or {}).get("name", "")), manifest.CONTAINER, limit)
         except ApiError as err:
             if err.status in (400, 404):  # not started yet, or gone
                 return b""
@@ -341,12 +329,11 @@ class KubernetesBackend(Backend):
         seconds = None if grace is None else max(0, int(math.ceil(grace)))
         self._write(self._file(ns, name, ".stop.json"), json.dumps({"at": time.time(), "grace": seconds}).encode())
         pods = self._pods(ns, name)
-        self._delete(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}", seconds)
+        self._delete(ns, name, seconds)
         for pod in pods:  # the pods too when our grace is shorter than what the garbage collector would use
             if seconds is None or seconds >= _grace_of(pod):
                 continue  # a repeated delete cannot lengthen a grace; asking again gains nothing
-            pod_name = urllib.parse.quote(str((pod.get("metadata") or {}).get("name", "")), safe="")
-            self._delete(f"/api/v1/namespaces/{ns}/pods/{pod_name}", seconds)
+            self._delete(ns, str((pod.get("metadata") or {}).get("name", "")), seconds, pod=True)
 
     def release(self, external_id: str) -> None:
         """The ledger has recorded the attempt's ending (kept in ``state_dir``): the Job goes. Also
@@ -354,7 +341,7 @@ class KubernetesBackend(Backend):
         attempt the ledger calls ended must not run beside its retry."""
         with contextlib.suppress(AutoresearchError):
             ns, name = self._split(external_id)
-            self._delete(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}", 0)
+            self._delete(ns, name, 0)
 
 
 class _NeverCreated(BackendError):

@@ -61,6 +61,8 @@ class Limits:
 
 @dataclass(frozen=True)
 class SandboxConfig:
+    """config.yaml's ``sandbox:`` section (a docstring of its own: dataclasses would import inspect to write one)."""
+
     uid: int = DEFAULT_ID
     gid: int = DEFAULT_ID
     limits: Limits = field(default_factory=lambda: Limits(**DEFAULTS))

@@ -112,3 +112,19 @@ def test_paths_with_colons_commas_and_quotes_mount_as_one_path(docker_engine: An
     assert backend.poll(ext).exit_code == 0
     assert backend.read_log(ext).decode().splitlines() == ["through the mount", str(work)]
     assert (work / "out").read_text() == "made\n"
+
+
+def test_a_cli_submit_through_a_docker_profile_imports_none_of_the_heavy_packages(
+        docker_engine: Any, home: Path) -> None:
+    """The CLI's submit through a docker profile (the profile read, the backend, its nodes, docker run)
+    stays on the fast path, as Slurm's does: none of tests/runtime/test_cli_imports.py's heavy
+    packages, no entry-point scan (importlib.metadata: ~0.17 s here), no inspect (~15 ms: a dataclass
+    without a docstring), no socket (~4 ms: the node's name is os.uname's). The first read parses
+    config.yaml (yaml) and keeps it as JSON for the next."""
+    from tests.runtime.test_cli_imports import HEAVY, loaded
+
+    _profile(home, docker_engine)
+    watch = (*HEAVY, "importlib.metadata", "dis", "socket")  # (dis: imported by inspect alone here)
+    args = ("submit", "--backend", "box", "--image", docker_engine.image, "--workdir", str(home.parent), "--", "true")
+    assert "yaml" in loaded(*args, watch=watch)  # (and what yaml imports)
+    assert loaded(*args, watch=watch) == []

@@ -34,4 +34,4 @@ class TestKubernetesBackend(BackendConformance):
 
     def fresh(self, backend: Backend) -> Backend:
         assert isinstance(backend, KubernetesBackend)
-        return KubernetesBackend(api=backend.api.conn.api, namespace=backend.namespace, state_dir=str(backend.state_dir))
+        return KubernetesBackend(api=backend.api.server, namespace=backend.namespace, state_dir=str(backend.state_dir))

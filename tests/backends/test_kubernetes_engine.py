@@ -438,7 +438,6 @@ def test_no_api_server_configured_is_refused_at_submit(home: Path, tmp_path: Pat
 
 def test_a_kubeconfig_gives_server_token_and_namespace(k8s: FakeKubernetes, tmp_path: Path) -> None:
     import base64
-    import stat
 
     import yaml
 
@@ -454,11 +453,101 @@ def test_a_kubeconfig_gives_server_token_and_namespace(k8s: FakeKubernetes, tmp_
     backend = KubernetesBackend(kubeconfig=str(path), image="i", state_dir=str(tmp_path / "s"))
     ext = backend.start(_request(tmp_path))
     assert ext.startswith("team-a/") and ("team-a", ext.split("/")[1]) in k8s.jobs
-    key_file = Path(backend.api.conn.key_file)
-    assert key_file.read_bytes() == b"secret key" and stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert backend.api.server == k8s.url  # the key's -data is lightkube's to write and load (no cert: not sent)
     with pytest.raises(SpecError) as err:
         KubernetesBackend(kubeconfig=str(path), context="other", image="i").probe()
     assert "no user 'nobody'" in err.value.message
     path.write_text("- just\n- a list\n")
     with pytest.raises(SpecError):
         KubernetesBackend(kubeconfig=str(path), image="i").probe()
+
+
+# -- the client (lightkube, the [kubernetes] extra) ------------------------------------------
+
+READ_ENDED = """
+import sys
+from autoresearch.backends.kubernetes import KubernetesBackend
+backend = KubernetesBackend(api=sys.argv[1], image="i", state_dir=sys.argv[2])
+status, log = backend.poll(sys.argv[3]), backend.read_log(sys.argv[3])
+assert status.ended and status.exit_code == 0 and log == b"hi\\n", (status, log)
+before = sorted(m for m in ("lightkube", "httpx2", "httpx") if m in sys.modules)
+backend.probe()
+after = sorted(m for m in ("lightkube", "httpx2") if m in sys.modules)
+print(before, after)
+"""
+
+
+def test_an_ended_attempt_is_read_without_importing_the_client(k8s: FakeKubernetes, tmp_path: Path) -> None:
+    """Invariant 7: the status and log of an ended attempt come from state_dir; lightkube (~0.5 s
+    of imports) is loaded by the first API call only. The check can fail: a probe loads it."""
+    backend = _backend(k8s, tmp_path)
+    ext = backend.start(_request(tmp_path))
+    _wait(backend, ext)
+    out = subprocess.run([sys.executable, "-c", READ_ENDED, k8s.url, str(backend.state_dir), ext],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[0] == "[] ['httpx2', 'lightkube']"
+
+
+def test_without_lightkube_the_backend_refuses_with_the_extra_to_install(
+        k8s: FakeKubernetes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "lightkube", None)  # import lightkube -> ImportError
+    backend = _backend(k8s, tmp_path)
+    with pytest.raises(SpecError) as err:
+        backend.start(_request(tmp_path))
+    assert "lightkube" in err.value.message and "autoresearch[kubernetes]" in err.value.hint
+    assert not k8s.requests
+
+
+def test_a_garbled_pod_name_is_never_put_in_a_request_path(k8s: FakeKubernetes, tmp_path: Path) -> None:
+    """Names from the API's answers go into paths unescaped by lightkube: one that is no object
+    name is a pod that is not there (no request to '../jobs/x' or 'p?limitBytes=')."""
+    backend = _backend(k8s, tmp_path)
+    backend.probe()
+    k8s.requests.clear()
+    for bad in ("../../apis/batch/v1/namespaces/default/jobs/x", "p?limitBytes=1", "", "UPPER", "a" * 300):
+        assert backend._pod_log("default", {"metadata": {"name": bad}}, None) == b""
+        backend._delete("default", bad, 0, pod=True)
+    assert k8s.requests == []
+
+
+def test_delete_options_reach_the_api_as_query_parameters(k8s: FakeKubernetes, tmp_path: Path) -> None:
+    """lightkube sends DeleteOptions as query parameters (which the API takes as it takes a body):
+    a Job is deleted with Background propagation, its pods then by the garbage collector."""
+    backend = _backend(k8s, tmp_path)
+    ext = backend.start(_request(tmp_path, argv=["/bin/sh", "-c", "sleep 30"]))
+    backend.release(ext)
+    deletes = [body for method, path, body in k8s.requests if method == "DELETE" and "/jobs/" in path]
+    assert deletes == [{"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background",
+                        "gracePeriodSeconds": 0}]
+    assert ("default", ext.split("/")[1]) not in k8s.jobs
+
+
+@pytest.mark.parametrize("answer", [b"not json", b'{"kind": "Job", "metadata": 5}', b"[1, 2]", b"\xff\xfe" * 1000])
+def test_an_answer_that_is_no_kubernetes_object_is_a_backend_error(tmp_path: Path, answer: bytes) -> None:
+    """Untrusted input: a server (or a proxy) that answers garbage as JSON is a BackendError naming it."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Garbage(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802 - the http.server API
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Garbage)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        backend = KubernetesBackend(api=f"http://127.0.0.1:{server.server_address[1]}", namespace="default",
+                                    image="i", state_dir=str(tmp_path / "s"))
+        with pytest.raises(BackendError) as err:
+            backend.poll("default/ar-x-1")
+        assert "not a Kubernetes object" in err.value.message
+    finally:
+        server.shutdown()
+        server.server_close()

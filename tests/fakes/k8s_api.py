@@ -330,6 +330,13 @@ class FakeKubernetes:
     # -- HTTP ----------------------------------------------------------------------------------
 
     def handle(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
+        if method == "DELETE" and body is None and ({"gracePeriodSeconds", "propagationPolicy"} & set(query)):
+            body = {"kind": "DeleteOptions", "apiVersion": "v1"}  # the API takes DeleteOptions as query parameters too
+            if "propagationPolicy" in query:
+                body["propagationPolicy"] = query["propagationPolicy"]
+            if "gracePeriodSeconds" in query:
+                body["gracePeriodSeconds"] = int(query["gracePeriodSeconds"]) if query["gracePeriodSeconds"].isdigit() \
+                    else query["gracePeriodSeconds"]
         self.requests.append((method, path, body))
         parts = path.strip("/").split("/")
         if path == "/version":

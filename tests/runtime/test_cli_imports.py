@@ -63,6 +63,23 @@ def test_fast_commands_import_none_of_the_heavy_packages(job: str, args: tuple[s
     assert loaded(*(a.replace("{job}", job) for a in args)) == []
 
 
+def test_a_submit_through_a_profile_scans_no_installed_distribution(home: Path) -> None:
+    """A profile of a built-in kind is checked without the entry-point scan (importlib.metadata reads
+    every installed distribution's metadata: ~0.17 s of a CLI submit through a docker profile here),
+    and config.yaml's sections are read without inspect (a dataclass with no docstring imports it).
+    The first read parses config.yaml (yaml) and keeps it as JSON; the next imports nothing heavy. The
+    check can fail: an unknown kind is looked for among the entry points (and its error lists them)."""
+    watch = (*HEAVY, "importlib.metadata", "dis", "socket")  # (dis: imported by inspect alone here)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text("backends:\n  box: {kind: local}\n")
+    assert "yaml" in loaded("submit", "--backend", "box", "--", "true", watch=watch)  # (and what yaml imports)
+    assert loaded("submit", "--backend", "box", "--", "true", watch=watch) == []
+    (home / "config.yaml").write_text("backends:\n  box: {kind: local}\n  odd: {kind: nosuchkind}\n")
+    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(["submit", "--backend", "box", "--", "true"]),
+                           json.dumps(watch)], capture_output=True, text=True, timeout=60)
+    assert "unknown kind 'nosuchkind'" in proc.stderr and '"importlib.metadata"' in proc.stderr
+
+
 def test_the_probe_sees_a_heavy_import_where_one_is_needed(home: Path) -> None:
     """The check can fail: a job spec file needs yaml, and a shape the hand-written fast path
     declines (gpus: 1.0) goes to the pydantic model."""
