@@ -355,8 +355,11 @@ class Runtime:
             for r in rows.values()
         ]
         running: list[S.Running] | None = None
-        # (a GPU-less job might start anywhere: then no need to look at the cluster)
-        if self.backend.capabilities.places and not self.jobs.any_gpuless_queued(self.backend.name):
+        fair = _fair_share(self.ledger.home) if self.backend.capabilities.places else None
+        # (a GPU-less job might start anywhere: then no need to look at the cluster; a guarantee may
+        # preempt normal work: the full cluster's shortcut knows only best-effort victims)
+        if self.backend.capabilities.places and not self.jobs.any_gpuless_queued(self.backend.name) \
+                and not (fair is not None and any(s.guaranteed for s in fair.projects.values())):
             running = self.running_view()
             if S.nothing_starts(nodes, running, False, self.jobs.any_preemptor_queued(self.backend.name)):
                 return S.Decisions()  # a full cluster that no queued job can start on or preempt: not O(queue)
@@ -375,9 +378,9 @@ class Runtime:
             decisions = S.admit(pending, nodes, [(r["gpus"], r["cpus"]) for r in self.jobs.placed(self.backend.name)],
                                 preempts=self.backend.capabilities.preemption, room=room)
         else:
-            decisions = S.schedule(pending, nodes, self.running_view() if running is None else running,
-                                   fair=_fair_share(self.ledger.home),
-                                   pack_gangs=self.backend.single_host, room=room)
+            running = self.running_view() if running is None else running
+            decisions = S.schedule(pending, nodes, running, fair=fair, pack_gangs=self.backend.single_host,
+                                   room=room, past=None if fair is None else self.past_usage(fair, running, now))
         for pre in decisions.preemptions:
             with surviving(self.ledger, self.backend, "preempt", pre.job_id, pre.attempt):
                 self.request_stop(pre.job_id, pre.attempt, "preempted", for_job=pre.for_job)
@@ -393,6 +396,19 @@ class Runtime:
         if blocked and rounds > 1:
             return self.schedule(rounds - 1)  # place what preflight turned away on the other nodes
         return decisions
+
+    def past_usage(self, fair: S.FairShare, running: list[S.Running], now: float) -> dict[str, float]:
+        """Fair share's past usage on this backend: per project, the GPU-seconds of its ended attempts
+        (the ledger's decayed accumulator) and of ``running`` so far, decayed with ``fair.half_life`` to ``now``."""
+        from autoresearch.util.decay import accrued
+
+        past = self.jobs.share_usage(self.backend.name, fair.half_life, now)
+        for att in running:
+            gpus = sum(len(ids) for _, ids in att.alloc)
+            if gpus and att.started_at:
+                past[att.project] = past.get(att.project, 0.0) + accrued(gpus, att.started_at, now, now,
+                                                                         fair.half_life)
+        return past
 
     def running_view(self) -> list[S.Running]:
         """The scheduler's view of this backend's active attempts. Once launched, an attempt's

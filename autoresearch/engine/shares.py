@@ -14,8 +14,8 @@ below its ``guaranteed`` GPUs preempt the normal attempts of projects that borro
 (``scheduler.schedule(fair=..., past=...)``; docs/scheduling.md). Without it: submit order,
 no quotas.
 
-Past usage is a decayed accumulator, never a scan of history: :class:`Decayed` (the simulated
-fleet's driver keeps one) and ``JobStore.share_usage`` (the ledger's, folded from the attempts'
+Past usage is a decayed accumulator, never a scan of history: :class:`~autoresearch.util.decay.Decayed` (the
+simulated fleet's driver keeps one) and ``JobStore.share_usage`` (the ledger's, folded from the attempts'
 'end' events past a cursor) hold each project's GPU-seconds decayed to a time, and
 :func:`accrued` adds what the running attempts used so far. The file is read (and cached) by ``backends/profiles.py`` (``profiles.fair_share(home)``),
 which never is imported here; this module turns its
@@ -25,11 +25,13 @@ section into a :class:`~autoresearch.engine.scheduler.FairShare` and checks quot
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from typing import Any
 
 from autoresearch.engine.scheduler import DAY, FairShare, Share
 from autoresearch.errors import CapacityError, SpecError, check_section
+from autoresearch.util.decay import Decayed, accrued, decayed
+
+__all__ = ["Decayed", "accrued", "check", "decayed", "half_life_s", "parse"]
 
 _KEYS = ("projects", "default_weight", "half_life")
 _PROJECT_KEYS = ("weight", "gpu_quota", "guaranteed", "borrow")
@@ -110,53 +112,6 @@ def _gpus(value: Any, where: str, hint: str) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_QUOTA):
         raise SpecError(f"{where} must be a whole number of GPUs >= 0, got {str(value)[:60]!r}", hint=hint)
     return value
-
-
-def decayed(value: float, dt: float, half_life: float) -> float:
-    """``value`` after ``dt`` seconds of decay (a negative ``dt``: clock skew, no decay)."""
-    return value * 2.0 ** (-max(0.0, dt) / half_life)
-
-
-def accrued(gpus: float, start: float, end: float, now: float, half_life: float) -> float:
-    """GPU-seconds of ``gpus`` held from ``start`` to ``end``, each second weighed by its decay at
-    ``now``: the integral of gpus x 2^-((now - t) / half_life) dt (``end`` past ``now`` counts to now)."""
-    end = min(end, now)
-    if not gpus > 0 or not end > start:
-        return 0.0
-    tau = half_life / math.log(2)
-    return gpus * tau * (2.0 ** (-(now - end) / half_life) - 2.0 ** (-(now - start) / half_life))
-
-
-class Decayed:
-    """Each project's past usage in GPU-seconds, decayed to one time: O(projects) to move on, O(1) per
-    ended attempt, never a scan of history."""
-
-    def __init__(self, half_life: float) -> None:
-        self.half_life = half_life
-        self.at = 0.0
-        self.usage: dict[str, float] = {}
-
-    def advance(self, now: float) -> None:
-        if now > self.at:
-            factor = 2.0 ** (-(now - self.at) / self.half_life)
-            self.usage = {p: v * factor for p, v in self.usage.items() if v * factor > 1e-9}
-            self.at = now
-
-    def add(self, project: str, gpus: float, start: float, end: float) -> None:
-        """An attempt that held ``gpus`` from ``start`` to ``end`` (at or before :attr:`at`)."""
-        got = accrued(gpus, start, end, self.at, self.half_life)
-        if got > 0:
-            self.usage[project] = self.usage.get(project, 0.0) + got
-
-    def now(self, now: float, running: Iterable[tuple[str, float, float]] = ()) -> dict[str, float]:
-        """Past usage at ``now``: the ended attempts' and ``running``'s (project, gpus, started at) so far."""
-        self.advance(now)
-        out = dict(self.usage)
-        for project, gpus, start in running:
-            got = accrued(gpus, start, now, now, self.half_life)
-            if got > 0:
-                out[project] = out.get(project, 0.0) + got
-        return out
 
 
 def check(fair: FairShare | None, fleet_gpus: int, project: str, priority: str, gpus: int, nodes: int) -> None:
