@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,11 @@ import pytest
 from autoresearch.api import Api
 from autoresearch.backends.fake import FakeBackend
 from autoresearch.util.decay import accrued
+
+
+def jobs_events(api: Api, job_id: int) -> list[str]:
+    return [r["kind"] for r in api._runtime.ledger.query(  # noqa: SLF001
+        "SELECT kind FROM events WHERE job_id=? ORDER BY id", (job_id,))]
 
 
 def write_config(home: Path, text: str) -> None:
@@ -52,6 +58,37 @@ def test_a_project_that_used_the_fleet_lately_waits_behind_one_that_did_not(home
     again = jobs.share_usage("fake", 86_400.0, now + 86_400.0)
     assert again["a"] == pytest.approx(usage["a"] / 2, rel=1e-6)  # a day later: half
     assert jobs.ledger.one("SELECT COUNT(*) AS n FROM share_usage")["n"] == 2  # a and b: a row per project
+    shown = {p.project: p for p in api.cluster().projects}  # `autoresearch nodes` and cluster_status show it
+    assert shown["a"].decayed_gpu_h == pytest.approx(2.0 * 0.97, rel=0.02)
+    assert shown["a"].gpus_used == 1  # a2 took the GPU b1 left
+    assert "b" not in shown  # nothing running or queued, used a GPU for under 0.01 h, not listed in config.yaml
+    # the share the queue orders by: the fleet's share held now, plus the past over the fleet's GPU-seconds
+    # of a mean life (1 GPU x 1 d / ln 2)
+    span = 86_400 / math.log(2)
+    assert shown["a"].share == pytest.approx(1 + shown["a"].decayed_gpu_h * 3600 / span, rel=0.01)
+
+def test_a_guarantee_takes_its_gpus_back_from_a_borrower_through_the_runtime(home: Path) -> None:
+    """nlp borrowed both GPUs with normal jobs; vision, guaranteed 1, submits one: the pass stops nlp's
+    younger job (preempted, queued again), and vision's starts once its slot is free."""
+    fake = FakeBackend(nodes=1, gpus=2)
+    write_config(home, "scheduler: {projects: {vision: {guaranteed: 1, borrow: 1}, nlp: {borrow: 2}}}\n")
+    api = Api(home, backend=fake)
+    fake.fleet.offset = -600.0
+    old = submit(api, "nlp", gpus=1)
+    fake.fleet.offset = -60.0
+    young = submit(api, "nlp", gpus=1)
+    fake.fleet.offset = 0.0
+    assert api.status(old).state != "queued" and api.status(young).state != "queued"
+    v = submit(api, "vision", gpus=1)
+    for _ in range(200):  # (the fake ends a stopped attempt at once: a pass or two)
+        if api.status(v).state != "queued":
+            break
+    assert api.status(v).state != "queued" and api.status(old).state != "queued"
+    assert api.status(young).state == "queued"  # preempted: queued again
+    assert jobs_events(api, young) == ["submit", "launch", "stop", "end"]
+    assert api.status(old).state != "queued"  # the older one lost more: it runs on
+    third = submit(api, "vision", gpus=1)  # past vision's guarantee: no more preemption, it waits
+    assert api.status(third).state == "queued" and api.status(old).state not in ("queued",)
 
 
 def test_the_fold_reads_only_the_endings_past_its_cursor_in_bounded_steps(home: Path,
