@@ -4,6 +4,7 @@ and quotas guaranteed and borrowable (Kueue's nominalQuota and borrowingLimit), 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from autoresearch.engine import shares
 from autoresearch.engine.scheduler import DAY, FairShare, NodeState, Pending, Running, Share, schedule
+from tests.properties.test_scheduler_shortcuts import PENDING, _both, clusters
 
 
 def node(name: str, gpus: int) -> NodeState:
@@ -227,3 +229,44 @@ def test_guarantees_above_the_fleet_are_refused_at_submit_and_overlapping_caps_a
     assert "lower the guaranteed values" in err.value.hint
     ok = shares.parse({"projects": {"a": {"guaranteed": 4, "borrow": 12}, "b": {"guaranteed": 4, "borrow": 12}}})
     shares.check(ok, 8, "a", "normal", 1, 1)  # caps of 16 each on 8 GPUs: borrowing idle GPUs is their point
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_the_shortcuts_change_no_decision_with_guarantees_and_past_usage(data: st.DataObject) -> None:
+    """The pass's shortcuts (a class given up, a project at its cap dropped) with guarantees that preempt
+    normal work and past usage in the order: the same decisions with them and without them."""
+    nodes, running = data.draw(clusters())
+    pending = data.draw(PENDING)
+    guaranteed = data.draw(st.integers(0, 4))
+    fair = FairShare({"a": Share(2.0, quota=data.draw(st.sampled_from([None, 4, 6]))),
+                      "b": Share(1.0, quota=guaranteed + data.draw(st.integers(0, 2)), guaranteed=guaranteed,
+                                 borrow=0)}, half_life=DAY)
+    past = {"a": data.draw(st.floats(0, 1e6)), "b": data.draw(st.floats(0, 1e6))}
+    fast, slow = _both(pending, nodes, running, fair=fair, past=past, now=200.0,
+                       max_reservations=data.draw(st.integers(0, 3)), room={"g": data.draw(st.integers(0, 3))})
+    assert fast == slow
+
+
+def test_a_full_class_is_not_given_up_while_a_guarantee_may_take_gpus_back() -> None:
+    """A full fleet of a's normal work, nothing best-effort: a's queued job finds no room and nothing to
+    preempt, which would end the class; b's job behind it (a weighs 100, b used the fleet lately) is
+    within b's guarantee and takes a GPU back."""
+    fair = FairShare({"a": Share(weight=100.0), "b": Share(guaranteed=1)}, half_life=DAY)
+    busy = [run(100 + i, "a", "n1", (str(i),), started=float(i)) for i in range(4)]
+    pending = [Pending(1, "normal", 1, project="a"), Pending(2, "normal", 1, project="b")]
+    past = {"b": 0.5 * 4 * DAY / math.log(2)}  # half the fleet on average over the decay: b's share 0.5 > a's 0.01
+    fast, slow = _both(pending, [node("n1", 4)], busy, fair=fair, past=past, max_reservations=0)
+    assert fast == slow and [(p.job_id, p.for_job) for p in fast.preemptions] == [(103, 2)]
+
+
+def test_the_file_is_refused_at_load_naming_itself(home: Path) -> None:
+    from autoresearch.backends.profiles import load
+    from autoresearch.errors import SpecError
+
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text("scheduler: {half_life: 0, projects: {a: {guaranteed: 2, borrow: 2}}}\n")
+    with pytest.raises(SpecError) as err:
+        load(home)
+    assert "scheduler.half_life must be a time > 0" in err.value.message
+    assert str(home / "config.yaml") in err.value.message and "half_life: 7d" in err.value.hint
