@@ -9,9 +9,14 @@ Policy (what a Slurm or Kueue user would expect):
   on (``fair=``), within a class the project with the smallest dominant share (its GPUs or
   cores in use over the fleet's, the larger of the two, divided by its weight) goes next,
   then submit order inside a project; shares move as jobs are placed in the pass.
+  With ``past=`` (decayed GPU-seconds per project, ``FairShare.half_life``), the project's past
+  usage as a share of the fleet adds to its share (Slurm's PriorityDecayHalfLife).
 * Quotas: a project whose normal and critical attempts hold its ``quota`` GPUs gets nothing
   more (not placed, no preemption, no reservation). Best-effort jobs are exempt: they
   backfill idle capacity ("the weekend") and are the first preempted when others need it.
+  A project below its ``guaranteed`` GPUs takes them back (Kueue's reclaim within a cohort):
+  a single-node job of it that fits within the guarantee preempts the youngest normal attempts
+  of projects that hold more than their own guarantee, only while they do.
 * Gangs (``nodes > 1``): all members or none, one member per node; with ``pack_gangs``
   (a single-host backend: local) members may share a node, each with its own GPU slots.
 * Placement: best fit — the node with the fewest free GPUs that still fits, so big
