@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal as _signal
 import sys
@@ -85,6 +86,7 @@ class Runtime:
         self.node_clash: dict[str, str] = {}  # node name -> the other backend that reports it (refresh_nodes)
         self._others: dict[str, Runtime] = {backend.name: self}
         self._running_seen: dict[tuple[Any, ...], S.Running] = {}  # running_view's
+        self._weights: dict[str, Any] = {}  # past_usage's, per running attempt
 
     def for_backend(self, name: str) -> Runtime:
         """The engine on backend ``name`` (a job's ``backend`` column) sharing this home's ledger."""
@@ -92,7 +94,7 @@ class Runtime:
         if other is None:
             other = Runtime.__new__(Runtime)
             other.ledger, other.jobs, other._others = self.ledger, self.jobs, self._others
-            other.node_clash, other._health, other._running_seen = {}, None, {}
+            other.node_clash, other._health, other._running_seen, other._weights = {}, None, {}, {}
             other.backend = open_backend(name, self.ledger.home)  # SpecError when the profile is gone
             self._others[name] = other
         return other
@@ -399,15 +401,39 @@ class Runtime:
 
     def past_usage(self, fair: S.FairShare, running: list[S.Running], now: float) -> dict[str, float]:
         """Fair share's past usage on this backend: per project, the GPU-seconds of its ended attempts
-        (the ledger's decayed accumulator) and of ``running`` so far, decayed with ``fair.half_life`` to ``now``."""
-        from autoresearch.util.decay import accrued
-
-        past = self.jobs.share_usage(self.backend.name, fair.half_life, now)
+        (the ledger's decayed accumulator) and of ``running`` so far, decayed with ``fair.half_life`` to
+        ``now``. A running attempt's part is g * tau * (1 - 2^((start - now) / h)): its weight
+        g * 2^((start - ref) / h) is worked out once per attempt (kept with the attempt's view), so a
+        pass adds numbers, one look-up per attempt, no power."""
+        half_life = fair.half_life
+        past = self.jobs.share_usage(self.backend.name, half_life, now)
+        if not running:
+            return past
+        cache = self._weights
+        if cache.get("half_life") != half_life or now - cache["ref"] > 200.0 * half_life:
+            cache.clear()  # (a new half-life, or far enough on that the weights would grow too big)
+            cache.update(half_life=half_life, ref=now, seen={})
+        ref, seen = cache["ref"], cache["seen"]
+        gpus: dict[str, float] = {}
+        weighed: dict[str, float] = {}
         for att in running:
-            gpus = sum(len(ids) for _, ids in att.alloc)
-            if gpus and att.started_at:
-                past[att.project] = past.get(att.project, 0.0) + accrued(gpus, att.started_at, now, now,
-                                                                         fair.half_life)
+            got = seen.get(id(att))
+            if got is None or got[0] is not att:
+                g = sum(len(ids) for _, ids in att.alloc)
+                w = g * 2.0 ** max(-1000.0, (att.started_at - ref) / half_life) if att.started_at else 0.0
+                got = seen[id(att)] = (att, g if att.started_at else 0, w)  # (holds att: its id stays its own)
+            project = att.project
+            gpus[project] = gpus.get(project, 0.0) + got[1]
+            weighed[project] = weighed.get(project, 0.0) + got[2]
+        if len(seen) > 2 * len(running) + 64:  # attempts that ended: forget them
+            live = {id(att) for att in running}
+            cache["seen"] = {k: v for k, v in seen.items() if k in live}
+        tau = half_life / math.log(2)
+        factor = 2.0 ** (-(now - ref) / half_life)
+        for project, held in gpus.items():
+            got_s = tau * (held - factor * weighed[project])
+            if got_s > 0:
+                past[project] = past.get(project, 0.0) + got_s
         return past
 
     def running_view(self) -> list[S.Running]:

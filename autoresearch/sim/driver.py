@@ -201,8 +201,7 @@ class Driver:
         nodes = self._nodes(t)
         pending = [self._pending(j, t) for j in queued]
         running = [self._view(a, t) for a in self.running.values()]
-        past = None if self.past is None else self.past.now(
-            t, [(a.job.project, a.rec.gpus, a.rec.t0) for a in self.running.values()])
+        past = None if self.past is None else self.past.now(t)
         decisions = S.schedule(pending, nodes, running, now=t, fair=self.fair, reserve_after_s=RESERVE_AFTER_S,
                                room=self._room() if self.group_caps else None, past=past)
         for pre in decisions.preemptions:
@@ -328,6 +327,8 @@ class Driver:
         if job.behaviour == "spoof" and self.cordon:
             self._log_lines(att, [SPOOF_LINE], t)
         self.running[job.id] = att
+        if self.past is not None:
+            self.past.started(job.project, att.rec.gpus, att.rec.t0)
         if job.group:
             self.group_running[job.group] = self.group_running.get(job.group, 0) + 1
         self.stats.attempts += 1
@@ -349,8 +350,7 @@ class Driver:
         self.stats.busy_gpu_s += gpus * used
         self._held(job.project, gpus * used)
         if self.past is not None:
-            self.past.advance(end.t)
-            self.past.add(job.project, gpus, att.rec.t0, end.t)
+            self.past.ended(job.project, gpus, att.rec.t0, end.t)
         kept = att.life.checkpoint_at(end.t, att.rec.resume) if end.cause != "done" else len(job.seconds)
         useful = sum(job.seconds[att.rec.resume:kept]) / att.rec.speed if kept > att.rec.resume else 0.0
         useful = min(useful, used)

@@ -270,3 +270,35 @@ def test_the_file_is_refused_at_load_naming_itself(home: Path) -> None:
         load(home)
     assert "scheduler.half_life must be a time > 0" in err.value.message
     assert str(home / "config.yaml") in err.value.message and "half_life: 7d" in err.value.hint
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("ab"), st.integers(1, 8), st.floats(0, 5000), st.floats(0, 5000)),
+                max_size=20),
+       st.sampled_from([1.0, 60.0, 3600.0, 7 * DAY]))
+def test_running_sums_match_the_integral_per_attempt(runs: list[tuple[str, int, float, float]],
+                                                     half_life: float) -> None:
+    """Decayed's running attempts as two sums per project (started/ended) give what adding each attempt's
+    decayed integral gives, whatever the half-life (1 s: the weights rebased many times over)."""
+    acc = shares.Decayed(half_life)
+    events = sorted([(s, 0, i) for i, (_, _, s, _) in enumerate(runs)] + [(s + d, 1, i) for i, (_, _, s, d) in
+                                                                           enumerate(runs)])
+    for _t, kind, i in events:
+        project, gpus, start, span = runs[i]
+        if kind == 0:
+            acc.started(project, gpus, start)
+        else:
+            acc.ended(project, gpus, start, start + span)
+    end = max((s + d for _, _, s, d in runs), default=0.0) + 10.0
+    got = acc.now(end)
+    for p in "ab":
+        want = sum(shares.accrued(g, s, s + d, end, half_life) for q, g, s, d in runs if q == p)
+        assert got.get(p, 0.0) == pytest.approx(want, rel=1e-6, abs=1e-6)
+    # and attempts still running at ``end``
+    acc2 = shares.Decayed(half_life)
+    for project, gpus, start, _ in sorted(runs, key=lambda r: r[2]):
+        acc2.started(project, gpus, start)
+    got2 = acc2.now(end)
+    for p in "ab":
+        want = sum(shares.accrued(g, s, end, end, half_life) for q, g, s, _ in runs if q == p)
+        assert got2.get(p, 0.0) == pytest.approx(want, rel=1e-6, abs=1e-3)

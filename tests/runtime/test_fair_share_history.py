@@ -112,3 +112,24 @@ def test_the_fold_reads_only_the_endings_past_its_cursor_in_bounded_steps(home: 
     assert first < last  # three endings folded, one left for the next call
     jobs.share_usage("fake", 7 * 86_400.0, now)
     assert jobs.ledger.one("SELECT event_id FROM share_cursor")["event_id"] == last
+
+
+def test_a_running_attempt_counts_what_it_used_so_far(home: Path) -> None:
+    """An attempt running for an hour on 2 GPUs (the fake clock set back) is 2 GPU-hours of past usage
+    by now, decayed (half-life 12 h: ~2.8% less), before it ends; a second read (the weights kept) agrees."""
+    fake = FakeBackend(nodes=1, gpus=2)
+    write_config(home, "scheduler: {half_life: 12h}\n")
+    api = Api(home, backend=fake)
+    fake.fleet.offset = -3600.0
+    job = submit(api, "a", gpus=2)
+    fake.fleet.offset = 0.0
+    assert api.status(job).state == "running"
+    started = api._runtime.ledger.one("SELECT started_at FROM attempts WHERE job_id=?", (job,))["started_at"]  # noqa: SLF001
+    first = {p.project: p for p in api.cluster().projects}["a"]
+    import time
+
+    want = accrued(2, started, time.time(), time.time(), 43_200.0) / 3600.0
+    assert first.decayed_gpu_h == pytest.approx(want, abs=0.02) and 1.9 < first.decayed_gpu_h < 2.0
+    again = {p.project: p for p in api.cluster().projects}["a"]
+    assert again.decayed_gpu_h == pytest.approx(first.decayed_gpu_h, abs=0.01)
+    api.cancel([job])
