@@ -810,6 +810,12 @@ def _reclaim(job: Pending, index: _Index, usage: _Usage, running: list[Running],
             taken.append(att)
         if not taken or g < job.gpus or c + 1e-9 < job.cpus or (m < job.memory and job.memory != 0):
             continue
+        for att in list(taken[:-1]):  # none it could do without (an older, bigger one made it fit)
+            gpus = len(att.alloc[0][1])
+            if g - gpus >= job.gpus and c - att.cpus + 1e-9 >= job.cpus and (m - att.memory >= job.memory
+                                                                              or job.memory == 0):
+                taken.remove(att)
+                g, c, m = g - gpus, c - att.cpus, m - att.memory
         price = (sum(len(a.alloc[0][1]) * max(0.0, index.now - a.started_at) for a in taken), len(taken), name)
         if best is None or price < best[0]:
             best = (price, slot, taken)

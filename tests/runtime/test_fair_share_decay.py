@@ -302,3 +302,12 @@ def test_running_sums_match_the_integral_per_attempt(runs: list[tuple[str, int, 
     for p in "ab":
         want = sum(shares.accrued(g, s, end, end, half_life) for q, g, s, _ in runs if q == p)
         assert got2.get(p, 0.0) == pytest.approx(want, rel=1e-6, abs=1e-3)
+
+
+def test_reclaim_stops_no_attempt_the_job_can_do_without() -> None:
+    """Youngest first takes nlp's 1-GPU job, then its older 4-GPU one to fit 4 GPUs: the 1-GPU job is
+    then not needed and keeps running."""
+    fair = FairShare({"vision": Share(guaranteed=4)})
+    busy = [run(1, "nlp", "n1", ("0", "1", "2", "3"), started=1.0), run(2, "nlp", "n1", ("4",), started=50.0)]
+    out = schedule([Pending(9, "normal", 4, project="vision")], [node("n1", 5)], busy, fair=fair)
+    assert [p.job_id for p in out.preemptions] == [1]
