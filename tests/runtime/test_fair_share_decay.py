@@ -11,22 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autoresearch.engine import shares
-from autoresearch.engine.scheduler import DAY, FairShare, NodeState, Pending, Running, Share, schedule
+from autoresearch.engine.scheduler import DAY, FairShare, Pending, Share, schedule
 from tests.properties.test_scheduler_shortcuts import PENDING, _both, clusters
-
-
-def node(name: str, gpus: int) -> NodeState:
-    return NodeState(name, tuple(str(i) for i in range(gpus)))
-
-
-def run(job_id: int, project: str, node_name: str, ids: tuple[str, ...], priority: str = "normal",
-        started: float = 0.0) -> Running:
-    return Running(job_id, 1, priority, ((node_name, ids),), started, project=project)
-
-
-def placed(out: object) -> list[int]:
-    return [p.job_id for p in out.placements]  # type: ignore[attr-defined]
-
+from tests.runtime.test_fair_share import node, placed, run
 
 # -- decay -------------------------------------------------------------------------------------
 
