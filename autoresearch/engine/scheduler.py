@@ -406,7 +406,7 @@ def schedule(
                             usage.add(job.project, job.priority, job.gpus * job.nodes, _cores(job.cpus) * job.nodes)
                         continue
                     fail_preempt[key] = job.gpus
-            if usage is not None and usage.reclaims(job) \
+            if usage is not None and usage.guaranteed and usage.reclaims(job) \
                     and job.gpus < fail_reclaim.get(own := (job.project, job.cpus, job.memory), 1 << 30):
                 if _reclaim(job, index, usage, running, out):
                     left.take(job)  # its guarantee, taken back from projects that borrow
@@ -581,13 +581,12 @@ class _Usage:
         weight = self.weights.get(project)
         if weight is None:
             weight = self.weights[project] = self.fair.share(project).weight
-        return (max(g, c) + self.past.get(project, 0.0)) / weight
+        return (max(g, c) + self.past.get(project, 0.0) if self.past else max(g, c)) / weight
 
     def reclaims(self, job: Pending) -> bool:
         """Whether ``job`` stays within its project's guarantee: it may then preempt borrowers."""
-        guaranteed = self.guaranteed.get(job.project, 0) if self.guaranteed else 0
         return (job.priority != "best-effort" and job.nodes == 1 and job.gpus > 0
-                and self.quota_used.get(job.project, 0) + job.gpus <= guaranteed)
+                and self.quota_used.get(job.project, 0) + job.gpus <= self.guaranteed.get(job.project, 0))
 
 
     def order(self, groups: dict[str, list[Pending]], exempt: bool) -> Iterator[Pending]:
