@@ -16,7 +16,9 @@ reported exactly like a job that does not exist.
 from __future__ import annotations
 
 import json
+import math
 import os
+import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
@@ -261,23 +263,32 @@ class Api:
                            running,
                            [f"{n.name}: {n.reason}" for n in nodes if n.state == "cordoned"],
                            [f"{n.name}: {n.reason}" for n in nodes if n.state == "degraded"],
-                           self._project_usage(project))
+                           self._project_usage(project, sum(n.gpus for n in nodes)))
 
-    def _project_usage(self, project: str | None) -> list[ProjectUsageView]:
+    def _project_usage(self, project: str | None, fleet_gpus: int) -> list[ProjectUsageView]:
         """Each project's GPUs in use against its quota and weight (fair share), with its queue."""
         from autoresearch.backends import profiles
 
         fair = profiles.fair_share(self._ledger.home)
         rows = {r["project"]: r for r in self._jobs.project_usage(project)}
         names = set(rows) | ({p for p in fair.projects if project is None or p == project} if fair else set())
+        past: dict[str, float] = {}
+        if fair is not None:  # (decayed past usage: the ledger's accumulator, plus what runs now)
+            past = self._runtime.past_usage(fair, self._runtime.running_view(), time.time())
+            names |= {p for p, v in past.items() if v >= 36.0 and (project is None or p == project)}  # >= 0.01 GPU-h
+        span = fleet_gpus * fair.half_life / math.log(2) if fair is not None and fleet_gpus else 0.0
         out = []
         for name in sorted(names):
             r = rows.get(name)
             share = fair.share(name) if fair else None
-            out.append(ProjectUsageView(name, int(r["gpus_used"] or 0) if r else 0,
-                                        int(r["best_effort_gpus"] or 0) if r else 0, share.quota if share else None,
-                                        share.weight if share else 1.0, int(r["running"] or 0) if r else 0,
-                                        int(r["queued"] or 0) if r else 0))
+            used = int(r["gpus_used"] or 0) if r else 0
+            weight = share.weight if share else 1.0
+            key = (used / fleet_gpus + past.get(name, 0.0) / span) / weight if span else 0.0
+            out.append(ProjectUsageView(name, used, int(r["best_effort_gpus"] or 0) if r else 0,
+                                        share.quota if share else None, weight, int(r["running"] or 0) if r else 0,
+                                        int(r["queued"] or 0) if r else 0, share.guaranteed if share else 0,
+                                        share.borrow if share else None, round(past.get(name, 0.0) / 3600.0, 2),
+                                        round(key, 4)))
         return out
 
     # -- the engine's passes, for a long-lived face (the MCP server) -------------------------

@@ -167,6 +167,10 @@ class ProjectUsageView:
     weight: float
     running: int
     queued: int
+    guaranteed: int = 0  # GPUs it takes back from projects that borrow (Kueue's nominal quota)
+    borrow: int | None = None  # GPUs past its guarantee it may hold while others are idle; None: unset
+    decayed_gpu_h: float = 0.0  # its past usage in GPU-hours, decayed with the half-life (ended and running)
+    share: float = 0.0  # what the queue orders by (GPUs part): (GPU share now + past share) / weight, least first
 
 
 @dataclass

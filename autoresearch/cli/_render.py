@@ -154,11 +154,16 @@ def render_nodes(cluster: Any) -> None:
     queued = ", ".join(f"{k}={v}" for k, v in cluster.queued.items())
     print(f"GPUs free {cluster.gpus_free}/{cluster.gpus_total}; running {cluster.running}; queued {queued}")
     if cluster.projects:
-        usage = Table("PROJECT", "GPUS USED", "OF WHICH BEST-EFFORT", "QUOTA", "WEIGHT", "RUNNING", "QUEUED",
+        # GPUS: held now (of which best-effort); CAP: gpu_quota or guaranteed + borrow; GUAR: guaranteed; GPU-H: past usage,
+        # decayed; SHARE: what the queue orders by (least first); RUN/Q: jobs running / queued
+        usage = Table("PROJECT", "GPUS", "CAP", "GUAR", "BORROW", "WEIGHT", "GPU-H", "SHARE", "RUN/Q",
                       title="projects (fair share)")
         for p in cluster.projects:
-            usage.add_row(p.project or "(default)", p.gpus_used, p.best_effort_gpus,
-                          "-" if p.quota is None else p.quota, f"{p.weight:g}", p.running, p.queued)
+            usage.add_row(clean(p.project) or "(default)",
+                          f"{p.gpus_used} ({p.best_effort_gpus} be)" if p.best_effort_gpus else p.gpus_used,
+                          "-" if p.quota is None else p.quota, p.guaranteed or "-",
+                          "-" if p.borrow is None else p.borrow, f"{p.weight:g}", f"{p.decayed_gpu_h:.1f}",
+                          f"{p.share:.3f}", f"{p.running}/{p.queued}")
         _print(usage.render(_width()))
 
 

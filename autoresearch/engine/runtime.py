@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal as _signal
 import sys
@@ -85,6 +86,7 @@ class Runtime:
         self.node_clash: dict[str, str] = {}  # node name -> the other backend that reports it (refresh_nodes)
         self._others: dict[str, Runtime] = {backend.name: self}
         self._running_seen: dict[tuple[Any, ...], S.Running] = {}  # running_view's
+        self._weights: dict[str, Any] = {}  # past_usage's, per running attempt
 
     def for_backend(self, name: str) -> Runtime:
         """The engine on backend ``name`` (a job's ``backend`` column) sharing this home's ledger."""
@@ -92,7 +94,7 @@ class Runtime:
         if other is None:
             other = Runtime.__new__(Runtime)
             other.ledger, other.jobs, other._others = self.ledger, self.jobs, self._others
-            other.node_clash, other._health, other._running_seen = {}, None, {}
+            other.node_clash, other._health, other._running_seen, other._weights = {}, None, {}, {}
             other.backend = open_backend(name, self.ledger.home)  # SpecError when the profile is gone
             self._others[name] = other
         return other
@@ -355,8 +357,11 @@ class Runtime:
             for r in rows.values()
         ]
         running: list[S.Running] | None = None
-        # (a GPU-less job might start anywhere: then no need to look at the cluster)
-        if self.backend.capabilities.places and not self.jobs.any_gpuless_queued(self.backend.name):
+        fair = _fair_share(self.ledger.home) if self.backend.capabilities.places else None
+        # (a GPU-less job might start anywhere: then no need to look at the cluster; a guarantee may
+        # preempt normal work: the full cluster's shortcut knows only best-effort victims)
+        if self.backend.capabilities.places and not self.jobs.any_gpuless_queued(self.backend.name) \
+                and not (fair is not None and any(s.guaranteed for s in fair.projects.values())):
             running = self.running_view()
             if S.nothing_starts(nodes, running, False, self.jobs.any_preemptor_queued(self.backend.name)):
                 return S.Decisions()  # a full cluster that no queued job can start on or preempt: not O(queue)
@@ -375,9 +380,9 @@ class Runtime:
             decisions = S.admit(pending, nodes, [(r["gpus"], r["cpus"]) for r in self.jobs.placed(self.backend.name)],
                                 preempts=self.backend.capabilities.preemption, room=room)
         else:
-            decisions = S.schedule(pending, nodes, self.running_view() if running is None else running,
-                                   fair=_fair_share(self.ledger.home),
-                                   pack_gangs=self.backend.single_host, room=room)
+            running = self.running_view() if running is None else running
+            decisions = S.schedule(pending, nodes, running, fair=fair, pack_gangs=self.backend.single_host,
+                                   room=room, past=None if fair is None else self.past_usage(fair, running, now))
         for pre in decisions.preemptions:
             with surviving(self.ledger, self.backend, "preempt", pre.job_id, pre.attempt):
                 self.request_stop(pre.job_id, pre.attempt, "preempted", for_job=pre.for_job)
@@ -393,6 +398,43 @@ class Runtime:
         if blocked and rounds > 1:
             return self.schedule(rounds - 1)  # place what preflight turned away on the other nodes
         return decisions
+
+    def past_usage(self, fair: S.FairShare, running: list[S.Running], now: float) -> dict[str, float]:
+        """Fair share's past usage on this backend: per project, the GPU-seconds of its ended attempts
+        (the ledger's decayed accumulator) and of ``running`` so far, decayed with ``fair.half_life`` to
+        ``now``. A running attempt's part is g * tau * (1 - 2^((start - now) / h)): its weight
+        g * 2^((start - ref) / h) is worked out once per attempt (kept with the attempt's view), so a
+        pass adds numbers, one look-up per attempt, no power."""
+        half_life = fair.half_life
+        past = self.jobs.share_usage(self.backend.name, half_life, now)
+        if not running:
+            return past
+        cache = self._weights
+        if cache.get("half_life") != half_life or now - cache["ref"] > 200.0 * half_life:
+            cache.clear()  # (a new half-life, or far enough on that the weights would grow too big)
+            cache.update(half_life=half_life, ref=now, seen={})
+        ref, seen = cache["ref"], cache["seen"]
+        gpus: dict[str, float] = {}
+        weighed: dict[str, float] = {}
+        for att in running:
+            got = seen.get(id(att))
+            if got is None or got[0] is not att:
+                g = sum(len(ids) for _, ids in att.alloc)
+                w = g * 2.0 ** max(-1000.0, (att.started_at - ref) / half_life) if att.started_at else 0.0
+                got = seen[id(att)] = (att, g if att.started_at else 0, w)  # (holds att: its id stays its own)
+            project = att.project
+            gpus[project] = gpus.get(project, 0.0) + got[1]
+            weighed[project] = weighed.get(project, 0.0) + got[2]
+        if len(seen) > 2 * len(running) + 64:  # attempts that ended: forget them
+            live = {id(att) for att in running}
+            cache["seen"] = {k: v for k, v in seen.items() if k in live}
+        tau = half_life / math.log(2)
+        factor = 2.0 ** (-(now - ref) / half_life)
+        for project, held in gpus.items():
+            got_s = tau * (held - factor * weighed[project])
+            if got_s > 0:
+                past[project] = past.get(project, 0.0) + got_s
+        return past
 
     def running_view(self) -> list[S.Running]:
         """The scheduler's view of this backend's active attempts. Once launched, an attempt's

@@ -9,9 +9,14 @@ Policy (what a Slurm or Kueue user would expect):
   on (``fair=``), within a class the project with the smallest dominant share (its GPUs or
   cores in use over the fleet's, the larger of the two, divided by its weight) goes next,
   then submit order inside a project; shares move as jobs are placed in the pass.
+  With ``past=`` (decayed GPU-seconds per project, ``FairShare.half_life``), the project's past
+  usage as a share of the fleet adds to its share (Slurm's PriorityDecayHalfLife).
 * Quotas: a project whose normal and critical attempts hold its ``quota`` GPUs gets nothing
   more (not placed, no preemption, no reservation). Best-effort jobs are exempt: they
   backfill idle capacity ("the weekend") and are the first preempted when others need it.
+  A project below its ``guaranteed`` GPUs takes them back (Kueue's reclaim within a cohort):
+  a single-node job of it that fits within the guarantee preempts the youngest normal attempts
+  of projects that hold more than their own guarantee, only while they do.
 * Gangs (``nodes > 1``): all members or none, one member per node; with ``pack_gangs``
   (a single-host backend: local) members may share a node, each with its own GPU slots.
 * Placement: best fit — the node with the fewest free GPUs that still fits, so big
@@ -142,21 +147,35 @@ class Running(_Record):
 
 
 class Share(_Record):
-    """A project's weight (its share of the fleet, relative to others) and optional GPU quota."""
+    """A project's weight (its share of the fleet, relative to others), its GPU cap (``quota``: what
+    its normal and critical attempts may hold at once; None: no cap) and its ``guaranteed`` GPUs
+    (Kueue's nominal quota: while it holds fewer, its normal and critical jobs may preempt the
+    attempts of projects that borrow, youngest first)."""
 
-    __slots__ = ("weight", "quota")
+    __slots__ = ("weight", "quota", "guaranteed", "borrow")
 
-    def __init__(self, weight: float = 1.0, quota: int | None = None) -> None:
+    def __init__(self, weight: float = 1.0, quota: int | None = None, guaranteed: int = 0,
+                 borrow: int | None = None) -> None:
         self.weight: Final = weight
         self.quota: Final = quota  # GPUs its normal and critical attempts may hold at once; None: no cap
+        self.guaranteed: Final = guaranteed  # GPUs it gets back from borrowers when it asks
+        self.borrow: Final = borrow  # its cap past the guarantee (then quota = guaranteed + borrow); None: unset
+
+
+DAY = 86_400.0
 
 
 class FairShare(_Record):
-    __slots__ = ("projects", "default_weight")
+    """The projects' shares; ``half_life``: how fast past usage fades (seconds; Slurm's
+    ``PriorityDecayHalfLife``, 7 days by default)."""
 
-    def __init__(self, projects: Mapping[str, Share] | None = None, default_weight: float = 1.0) -> None:
+    __slots__ = ("projects", "default_weight", "half_life")
+
+    def __init__(self, projects: Mapping[str, Share] | None = None, default_weight: float = 1.0,
+                 half_life: float = 7 * DAY) -> None:
         self.projects: Final[Mapping[str, Share]] = {} if projects is None else projects
         self.default_weight: Final = default_weight
+        self.half_life: Final = half_life
 
     def share(self, project: str) -> Share:
         return self.projects.get(project) or Share(self.default_weight)
@@ -269,6 +288,7 @@ def schedule(
     room: Mapping[str, int] | None = None,
     now: float | None = None,
     max_reservations: int = MAX_RESERVATIONS,
+    past: Mapping[str, float] | None = None,
 ) -> Decisions:
     """``room``: per capped group, how many more of its jobs may start (a group's running cap less
     its running jobs, like Slurm's ``--array=0-99%16``); a job of a group with none left waits,
@@ -276,7 +296,10 @@ def schedule(
     ``started_at`` and ``saved_at`` are on, to weigh the work a preemption loses (None: the
     latest of them, which keeps the order: youngest and most recently saved first).
     ``max_reservations``: how many long-waiting jobs may hold a node in one pass (the first ones in
-    queue order), as Slurm's ``bf_max_job_test`` bounds the jobs its backfill plans for."""
+    queue order), as Slurm's ``bf_max_job_test`` bounds the jobs its backfill plans for.
+    ``past``: with ``fair``, each project's past usage in GPU-seconds decayed with ``fair.half_life``
+    (ended and running attempts, up to now: engine/shares.py keeps it); it adds to the project's
+    share the fraction of the fleet it held on average over that decay."""
     out = Decisions()
     left = _Room(room)
     state: dict[str, _Node] = {}
@@ -292,7 +315,7 @@ def schedule(
                 max_gpus = len(ids)
     usage = None
     if fair is not None:
-        usage = _Usage(fair, total_gpus, total_cpus)
+        usage = _Usage(fair, total_gpus, total_cpus, past)
         usage.add_running(running)
     if now is None:
         now = max((max(a.started_at, a.saved_at or 0.0) for a in running), default=0.0)
@@ -342,6 +365,7 @@ def schedule(
     fail_fit: dict[tuple[int, float, int], int] = {}
     fail_preempt: dict[tuple[int, float, int, int], int] = {}
     fail_reserve = 1 << 30
+    fail_reclaim: dict[tuple[str, float, int], int] = {}
     reservations = max(0, max_reservations)
 
     for rank, least, jobs in _classes(pending, usage):
@@ -382,6 +406,13 @@ def schedule(
                             usage.add(job.project, job.priority, job.gpus * job.nodes, _cores(job.cpus) * job.nodes)
                         continue
                     fail_preempt[key] = job.gpus
+            if usage is not None and usage.guaranteed and usage.reclaims(job) \
+                    and job.gpus < fail_reclaim.get(own := (job.project, job.cpus, job.memory), 1 << 30):
+                if _reclaim(job, index, usage, running, out):
+                    left.take(job)  # its guarantee, taken back from projects that borrow
+                    usage.add(job.project, job.priority, job.gpus * job.nodes, _cores(job.cpus) * job.nodes)
+                    continue
+                fail_reclaim[own] = job.gpus  # victims only grow fewer in a pass
             if reservations and job.waited_s >= reserve_after_s and job.gpus < fail_reserve:
                 if index.reserve(job, out):
                     reservations -= 1
@@ -390,7 +421,8 @@ def schedule(
             # Nothing left for the rest of the class? No unreserved node with room for its smallest
             # job, nothing to preempt (or a class that does not preempt), no reservation to give.
             if (_SHORTCUTS and index.most_free() < least and (rank == BEST_EFFORT or not index.victims_left)
-                    and (not reservations or fail_reserve <= least)):
+                    and (not reservations or fail_reserve <= least)
+                    and (rank == BEST_EFFORT or usage is None or not usage.guaranteed)):
                 break
     return out
 
@@ -494,11 +526,18 @@ def _split(alloc: tuple[str, tuple[str, ...]], members: int) -> list[tuple[str, 
 class _Usage:
     """What each project holds, for fair share and quotas, updated as the pass places jobs."""
 
-    __slots__ = ("fair", "gpus", "cpus", "quota_used", "total_gpus", "total_cpus", "changed", "quotas", "weights")
+    __slots__ = ("fair", "gpus", "cpus", "quota_used", "total_gpus", "total_cpus", "changed", "quotas", "weights",
+                 "past", "guaranteed", "victims")
 
-    def __init__(self, fair: FairShare, total_gpus: int, total_cpus: float) -> None:
+    def __init__(self, fair: FairShare, total_gpus: int, total_cpus: float,
+                 past: Mapping[str, float] | None = None) -> None:
         self.fair = fair
         self.quotas = {name: s.quota for name, s in fair.projects.items() if s.quota is not None}
+        self.guaranteed = {name: s.guaranteed for name, s in fair.projects.items() if s.guaranteed > 0}
+        # past usage as the fleet's share held on average over the decay (GPU-s over GPUs x mean life)
+        span = total_gpus * fair.half_life / _LN2 if total_gpus and fair.half_life > 0 else 0.0
+        self.past = {p: v / span for p, v in past.items() if v > 0} if past and span else {}
+        self.victims: dict[str, list[Running]] | None = None  # per node, what a reclaim may stop (when first asked)
         self.weights: dict[str, float] = {}
         self.gpus: dict[str, float] = {}
         self.cpus: dict[str, float] = {}
@@ -542,7 +581,13 @@ class _Usage:
         weight = self.weights.get(project)
         if weight is None:
             weight = self.weights[project] = self.fair.share(project).weight
-        return max(g, c) / weight
+        return (max(g, c) + self.past.get(project, 0.0) if self.past else max(g, c)) / weight
+
+    def reclaims(self, job: Pending) -> bool:
+        """Whether ``job`` stays within its project's guarantee: it may then preempt borrowers."""
+        return (job.priority != "best-effort" and job.nodes == 1 and job.gpus > 0
+                and self.quota_used.get(job.project, 0) + job.gpus <= self.guaranteed.get(job.project, 0))
+
 
     def order(self, groups: dict[str, list[Pending]], exempt: bool) -> Iterator[Pending]:
         """One class's jobs, per project in submit order: the project with the smallest :meth:`key`
@@ -727,6 +772,67 @@ class _Index:
         if slot.priced is None:
             slot.priced = sorted((_Victim(att, slot.name, self.now) for att in slot.best_effort), key=lambda v: v.rank)
         return slot.priced
+
+
+_LN2 = 0.6931471805599453
+
+
+def _reclaim(job: Pending, index: _Index, usage: _Usage, running: list[Running], out: Decisions) -> bool:
+    """Take back ``job``'s project's guarantee (Kueue's reclaim within a cohort): on the node where it
+    loses least (GPU-seconds since their starts, then fewest), stop normal attempts of projects that
+    hold more than their guarantee, youngest first, each only while its project still borrows, until
+    the job fits beside the node's free room. A single-node job only; critical attempts are spared."""
+    if usage.victims is None:
+        usage.victims = {}
+        for att in running:
+            if att.priority == "normal" and not att.stopping and len(att.alloc) == 1 and att.alloc[0][1]:
+                usage.victims.setdefault(att.alloc[0][0], []).append(att)
+        for atts in usage.victims.values():
+            atts.sort(key=lambda a: (-a.started_at, -a.job_id))  # youngest first
+    best: tuple[tuple[float, int, str], _Node, list[Running]] | None = None
+    for name, atts in usage.victims.items():
+        slot = index.state.get(name)
+        if slot is None or slot.reserved_for is not None or slot.total < job.gpus:
+            continue
+        g, c, m = len(slot.free), slot.cpus, slot.memory
+        taken: list[Running] = []
+        cut: dict[str, int] = {}  # per project, the GPUs stopped on this node
+        for att in atts:
+            if g >= job.gpus and c + 1e-9 >= job.cpus and (m >= job.memory or job.memory == 0):
+                break
+            p = att.project
+            if p == job.project or usage.quota_used.get(p, 0) - cut.get(p, 0) <= usage.guaranteed.get(p, 0):
+                continue  # its own project's, or a project within its guarantee: not borrowing
+            gpus = len(att.alloc[0][1])
+            cut[p] = cut.get(p, 0) + gpus
+            g, c, m = g + gpus, c + att.cpus, m + att.memory
+            taken.append(att)
+        if not taken or g < job.gpus or c + 1e-9 < job.cpus or (m < job.memory and job.memory != 0):
+            continue
+        for att in list(taken[:-1]):  # none it could do without (an older, bigger one made it fit)
+            gpus = len(att.alloc[0][1])
+            if g - gpus >= job.gpus and c - att.cpus + 1e-9 >= job.cpus and (m - att.memory >= job.memory
+                                                                              or job.memory == 0):
+                taken.remove(att)
+                g, c, m = g - gpus, c - att.cpus, m - att.memory
+        price = (sum(len(a.alloc[0][1]) * max(0.0, index.now - a.started_at) for a in taken), len(taken), name)
+        if best is None or price < best[0]:
+            best = (price, slot, taken)
+    if best is None:
+        return False
+    _, slot, taken = best
+    old_free = len(slot.free)
+    freed = sum(len(a.alloc[0][1]) for a in taken)
+    slot.free = slot.free[max(0, job.gpus - freed):]
+    slot.cpus += sum(a.cpus for a in taken) - job.cpus
+    slot.memory += sum(a.memory for a in taken) - job.memory
+    victims = usage.victims[slot.name]
+    for att in taken:
+        victims.remove(att)
+        usage.quota_used[att.project] -= len(att.alloc[0][1])
+        out.preemptions.append(Preemption(att.job_id, att.attempt, job.job_id))
+    index.moved(slot, old_free)
+    return True
 
 
 _Plan = tuple[_Option, list[Running], list["_Victim"]]  # (price, stopping attempts claimed, victims)

@@ -30,6 +30,7 @@ from autoresearch.health.findings import Finding, blocking, check_sample
 from autoresearch.sim.faults import Schedule
 from autoresearch.sim.fleet import Fleet
 from autoresearch.sim.timeline import Ending, Life, Record, live
+from autoresearch.util.decay import Decayed
 
 # What misbehaving jobs print (``Job.behaviour``): a benign line that mentions a fault, and an NCCL
 # failure line in PyTorch's format (the job's word: infra-suspect at most).
@@ -120,6 +121,8 @@ class Driver:
         self.horizon = horizon_s
         self.cordon = cordon
         self.fair = fair  # fair share between projects (the runtime's scheduler: section), None: off
+        # past usage decayed with the fair share's half-life (the ledger's accumulator in the runtime)
+        self.past = Decayed(fair.half_life) if fair is not None else None
         self.group_caps = dict(group_caps or {})  # per group, how many of its jobs may run at once
         self.group_running: dict[str, int] = {}
         self.policy = policy  # owner: evidence has an owner (today's code) | trusting: job output decides (as before)
@@ -198,8 +201,9 @@ class Driver:
         nodes = self._nodes(t)
         pending = [self._pending(j, t) for j in queued]
         running = [self._view(a, t) for a in self.running.values()]
+        past = None if self.past is None else self.past.now(t)
         decisions = S.schedule(pending, nodes, running, now=t, fair=self.fair, reserve_after_s=RESERVE_AFTER_S,
-                               room=self._room() if self.group_caps else None)
+                               room=self._room() if self.group_caps else None, past=past)
         for pre in decisions.preemptions:
             att = self.running.get(pre.job_id)
             if att is not None and not att.stopping:
@@ -323,6 +327,8 @@ class Driver:
         if job.behaviour == "spoof" and self.cordon:
             self._log_lines(att, [SPOOF_LINE], t)
         self.running[job.id] = att
+        if self.past is not None:
+            self.past.started(job.project, att.rec.gpus, att.rec.t0)
         if job.group:
             self.group_running[job.group] = self.group_running.get(job.group, 0) + 1
         self.stats.attempts += 1
@@ -343,6 +349,8 @@ class Driver:
         used = end.t - att.rec.t0
         self.stats.busy_gpu_s += gpus * used
         self._held(job.project, gpus * used)
+        if self.past is not None:
+            self.past.ended(job.project, gpus, att.rec.t0, end.t)
         kept = att.life.checkpoint_at(end.t, att.rec.resume) if end.cause != "done" else len(job.seconds)
         useful = sum(job.seconds[att.rec.resume:kept]) / att.rec.speed if kept > att.rec.resume else 0.0
         useful = min(useful, used)

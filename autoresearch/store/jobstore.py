@@ -22,6 +22,7 @@ from typing import Any
 
 from autoresearch.errors import NotFoundError
 from autoresearch.store.ledger import Ledger
+from autoresearch.util.decay import accrued, decayed
 
 _REASON_CHARS = 300
 _ATTEMPT_WITH_JOB = ("SELECT a.*, j.priority, j.spec, j.retries_used, j.cancel_requested, j.backend FROM attempts a "
@@ -241,6 +242,46 @@ class JobStore:
             "SUM(CASE WHEN state!='queued' AND priority='best-effort' THEN gpus*nodes ELSE 0 END) AS best_effort_gpus, "
             "SUM(state!='queued') AS running, SUM(state='queued') AS queued FROM jobs "
             f"WHERE state IN ('queued','starting','running') {scope} GROUP BY project ORDER BY project", params)
+
+    # -- fair share's past usage: a decayed accumulator ------------------------------------------
+
+    FOLD_LIMIT = 5_000  # endings folded in one call: a ledger older than the accumulator catches up in steps
+
+    def share_usage(self, backend: str, half_life: float, now: float) -> dict[str, float]:
+        """Per project, the GPU-seconds its ended attempts on ``backend`` used, each second decayed with
+        ``half_life`` to ``now`` (util/decay.py). The accumulator (``share_usage``) first folds in the
+        endings recorded since its cursor (the 'end' events past it, through their index: at most
+        :attr:`FOLD_LIMIT` a call); with none new it is one read of a row per project."""
+        cursor = self.ledger.one("SELECT event_id FROM share_cursor")
+        top = self.ledger.one("SELECT MAX(id) AS id FROM events WHERE kind='end'")
+        if cursor is not None and top is not None and top["id"] is not None and top["id"] > cursor["event_id"]:
+            self._fold_endings(half_life, now)
+        return {r["project"]: decayed(r["gpu_s"], now - r["as_of"], half_life)
+                for r in self.ledger.query("SELECT project, gpu_s, as_of FROM share_usage WHERE backend=?", (backend,))}
+
+    def _fold_endings(self, half_life: float, now: float) -> None:
+        with self.ledger.tx() as c:
+            start = c.execute("SELECT event_id FROM share_cursor").fetchone()["event_id"]
+            rows = c.execute(
+                "SELECT e.id, a.started_at, a.ended_at, j.gpus * j.nodes AS gpus, j.project, j.backend "
+                "FROM events e JOIN attempts a ON a.job_id=e.job_id AND a.n=e.attempt JOIN jobs j ON j.id=e.job_id "
+                "WHERE e.kind='end' AND e.id>? ORDER BY e.id LIMIT ?", (start, self.FOLD_LIMIT)).fetchall()
+            if not rows:
+                return
+            added: dict[tuple[str, str], float] = {}
+            for r in rows:
+                if r["started_at"] and r["ended_at"] and r["gpus"]:
+                    key = (r["backend"], r["project"])
+                    added[key] = added.get(key, 0.0) + accrued(r["gpus"], r["started_at"], r["ended_at"], now,
+                                                               half_life)
+            for (backend, project), gpu_s in added.items():
+                old = c.execute("SELECT gpu_s, as_of FROM share_usage WHERE backend=? AND project=?",
+                                (backend, project)).fetchone()
+                total = gpu_s + (decayed(old["gpu_s"], now - old["as_of"], half_life) if old else 0.0)
+                c.execute("INSERT INTO share_usage(backend, project, gpu_s, as_of) VALUES (?,?,?,?) "
+                          "ON CONFLICT(backend, project) DO UPDATE SET gpu_s=excluded.gpu_s, as_of=excluded.as_of",
+                          (backend, project, total, now))
+            c.execute("UPDATE share_cursor SET event_id=?", (rows[-1]["id"],))
 
     # -- nodes: cordon, the cluster view ------------------------------------------------------
 

@@ -364,6 +364,20 @@ MIGRATIONS: list[tuple[str, str]] = [
     ALTER TABLE attempts ADD COLUMN unread_points INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX attempts_unread ON attempts(job_id) WHERE unread_bytes > 0
     """),
+    # Fair share's past usage (engine/shares.py, docs/scheduling.md): per backend and project, the
+    # GPU-seconds of its ended attempts decayed to ``as_of`` (a decayed accumulator: never a scan of
+    # history), and the last 'end' event folded into it (the cursor; events_by_kind finds the next).
+    ("shares-1", """
+    CREATE TABLE share_usage (
+        backend TEXT NOT NULL,
+        project TEXT NOT NULL,
+        gpu_s REAL NOT NULL,
+        as_of REAL NOT NULL,
+        PRIMARY KEY (backend, project)
+    );
+    CREATE TABLE share_cursor (event_id INTEGER NOT NULL);
+    INSERT INTO share_cursor(event_id) VALUES (0)
+    """),
 ]
 
 

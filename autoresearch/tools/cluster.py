@@ -21,8 +21,9 @@ def register(server: Any, ctx: ToolContext) -> None:
 
         Use it before submitting big jobs (how many GPUs are free?) or to understand why a
         job is still queued (queued counts per priority class: critical, normal,
-        best-effort). Queue and running counts cover only the jobs you can see. Projects: each
-        one's GPUs in use against its quota and fair-share weight.
+        best-effort). Queue and running counts cover only the jobs you can see. Projects (the
+        busiest 50): each one's GPUs in use against its quota, guarantee, borrow limit and
+        fair-share weight, its decayed past usage and the share the queue orders by.
         """
         view = ctx.api.cluster(project=ctx.caller_project())
         nodes = [from_view(Node, n) for n in view.nodes]
@@ -32,7 +33,7 @@ def register(server: Any, ctx: ToolContext) -> None:
                              gpus_free=view.gpus_free, gpus_used=view.gpus_total - view.gpus_free,
                              running=view.running, queued=view.queued, cordoned=view.cordoned,
                              degraded=view.degraded,
-                             projects=[from_view(ProjectUsage, p) for p in view.projects[:MAX_PROJECTS]])
+                             projects=[from_view(ProjectUsage, p) for p in _busiest(view.projects)])
 
     @server.tool(annotations=ToolAnnotations(title="Backends", read_only_hint=True, open_world_hint=True))
     @tool_errors
@@ -48,3 +49,8 @@ def register(server: Any, ctx: ToolContext) -> None:
         return BackendsResult(backends=[from_view(BackendInfo, r) for r in rows],
                               next_step=(f"not answering: {', '.join(bad)}; see each hint" if bad else
                                          "all answer; submit goes to the default one"))
+
+
+def _busiest(projects: list[Any]) -> list[Any]:
+    """At most MAX_PROJECTS rows, the busiest (GPUs held, queued jobs, past usage) first."""
+    return sorted(projects, key=lambda p: (-p.gpus_used, -p.queued, -p.decayed_gpu_h, p.project))[:MAX_PROJECTS]

@@ -185,6 +185,10 @@ class ProjectUsage(BaseModel):
     quota: int | None = Field(description="GPUs its normal and critical jobs may hold; null: no cap.")
     weight: float = Field(description="Its fair-share weight: the queue favours the project furthest below it.")
     queued: int
+    guaranteed: int = Field(0, description="GPUs it takes back from projects that borrow (preempting them).")
+    borrow: int | None = Field(None, description="GPUs past its guarantee it may hold; null: unset.")
+    decayed_gpu_h: float = Field(0.0, description="Past usage in GPU-hours, decayed with the half-life.")
+    share: float = Field(0.0, description="(GPU share now + past share) / weight: the lowest goes next.")
 
 
 class ClusterResult(BaseModel):

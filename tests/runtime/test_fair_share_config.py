@@ -126,6 +126,7 @@ def test_nodes_shows_each_projects_use(home: Path) -> None:
     data = json.loads(cli("nodes", "--json").stdout)
     rows = {p["project"]: p for p in data["projects"]}
     assert rows["vision"] == {"project": "vision", "gpus_used": 0, "best_effort_gpus": 0, "quota": 1, "weight": 2.0,
-                              "running": 0, "queued": 0}
+                              "running": 0, "queued": 0, "guaranteed": 0, "borrow": None, "decayed_gpu_h": 0.0,
+                              "share": 0.0}
     assert rows[""]["gpus_used"] == 1 and rows[""]["running"] == 1
     cli("cancel", "1")

@@ -83,3 +83,46 @@ def test_the_driver_hands_the_scheduler_group_caps_and_cpus() -> None:
     driver.run()
     first = [j for j in cores if j.first_start == 0.0]
     assert len(first) == 2  # one per node: a node's 96 cores hold one 50-core job
+
+
+def test_past_usage_in_the_driver_favours_the_project_that_waited() -> None:
+    """a held the whole fleet (32 GPUs) for the first day; then a and b queue equal backlogs. With a
+    half-life of a day, b gets most of the next twelve hours; with the past forgotten (a half-life of a
+    second), the two share them evenly."""
+    def window(half_life: float) -> dict[str, float]:
+        fleet = parse([{"name": "h100", "count": 4, "gpus": 8}], NO_FAULTS, 1)
+        first = [Job(i + 1, "normal", 8, 1, (3600.0,) * 24, 0.0, 0, "backlog", project="a") for i in range(4)]
+        later = [Job(len(first) + 1 + i, "normal", 8, 1, (600.0,) * 6, 86_400.0 + i, 3, "backlog",
+                     project="ab"[i % 2]) for i in range(160)]
+        driver = Driver(fleet, first + later, 86_400.0 + 12 * 3600.0, cordon=False, fair=FairShare(half_life=half_life))
+        got = driver.run().project_gpu_s
+        return {"a": got["a"] - 32 * 86_400.0, "b": got["b"]}  # a's first day: four whole nodes for a day
+
+    decayed = window(86_400.0)
+    assert decayed["b"] > 1.5 * decayed["a"]
+    forgotten = window(1.0)
+    assert 0.8 <= forgotten["b"] / forgotten["a"] <= 1.25
+
+
+def test_a_guarantee_in_the_driver_takes_back_borrowed_gpus_within_a_pass_and_grace() -> None:
+    """nlp (no guarantee) borrowed the whole idle fleet with ten-hour jobs; vision is guaranteed 16 GPUs
+    and submits two whole-node jobs at one hour: they start a pass and a grace period later, not in ten hours.
+    nlp's cap (borrow: 24) keeps a node free for others from the start."""
+    def run(fair: FairShare) -> tuple[list[Job], float]:
+        fleet = parse([{"name": "h100", "count": 4, "gpus": 8}], NO_FAULTS, 1)
+        nlp = [Job(i + 1, "normal", 8, 1, (3600.0,) * 10, 0.0, 0, "backlog", project="nlp") for i in range(4)]
+        vision = [Job(10 + i, "normal", 8, 1, (3600.0,), 3600.0, 0, "backlog", project="vision") for i in range(2)]
+        stats = Driver(fleet, nlp + vision, 3 * 3600.0, cordon=False, fair=fair).run()
+        return vision, stats.lost_preempt_gpu_s
+
+    vision, lost = run(FairShare({"vision": Share(guaranteed=16), "nlp": Share(quota=32)}))
+    assert all(v.first_start is not None and v.first_start <= 3600.0 + 120.0 for v in vision)
+    assert 0 < lost <= 2 * 8 * 3600.0  # two of nlp's jobs stopped (no checkpoints: their hour is lost)
+    vision, lost = run(FairShare({"nlp": Share(quota=32)}))  # no guarantee: vision waits for nlp's ten hours
+    assert all(v.first_start is None for v in vision) and lost == 0
+    capped = FairShare({"vision": Share(guaranteed=16), "nlp": Share(quota=24, borrow=24)})
+    jobs = [Job(i + 1, "normal", 8, 1, (3600.0,) * 10, 0.0, 0, "backlog", project="nlp") for i in range(6)]
+    stats = Driver(parse([{"name": "h100", "count": 4, "gpus": 8}], NO_FAULTS, 1), jobs, 3600.0, cordon=False,
+                   fair=capped).run()
+    assert stats.project_gpu_s["nlp"] <= 24 * 3600.0  # never more than 24 of the 32 GPUs at once
+    assert sum(1 for j in jobs if j.first_start is not None) == 3
