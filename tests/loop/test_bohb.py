@@ -116,6 +116,21 @@ def test_bohb_counts_trials_stopped_below_a_level_as_bad_there() -> None:
                                                                                                 1).rationale
 
 
+def test_bohb_can_ignore_stopped_trials_above_where_they_got() -> None:
+    # where curves cross, a trial stopped at step 1 says nothing of its final value: stopped: ignore
+    good = [TrialRecord(i, {"x": x, "k": "b"}, "succeeded", curve(x)[-1],
+                        intermediate=list(enumerate(curve(x), 1))) for i, x in enumerate([1.0, 1.2, 1.5, 1.6], 1)]
+    stopped = [stopped_at(10 + i, {"x": x, "k": "b"}, 1) for i, x in enumerate([-1.5, -1.0, 0.0])]
+    failed = [TrialRecord(20, {"x": 0.3, "k": "a"}, "failed", None)]
+    options = {"kind": "bohb", "seed": 3, "options": {"stopped": "ignore"}}
+    proposer = make_proposer(ProposerContext(plan("bohb", proposer=options)))
+    seen, bad, _ = proposer._observations(good + stopped + failed)  # type: ignore[attr-defined]
+    assert len(seen[math.inf]) == 4 and len(bad[math.inf]) == 1 and len(bad[3]) == 1 and len(seen[1]) == 7
+    with pytest.raises(PlanError, match="stopped") as info:
+        make_proposer(ProposerContext(plan("bohb", proposer={"kind": "bohb", "options": {"stopped": "../x"}})))
+    assert "ignore" in (info.value.hint or "")
+
+
 def test_bohb_and_tpe_start_from_the_prior() -> None:
     space = {"x": {"low": -2.0, "high": 2.0, "prior": {"guess": 1.0, "confidence": 0.9}},
              "k": {"choices": ["a", "b"], "prior": {"guess": "b", "confidence": 0.9}}}
@@ -143,6 +158,12 @@ def test_a_plans_digest_changes_only_with_the_new_keys() -> None:
     prior = {"x": {"low": -2.0, "high": 2.0, "prior": 0.5}, "k": {"choices": ["a", "b"]}}
     assert plan("tpe", prior).digest() != base
     assert plan("tpe", {"x": {"low": -2.0, "high": 2.0}, "k": {"choices": ["a", "b"]}}).digest() == base
+    # hyperband's allocation, unset, leaves a plan's digest as before the key existed (the loop resumes)
+    stop = {"kind": "hyperband", "max_steps": 27}
+    one = {"name": "p", "objective": {"metric": "loss"}, "trial": {"command": "train {x}"},
+           "space": {"x": {"low": -2.0, "high": 2.0}}, "early_stop": stop}
+    assert parse_plan(one).digest() == "6a78b4d3bd99d0c7"  # the digest of this plan before allocation existed
+    assert parse_plan({**one, "early_stop": {**stop, "allocation": "hyperband"}}).digest() != "6a78b4d3bd99d0c7"
 
 
 # -- loops on the fake backend ----------------------------------------------------------------

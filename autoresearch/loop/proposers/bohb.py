@@ -69,7 +69,8 @@ class BOHBProposer(Proposer):
 
         from autoresearch.loop.proposers._parzen import dims_of
 
-        known = {"gamma", "random_fraction", "candidates", "min_points", "fit", "llm_prior", "llm_confidence"}
+        known = {"gamma", "random_fraction", "candidates", "min_points", "fit", "stopped", "llm_prior",
+                 "llm_confidence"}
         if "llm_prior" in proposer_options(self.plan):  # the llm proposer's own options too
             known |= {"retries", "backoff_s", "timeout_s", "price_in", "price_out", "history_limit"}
         opts = proposer_options(self.plan, known)
@@ -93,6 +94,11 @@ class BOHBProposer(Proposer):
             self.llm_conf = option(opts, "llm_confidence", 0.5, 0.01, 0.99, kind="bohb")
             self.llm = LLMProposer(ctx)  # no key, no provider: refused here, before anything launches
             self.blocking = True  # the first proposal waits for the model
+        self.stopped = str(opts.get("stopped", "bad"))
+        if self.stopped not in ("bad", "ignore"):
+            raise PlanError(f"proposer.options.stopped is {self.stopped[:40]!r}; give bad or ignore",
+                            hint="bad: a trial stopped below a level counts as bad there; ignore: it counts only "
+                                 "where it got (BOHB proper)")
         self.fit = str(opts.get("fit", "level"))
         if self.fit not in ("all", "level", "rank"):
             raise PlanError(f"proposer.options.fit is {self.fit[:40]!r}; give all, level or rank",
@@ -151,11 +157,11 @@ class BOHBProposer(Proposer):
                 v = value_at(curve, lv)
                 if v is not None:
                     seen[lv].append((x, v))
-                elif r.state in ("stopped", "failed") and last < lv:
+                elif (r.state == "failed" or r.state == "stopped" and self.stopped == "bad") and last < lv:
                     bad[lv].append(x)  # never got there: the stopper (or the trial itself) ended it below
             if r.state == "succeeded" and r.objective is not None and math.isfinite(r.objective):
                 seen[FINAL].append((x, self.sign * r.objective))
-            elif r.state in ("stopped", "failed"):
+            elif r.state == "failed" or r.state == "stopped" and self.stopped == "bad":
                 bad[FINAL].append(x)
         return seen, bad, pending
 
