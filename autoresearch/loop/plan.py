@@ -292,8 +292,8 @@ class EarlyStop(_Model):
                                                                  "max_steps plus one that trains in full, as Hyperband's "
                                                                  "s_max + 1; 3 without max_steps).")
     allocation: Literal["geometric", "hyperband"] = Field(
-        "geometric", description="hyperband: how trials are shared among brackets: geometric (bracket b gets "
-                                 "reduction_factor**(brackets-1-b) shares) or hyperband (Hyperband's own "
+        "hyperband", description="hyperband: how trials are shared among brackets: geometric (bracket b gets "
+                                 "reduction_factor**(brackets-1-b) shares) or hyperband (the default: Hyperband's own "
                                  "ceil(brackets * rf**s / (s+1)) for s = brackets-1-b: more trials in the laxer brackets).")
     pause: bool = Field(False, description="asha, hyperband: pause a losing trial at its rung (it must checkpoint "
                                            "in AUTORESEARCH_CHECKPOINT_DIR) and resume it when promoted.")

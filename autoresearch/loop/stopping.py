@@ -241,8 +241,8 @@ class Hyperband(Stopper):
     """Hyperband's brackets, asynchronously (Li et al. 2018; Ray Tune's ``AsyncHyperBandScheduler``):
     bracket ``b`` is an ASHA whose first rung is ``min_steps * reduction_factor**b``, and a trial is
     compared only with the trials of its own bracket. Aggressive brackets (early first rung) get
-    more trials, as in Hyperband: bracket ``b`` gets a share proportional to
-    ``reduction_factor**(brackets-1-b)``. A trial's bracket follows from its id (the same after a
+    more trials, as in Hyperband: bracket ``b`` gets a share set by ``allocation``
+    (:func:`bracket_weight`; ``hyperband``, Hyperband's own counts, by default). A trial's bracket follows from its id (the same after a
     restart). The proposer is untouched: every trial asks for the full budget and is cut at rungs."""
 
     kind = "hyperband"
@@ -251,10 +251,10 @@ class Hyperband(Stopper):
     def from_config(cls, cfg: Any) -> Hyperband:
         return cls(getattr(cfg, "min_steps", 1), getattr(cfg, "reduction_factor", 3),
                    getattr(cfg, "max_steps", None), getattr(cfg, "brackets", None),
-                   getattr(cfg, "allocation", None) or "geometric")
+                   getattr(cfg, "allocation", None) or "hyperband")
 
     def __init__(self, min_steps: int = 1, reduction_factor: int = 3, max_steps: int | None = None,
-                 brackets: int | None = None, allocation: str = "geometric") -> None:
+                 brackets: int | None = None, allocation: str = "hyperband") -> None:
         if brackets is None:  # Hyperband's s_max + 1: a bracket per rung below max_steps, and one that trains in full
             brackets = len(ASHA(min_steps, reduction_factor, max_steps).rungs(max_steps or 0)) + 1 if max_steps else 3
         self.n = max(1, brackets)

@@ -94,11 +94,11 @@ class BOHBProposer(Proposer):
             self.llm_conf = option(opts, "llm_confidence", 0.5, 0.01, 0.99, kind="bohb")
             self.llm = LLMProposer(ctx)  # no key, no provider: refused here, before anything launches
             self.blocking = True  # the first proposal waits for the model
-        self.stopped = str(opts.get("stopped", "bad"))
+        self.stopped = str(opts.get("stopped", "ignore"))
         if self.stopped not in ("bad", "ignore"):
             raise PlanError(f"proposer.options.stopped is {self.stopped[:40]!r}; give bad or ignore",
-                            hint="bad: a trial stopped below a level counts as bad there; ignore: it counts only "
-                                 "where it got (BOHB proper)")
+                            hint="ignore (the default): a stopped trial counts only where it got (BOHB proper); "
+                                 "bad: a trial stopped below a level counts as bad there")
         self.fit = str(opts.get("fit", "level"))
         if self.fit not in ("all", "level", "rank"):
             raise PlanError(f"proposer.options.fit is {self.fit[:40]!r}; give all, level or rank",
