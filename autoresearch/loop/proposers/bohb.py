@@ -6,16 +6,17 @@ Each trial's curve so far (``TrialRecord.intermediate``) gives its value at ever
 reached (``early_stop.min_steps * reduction_factor**k``; finished trials also at the final
 level). The model is fitted at the highest level with enough observations
 (``min_points``, default d + 2 for d parameters): the best ``gamma`` of them make the good
-density, the rest the bad one (:mod:`autoresearch.loop.proposers._parzen`). What the
-stopper already said also counts: a trial stopped below that level, or one that failed, is
-a bad observation there (BOHB proper ignores them), and trials in flight (and the batch's
+density, the rest the bad one (:mod:`autoresearch.loop.proposers._parzen`). A trial that
+failed is a bad observation at every level; one the stopper ended counts only at the rungs it
+reached (``stopped: ignore``, the default, as BOHB proper: where curves cross, a config stopped
+early may be one that ends best), or is bad above them too (``stopped: bad``); trials in flight (and the batch's
 earlier proposals) are bad as well ("constant liar"), so a batch spreads out. Before any
 level has enough observations, and for a ``random_fraction`` of proposals afterwards,
 proposals come from the prior: around each ``space.<name>.prior`` guess, uniform elsewhere.
 Trials of ``warm_start`` loops are observations like the loop's own.
 
 Options (``proposer.options``): ``gamma`` (0.15), ``random_fraction`` (0.33, as BOHB), ``candidates``
-(64), ``min_points``; ``proposer.n_startup`` is a floor on ``min_points``.
+(64), ``min_points``, ``fit``, ``stopped``; ``proposer.n_startup`` is a floor on ``min_points``.
 """
 
 from __future__ import annotations
