@@ -291,6 +291,10 @@ class EarlyStop(_Model):
     brackets: int | None = Field(None, ge=1, le=10, description="hyperband: brackets (default: one per rung below "
                                                                  "max_steps plus one that trains in full, as Hyperband's "
                                                                  "s_max + 1; 3 without max_steps).")
+    allocation: Literal["geometric", "hyperband"] = Field(
+        "hyperband", description="hyperband: how trials are shared among brackets: geometric (bracket b gets "
+                                 "reduction_factor**(brackets-1-b) shares) or hyperband (the default: Hyperband's own "
+                                 "ceil(brackets * rf**s / (s+1)) for s = brackets-1-b: more trials in the laxer brackets).")
     pause: bool = Field(False, description="asha, hyperband: pause a losing trial at its rung (it must checkpoint "
                                            "in AUTORESEARCH_CHECKPOINT_DIR) and resume it when promoted.")
     confidence: float = Field(0.95, ge=0.5, lt=1.0, description="curve: how sure the forecast must be that a trial "
@@ -489,6 +493,8 @@ class Plan(_Model):
             exclude["gate"] = True
         if not self.warm_start:
             exclude["warm_start"] = True
+        if self.early_stop is not None and "allocation" not in self.early_stop.model_fields_set:
+            exclude["early_stop"] = {"allocation"}
         # Kinds a plan did not name are digested as the defaults they had before bohb/hyperband became
         # the defaults, so a loop made then still resumes (it goes on with today's defaults).
         legacy: dict[str, Any] = {}

@@ -223,12 +223,26 @@ class MedianRule(Stopper):
         return None
 
 
+ALLOCATIONS = ("geometric", "hyperband")
+
+
+def bracket_weight(allocation: str, n: int, b: int, rf: int) -> int:
+    """Bracket ``b``'s share (unnormalized) of ``n`` brackets' trials. ``geometric``: ``rf**s`` for
+    ``s = n - 1 - b`` (the aggressive bracket 0 gets rf**(n-1)); ``hyperband``: Hyperband's own count
+    ``ceil(n * rf**s / (s + 1))`` (Li et al. 2018, n_s for B = (s_max + 1) R), which gives the later,
+    laxer brackets more trials (27/12/6/4 of 49 for 4 brackets, factor 3, against 27/9/3/1 of 40)."""
+    s = n - 1 - b
+    if allocation == "hyperband":
+        return math.ceil(n * rf**s / (s + 1))
+    return int(rf**s)
+
+
 class Hyperband(Stopper):
     """Hyperband's brackets, asynchronously (Li et al. 2018; Ray Tune's ``AsyncHyperBandScheduler``):
     bracket ``b`` is an ASHA whose first rung is ``min_steps * reduction_factor**b``, and a trial is
     compared only with the trials of its own bracket. Aggressive brackets (early first rung) get
-    more trials, as in Hyperband: bracket ``b`` gets a share proportional to
-    ``reduction_factor**(brackets-1-b)``. A trial's bracket follows from its id (the same after a
+    more trials, as in Hyperband: bracket ``b`` gets a share set by ``allocation``
+    (:func:`bracket_weight`; ``hyperband``, Hyperband's own counts, by default). A trial's bracket follows from its id (the same after a
     restart). The proposer is untouched: every trial asks for the full budget and is cut at rungs."""
 
     kind = "hyperband"
@@ -236,16 +250,18 @@ class Hyperband(Stopper):
     @classmethod
     def from_config(cls, cfg: Any) -> Hyperband:
         return cls(getattr(cfg, "min_steps", 1), getattr(cfg, "reduction_factor", 3),
-                   getattr(cfg, "max_steps", None), getattr(cfg, "brackets", None))
+                   getattr(cfg, "max_steps", None), getattr(cfg, "brackets", None),
+                   getattr(cfg, "allocation", None) or "hyperband")
 
     def __init__(self, min_steps: int = 1, reduction_factor: int = 3, max_steps: int | None = None,
-                 brackets: int | None = None) -> None:
+                 brackets: int | None = None, allocation: str = "hyperband") -> None:
         if brackets is None:  # Hyperband's s_max + 1: a bracket per rung below max_steps, and one that trains in full
             brackets = len(ASHA(min_steps, reduction_factor, max_steps).rungs(max_steps or 0)) + 1 if max_steps else 3
         self.n = max(1, brackets)
         self.rf = reduction_factor
         self.asha = [ASHA(min_steps * reduction_factor**b, reduction_factor, max_steps) for b in range(self.n)]
-        weights = [reduction_factor ** (self.n - 1 - b) for b in range(self.n)]
+        self.allocation = allocation
+        weights = [bracket_weight(allocation, self.n, b, reduction_factor) for b in range(self.n)]
         total = float(sum(weights))
         self.edges = [sum(weights[: b + 1]) / total for b in range(self.n)]
 

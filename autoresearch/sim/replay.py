@@ -20,7 +20,7 @@ Two kinds of searcher, driven the same way:
 
 A strategy is named ``<proposer>[+<stopper>]`` for ours (``tpe+asha``, ``random``; stopper options from
 :data:`STOPPER_DEFAULTS`, options in brackets: ``bohb[fit=all]+hyperband[brackets=2]``) or ``optuna:<sampler>[+<pruner>]`` (``optuna:tpe+sh``,
-``optuna:tpe+hb``, ``optuna:random``). Optuna's pruners on our rungs (the stopper's ``min_steps``,
+``optuna:tpe+hb``, ``optuna:random``), or ``oracle`` (:class:`OracleSearcher`, the floor). Optuna's pruners on our rungs (the stopper's ``min_steps``,
 ``reduction_factor`` and the table's ``max_step``): ``hb`` and ``sh-matched``; on Optuna's own
 defaults: ``sh`` (min resource auto, factor 4) and ``hb-default`` (max resource auto). bench/bench_search.py runs strategies x seeds x workloads.
 """
@@ -28,6 +28,7 @@ defaults: ``sh`` (min resource auto, factor 4) and ``hb-default`` (max resource 
 from __future__ import annotations
 
 import heapq
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -300,6 +301,45 @@ class OptunaSearcher:
         pass
 
 
+# -- the floor ----------------------------------------------------------------------------
+
+
+class OracleSearcher:
+    """A searcher that knows the table: about the floor of compute-to-target at this parallelism.
+    Its first trial is the target config (``target_of(table, top)``) that trains fastest (fewest
+    recorded seconds), never stopped: no search has a fully trained target config sooner in
+    simulated time. Every other trial is a random recorded config stopped at its first step: the
+    other workers still consume epochs while the first trains (a search whose other trials train
+    faster epochs consumes more of them, one whose are slower fewer: a floor up to that noise)."""
+
+    def __init__(self, table: CurveTable, *, seed: int = 0, top: float = 0.05) -> None:
+        import random
+
+        target = target_of(table, top)
+        hits = [c for c in table.curves if (c.values[-1] <= target if table.mode == "min" else c.values[-1] >= target)]
+        self.first = min(hits, key=lambda c: (c.seconds_to(c.steps), json.dumps(c.params, sort_keys=True)))
+        self.rng = random.Random(seed)
+        self.table = table
+        self.asked = 0
+
+    def ask(self, ids: list[int]) -> list[dict[str, Any]]:
+        out = []
+        for _ in ids:
+            self.asked += 1
+            curve = self.first if self.asked == 1 else self.rng.choice(self.table.curves)
+            out.append(dict(curve.params or {}))
+        return out
+
+    def report(self, trial: int, step: int, value: float) -> bool:
+        return trial != 1
+
+    def end(self, trial: int, state: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 # -- strategies by name -----------------------------------------------------------------
 
 OPTUNA_PRUNERS = {"sh": "sh", "sh-matched": "sh-matched", "hb": "hb", "hyperband": "hb", "hb-default": "hb-default",
@@ -331,6 +371,8 @@ def make_searcher(strategy: str, table: CurveTable, *, seed: int = 0, parallel: 
                   proposer_options: dict[str, Any] | None = None) -> Any:
     """``tpe+asha``, ``random``, ``optuna:tpe+sh``, ``optuna:random``, ... (see the module's docstring)."""
     name = strategy.strip()
+    if name == "oracle":
+        return OracleSearcher(table, seed=seed)
     if name.startswith("optuna:"):
         sampler, _, pruner = name[len("optuna:"):].partition("+")
         if pruner and pruner not in OPTUNA_PRUNERS:

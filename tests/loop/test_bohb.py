@@ -55,15 +55,16 @@ def test_bohb_learns_from_rungs_when_no_trial_has_finished() -> None:
     # 12 trials, every one stopped at step 1 or 3 (ASHA's rungs): no final value anywhere.
     xs = [-1.9, -1.5, -1.0, -0.6, -0.2, 0.2, 0.5, 0.8, 1.1, 1.4, 1.7, 1.95]
     history = [stopped_at(i + 1, {"x": x, "k": "ab"[i % 2]}, 3 if i % 3 else 1) for i, x in enumerate(xs)]
-    result = make_proposer(ProposerContext(plan("bohb", proposer={"kind": "bohb", "seed": 3,
-                                                                  "options": {"random_fraction": 0}})
-                                           )).propose(history, 8)
-    assert "model fitted at step 3" in result.rationale
-    bohb = [curve(p.params["x"], p.params["k"])[-1] for p in result.proposals]
     rand = [curve(p.params["x"], p.params["k"])[-1]
             for p in RandomProposer(ProposerContext(plan("random"))).propose(history, 8).proposals]
-    assert statistics.median(bohb) < 0.6 < 1.0 < statistics.median(rand), (bohb, rand)
-    assert len({(p.params["x"], p.params["k"]) for p in result.proposals}) == 8  # a batch spreads out
+    # stopped: bad (the trials stopped at step 1 are bad at step 3 too) and ignore (the default: they are not)
+    for stopped, bound in (("bad", 0.6), ("ignore", 0.7)):
+        result = make_proposer(ProposerContext(plan("bohb", proposer={
+            "kind": "bohb", "seed": 3, "options": {"random_fraction": 0, "stopped": stopped}}))).propose(history, 8)
+        assert "model fitted at step 3" in result.rationale
+        bohb = [curve(p.params["x"], p.params["k"])[-1] for p in result.proposals]
+        assert statistics.median(bohb) < bound < 1.0 < statistics.median(rand), (stopped, bohb, rand)
+        assert len({(p.params["x"], p.params["k"]) for p in result.proposals}) == 8  # a batch spreads out
 
 
 def test_bohb_fit_all_weighs_every_rung_by_how_it_ranks_like_the_highest() -> None:
@@ -109,11 +110,26 @@ def test_bohb_counts_trials_stopped_below_a_level_as_bad_there() -> None:
     good = [TrialRecord(i, {"x": x, "k": "b"}, "succeeded", curve(x)[-1],
                         intermediate=list(enumerate(curve(x), 1))) for i, x in enumerate([1.0, 1.2, 1.5, 1.6], 1)]
     stopped = [stopped_at(10 + i, {"x": x, "k": "b"}, 1) for i, x in enumerate([-1.5, -1.0, 0.0])]
-    proposer = make_proposer(ProposerContext(plan("bohb")))
+    proposer = make_proposer(ProposerContext(plan("bohb", proposer={"kind": "bohb", "seed": 3,
+                                                                    "options": {"stopped": "bad"}})))
     seen, bad, _ = proposer._observations(good + stopped)  # type: ignore[attr-defined]
     assert len(seen[math.inf]) == 4 and len(bad[math.inf]) == 3 and len(bad[3]) == 3 and len(seen[1]) == 7
     assert "model fitted at the final values: 4 trials there, 3 known worse" in proposer.propose(good + stopped,
                                                                                                 1).rationale
+
+
+def test_bohb_can_ignore_stopped_trials_above_where_they_got() -> None:
+    # where curves cross, a trial stopped at step 1 says nothing of its final value: stopped: ignore
+    good = [TrialRecord(i, {"x": x, "k": "b"}, "succeeded", curve(x)[-1],
+                        intermediate=list(enumerate(curve(x), 1))) for i, x in enumerate([1.0, 1.2, 1.5, 1.6], 1)]
+    stopped = [stopped_at(10 + i, {"x": x, "k": "b"}, 1) for i, x in enumerate([-1.5, -1.0, 0.0])]
+    failed = [TrialRecord(20, {"x": 0.3, "k": "a"}, "failed", None)]
+    proposer = make_proposer(ProposerContext(plan("bohb")))  # ignore: the default
+    seen, bad, _ = proposer._observations(good + stopped + failed)  # type: ignore[attr-defined]
+    assert len(seen[math.inf]) == 4 and len(bad[math.inf]) == 1 and len(bad[3]) == 1 and len(seen[1]) == 7
+    with pytest.raises(PlanError, match="stopped") as info:
+        make_proposer(ProposerContext(plan("bohb", proposer={"kind": "bohb", "options": {"stopped": "../x"}})))
+    assert "ignore" in (info.value.hint or "")
 
 
 def test_bohb_and_tpe_start_from_the_prior() -> None:
@@ -143,6 +159,12 @@ def test_a_plans_digest_changes_only_with_the_new_keys() -> None:
     prior = {"x": {"low": -2.0, "high": 2.0, "prior": 0.5}, "k": {"choices": ["a", "b"]}}
     assert plan("tpe", prior).digest() != base
     assert plan("tpe", {"x": {"low": -2.0, "high": 2.0}, "k": {"choices": ["a", "b"]}}).digest() == base
+    # hyperband's allocation, unset, leaves a plan's digest as before the key existed (the loop resumes)
+    stop = {"kind": "hyperband", "max_steps": 27}
+    one = {"name": "p", "objective": {"metric": "loss"}, "trial": {"command": "train {x}"},
+           "space": {"x": {"low": -2.0, "high": 2.0}}, "early_stop": stop}
+    assert parse_plan(one).digest() == "6a78b4d3bd99d0c7"  # the digest of this plan before allocation existed
+    assert parse_plan({**one, "early_stop": {**stop, "allocation": "hyperband"}}).digest() != "6a78b4d3bd99d0c7"
 
 
 # -- loops on the fake backend ----------------------------------------------------------------

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
+from autoresearch.errors import PlanError
 from autoresearch.loop._curvefit import forecast
 from autoresearch.loop.controller import Controller
 from autoresearch.loop.plan import EarlyStop, parse_plan
-from autoresearch.loop.stopping import CurveStop, Hyperband, make_stopper
+from autoresearch.loop.stopping import CurveStop, Hyperband, bracket_weight, make_stopper
 from tests.loop.test_controller import TRIAL
 
 
@@ -26,13 +27,31 @@ def test_hyperband_brackets_have_their_own_first_rung_and_hyperband_shares() -> 
     hb = Hyperband(min_steps=1, reduction_factor=3, max_steps=27)
     # a bracket per rung below max_steps and one that trains in full (Hyperband's s_max + 1, as Optuna's)
     assert hb.n == 4 and [a.rungs(26) for a in hb.asha] == [[1, 3, 9], [3, 9], [9], []]
-    shares = Counter(hb.bracket(t) for t in range(1, 401))
-    assert shares[0] > shares[1] > shares[2] > shares[3] > 0  # 27 : 9 : 3 : 1, like Hyperband's n_i
-    assert abs(shares[0] / 400 - 27 / 40) < 0.05
+    shares = Counter(hb.bracket(t) for t in range(1, 491))
+    assert shares[0] > shares[1] > shares[2] > shares[3] > 0  # 27 : 12 : 6 : 4, Hyperband's n_i (the default)
+    assert abs(shares[0] / 490 - 27 / 49) < 0.05
+    geometric = Counter(Hyperband(1, 3, 27, allocation="geometric").bracket(t) for t in range(1, 401))
+    assert abs(geometric[0] / 400 - 27 / 40) < 0.05 and abs(geometric[3] / 400 - 1 / 40) < 0.02
     assert [hb.bracket(t) for t in range(1, 20)] == [Hyperband(1, 3, 27).bracket(t) for t in range(1, 20)]
     assert hb.decision_steps(next(t for t in range(1, 50) if hb.bracket(t) == 2)) == [9]
     assert hb.decision_steps(next(t for t in range(1, 400) if hb.bracket(t) == 3)) == []
     assert Hyperband(min_steps=1, reduction_factor=3).n == 3 and Hyperband(1, 3, 27, brackets=3).n == 3
+
+
+def test_hyperband_allocation_gives_the_lax_brackets_hyperbands_own_share() -> None:
+    assert [bracket_weight("hyperband", 4, b, 3) for b in range(4)] == [27, 12, 6, 4]  # ceil(4 * 3**s / (s + 1))
+    assert [bracket_weight("geometric", 4, b, 3) for b in range(4)] == [27, 9, 3, 1]
+    hb = Hyperband(1, 3, 27, allocation="hyperband")
+    assert hb.edges == Hyperband(1, 3, 27).edges  # the default
+    shares = Counter(hb.bracket(t) for t in range(1, 491))
+    assert abs(shares[0] / 490 - 27 / 49) < 0.03 and abs(shares[3] / 490 - 4 / 49) < 0.03
+    base = {"name": "p", "objective": {"metric": "loss"}, "trial": {"command": "true"},
+            "space": {"x": {"low": 0.0, "high": 1.0}}}
+    plan = parse_plan({**base, "early_stop": {"kind": "hyperband", "max_steps": 27, "allocation": "hyperband"}})
+    made = make_stopper(plan.early_stop)
+    assert isinstance(made, Hyperband) and made.edges == hb.edges
+    with pytest.raises(PlanError, match="allocation"):
+        parse_plan({**base, "early_stop": {"kind": "hyperband", "allocation": "<b>uniform</b>"}})
 
 
 def test_hyperband_compares_a_trial_with_its_own_bracket_only() -> None:

@@ -139,7 +139,7 @@ def test_first_wave_holds_for_the_quorum_then_the_best_leads_and_the_rest_are_ju
     # max_steps given: every rung below it is judged at once, nothing waits
     assert ASHA(2, 2, max_steps=8).waiting_rung(1, [(2, 1.0)], {}) is None
     # Hyperband: a bracket's quorum and lead are its own (trials 1 and 5 are in bracket 0 of 2, 3 in bracket 1)
-    hb = Hyperband(min_steps=1, reduction_factor=3, brackets=2)
+    hb = Hyperband(min_steps=1, reduction_factor=3, brackets=2, allocation="geometric")
     assert hb.bracket(1) == hb.bracket(5) == 0 != hb.bracket(3)
     wave: dict[int, Series] = {1: [(1, 2.0)], 5: [(1, 1.0)], 3: [(1, 9.0)]}  # 3's first rung is 3: not waiting
     at = {t: r for t, s in wave.items() if (r := hb.waiting_rung(t, s, wave)) is not None}

@@ -226,3 +226,20 @@ def test_optuna_runs_on_our_rungs_or_on_its_own_defaults(table: CurveTable) -> N
     assert pruner("optuna:tpe+hb-default")._max_resource in (None, "auto")
     run = replay(table, make_searcher("optuna:tpe+sh-matched", table, seed=0), budget=120)
     assert run.compute == 120 and run.stopped > 0
+
+
+def test_the_oracle_is_the_floor_of_compute_to_target(table: CurveTable) -> None:
+    target = target_of(table)
+    oracle = run_strategy("oracle", table, seed=1, budget=40 * STEPS)
+    first = [p for p in oracle.points if p.trial == 1]
+    # its first trial is the fastest-training target config, trained in full; every other stops at step 1
+    assert [p.step for p in first] == list(range(1, STEPS + 1)) and first[-1].value <= target
+    assert all(oracle.steps_of(t) <= 1 for t in range(2, oracle.trials + 1))  # (the last ones: cut by the budget)
+    assert oracle.compute_to(target) == first[-1].compute
+    hits = [c for c in table.curves if c.values[-1] <= target]
+    assert first[-1].time == pytest.approx(min(c.seconds_to(STEPS) for c in hits))
+    for strategy in ("random", "optuna:random"):  # no search gets a fully trained target config sooner in time
+        for s in range(3):
+            run = run_strategy(strategy, table, seed=s, budget=40 * STEPS)
+            hit = next((p for p in run.points if p.final and p.value <= target), None)
+            assert hit is None or hit.time >= first[-1].time, (strategy, s)

@@ -6,16 +6,17 @@ Each trial's curve so far (``TrialRecord.intermediate``) gives its value at ever
 reached (``early_stop.min_steps * reduction_factor**k``; finished trials also at the final
 level). The model is fitted at the highest level with enough observations
 (``min_points``, default d + 2 for d parameters): the best ``gamma`` of them make the good
-density, the rest the bad one (:mod:`autoresearch.loop.proposers._parzen`). What the
-stopper already said also counts: a trial stopped below that level, or one that failed, is
-a bad observation there (BOHB proper ignores them), and trials in flight (and the batch's
+density, the rest the bad one (:mod:`autoresearch.loop.proposers._parzen`). A trial that
+failed is a bad observation at every level; one the stopper ended counts only at the rungs it
+reached (``stopped: ignore``, the default, as BOHB proper: where curves cross, a config stopped
+early may be one that ends best), or is bad above them too (``stopped: bad``); trials in flight (and the batch's
 earlier proposals) are bad as well ("constant liar"), so a batch spreads out. Before any
 level has enough observations, and for a ``random_fraction`` of proposals afterwards,
 proposals come from the prior: around each ``space.<name>.prior`` guess, uniform elsewhere.
 Trials of ``warm_start`` loops are observations like the loop's own.
 
 Options (``proposer.options``): ``gamma`` (0.15), ``random_fraction`` (0.33, as BOHB), ``candidates``
-(64), ``min_points``; ``proposer.n_startup`` is a floor on ``min_points``.
+(64), ``min_points``, ``fit``, ``stopped``; ``proposer.n_startup`` is a floor on ``min_points``.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ class BOHBProposer(Proposer):
 
         from autoresearch.loop.proposers._parzen import dims_of
 
-        known = {"gamma", "random_fraction", "candidates", "min_points", "fit", "llm_prior", "llm_confidence"}
+        known = {"gamma", "random_fraction", "candidates", "min_points", "fit", "stopped", "llm_prior",
+                 "llm_confidence"}
         if "llm_prior" in proposer_options(self.plan):  # the llm proposer's own options too
             known |= {"retries", "backoff_s", "timeout_s", "price_in", "price_out", "history_limit"}
         opts = proposer_options(self.plan, known)
@@ -93,6 +95,11 @@ class BOHBProposer(Proposer):
             self.llm_conf = option(opts, "llm_confidence", 0.5, 0.01, 0.99, kind="bohb")
             self.llm = LLMProposer(ctx)  # no key, no provider: refused here, before anything launches
             self.blocking = True  # the first proposal waits for the model
+        self.stopped = str(opts.get("stopped", "ignore"))
+        if self.stopped not in ("bad", "ignore"):
+            raise PlanError(f"proposer.options.stopped is {self.stopped[:40]!r}; give bad or ignore",
+                            hint="ignore (the default): a stopped trial counts only where it got (BOHB proper); "
+                                 "bad: a trial stopped below a level counts as bad there")
         self.fit = str(opts.get("fit", "level"))
         if self.fit not in ("all", "level", "rank"):
             raise PlanError(f"proposer.options.fit is {self.fit[:40]!r}; give all, level or rank",
@@ -151,11 +158,11 @@ class BOHBProposer(Proposer):
                 v = value_at(curve, lv)
                 if v is not None:
                     seen[lv].append((x, v))
-                elif r.state in ("stopped", "failed") and last < lv:
+                elif (r.state == "failed" or r.state == "stopped" and self.stopped == "bad") and last < lv:
                     bad[lv].append(x)  # never got there: the stopper (or the trial itself) ended it below
             if r.state == "succeeded" and r.objective is not None and math.isfinite(r.objective):
                 seen[FINAL].append((x, self.sign * r.objective))
-            elif r.state in ("stopped", "failed"):
+            elif r.state == "failed" or r.state == "stopped" and self.stopped == "bad":
                 bad[FINAL].append(x)
         return seen, bad, pending
 
