@@ -46,6 +46,7 @@ class LiveTable:
         self.live: Any = None
         self.printed: set[int] = set()
         self.warned: set[int] = set()  # trials whose unseen objective was said (once each)
+        self.blocked = ""  # the reason no node runs the queued trials, as last printed
 
     def __enter__(self) -> LiveTable:
         if self.interactive:
@@ -68,6 +69,11 @@ class LiveTable:
         if self.live is not None:
             self.live.update(self._table(view))
             return
+        if view.blocked != self.blocked:  # once, and again when it changes or clears
+            self.console.print(f"waiting: {view.blocked}; the loop waits for a node (Ctrl-C stops it)" if view.blocked
+                               else "no longer waiting for a node", highlight=False, markup=False,
+                               soft_wrap=True)
+            self.blocked = view.blocked
         for trial_id, text in self._unseen(view):
             self.console.print(f"warning: trial {trial_id}: {text}", highlight=False, markup=False, soft_wrap=True)
         for t in view.trials:
@@ -100,6 +106,8 @@ class LiveTable:
         if hidden > 0:  # one summary row for the rest (a live view carries only what is shown)
             table.add_row("…", "", f"{hidden} more trial(s) not shown", "", "", "", "", "")
         notes = [f"warning: trial {trial_id}: {text}" for trial_id, text in self._unseen(view, again=True)][:3]
+        if view.blocked:
+            notes.insert(0, f"waiting: {view.blocked}; the loop waits for a node (Ctrl-C stops it)")
         if hidden > 0:
             counts = ", ".join(f"{n} {state}" for state, n in sorted(view.counts.items()))
             notes.append(f"all trials: {counts} (every one: the report and MLflow)")

@@ -11,9 +11,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from autoresearch.engine.blocked import no_node_text
 from autoresearch.errors import NotFoundError
 from autoresearch.loop.noise import Floor, incumbent_floor
 from autoresearch.loop.store import LoopStore
+from autoresearch.store.jobstore import JobStore
 from autoresearch.store.ledger import Ledger
 
 
@@ -78,6 +80,9 @@ class LoopView:
     warm_start: str = ""  # which earlier loops' trials warmed its proposer, and how many (loop/proposers/_warm.py)
     best_confirmed: bool | None = None  # its repeats (repeats.seeds) all ended; None: the plan has no repeats
     budget_spent: str = ""  # the finished loop's compute budgets, spent / given ("steps 27/20 · GPU-h 0.1/1")
+    # Why its queued trials do not start: every node that fits is cordoned or down (engine/blocked.py);
+    # '' when nothing blocks them. The loop waits (a node comes back) and says so once, and on a change.
+    blocked: str = ""
 
 
 @dataclass(frozen=True)
@@ -326,11 +331,31 @@ def _loop_part(view: LoopView, store: LoopStore, loop: Any, plan: dict[str, Any]
     if plan.get("warm_start"):
         warm = store.last_decision("warm_start")
         view.warm_start = str(warm["rationale"]) if warm is not None else ""
+    view.blocked = ""
+    if loop["state"] == "running":
+        view.blocked = blocked_text(store.ledger, [{"state": t.state, "job_id": t.job_id} for t in view.trials])
     if loop["state"] == "running":
         view.next_step = "follow with `autoresearch run <plan> --resume`; stop trials with `autoresearch cancel JOB`"
     else:
         view.next_step = f"see `autoresearch report {loop['name']}`"
     return view
+
+
+BLOCKED_LOOK = 20  # queued trials' jobs read to find one still queued (the loop's trials share one shape)
+
+
+def blocked_text(ledger: Ledger, trials: Any) -> str:
+    """Why a loop's queued trials (rows with ``state`` and ``job_id``) do not start: every node of
+    their backend that fits them is cordoned or down (:func:`autoresearch.engine.blocked.no_node_text`);
+    '' when none is queued or a node can take them. Two small reads, from any process."""
+    ids = [t["job_id"] for t in trials if t["state"] == "queued" and t["job_id"] is not None][:BLOCKED_LOOK]
+    if not ids:
+        return ""
+    jobs = JobStore(ledger)
+    job = next((j for j in jobs.jobs_by_ids(ids) if j["state"] == "queued"), None)
+    if job is None:
+        return ""
+    return no_node_text(jobs.node_sizes(job["backend"]), int(job["gpus"]), int(job["nodes"]))
 
 
 def spent_text(spent: Any) -> str:
