@@ -488,6 +488,7 @@ class JobStore:
                     "gpu_ids=excluded.gpu_ids, cpus=excluded.cpus, memory=excluded.memory, "
                     "updated_at=excluded.updated_at, "
                     "since=CASE WHEN nodes.state='down' THEN excluded.updated_at ELSE nodes.since END, "
+                    "reason=CASE WHEN nodes.state='down' THEN '' ELSE nodes.reason END, "  # why it was down: no more
                     "state=CASE WHEN nodes.state='down' THEN 'healthy' ELSE nodes.state END",
                     (node.name, backend, len(node.gpu_ids), json.dumps(node.gpu_ids), node.cpus,
                      node.memory, now),
