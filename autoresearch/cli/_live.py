@@ -147,7 +147,8 @@ class LiveTable:
         c = self.console
         c.print(f"[bold]loop {escape(view.name)} {view.state}[/]: {escape(view.stop_reason or '')}")
         counts = ", ".join(f"{k} {v}" for k, v in sorted(view.counts.items()))
-        c.print(f"trials: {counts}; wall {_dur(view.elapsed_s)}; decisions {view.decisions}", highlight=False)
+        clock = "simulated time" if _simulated(self.plan) else "wall"  # elapsed_s is simulated on the sim
+        c.print(f"trials: {counts}; {clock} {_dur(view.elapsed_s)}; decisions {view.decisions}", highlight=False)
         if view.warm_start:  # which earlier loops' trials warmed the proposer (warm_start:)
             c.print(view.warm_start, highlight=False, markup=False, soft_wrap=True)
         if view.best_trial is not None:
@@ -172,3 +173,9 @@ class LiveTable:
 def _job(job_id: int | None) -> str:
     """A trial's job beside its id: the number `autoresearch logs` takes (or T<trial>)."""
     return "" if job_id is None else f" (job {job_id})"
+
+
+def _simulated(plan: Any) -> bool:
+    """The plan runs on the sim backend: the loop's elapsed time and ETA are simulated seconds."""
+    choice = getattr(plan, "backend_choice", None)
+    return callable(choice) and choice()[0] == "sim"

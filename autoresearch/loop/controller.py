@@ -572,7 +572,7 @@ class Controller:
             s.exhausted = True
         seed = 0
         ids = s.store.record_proposals(result, proposals, inputs={"asked": call_n, "history": s.launched()},
-                                       seeds=[seed] * len(proposals))
+                                       seeds=[seed] * len(proposals), now=s.now_ts())
         self.proposed(ids)
 
     def proposed(self, ids: list[int]) -> None:

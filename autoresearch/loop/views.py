@@ -7,6 +7,7 @@ Used by the live table, ``--json``, ``autoresearch report``, and the MCP tools
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -139,18 +140,36 @@ def incumbent_sequence(rows: list[Any], judged: dict[int, Verdict],
     Every view of "best" reads this (the live and final tables, the report's plots and
     summary, the MCP leaderboard, the controller on resume), so none can disagree with the
     loop's noise-aware decisions: a trial that merely scored lower, within the noise floor,
-    never becomes "best" here. Trials are replayed in the order the loop judged them (a
-    judged trial at its decision, others at their end); the incumbent's value is the mean
+    never becomes "best" here. Trials are replayed in the order the loop judged them, on the
+    trials' own clock (:func:`judged_times`: a judged trial in decision order, others at their
+    end; each step's ``at``); the incumbent's value is the mean
     of its seeds (itself and its repeats) that had ended by then, with the noise floor then in
     force. ``tracker``: replay into this one (a live view goes on from it, one ended trial at a
     time); ``sign``: +1 to minimize, -1 to maximize.
     """
-    def order(r: Any) -> tuple[float, int, int]:
-        v = judged.get(r["id"])
-        return (v.decided_at, v.decision_id, r["id"]) if v else (float(r["ended_at"]), 1 << 62, r["id"])
-
+    ended = [r for r in rows if r["ended_at"]]
+    at = judged_times(ended, judged)
     tracker = tracker or IncumbentTracker(sign)
-    return [tracker.step(r, judged.get(r["id"])) for r in sorted((r for r in rows if r["ended_at"]), key=order)]
+    return [tracker.step(r, judged.get(r["id"]), at[r["id"]])
+            for r in sorted(ended, key=lambda r: (at[r["id"]], _decision_of(judged, r["id"]), r["id"]))]
+
+
+def judged_times(ended: list[Any], judged: dict[int, Verdict]) -> dict[int, float]:
+    """When each ended trial took effect, on one clock: the trials' own (``ended_at``; on the sim
+    backend simulated, where decisions are stamped with the wall clock). A judged trial takes effect
+    in the order the loop judged it (decision order), never before it ended nor before a trial judged
+    ahead of it; another trial at its end."""
+    out = {r["id"]: float(r["ended_at"]) for r in ended}
+    latest = -math.inf
+    for r in sorted((r for r in ended if r["id"] in judged), key=lambda r: (judged[r["id"]].decision_id, r["id"])):
+        latest = max(latest, out[r["id"]])
+        out[r["id"]] = latest
+    return out
+
+
+def _decision_of(judged: dict[int, Verdict], trial_id: int) -> int:
+    verdict = judged.get(trial_id)
+    return verdict.decision_id if verdict is not None else 1 << 62
 
 
 class IncumbentTracker:
@@ -164,7 +183,7 @@ class IncumbentTracker:
         self.previous: list[int] = []  # the incumbents before this one, newest last
         self.last: CurveStep | None = None
 
-    def step(self, r: Any, verdict: Verdict | None) -> CurveStep:
+    def step(self, r: Any, verdict: Verdict | None, at: float | None = None) -> CurveStep:
         if r["state"] == "succeeded" and r["objective"] is not None:
             if r["role"] != "repeat":
                 self.seeds.setdefault(r["id"], []).append(float(r["objective"]))
@@ -179,7 +198,7 @@ class IncumbentTracker:
         elif r["role"] == "repeat" and r["parent_trial"] == self.incumbent and self.incumbent is not None:
             self.incumbent = kept_on_means(self.incumbent, self.previous, self.seeds, self.sign)
         values = self.seeds.get(self.incumbent) if self.incumbent is not None else None
-        self.last = CurveStep(r["id"], float(r["ended_at"]), self.incumbent,
+        self.last = CurveStep(r["id"], float(r["ended_at"]) if at is None else at, self.incumbent,
                               sum(values) / len(values) if values else None, self.floor().value)
         return self.last
 
