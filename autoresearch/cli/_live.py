@@ -80,6 +80,10 @@ class LiveTable:
             if t.ended_at and t.trial_id not in self.printed:
                 self.printed.add(t.trial_id)
                 note = " (within noise: not kept)" if t.within_noise else " (kept: new incumbent)" if t.kept else ""
+                if t.role == "repeat" and t.parent_trial is not None and t.incumbent_after is not None:
+                    # best moves with the seeds (a mean), and may go back to an earlier incumbent: say so
+                    note = (f" (seed of #{t.parent_trial}; best: incumbent #{t.incumbent_after}'s mean over its "
+                            "ended seeds)")
                 self.console.print(f"trial {t.trial_id}{_job(t.job_id)} {t.state} {view.metric}={_num(t.objective)}{note} "
                                    f"best={_num(t.best_so_far)} {_params(t.params, 80)}", highlight=False,
                                    markup=False, soft_wrap=True)
