@@ -44,7 +44,8 @@ from autoresearch.views import (
 )
 
 LIST_HINT = "list jobs with `autoresearch list` (MCP: list_jobs)"
-TRIAL_HINT = "a loop's trials and their jobs: `autoresearch leaderboard NAME` (MCP: leaderboard)"
+TRIAL_HINT = ("a loop's trials and their jobs: `autoresearch list --experiment LOOP` (trial N's job is LOOP-tN), "
+              "its leaderboard: `autoresearch report LOOP` (MCP: leaderboard)")
 # What a trial may write to be heard, for the faces' "no metrics" messages (autoresearch.engine.metrics).
 METRIC_FORMATS = M.LOG_FORMATS
 UNSEEN_AFTER_S = M.UNSEEN_AFTER_S
