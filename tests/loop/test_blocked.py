@@ -1,4 +1,4 @@
-"""A loop whose whole fleet is cordoned keeps waiting (a node comes back) but says why: in its
+"""A loop (or a job) whose whole fleet is cordoned keeps waiting (a node comes back) but says why: in its
 live output once, again when the reason changes or clears, and in loop_status from any process."""
 
 from __future__ import annotations
@@ -60,3 +60,21 @@ def test_the_live_output_says_it_once_and_again_when_it_changes_or_clears() -> N
     assert lines == ["waiting: no node can run this: A; the loop waits for a node (Ctrl-C stops it)",
                      "waiting: no node can run this: B; the loop waits for a node (Ctrl-C stops it)",
                      "no longer waiting for a node"]
+
+
+def test_a_queued_jobs_status_says_why_as_the_nodes_are_now(api: Any, tmp_path: Path) -> None:
+    """Cordoned after the job was sent (a health check, a person): its status says so then, and
+    no longer once the node is back (the warning at submit only saw the nodes of that moment)."""
+    from tests.conftest import wait_state
+
+    busy = api.submit({"command": ["sleep", "60"], "workdir": str(tmp_path), "gpus": 2})
+    wait_state(api, busy.id, "running")
+    waiting = api.submit({"command": ["true"], "workdir": str(tmp_path), "gpus": 2})
+    assert api.status(waiting.id).warnings == []  # queued for GPUs: a node can run it
+    node = api.nodes()[0].name
+    api.cordon(node, reason="Xid 48")
+    assert api.status(waiting.id).warnings == [
+        f"job: queued: no node can run this: 1 node cordoned ({node}: Xid 48); uncordon with `autoresearch uncordon {node}`"]
+    api.cordon(node, undo=True)
+    assert api.status(waiting.id).warnings == []
+    api.cancel([busy.id, waiting.id])
