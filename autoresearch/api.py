@@ -25,6 +25,7 @@ from typing import Any
 
 from autoresearch.engine import jobs
 from autoresearch.engine import metrics as M
+from autoresearch.engine.blocked import no_node_text
 from autoresearch.engine.guard import warnings_of
 from autoresearch.engine.jobs import MAX_LOG_BYTES
 from autoresearch.engine.runtime import ACTIVE, FINAL, Runtime
@@ -46,7 +47,8 @@ from autoresearch.views import (
 )
 
 LIST_HINT = "list jobs with `autoresearch list` (MCP: list_jobs)"
-TRIAL_HINT = "a loop's trials and their jobs: `autoresearch leaderboard NAME` (MCP: leaderboard)"
+TRIAL_HINT = ("a loop's trials and their jobs: `autoresearch list --experiment LOOP` (trial N's job is LOOP-tN), "
+              "its leaderboard: `autoresearch report LOOP` (MCP: leaderboard)")
 # What a trial may write to be heard, for the faces' "no metrics" messages (autoresearch.engine.metrics).
 METRIC_FORMATS = M.LOG_FORMATS
 UNSEEN_AFTER_S = M.UNSEEN_AFTER_S
@@ -583,7 +585,11 @@ class Api:
             from autoresearch.store.jobstore import attempt_paths
 
             view.limits = isolation.limits_line(attempt_paths(self._ledger.job_path(job["id"]), attempts[-1]["n"])[0])
-        view.warnings = [redact(w, secrets) for w in warnings_of(self._ledger, job["id"], job["state"] == "queued")]  # they quote trial output
+        view.warnings = [redact(w, secrets) for w in warnings_of(self._ledger, job["id"])]  # they quote trial output
+        if job["state"] == "queued":  # why it does not start, as the nodes are now (not as they were at submit)
+            waiting = no_node_text(self._jobs.node_sizes(job["backend"]), int(job["gpus"]), int(job["nodes"]))
+            if waiting:
+                view.warnings.insert(0, f"job: queued: {waiting}")
         for a in attempts:
             if a["unread_bytes"] > 0:
                 view.unread_points += a["unread_points"]

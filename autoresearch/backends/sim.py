@@ -118,12 +118,19 @@ class SimBackend(Backend):
     # -- the contract -----------------------------------------------------------------
 
     def nodes(self) -> list[NodeInfo]:
+        """Every node of the fleet; one its seeded schedule has lost is reported ``down``, with why and
+        when it is back (the sim knows: it is no node that merely went unreported)."""
         now = self.clock.now()
         out = []
         for name, kind in self.fleet.nodes():
-            if self.state.schedule.down(name, now) is None:
-                out.append(NodeInfo(name, tuple(str(g) for g in range(kind.gpus)), kind.cpus, kind.memory,
-                                    {"sim.type": kind.name, "sim.speed": f"{kind.speed:g}"}))
+            loss = self.state.schedule.down(name, now)
+            state, reason = "", ""
+            if loss is not None:
+                back = self.state.schedule.back_at(loss)  # a reason that stays put: a row written once
+                state, reason = "down", (f"node lost (a simulated fault) at {loss.t / 3600:.2f} h of simulated time; "
+                                         f"back at {back / 3600:.2f} h")
+            out.append(NodeInfo(name, tuple(str(g) for g in range(kind.gpus)), kind.cpus, kind.memory,
+                                {"sim.type": kind.name, "sim.speed": f"{kind.speed:g}"}, state, reason))
         return out
 
     def start(self, request: LaunchRequest) -> str:

@@ -46,6 +46,7 @@ class LiveTable:
         self.live: Any = None
         self.printed: set[int] = set()
         self.warned: set[int] = set()  # trials whose unseen objective was said (once each)
+        self.blocked = ""  # the reason no node runs the queued trials, as last printed
 
     def __enter__(self) -> LiveTable:
         if self.interactive:
@@ -68,12 +69,21 @@ class LiveTable:
         if self.live is not None:
             self.live.update(self._table(view))
             return
+        if view.blocked != self.blocked:  # once, and again when it changes or clears
+            self.console.print(f"waiting: {view.blocked}; the loop waits for a node (Ctrl-C stops it)" if view.blocked
+                               else "no longer waiting for a node", highlight=False, markup=False,
+                               soft_wrap=True)
+            self.blocked = view.blocked
         for trial_id, text in self._unseen(view):
             self.console.print(f"warning: trial {trial_id}: {text}", highlight=False, markup=False, soft_wrap=True)
         for t in view.trials:
             if t.ended_at and t.trial_id not in self.printed:
                 self.printed.add(t.trial_id)
                 note = " (within noise: not kept)" if t.within_noise else " (kept: new incumbent)" if t.kept else ""
+                if t.role == "repeat" and t.parent_trial is not None and t.incumbent_after is not None:
+                    # best moves with the seeds (a mean), and may go back to an earlier incumbent: say so
+                    note = (f" (seed of #{t.parent_trial}; best: incumbent #{t.incumbent_after}'s mean over its "
+                            "ended seeds)")
                 self.console.print(f"trial {t.trial_id}{_job(t.job_id)} {t.state} {view.metric}={_num(t.objective)}{note} "
                                    f"best={_num(t.best_so_far)} {_params(t.params, 80)}", highlight=False,
                                    markup=False, soft_wrap=True)
@@ -100,6 +110,8 @@ class LiveTable:
         if hidden > 0:  # one summary row for the rest (a live view carries only what is shown)
             table.add_row("…", "", f"{hidden} more trial(s) not shown", "", "", "", "", "")
         notes = [f"warning: trial {trial_id}: {text}" for trial_id, text in self._unseen(view, again=True)][:3]
+        if view.blocked:
+            notes.insert(0, f"waiting: {view.blocked}; the loop waits for a node (Ctrl-C stops it)")
         if hidden > 0:
             counts = ", ".join(f"{n} {state}" for state, n in sorted(view.counts.items()))
             notes.append(f"all trials: {counts} (every one: the report and MLflow)")
@@ -139,7 +151,8 @@ class LiveTable:
         c = self.console
         c.print(f"[bold]loop {escape(view.name)} {view.state}[/]: {escape(view.stop_reason or '')}")
         counts = ", ".join(f"{k} {v}" for k, v in sorted(view.counts.items()))
-        c.print(f"trials: {counts}; wall {_dur(view.elapsed_s)}; decisions {view.decisions}", highlight=False)
+        clock = "simulated time" if _simulated(self.plan) else "wall"  # elapsed_s is simulated on the sim
+        c.print(f"trials: {counts}; {clock} {_dur(view.elapsed_s)}; decisions {view.decisions}", highlight=False)
         if view.warm_start:  # which earlier loops' trials warmed the proposer (warm_start:)
             c.print(view.warm_start, highlight=False, markup=False, soft_wrap=True)
         if view.best_trial is not None:
@@ -164,3 +177,9 @@ class LiveTable:
 def _job(job_id: int | None) -> str:
     """A trial's job beside its id: the number `autoresearch logs` takes (or T<trial>)."""
     return "" if job_id is None else f" (job {job_id})"
+
+
+def _simulated(plan: Any) -> bool:
+    """The plan runs on the sim backend: the loop's elapsed time and ETA are simulated seconds."""
+    choice = getattr(plan, "backend_choice", None)
+    return callable(choice) and choice()[0] == "sim"

@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from autoresearch.engine.blocked import no_node_text
 from autoresearch.engine.runtime import FINAL, Runtime, checkpoint_dir, checkpoint_problem
 from autoresearch.engine.watcher import wake
 from autoresearch.errors import CapacityError, SpecError
@@ -156,19 +157,13 @@ def warn_if_unschedulable(runtime: Runtime, job_id: int, gpus: int, nodes: int,
         gpus, nodes = gpus * nodes, 1  # a gang's members share the host
     if rows is None:
         rows = runtime.jobs.node_sizes(runtime.backend.name)
-    fitting = [r for r in rows if r["gpus"] >= gpus]
-    if sum(1 for r in fitting if r["state"] in USABLE) >= nodes:
+    text = no_node_text(rows, gpus, nodes)
+    if not text:
         return
     job = runtime.jobs.job(job_id)
     if job is None or job["state"] != "queued":
         return
-    blocked = ", ".join(f"{r['name']} ({r['state']})" for r in fitting if r["state"] not in USABLE)
-    runtime.jobs.warn("unschedulable", job_id, None,
-                      f"queued, but no node can run it now: {blocked}; it starts once one is back "
-                      "(autoresearch uncordon NODE)")
-
-
-USABLE = ("healthy", "degraded")  # node states the scheduler places onto
+    runtime.jobs.warn("unschedulable", job_id, None, f"queued: {text}")
 
 
 def check_capacity(runtime: Runtime, gpus: int, nodes: int, project: str = "", priority: str = "normal") -> \

@@ -332,10 +332,17 @@ class Runtime:
         known = {r["name"]: (r["gpu_ids"], r["cpus"], r["memory"], r["state"], r["reason"]) for r in rows}
         current = {n.name: (json.dumps(n.gpu_ids), n.cpus, n.memory) for n in seen}
         # An engine that schedules itself (Slurm) owns its nodes' state: a drain there is a cordon here.
-        states = None if self.backend.capabilities.places else {n.name: engine_node_state(n) for n in seen}
-        if set(known) == set(current) and all(
-                known[k][:3] == v and known[k][3] != "down" and (states is None or known[k][3:] == states[k])
-                for k, v in current.items()):
+        # One we place onto says only what it knows (the sim: a node its faults took down), and our
+        # health checks own the rest (a cordon stays ours).
+        states = ({n.name: engine_node_state(n) for n in seen} if not self.backend.capabilities.places
+                  else {n.name: engine_node_state(n) for n in seen if n.state} or None)
+
+        def same(name: str, sizes: tuple[Any, ...]) -> bool:
+            if known[name][:3] != sizes:
+                return False
+            return known[name][3:] == states[name] if states is not None and name in states else known[name][3] != "down"
+
+        if set(known) == set(current) and all(same(k, v) for k, v in current.items()):
             return rows  # nothing changed: no write on the read path
         self.jobs.save_nodes(self.backend.name, seen, now, states)
         return self.jobs.nodes(self.backend.name)

@@ -119,7 +119,7 @@ class LiveView:
             decisions=self.decisions, llm_usd=self.usd, tokens=self.tokens, elapsed_s=elapsed_s, eta_s=eta,
             budget_trials=plan.budget.trials, parallel=plan.budget.parallel, stop_reason="",
             next_step="follow with `autoresearch run <plan> --resume`; stop trials with `autoresearch cancel JOB`",
-            not_shown=len(s.rows) - len(trials))
+            not_shown=len(s.rows) - len(trials), blocked=s.blocked)
 
     def _row(self, r: Any, live: dict[int, tuple[int, float]]) -> TrialRow:
         step, value = live.get(r["id"], (None, None))

@@ -52,6 +52,12 @@ class ReportData:
         return f", {text}" if text else ""
 
     @property
+    def simulated(self) -> bool:
+        """The loop ran on the sim backend: its trials' times (created, ended, metric points) are simulated."""
+        backend = self.plan.get("backend")
+        return isinstance(backend, dict) and backend.get("kind") == "sim"
+
+    @property
     def start(self) -> float:
         return min((t.created_at for t in self.view.trials), default=0.0)
 
@@ -212,9 +218,10 @@ def plot_best_vs_time(data: ReportData) -> Any:
     ax.plot([], [], lw=0.8, color="C0", label="a trial's curve")
     ax.plot([], [], lw=0.8, color="C7", ls="--", label="an early-stopped trial's partial curve")
     _logy(ax, values)
-    ax.set_xlabel("seconds since the loop started")
+    clock = "simulated time" if data.simulated else "wall time"
+    ax.set_xlabel(f"seconds since the loop started ({clock})")
     ax.set_ylabel(_t(view.metric))
-    ax.set_title(f"{view.name}: best {_t(view.metric)} vs wall time\n{_t(_best_line(data))}", fontsize=11)
+    ax.set_title(f"{view.name}: best {_t(view.metric)} vs {clock}\n{_t(_best_line(data))}", fontsize=11)
     ax.grid(alpha=0.3)
     L.legend_under(fig, ax)
     return fig

@@ -60,12 +60,13 @@ from autoresearch.loop.rungsync import RungSync
 from autoresearch.loop.state import LoopState
 from autoresearch.loop.stopping import Series, Stopper, make_stopper
 from autoresearch.loop.store import ENDED_TRIAL, LoopStore
-from autoresearch.loop.views import LoopView, incumbents_of, loop_view, reread_loop
+from autoresearch.loop.views import LoopView, blocked_text, incumbents_of, loop_view, reread_loop
 from autoresearch.store import outbox
 from autoresearch.store.jobstore import JobStore
 from autoresearch.util._private import private_dir
 
 SIM_WAIT_S = 600.0  # simulated seconds a wait may skip when no event comes first
+BLOCKED_EVERY_S = 2.0  # how often a loop with queued trials asks whether any node can run them
 HELD_MONITOR_S = 0.05  # how often curves are read while trials wait at a first-wave rung (stopping.first_wave)
 
 
@@ -114,6 +115,7 @@ class Controller:
         self._live: LiveView | None = None  # the live display's view, kept as trials change (made on first use)
         # Inside a wake's batch of endings, a forced update is owed, not drawn: one per wake, not per end.
         self._batching = self._owed = False
+        self._blocked_look = -BLOCKED_EVERY_S  # when _check_blocked last read the nodes (monotonic)
 
     @property
     def tracking(self) -> bool:
@@ -264,6 +266,20 @@ class Controller:
         self._woke = (bool(self.watcher.wait(timeout)) or self._retry_tick
                       or time.monotonic() - self._last_tick >= self.safety_poll_s)
 
+    def _check_blocked(self) -> None:
+        """Every BLOCKED_EVERY_S while trials are queued: can any node run them? When every node that
+        fits is cordoned or down the loop keeps waiting (a node comes back: an uncordon, a passing
+        health check) but says why, once, and again when the reason changes or clears."""
+        now = time.monotonic()
+        if now - self._blocked_look < BLOCKED_EVERY_S and not self.state.blocked:  # blocked: every wake
+            return
+        self._blocked_look = now
+        s = self.state
+        text = blocked_text(self.ledger, list(s.active.values())) if s.active else ""
+        if text != s.blocked:
+            s.blocked = text
+            self.publish(force=True)
+
     def _monitor_every(self) -> float:
         """How often running trials' curves are read: ``monitor_every_s``, or :data:`HELD_MONITOR_S` while
         trials wait at a first-wave rung for a lead to go past it (its next step is no rung: it does
@@ -312,6 +328,7 @@ class Controller:
                 if _limits.done(s, self.call):
                     break
                 self._fill()
+                self._check_blocked()
                 self.publish()
                 self._wait()
             return self._finish()
@@ -555,7 +572,7 @@ class Controller:
             s.exhausted = True
         seed = 0
         ids = s.store.record_proposals(result, proposals, inputs={"asked": call_n, "history": s.launched()},
-                                       seeds=[seed] * len(proposals))
+                                       seeds=[seed] * len(proposals), now=s.now_ts())
         self.proposed(ids)
 
     def proposed(self, ids: list[int]) -> None:

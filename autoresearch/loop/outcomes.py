@@ -271,5 +271,5 @@ def promote(c: LoopHost, row: Any) -> None:
         ids = s.store.record_proposals(
             ProposeResult(proposals, info, rationale=f"re-run incumbent #{row['id']} with seeds {seeds} to "
                                                      "measure the noise floor"),
-            proposals, inputs={"incumbent": row["id"]}, role="repeat", seeds=seeds)
+            proposals, inputs={"incumbent": row["id"]}, role="repeat", seeds=seeds, now=s.now_ts())
         c.proposed(ids)

@@ -49,6 +49,7 @@ class LoopState:
     previous_incumbents: list[int] = field(default_factory=list)  # newest last (views.kept_on_means)
     ahead: int = 0  # trials queued ahead of the free slots (Controller.ahead)
     stop_reason: str = ""
+    blocked: str = ""  # why its queued trials do not start, '' when nothing blocks them (views.blocked_text)
     learning_seen: bool = False  # one of the first trials reported the objective: the fail-fast check is over
     exhausted: bool = False  # the proposer returned nothing
     unseen_warned: set[int] = field(default_factory=set)  # trials warned that their objective is unseen

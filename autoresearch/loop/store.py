@@ -194,9 +194,10 @@ class LoopStore:
     # -- trials -------------------------------------------------------------------------
 
     def record_proposals(self, result: ProposeResult, proposals: list[Proposal], *, inputs: Any, role: str = "explore",
-                         seeds: list[int] | None = None) -> list[int]:
-        """One propose decision and its trials, atomically; returns the new trial ids."""
-        now = time.time()
+                         seeds: list[int] | None = None, now: float | None = None) -> list[int]:
+        """One propose decision and its trials, atomically; returns the new trial ids. ``now``: the
+        trials' creation time on the clock their ends are stamped with (a simulated backend's)."""
+        now = time.time() if now is None else now
         ids: list[int] = []
         with self.ledger.tx() as c:
             decision = self.decide(

@@ -7,13 +7,16 @@ Used by the live table, ``--json``, ``autoresearch report``, and the MCP tools
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from autoresearch.engine.blocked import no_node_text
 from autoresearch.errors import NotFoundError
 from autoresearch.loop.noise import Floor, incumbent_floor
 from autoresearch.loop.store import LoopStore
+from autoresearch.store.jobstore import JobStore
 from autoresearch.store.ledger import Ledger
 
 
@@ -78,6 +81,9 @@ class LoopView:
     warm_start: str = ""  # which earlier loops' trials warmed its proposer, and how many (loop/proposers/_warm.py)
     best_confirmed: bool | None = None  # its repeats (repeats.seeds) all ended; None: the plan has no repeats
     budget_spent: str = ""  # the finished loop's compute budgets, spent / given ("steps 27/20 · GPU-h 0.1/1")
+    # Why its queued trials do not start: every node that fits is cordoned or down (engine/blocked.py);
+    # '' when nothing blocks them. The loop waits (a node comes back) and says so once, and on a change.
+    blocked: str = ""
 
 
 @dataclass(frozen=True)
@@ -134,18 +140,36 @@ def incumbent_sequence(rows: list[Any], judged: dict[int, Verdict],
     Every view of "best" reads this (the live and final tables, the report's plots and
     summary, the MCP leaderboard, the controller on resume), so none can disagree with the
     loop's noise-aware decisions: a trial that merely scored lower, within the noise floor,
-    never becomes "best" here. Trials are replayed in the order the loop judged them (a
-    judged trial at its decision, others at their end); the incumbent's value is the mean
+    never becomes "best" here. Trials are replayed in the order the loop judged them, on the
+    trials' own clock (:func:`judged_times`: a judged trial in decision order, others at their
+    end; each step's ``at``); the incumbent's value is the mean
     of its seeds (itself and its repeats) that had ended by then, with the noise floor then in
     force. ``tracker``: replay into this one (a live view goes on from it, one ended trial at a
     time); ``sign``: +1 to minimize, -1 to maximize.
     """
-    def order(r: Any) -> tuple[float, int, int]:
-        v = judged.get(r["id"])
-        return (v.decided_at, v.decision_id, r["id"]) if v else (float(r["ended_at"]), 1 << 62, r["id"])
-
+    ended = [r for r in rows if r["ended_at"]]
+    at = judged_times(ended, judged)
     tracker = tracker or IncumbentTracker(sign)
-    return [tracker.step(r, judged.get(r["id"])) for r in sorted((r for r in rows if r["ended_at"]), key=order)]
+    return [tracker.step(r, judged.get(r["id"]), at[r["id"]])
+            for r in sorted(ended, key=lambda r: (at[r["id"]], _decision_of(judged, r["id"]), r["id"]))]
+
+
+def judged_times(ended: list[Any], judged: dict[int, Verdict]) -> dict[int, float]:
+    """When each ended trial took effect, on one clock: the trials' own (``ended_at``; on the sim
+    backend simulated, where decisions are stamped with the wall clock). A judged trial takes effect
+    in the order the loop judged it (decision order), never before it ended nor before a trial judged
+    ahead of it; another trial at its end."""
+    out = {r["id"]: float(r["ended_at"]) for r in ended}
+    latest = -math.inf
+    for r in sorted((r for r in ended if r["id"] in judged), key=lambda r: (judged[r["id"]].decision_id, r["id"])):
+        latest = max(latest, out[r["id"]])
+        out[r["id"]] = latest
+    return out
+
+
+def _decision_of(judged: dict[int, Verdict], trial_id: int) -> int:
+    verdict = judged.get(trial_id)
+    return verdict.decision_id if verdict is not None else 1 << 62
 
 
 class IncumbentTracker:
@@ -159,7 +183,7 @@ class IncumbentTracker:
         self.previous: list[int] = []  # the incumbents before this one, newest last
         self.last: CurveStep | None = None
 
-    def step(self, r: Any, verdict: Verdict | None) -> CurveStep:
+    def step(self, r: Any, verdict: Verdict | None, at: float | None = None) -> CurveStep:
         if r["state"] == "succeeded" and r["objective"] is not None:
             if r["role"] != "repeat":
                 self.seeds.setdefault(r["id"], []).append(float(r["objective"]))
@@ -174,7 +198,7 @@ class IncumbentTracker:
         elif r["role"] == "repeat" and r["parent_trial"] == self.incumbent and self.incumbent is not None:
             self.incumbent = kept_on_means(self.incumbent, self.previous, self.seeds, self.sign)
         values = self.seeds.get(self.incumbent) if self.incumbent is not None else None
-        self.last = CurveStep(r["id"], float(r["ended_at"]), self.incumbent,
+        self.last = CurveStep(r["id"], float(r["ended_at"]) if at is None else at, self.incumbent,
                               sum(values) / len(values) if values else None, self.floor().value)
         return self.last
 
@@ -326,11 +350,31 @@ def _loop_part(view: LoopView, store: LoopStore, loop: Any, plan: dict[str, Any]
     if plan.get("warm_start"):
         warm = store.last_decision("warm_start")
         view.warm_start = str(warm["rationale"]) if warm is not None else ""
+    view.blocked = ""
+    if loop["state"] == "running":
+        view.blocked = blocked_text(store.ledger, [{"state": t.state, "job_id": t.job_id} for t in view.trials])
     if loop["state"] == "running":
         view.next_step = "follow with `autoresearch run <plan> --resume`; stop trials with `autoresearch cancel JOB`"
     else:
         view.next_step = f"see `autoresearch report {loop['name']}`"
     return view
+
+
+BLOCKED_LOOK = 20  # queued trials' jobs read to find one still queued (the loop's trials share one shape)
+
+
+def blocked_text(ledger: Ledger, trials: Any) -> str:
+    """Why a loop's queued trials (rows with ``state`` and ``job_id``) do not start: every node of
+    their backend that fits them is cordoned or down (:func:`autoresearch.engine.blocked.no_node_text`);
+    '' when none is queued or a node can take them. Two small reads, from any process."""
+    ids = [t["job_id"] for t in trials if t["state"] == "queued" and t["job_id"] is not None][:BLOCKED_LOOK]
+    if not ids:
+        return ""
+    jobs = JobStore(ledger)
+    job = next((j for j in jobs.jobs_by_ids(ids) if j["state"] == "queued"), None)
+    if job is None:
+        return ""
+    return no_node_text(jobs.node_sizes(job["backend"]), int(job["gpus"]), int(job["nodes"]))
 
 
 def spent_text(spent: Any) -> str:

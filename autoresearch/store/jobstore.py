@@ -182,8 +182,8 @@ class JobStore:
         return self.ledger.one("SELECT * FROM attempts WHERE job_id=? ORDER BY n DESC LIMIT 1", (job_id,))
 
     def node_sizes(self, backend: str) -> list[sqlite3.Row]:
-        """Name, GPUs and state of ``backend``'s nodes (cordoned or not)."""
-        return self.ledger.query("SELECT name, gpus, state FROM nodes WHERE backend=?", (backend,))
+        """Name, GPUs, state and its reason of ``backend``'s nodes (cordoned or not)."""
+        return self.ledger.query("SELECT name, gpus, state, reason FROM nodes WHERE backend=?", (backend,))
 
     def nodes_and_owners(self, backend: str, names: list[str]) -> tuple[list[sqlite3.Row], dict[str, str]]:
         """The rows of ``backend``'s nodes, and which of ``names`` another backend of this home already
@@ -529,6 +529,7 @@ class JobStore:
                     "gpu_ids=excluded.gpu_ids, cpus=excluded.cpus, memory=excluded.memory, "
                     "updated_at=excluded.updated_at, "
                     "since=CASE WHEN nodes.state='down' THEN excluded.updated_at ELSE nodes.since END, "
+                    "reason=CASE WHEN nodes.state='down' THEN '' ELSE nodes.reason END, "  # why it was down: no more
                     "state=CASE WHEN nodes.state='down' THEN 'healthy' ELSE nodes.state END",
                     (node.name, backend, len(node.gpu_ids), json.dumps(node.gpu_ids), node.cpus,
                      node.memory, now),

@@ -77,6 +77,9 @@ class LoopStatusResult(BaseModel):
     elapsed_s: float
     eta_s: float | None
     stop_reason: str
+    blocked: str = Field(default="", description=(
+        "Why its queued trials do not start: every node that fits them is cordoned or down, with each "
+        "one's reason and the command that brings one back ('' when nothing blocks them). The loop waits."))
     recent: list[TrialBrief] = Field(description="The most recent trials, newest last.")
     next_step: str
 
@@ -174,7 +177,9 @@ def register(server: Any, ctx: ToolContext) -> None:
         briefs = [TrialBrief(trial_id=t.trial_id, job_id=t.job_id, state=t.state, params=t.params,
                              objective=t.objective, failure=(t.failure or "")[-1200:] or None)
                   for t in view.trials[-recent:]] if recent else []
-        if view.state == "running" and not running:
+        if view.state == "running" and view.blocked:
+            step = f"{view.blocked}; the loop waits until a node can run its trials"
+        elif view.state == "running" and not running:
             step = "no controller is running: resume it with start_loop(plan, resume=true)"
         elif view.state == "running":
             step = ("propose more with propose_trials, " if _is_agent(ctx, loop) else "") + \
@@ -187,7 +192,7 @@ def register(server: Any, ctx: ToolContext) -> None:
             best_value=view.best_value, best_params=view.best_params, noise_floor=view.noise_floor,
             noise_basis=view.noise_basis, warm_start=view.warm_start,
             llm_usd=round(view.llm_usd, 6), elapsed_s=round(view.elapsed_s, 1), eta_s=view.eta_s,
-            stop_reason=view.stop_reason, recent=briefs, next_step=step)
+            stop_reason=view.stop_reason, blocked=view.blocked, recent=briefs, next_step=step)
 
     @server.tool(annotations=ToolAnnotations(title="Propose trials to a loop", read_only_hint=False,
                                              destructive_hint=False, idempotent_hint=False, open_world_hint=False))

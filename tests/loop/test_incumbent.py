@@ -250,3 +250,24 @@ def test_plots_and_the_ci_gate_say_whether_the_best_is_confirmed(api: Any, tmp_p
     assert "[confirmed (3 seeds)]" in result.rationale
     props = {p.get("name"): p.get("value") for p in ET.fromstring(ci_report.junit(view, result, {})).iter("property")}
     assert props["best_confirmed"] == "true"
+
+
+def test_the_sequence_runs_on_the_trials_clock_not_the_decisions() -> None:
+    """On the sim backend trials end in simulated time and decisions are stamped with the wall
+    clock: the sequence (and the best-vs-time x axis) follows the trials' ends alone."""
+    from autoresearch.loop.views import Verdict, incumbent_sequence
+
+    wall, sim = 1_000.0, 50_000.0  # the sim's stamps run far ahead of the wall clock
+
+    def trial(i: int, ended: float, value: float | None, state: str = "succeeded") -> dict[str, Any]:
+        return {"id": i, "ended_at": ended, "state": state, "objective": value, "role": "explore", "parent_trial": None}
+
+    rows = [trial(1, sim + 100, 0.5), trial(2, sim + 50, None, "failed"), trial(3, sim + 200, 0.4)]
+    judged = {1: Verdict(1, True, False, wall + 1, 10), 3: Verdict(3, True, False, wall + 2, 11)}
+    curve = incumbent_sequence(rows, judged)
+    assert [(c.trial_id, c.at, c.incumbent) for c in curve] == [(2, sim + 50, None), (1, sim + 100, 1),
+                                                                 (3, sim + 200, 3)]
+    # a batch judged out of end order: each step at the latest end judged so far
+    judged = {1: Verdict(1, True, False, wall + 1, 12), 3: Verdict(3, True, False, wall + 2, 11)}
+    assert [(c.trial_id, c.at) for c in incumbent_sequence(rows, judged)] == [(2, sim + 50), (3, sim + 200),
+                                                                               (1, sim + 200)]

@@ -184,9 +184,9 @@ def test_a_job_for_a_fully_cordoned_cluster_queues_with_a_warning(home: Path) ->
     cli("cordon", node, "--reason", "maintenance")
     sent = cli("submit", "--", "true")
     job = sent.stdout.strip()
-    assert f"{node} (cordoned)" in sent.stderr and "uncordon" in sent.stderr
+    assert f"1 node cordoned ({node}: maintenance)" in sent.stderr and f"autoresearch uncordon {node}" in sent.stderr
     queued = status(job)
-    assert queued["state"] == "queued" and any("no node can run it" in w for w in queued["warnings"])
+    assert queued["state"] == "queued" and any("no node can run this" in w for w in queued["warnings"])
     cli("uncordon", node)
     wait_for(lambda: status(job)["state"] == "succeeded")
     assert status(job)["warnings"] == []  # it ran: the warning is no longer true

@@ -90,9 +90,28 @@ def test_node_loss_loses_the_attempt_and_the_node_goes_down(home: Path) -> None:
     node = rt.jobs.attempt(job, 1)["node"]
     att = run_until_ended(rt, sim, job, hours=24 * 30)
     assert att["end_reason"] == "infra" and "lost" in (att["detail"] or "")
-    assert sim.state.schedule.down(node, sim.clock.now()) is not None
-    assert node not in [n.name for n in sim.nodes()]
-    assert HealthStore(rt.ledger).node(node)["state"] == "down"
+    loss = sim.state.schedule.down(node, sim.clock.now())
+    assert loss is not None
+    assert [n.state for n in sim.nodes() if n.name == node] == ["down"]  # the sim says so, and why
+    row = HealthStore(rt.ledger).node(node)
+    assert row["state"] == "down" and "node lost (a simulated fault)" in row["reason"], dict(row)
+    sim.clock.advance_to(sim.state.schedule.back_at(loss) + 1)
+    rt.tick()
+    row = HealthStore(rt.ledger).node(node)
+    assert (row["state"], row["reason"]) == ("healthy", "")  # back: no reason left over from its loss
+
+
+def test_a_node_back_from_down_keeps_no_reason_of_its_absence(home: Path) -> None:
+    from autoresearch.backends import NodeInfo
+
+    rt = Runtime(home, fleet(home, nodes=2))
+    a, b = NodeInfo("a", ("0",), 1.0, 1), NodeInfo("b", ("0",), 1.0, 1)
+    rt.jobs.save_nodes("sim", [a, b], 1.0)
+    rt.jobs.save_nodes("sim", [a], 2.0)
+    assert [(r["state"], r["reason"]) for r in rt.jobs.nodes("sim") if r["name"] == "b"] == [
+        ("down", "not reported by backend")]
+    rt.jobs.save_nodes("sim", [a, b], 3.0)
+    assert [(r["state"], r["reason"]) for r in rt.jobs.nodes("sim") if r["name"] == "b"] == [("healthy", "")]
 
 
 def test_a_fault_on_one_member_ends_the_gang_attempt(home: Path) -> None:

@@ -111,7 +111,7 @@ def load_warm(plan: Any, ledger: Any, project: str = "") -> list[TrialRecord]:
         if row is None or (row["project"] or "") != (project or ""):
             near = LoopStore.visible_names(ledger, project or "")
             raise PlanError(f"warm_start: no loop named {name!r}" + (" in this project" if project else ""),
-                            hint="`autoresearch loops` lists the loops; warm_start names earlier ones"
+                            hint="warm_start names earlier loops of this home"
                                  + (f" (newest: {', '.join(near[:5])})" if near else " (there are none yet)")
                                  + ", or write warm_start: true for this plan's own earlier loops")
         check(plan, name, row)
