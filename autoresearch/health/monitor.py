@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import time
 from typing import Any
 
 from autoresearch.backends import Backend
@@ -70,7 +69,7 @@ class Health:
             return []
         from autoresearch.health import preflight as P
 
-        now = time.time() if now is None else now
+        now = self.ledger.clock() if now is None else now
         cached = P.cached_block(row, gpu_ids, config, now)
         if cached is not None:
             return cached
@@ -100,7 +99,7 @@ class Health:
         config = self.config
         if not config.enabled:
             return
-        now = time.time() if now is None else now
+        now = self.ledger.clock() if now is None else now
         by_node: dict[str, list[tuple[Any, tuple[str, ...]]]] = {}
         for att in active:
             for node, gpus in members(att):
@@ -208,7 +207,7 @@ class Health:
         GPUs, the kernel log). An infra-suspect ending re-checks the node now (uncached, with the probe);
         an infra or infra-suspect ending is recorded against the node, where the policy weighs it."""
         config = self.config
-        now = time.time() if now is None else now
+        now = self.ledger.clock() if now is None else now
         if end_reason in ("cancelled", "preempted") or (end_reason == "exit" and exit_code == 0):
             return None
         node = att["node"]
@@ -255,7 +254,7 @@ class Health:
         config = self.config
         if not config.enabled:
             return
-        now = time.time() if now is None else now
+        now = self.ledger.clock() if now is None else now
         for node in self.store.suspect_nodes(att["job_id"], att["n"]):
             if node != att["node"]:
                 review(self.ledger, self.backend, node, now)
