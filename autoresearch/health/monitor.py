@@ -229,23 +229,17 @@ class Health:
         classified = policy.failure_class(end_reason, exit_code, detail, found, signal)
         if classified is None or not node or not config.enabled or detail == NEVER_STARTED:
             return classified  # (a launcher killed mid-launch: nothing ran on the node)
-        confirmed: list[Finding] = []
-        if classified.cls == policy.SUSPECT:
-            for member, gpus in placed:
-                confirmed += self.recheck(member, gpus, config, now)
-            if confirmed:  # the machine confirms it: the machine's fault
-                top = confirmed[0]
-                classified = policy.Classified("infra", top.line()[:300], top.excerpt, policy.INFRA_HINT, top.signature)
-        if classified.cls in ("infra", policy.SUSPECT):
-            # The node the machine's evidence names is blamed (member k's, for a gang); a suspicion nobody
-            # confirmed is weighed on every member's node (the differential rule decides).
-            blamed = policy.blamed(classified, _nodes(placed), found + confirmed)
-            self.store.record([Finding(n, "infra_failure", classified.cls, "soft",
-                                       "verdict" if classified.cls == "infra" else "ending", None,
-                                       f"job {att['job_id']} attempt {att['n']}: {classified.why}"[:300], now,
-                                       att["job_id"], att["n"]) for n in blamed])
-            for n in blamed:
-                review(self.ledger, self.backend, n, now)
+        gpus_of = dict(placed)
+        # A suspicion re-checks every member's node (the machine's answer decides); the node the machine's
+        # evidence names is blamed (member k's, for a gang); a suspicion nobody confirmed is weighed on every
+        # member's node (the differential rule decides). The simulated driver settles endings the same way.
+        settled = policy.attribute(classified, _nodes(placed), found,
+                                   lambda member: self.recheck(member, gpus_of[member], config, now))
+        classified = settled.classified
+        self.store.record([policy.verdict(n, classified, f"job {att['job_id']} attempt {att['n']}: {classified.why}",
+                                          now, att["job_id"], att["n"]) for n in settled.blamed])
+        for n in settled.blamed:
+            review(self.ledger, self.backend, n, now)
         return classified
 
     def on_success(self, att: Any, now: float | None = None) -> None:
