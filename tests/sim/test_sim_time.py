@@ -5,6 +5,7 @@ a stop sent again and a timeout happen at the simulated moment they are due (not
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,24 @@ def test_a_job_waiting_past_the_reservation_age_holds_a_node_in_simulated_time(h
     late = submit(rt)  # the free GPU is held for the big job: a later 1-GPU job does not take it
     rt.tick()
     assert rt.jobs.attempt(late, 1) is None
+
+
+def test_in_wall_mode_the_reservation_age_runs_at_the_fleets_speed(home: Path) -> None:
+    sim = SimBackend(nodes=[{"name": "n", "count": 1, "gpus": 8}], seed=3, clock={"mode": "wall", "speed": 3600},
+                     trial={"steps": 100, "seconds": "1000h"}, home_dir=str(home))
+    rt = Runtime(home, sim)
+    for _ in range(7):
+        submit(rt)
+    rt.tick()
+    big = submit(rt, gpus=8)
+    rt.tick()
+    deadline = time.monotonic() + 60  # 5 simulated minutes are 0.08 wall seconds at this speed
+    reserved: dict[str, int] = {}
+    while not reserved and time.monotonic() < deadline:
+        decisions = rt.schedule()
+        reserved = decisions.reserved if decisions is not None else {}
+        time.sleep(0.05)
+    assert reserved == {"n-0": big}
 
 
 def test_a_soft_health_cordon_lifts_after_its_cool_down_in_simulated_time(home: Path) -> None:
