@@ -41,9 +41,10 @@ class JobStore:
         self.ledger = ledger
 
     def _event(self, conn: sqlite3.Connection, kind: str, job_id: int | None = None, attempt: int | None = None,
-               **data: object) -> None:
-        """An event stamped with the ledger's clock (a simulated fleet's, on the sim backend)."""
-        Ledger.event(conn, kind, job_id, attempt, _ts=self.ledger.clock(), **data)
+               *, at: float | None = None, **data: object) -> None:
+        """An event stamped ``at`` (the caller's now), else now on the ledger's clock (a simulated fleet's,
+        on the sim backend: one read of its clock file per call, so a batch passes its own now)."""
+        Ledger.event(conn, kind, job_id, attempt, _ts=self.ledger.clock() if at is None else at, **data)
 
     # -- jobs: submit, cancel, look-ups ----------------------------------------------------
 
@@ -71,7 +72,7 @@ class JobStore:
                      job.memory, job.experiment, project, backend, now, now, policy, group, place_as),
                 )
                 job_id = int(cur.lastrowid or 0)
-                self._event(c, "submit", job_id, priority=job.priority, gpus=job.gpus)
+                self._event(c, "submit", job_id, priority=job.priority, gpus=job.gpus, at=now)
                 ids.append(job_id)
         return ids
 
@@ -115,7 +116,7 @@ class JobStore:
                 cur = c.execute("UPDATE jobs SET state='cancelled', cancel_requested=1, end_reason='cancelled', "
                                 "ended_at=?, updated_at=? WHERE id=? AND state='queued'", (now, now, job_id))
                 if cur.rowcount:
-                    self._event(c, "cancel", job_id)
+                    self._event(c, "cancel", job_id, at=now)
                     done.append(job_id)
         return done
 
@@ -159,7 +160,7 @@ class JobStore:
                     if state == "queued":
                         c.execute("UPDATE jobs SET state='cancelled', end_reason='cancelled', ended_at=? WHERE id=?",
                                   (now, job_id))
-                    self._event(c, "cancel", job_id)
+                    self._event(c, "cancel", job_id, at=now)
                     asked.append(job_id)
         return asked
 
@@ -391,7 +392,7 @@ class JobStore:
                      json.dumps(alloc) if alloc else None),
                 )
                 c.execute("UPDATE jobs SET state='starting', attempts=?, updated_at=? WHERE id=?", (n, now, job_id))
-                self._event(c, "launch", job_id, n, node=node, gpus=gpus, **event)
+                self._event(c, "launch", job_id, n, node=node, gpus=gpus, **event, at=now)
                 out.append((job, n))
         return out
 
@@ -415,7 +416,8 @@ class JobStore:
                 return None
             if att["stop_reason"] is None:
                 c.execute("UPDATE attempts SET stop_reason=? WHERE job_id=? AND n=?", (reason, job_id, n))
-            self._event(c, "stop", job_id, n, reason=reason, **data)
+            fields: dict[str, Any] = {"reason": reason, **data}
+            self._event(c, "stop", job_id, n, **fields)
             return att
 
     def end_attempt(self, job_id: int, n: int, status: Any, reason: str, detail: str,
@@ -457,7 +459,7 @@ class JobStore:
             "ended_at=CASE WHEN ? IN ('succeeded','failed','cancelled') THEN ? ELSE NULL END WHERE id=?",
             (state, retries, status.exit_code, reason, now, status.started_at, state, status.ended_at or now, job_id),
         )
-        self._event(c, "end", job_id, n, reason=reason, exit_code=status.exit_code, job_state=state,
+        self._event(c, "end", job_id, n, at=now, reason=reason, exit_code=status.exit_code, job_state=state,
                      detail=detail, **({"failure_class": failure[0]} if failure else {}))
         return state
 
@@ -665,7 +667,7 @@ class JobStore:
                            "LIMIT 1", (job_id, attempt, kind)).fetchone()
         if row is None:
             data: dict[str, Any] = {"count": count, "reason": reason, "first_at": now, "last_at": now}
-            self._event(conn, kind, job_id, attempt, **data)
+            self._event(conn, kind, job_id, attempt, **data, at=now)
             return data
         try:
             data = json.loads(row["data"])
