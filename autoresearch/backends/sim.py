@@ -111,6 +111,11 @@ class SimBackend(Backend):
     def clock(self) -> SimClock:
         return self.state.clock
 
+    def now(self) -> float:
+        """Simulated now as a timestamp (the epoch plus simulated seconds, as ``started_at`` is): the
+        runtime's clock on this fleet (its ledger's stamps, reservation ages, cool-downs)."""
+        return self.clock.wall(self.clock.now())
+
     def check(self, spec: Any) -> None:
         super().check(spec)
         self.fleet.check_job(int(getattr(spec, "gpus", 0) or 0), int(getattr(spec, "nodes", 1) or 1))

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -67,7 +66,7 @@ def surviving(ledger: Ledger, backend: Backend, what: str, job_id: int, attempt:
         with contextlib.suppress(Exception):
             seen = JobStore(ledger).warn("pass_error", job_id, attempt, reason)
         if (attempt is not None and int(seen.get("count") or 0) >= GIVE_UP_AFTER
-                and time.time() - float(seen.get("first_at") or time.time()) >= GIVE_UP_S):
+                and ledger.clock() - float(seen.get("first_at") or ledger.clock()) >= GIVE_UP_S):
             with contextlib.suppress(Exception):
                 give_up(ledger, backend, job_id, attempt, reason)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import time
 from typing import Any, NamedTuple
 
 from autoresearch.backends import Backend
@@ -149,7 +148,7 @@ def _parse_chunk(ledger: Ledger, backend: Backend, att: Any, final: bool) -> _Ch
         l_lines = [line for line in l_lines if not line.startswith(MARK)]
     if not m_used and not l_used and not drops.count:
         return None
-    now = time.time()
+    now = ledger.clock()
     limit = _limit(ledger, att["job_id"])
     if limit is not None and counters.get(_POINTS, 0) >= limit:  # full: its lines are not even parsed
         drops.add(_full(limit), len(m_lines) + len(l_lines))

@@ -82,6 +82,11 @@ class Runtime:
             backend = open_backend(backend or profiles.default_name(self.ledger.home), self.ledger.home,
                                    **(options or {}))
         self.backend = backend
+        fleet_now = getattr(backend, "now", None)
+        if backend.simulated and callable(fleet_now):
+            # A simulated fleet's waits (reservations, cool-downs, a stop sent again) run on its clock, and so
+            # does every stamp this runtime writes (the waits are measured from them): see docs/sim.md.
+            self.ledger.clock = fleet_now
         self._health: Any = None
         self.node_clash: dict[str, str] = {}  # node name -> the other backend that reports it (refresh_nodes)
         self._others: dict[str, Runtime] = {backend.name: self}
@@ -175,7 +180,7 @@ class Runtime:
             return True
         key, _, at = text.strip().partition("@")
         try:
-            fresh = 0 <= time.time() - float(at) < self.PLACE_EVERY_S
+            fresh = 0 <= self.ledger.clock() - float(at) < self.PLACE_EVERY_S
         except ValueError:
             return True
         return not fresh or key != self.jobs.change_mark(self.backend.name)
@@ -188,7 +193,7 @@ class Runtime:
         # Overwritten in place, padded to a fixed width, never truncated: on ext4 a truncate and
         # rewrite costs ~0.4 ms (its data is flushed at close), a write in place ~5 us, and a
         # loop's controller writes it at every pass while trials are queued ahead.
-        record = f"{self.jobs.change_mark(self.backend.name)}@{time.time()!r}".ljust(PLACED_WIDTH).encode()
+        record = f"{self.jobs.change_mark(self.backend.name)}@{self.ledger.clock()!r}".ljust(PLACED_WIDTH).encode()
         try:
             fd = os.open(self._placed_file(), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
@@ -223,7 +228,7 @@ class Runtime:
                     ended.append((att, status))
                 else:
                     if status.state == "running" and att["state"] == "starting":
-                        running.append((att["job_id"], att["n"], status.started_at or time.time()))
+                        running.append((att["job_id"], att["n"], status.started_at or self.ledger.clock()))
                     note = engine_note(att, status)
                     if note is not None:
                         noted.append(note)
@@ -252,7 +257,7 @@ class Runtime:
             grace = float(json.loads(att["spec"]).get("grace") or 0.0)
         except (TypeError, ValueError, AttributeError):
             grace = 0.0
-        if time.time() - since < grace + self.STOP_AGAIN_AFTER_S:
+        if self.ledger.clock() - since < grace + self.STOP_AGAIN_AFTER_S:
             return
         self.request_stop(att["job_id"], att["n"], att["stop_reason"] or "cancelled", again=True)
 
@@ -300,7 +305,7 @@ class Runtime:
         idle = self._watches_idle()  # idle nodes are polled too: one that goes bad idle takes no job
         if active is not None and not active and not waiting and not idle:
             return False
-        now = time.time()
+        now = self.ledger.clock()
         rows = node_rows if node_rows is not None else self.jobs.nodes(self.backend.name)
         due = {r["name"] for r in rows if (r["poll_due_at"] or 0) <= now}
         idle_due = idle and any(r["name"] in due and r["state"] in ("healthy", "degraded")
@@ -320,7 +325,7 @@ class Runtime:
 
     def refresh_nodes(self) -> list[Any]:
         """Record the nodes the backend reports now; their rows as recorded (what a pass places onto)."""
-        now = time.time()
+        now = self.ledger.clock()
         seen = self.backend.nodes()
         rows, owners = self.jobs.nodes_and_owners(self.backend.name, [n.name for n in seen])
         # Nodes are named once per home: a name another backend reports stays that backend's (no
@@ -352,7 +357,7 @@ class Runtime:
         """Place what is queued and start it; None when nothing is queued (most passes: an attempt
         ended, a read), which then imports no scheduler. ``node_rows``: the nodes' rows as this pass
         read them (else read here); ``submitted``: the caller just queued a job (a submit): no need to ask."""
-        now = time.time()
+        now = self.ledger.clock()
         if not submitted and not self.jobs.any_queued(self.backend.name):
             return None
         from autoresearch.engine import scheduler as S
@@ -558,7 +563,7 @@ class Runtime:
             # A backend's SpecError is what the job or its profile asked for (a workdir Ray cannot package):
             # the user's to fix, never the machine's fault; anything else may be the engine's or the disk's moment.
             refused = in_backend and isinstance(err, SpecError)
-            self.finalize(row, AttemptStatus("exited" if refused else "lost", ended_at=time.time(),
+            self.finalize(row, AttemptStatus("exited" if refused else "lost", ended_at=self.ledger.clock(),
                                              detail=f"could not start: {detail}", refused=refused))
             return
         if external_id != run_dir:

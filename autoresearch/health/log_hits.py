@@ -6,7 +6,6 @@ runs to read an attempt's log, and this, which the ingestion calls, import each 
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from autoresearch.health import config as C
@@ -28,7 +27,7 @@ def record_log_hits(ledger: Ledger, backend: Any, att: Any, lines: list[str]) ->
     if not hits:
         return
     node = att["node"] or ""
-    now = time.time()
+    now = ledger.clock()
     store = HealthStore(ledger)
     stored = store.record(redacted([
         Finding(node, h.signature, h.cls, h.severity, "log", h.gpu, h.line, now, att["job_id"], att["n"])

@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import time
 from typing import Any
 
 from autoresearch.backends import Backend
@@ -70,7 +69,7 @@ class Health:
             return []
         from autoresearch.health import preflight as P
 
-        now = time.time() if now is None else now
+        now = self.ledger.clock() if now is None else now
         cached = P.cached_block(row, gpu_ids, config, now)
         if cached is not None:
             return cached
@@ -100,7 +99,7 @@ class Health:
         config = self.config
         if not config.enabled:
             return
-        now = time.time() if now is None else now
+        now = self.ledger.clock() if now is None else now
         by_node: dict[str, list[tuple[Any, tuple[str, ...]]]] = {}
         for att in active:
             for node, gpus in members(att):
@@ -208,7 +207,7 @@ class Health:
         GPUs, the kernel log). An infra-suspect ending re-checks the node now (uncached, with the probe);
         an infra or infra-suspect ending is recorded against the node, where the policy weighs it."""
         config = self.config
-        now = time.time() if now is None else now
+        now = self.ledger.clock() if now is None else now
         if end_reason in ("cancelled", "preempted") or (end_reason == "exit" and exit_code == 0):
             return None
         node = att["node"]
@@ -230,23 +229,17 @@ class Health:
         classified = policy.failure_class(end_reason, exit_code, detail, found, signal)
         if classified is None or not node or not config.enabled or detail == NEVER_STARTED:
             return classified  # (a launcher killed mid-launch: nothing ran on the node)
-        confirmed: list[Finding] = []
-        if classified.cls == policy.SUSPECT:
-            for member, gpus in placed:
-                confirmed += self.recheck(member, gpus, config, now)
-            if confirmed:  # the machine confirms it: the machine's fault
-                top = confirmed[0]
-                classified = policy.Classified("infra", top.line()[:300], top.excerpt, policy.INFRA_HINT, top.signature)
-        if classified.cls in ("infra", policy.SUSPECT):
-            # The node the machine's evidence names is blamed (member k's, for a gang); a suspicion nobody
-            # confirmed is weighed on every member's node (the differential rule decides).
-            blamed = policy.blamed(classified, _nodes(placed), found + confirmed)
-            self.store.record([Finding(n, "infra_failure", classified.cls, "soft",
-                                       "verdict" if classified.cls == "infra" else "ending", None,
-                                       f"job {att['job_id']} attempt {att['n']}: {classified.why}"[:300], now,
-                                       att["job_id"], att["n"]) for n in blamed])
-            for n in blamed:
-                review(self.ledger, self.backend, n, now)
+        gpus_of = dict(placed)
+        # A suspicion re-checks every member's node (the machine's answer decides); the node the machine's
+        # evidence names is blamed (member k's, for a gang); a suspicion nobody confirmed is weighed on every
+        # member's node (the differential rule decides). The simulated driver settles endings the same way.
+        settled = policy.attribute(classified, _nodes(placed), found,
+                                   lambda member: self.recheck(member, gpus_of[member], config, now))
+        classified = settled.classified
+        self.store.record([policy.verdict(n, classified, f"job {att['job_id']} attempt {att['n']}: {classified.why}",
+                                          now, att["job_id"], att["n"]) for n in settled.blamed])
+        for n in settled.blamed:
+            review(self.ledger, self.backend, n, now)
         return classified
 
     def on_success(self, att: Any, now: float | None = None) -> None:
@@ -255,7 +248,7 @@ class Health:
         config = self.config
         if not config.enabled:
             return
-        now = time.time() if now is None else now
+        now = self.ledger.clock() if now is None else now
         for node in self.store.suspect_nodes(att["job_id"], att["n"]):
             if node != att["node"]:
                 review(self.ledger, self.backend, node, now)

@@ -30,7 +30,7 @@ No I/O, no clock: ``now`` is an argument.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from autoresearch.health.config import HealthConfig
@@ -155,6 +155,40 @@ class Classified:
     @property
     def retried(self) -> bool:
         return self.cls in RETRIED
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """Whose fault a failed attempt was, settled: its class (after the machine's re-check), the re-check's
+    blocking findings and the nodes the failure is weighed against (an ``infra_failure`` on each)."""
+    classified: Classified
+    confirmed: tuple[Finding, ...]
+    blamed: tuple[str, ...]
+
+
+def attribute(classified: Classified, members: Sequence[str], found: Sequence[Finding],
+              recheck: Callable[[str], list[Finding]]) -> Attribution:
+    """The runtime's attribution of a classified failure (:func:`failure_class`), after its findings
+    ``found``: an ``infra-suspect`` ending (the job's word) re-checks every member's node (``recheck``: that
+    node's blocking findings now, uncached); a fault found there makes it the machine's (``infra``, the first
+    finding's words); then :func:`blamed` over what was found. ``Health.on_ending`` (health/monitor.py) and
+    the simulated driver (autoresearch/sim/driver.py) both settle endings with this."""
+    confirmed: list[Finding] = []
+    if classified.cls == SUSPECT:
+        for node in dict.fromkeys(members):
+            confirmed += recheck(node)
+        if confirmed:  # the machine confirms it: the machine's fault
+            top = confirmed[0]
+            classified = Classified("infra", top.line()[:300], top.excerpt, INFRA_HINT, top.signature)
+    return Attribution(classified, tuple(confirmed), tuple(blamed(classified, members, [*found, *confirmed])))
+
+
+def verdict(node: str, classified: Classified, excerpt: str, ts: float, job_id: int | None,
+            attempt: int | None) -> Finding:
+    """The finding that weighs a failure against ``node`` (what :func:`node_state` counts toward a cordon):
+    a ``verdict`` when the machine's evidence classed it infra, else an ``ending`` (the differential decides)."""
+    return Finding(node, "infra_failure", classified.cls, "soft", "verdict" if classified.cls == "infra" else "ending",
+                   None, excerpt[:300], ts, job_id, attempt)
 
 
 def blamed(classified: Classified, members: Sequence[str], findings: Sequence[Finding]) -> list[str]:

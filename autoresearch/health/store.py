@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -53,11 +52,11 @@ class HealthStore:
                     continue
                 seen.add(key)
                 c.execute("INSERT INTO events(ts, job_id, attempt, kind, data) VALUES (?,?,?,?,?)",
-                          (f.ts or time.time(), f.job_id, f.attempt, "finding", json.dumps(f.to_json())))
+                          (f.ts or self.ledger.clock(), f.job_id, f.attempt, "finding", json.dumps(f.to_json())))
                 stored.append(f)
                 if f.owner == "machine" and f.severity != "info" and f.node:  # a cached check older is stale
                     c.execute("UPDATE nodes SET machine_event_at=MAX(COALESCE(machine_event_at, 0), ?) WHERE name=?",
-                              (f.ts or time.time(), f.node))
+                              (f.ts or self.ledger.clock(), f.node))
         return stored
 
     def node_findings(self, node: str, since: float = 0.0, limit: int = RECENT) -> list[Finding]:
@@ -92,12 +91,12 @@ class HealthStore:
         with self.ledger.tx() as c:
             cur = c.execute("UPDATE nodes SET state=?, reason=?, since=?, cleared_at=?, updated_at=? "
                             "WHERE name=? AND state=? AND reason=?",
-                            (after.state, after.reason, after.since, after.cleared_at, time.time(), node,
+                            (after.state, after.reason, after.since, after.cleared_at, self.ledger.clock(), node,
                              before.state, before.reason))
             if not cur.rowcount:
                 return False
             kind = {"cordoned": "cordon", "degraded": "degrade"}.get(after.state, "uncordon")
-            Ledger.event(c, kind, node=node, reason=after.reason, by="health")
+            Ledger.event(c, kind, node=node, reason=after.reason, by="health", _ts=self.ledger.clock())
         return True
 
     def claim_poll(self, node: str, now: float, interval: float) -> bool:

@@ -374,12 +374,10 @@ class Driver:
         classified = P.failure_class(reason, end.exit_code, end.detail, found, end.signal)
         if self.policy == "trusting" and classified is not None and end.cause in ("nccl_fail", "selfkill"):
             classified = P.Classified("infra", end.detail)  # before: NCCL text and outside signals were the machine's
-        confirmed: list[Finding] = []
-        if self.cordon and classified is not None and classified.cls == P.SUSPECT:
-            confirmed = self._recheck(att.rec.nodes, end.t)  # Health.recheck on every member's node
-            if confirmed:
-                top = confirmed[0]
-                classified = P.Classified("infra", top.line()[:300], top.excerpt, P.INFRA_HINT, top.signature)
+        blamed: tuple[str, ...] = ()
+        if self.cordon and classified is not None:  # the runtime's attribution (Health.on_ending's)
+            settled = P.attribute(classified, att.rec.nodes, found, lambda node: self._recheck((node,), end.t))
+            classified, blamed = settled.classified, settled.blamed
         if classified is not None and classified.retried:
             job.avoid.update(att.rec.nodes)
             if job.retries < job.max_retries:
@@ -391,12 +389,10 @@ class Driver:
         else:
             job.state = "failed"
             self.stats.jobs_failed += 1
-        if self.cordon and classified is not None:
-            # the runtime's attribution: the node the machine's evidence names (member k's of a gang)
-            for node in P.blamed(classified, att.rec.nodes, found + confirmed):
-                self.findings[node].append(Finding(node, "infra_failure", classified.cls, "soft",
-                                                   "verdict" if classified.cls == "infra" else "ending", None,
-                                                   f"job {job.id}: {end.cause}", end.t, job.id, att.n))
+        if classified is not None:
+            for node in blamed:  # the node the machine's evidence names (member k's of a gang)
+                self.findings[node].append(P.verdict(node, classified, f"job {job.id}: {end.cause}", end.t, job.id,
+                                                     att.n))
                 self._review(node, end.t)
 
     def _log_lines(self, att: _Attempt, lines: list[str], t: float) -> list[Finding]:

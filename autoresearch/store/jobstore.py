@@ -41,6 +41,12 @@ class JobStore:
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
 
+    def _event(self, conn: sqlite3.Connection, kind: str, job_id: int | None = None, attempt: int | None = None,
+               *, at: float | None = None, **data: object) -> None:
+        """An event stamped ``at`` (the caller's now), else now on the ledger's clock (a simulated fleet's,
+        on the sim backend: one read of its clock file per call, so a batch passes its own now)."""
+        Ledger.event(conn, kind, job_id, attempt, _ts=self.ledger.clock() if at is None else at, **data)
+
     # -- jobs: submit, cancel, look-ups ----------------------------------------------------
 
     def add_job(self, job: Any, project: str, backend: str, policy: str) -> int:
@@ -53,7 +59,7 @@ class JobStore:
         transaction; their ids, in order. ``group``: theirs, whose running cap becomes ``max_running``
         (when given) in the same transaction (:meth:`group_room`). ``place_as``: the job id whose place
         in the queue they take (``queue_order``; None: their own)."""
-        now = time.time()
+        now = self.ledger.clock()
         ids = []
         with self.ledger.tx() as c:
             if group is not None and max_running is not None:
@@ -67,7 +73,7 @@ class JobStore:
                      job.memory, job.experiment, project, backend, now, now, policy, group, place_as),
                 )
                 job_id = int(cur.lastrowid or 0)
-                Ledger.event(c, "submit", job_id, priority=job.priority, gpus=job.gpus)
+                self._event(c, "submit", job_id, priority=job.priority, gpus=job.gpus, at=now)
                 ids.append(job_id)
         return ids
 
@@ -80,9 +86,9 @@ class JobStore:
             return
         cur = conn.execute("INSERT INTO job_groups(name, max_running, updated_at) VALUES (?,?,?) ON CONFLICT(name) "
                            "DO UPDATE SET max_running=excluded.max_running, updated_at=excluded.updated_at "
-                           "WHERE job_groups.max_running!=excluded.max_running", (group, max_running, time.time()))
+                           "WHERE job_groups.max_running!=excluded.max_running", (group, max_running, self.ledger.clock()))
         if cur.rowcount:  # a new cap: the next pass places the queue again (its change mark moved)
-            Ledger.event(conn, "group_cap", group=group, max_running=max_running)
+            self._event(conn, "group_cap", group=group, max_running=max_running)
 
     def group_room(self, groups: Iterable[str]) -> dict[str, int]:
         """Per capped group of ``groups``: how many more of its jobs may start now (its cap less its
@@ -106,12 +112,12 @@ class JobStore:
         if not job_ids:
             return done
         with self.ledger.tx() as c:
-            now = time.time()
+            now = self.ledger.clock()
             for job_id in job_ids:
                 cur = c.execute("UPDATE jobs SET state='cancelled', cancel_requested=1, end_reason='cancelled', "
                                 "ended_at=?, updated_at=? WHERE id=? AND state='queued'", (now, now, job_id))
                 if cur.rowcount:
-                    Ledger.event(c, "cancel", job_id)
+                    self._event(c, "cancel", job_id, at=now)
                     done.append(job_id)
         return done
 
@@ -119,7 +125,7 @@ class JobStore:
         """``count`` succeeded jobs of one attempt each, with their events, written straight in
         (benchmarks and tests: a ledger of 100k jobs in seconds, not hours of submits). ``spec``:
         a job spec's JSON as :meth:`add_jobs` stores it."""
-        now = time.time()
+        now = self.ledger.clock()
         for start in range(0, count, chunk):
             with self.ledger.tx() as c:
                 for _ in range(min(chunk, count - start)):
@@ -146,7 +152,7 @@ class JobStore:
             with self.ledger.tx() as c:
                 states = {r["id"]: r["state"] for r in c.execute(f"SELECT id, state FROM jobs WHERE id IN ({marks})",
                                                                  tuple(part))}
-                now = time.time()
+                now = self.ledger.clock()
                 for job_id in part:
                     state = states.get(job_id)
                     if state is None or state in final:
@@ -155,7 +161,7 @@ class JobStore:
                     if state == "queued":
                         c.execute("UPDATE jobs SET state='cancelled', end_reason='cancelled', ended_at=? WHERE id=?",
                                   (now, job_id))
-                    Ledger.event(c, "cancel", job_id)
+                    self._event(c, "cancel", job_id, at=now)
                     asked.append(job_id)
         return asked
 
@@ -293,12 +299,12 @@ class JobStore:
             if row is None:
                 names = [r["name"] for r in c.execute("SELECT name FROM nodes")]
                 raise NotFoundError(f"no node named {node!r}", hint=f"nodes: {', '.join(names) or 'none yet'}")
-            now = time.time()
+            now = self.ledger.clock()
             c.execute("UPDATE nodes SET state=?, reason=?, updated_at=?, since=?, "  # an uncordon: check it afresh
                       "cleared_at=CASE WHEN ?='healthy' THEN ? ELSE cleared_at END, "
                       "checked_at=CASE WHEN ?='healthy' THEN NULL ELSE checked_at END WHERE name=?",
                       (state, why, now, now, state, now, state, node))
-            Ledger.event(c, kind, node=node, reason=why)
+            self._event(c, kind, node=node, reason=why)
 
     def busy_gpus(self) -> list[sqlite3.Row]:
         """(node, gpu_ids, alloc: every gang member's or NULL) of every starting or running attempt."""
@@ -379,7 +385,7 @@ class JobStore:
     def mark_running_many(self, started: list[tuple[int, int, float]]) -> None:
         """:meth:`mark_running` for (job id, n, started) of several attempts, in one transaction."""
         with self.ledger.tx() as c:
-            now = time.time()
+            now = self.ledger.clock()
             for job_id, n, at in started:
                 c.execute("UPDATE attempts SET state='running', started_at=? WHERE job_id=? AND n=? "
                           "AND state='starting'", (at, job_id, n))
@@ -411,7 +417,7 @@ class JobStore:
         one that dies unstarted is lost and retried by the next pass); in order."""
         out: list[tuple[sqlite3.Row, int] | None] = []
         with self.ledger.tx() as c:
-            now = time.time()
+            now = self.ledger.clock()
             for job_id, node, gpu_ids, job_dir, alloc, event in launches:
                 job = c.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
                 if job is None or job["state"] != "queued" or job["cancel_requested"]:
@@ -427,7 +433,7 @@ class JobStore:
                      json.dumps(alloc) if alloc else None),
                 )
                 c.execute("UPDATE jobs SET state='starting', attempts=?, updated_at=? WHERE id=?", (n, now, job_id))
-                Ledger.event(c, "launch", job_id, n, node=node, gpus=gpus, **event)
+                self._event(c, "launch", job_id, n, node=node, gpus=gpus, **event, at=now)
                 out.append((job, n))
         return out
 
@@ -451,7 +457,8 @@ class JobStore:
                 return None
             if att["stop_reason"] is None:
                 c.execute("UPDATE attempts SET stop_reason=? WHERE job_id=? AND n=?", (reason, job_id, n))
-            Ledger.event(c, "stop", job_id, n, reason=reason, **data)
+            fields: dict[str, Any] = {"reason": reason, **data}
+            self._event(c, "stop", job_id, n, **fields)
             return att
 
     def end_attempt(self, job_id: int, n: int, status: Any, reason: str, detail: str,
@@ -472,14 +479,13 @@ class JobStore:
                 out.append(self._end(c, job_id, n, status, reason, detail, next_state, failure))
         return out
 
-    @staticmethod
-    def _end(c: sqlite3.Connection, job_id: int, n: int, status: Any, reason: str, detail: str,
+    def _end(self, c: sqlite3.Connection, job_id: int, n: int, status: Any, reason: str, detail: str,
              next_state: Callable[[sqlite3.Row], tuple[str, int]], failure: tuple[str, str] | None) -> str | None:
         job = c.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
         current = c.execute("SELECT state FROM attempts WHERE job_id=? AND n=?", (job_id, n)).fetchone()
         if current is None or current["state"] == "ended":
             return None  # another pass got here first
-        now = time.time()
+        now = self.ledger.clock()
         c.execute(
             "UPDATE attempts SET state='ended', started_at=COALESCE(started_at, ?), ended_at=?, exit_code=?, "
             "signal=?, end_reason=?, detail=?, peak_rss_mb=?, failure_class=?, failure_why=? "
@@ -494,13 +500,13 @@ class JobStore:
             "ended_at=CASE WHEN ? IN ('succeeded','failed','cancelled') THEN ? ELSE NULL END WHERE id=?",
             (state, retries, status.exit_code, reason, now, status.started_at, state, status.ended_at or now, job_id),
         )
-        Ledger.event(c, "end", job_id, n, reason=reason, exit_code=status.exit_code, job_state=state,
+        self._event(c, "end", job_id, n, at=now, reason=reason, exit_code=status.exit_code, job_state=state,
                      detail=detail, **({"failure_class": failure[0]} if failure else {}))
         return state
 
     def give_up_attempt(self, job_id: int, n: int, detail: str) -> None:
         """End an active attempt as ``infra`` and fail its job (unless it already ended)."""
-        now = time.time()
+        now = self.ledger.clock()
         with self.ledger.tx() as c:
             cur = c.execute("UPDATE attempts SET state='ended', ended_at=?, end_reason='infra', detail=? "
                             "WHERE job_id=? AND n=? AND state IN ('starting','running')", (now, detail, job_id, n))
@@ -508,7 +514,7 @@ class JobStore:
                 return
             c.execute("UPDATE jobs SET state='failed', end_reason='infra', ended_at=?, updated_at=? WHERE id=? "
                       "AND state NOT IN ('succeeded','failed','cancelled')", (now, now, job_id))
-            Ledger.event(c, "end", job_id, n, reason="infra", job_state="failed", detail=detail)
+            self._event(c, "end", job_id, n, reason="infra", job_state="failed", detail=detail)
 
     # -- nodes and the queue: the scheduler's inputs --------------------------------------
 
@@ -694,17 +700,16 @@ class JobStore:
 
     # -- warnings (events, one per attempt and kind) --------------------------------------
 
-    @staticmethod
-    def note(conn: sqlite3.Connection, kind: str, job_id: int, attempt: int | None, reason: str,
+    def note(self, conn: sqlite3.Connection, kind: str, job_id: int, attempt: int | None, reason: str,
              count: int = 1) -> dict[str, Any]:
         """Add ``count`` to the one ``kind`` warning of this attempt (created with ``reason``), inside
         the caller's transaction; return it."""
-        reason, now = reason[:_REASON_CHARS], time.time()
+        reason, now = reason[:_REASON_CHARS], self.ledger.clock()
         row = conn.execute("SELECT id, data FROM events WHERE job_id=? AND attempt IS ? AND kind=? ORDER BY id "
                            "LIMIT 1", (job_id, attempt, kind)).fetchone()
         if row is None:
             data: dict[str, Any] = {"count": count, "reason": reason, "first_at": now, "last_at": now}
-            Ledger.event(conn, kind, job_id, attempt, **data)
+            self._event(conn, kind, job_id, attempt, **data, at=now)
             return data
         try:
             data = json.loads(row["data"])

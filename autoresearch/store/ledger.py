@@ -17,7 +17,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -402,6 +402,9 @@ class Ledger:
         self._local = threading.local()
         self._identity = ""
         self._freed = False
+        # What "now" is for what this handle records (submits, stops, endings, findings) and for the waits
+        # measured from them: the wall clock, or a simulated fleet's (the runtime on the sim backend sets it).
+        self.clock: Callable[[], float] = time.time
         try:
             self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as err:
@@ -643,10 +646,11 @@ class Ledger:
 
     @staticmethod
     def event(conn: sqlite3.Connection, kind: str, job_id: int | None = None, attempt: int | None = None,
-              **data: object) -> None:
+              *, _ts: float | None = None, **data: object) -> None:
+        """Record an event at ``_ts`` (the caller's ledger clock; None: the wall clock)."""
         conn.execute(
             "INSERT INTO events(ts, job_id, attempt, kind, data) VALUES (?,?,?,?,?)",
-            (time.time(), job_id, attempt, kind, json.dumps(data, default=str)),
+            (time.time() if _ts is None else _ts, job_id, attempt, kind, json.dumps(data, default=str)),
         )
 
     def job_dir(self, job_id: int) -> Path:
