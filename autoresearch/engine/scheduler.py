@@ -52,6 +52,9 @@ RANK = {"critical": 0, "normal": 1, "best-effort": 2}
 BEST_EFFORT = RANK["best-effort"]
 # how many long-waiting jobs hold a node against backfill in one pass (the first in queue order)
 MAX_RESERVATIONS = 16
+# how many jobs one pass starts (placed, or stopping new victims for them): then it stops, ``capped``,
+# and the caller passes again at once (Slurm's sched_max_job_start): a pass's time stays bounded
+MAX_STARTS = 256
 # The pass's shortcuts (a class given up once nothing more of it can start, a project at its quota
 # dropped from the order): they must never change a decision; tests/properties/test_scheduler_shortcuts.py
 # compares the pass with them and without them.
@@ -180,14 +183,16 @@ class Preemption(_Record):
 
 
 class Decisions(_Record):
-    __slots__ = ("placements", "preemptions", "reserved")
+    __slots__ = ("placements", "preemptions", "reserved", "capped")
     __hash__ = None  # type: ignore[assignment]  # (mutable: the pass appends to it)
 
     def __init__(self, placements: list[Placement] | None = None, preemptions: list[Preemption] | None = None,
-                 reserved: dict[str, int] | None = None) -> None:
+                 reserved: dict[str, int] | None = None, capped: bool = False) -> None:
         self.placements: list[Placement] = [] if placements is None else placements
         self.preemptions: list[Preemption] = [] if preemptions is None else preemptions
         self.reserved: dict[str, int] = {} if reserved is None else reserved  # node -> job it is held for
+        # the pass stopped at ``max_starts``: the rest of the queue was not read (the caller passes again)
+        self.capped: bool = capped
 
 
 class _Node:
@@ -269,6 +274,7 @@ def schedule(
     room: Mapping[str, int] | None = None,
     now: float | None = None,
     max_reservations: int = MAX_RESERVATIONS,
+    max_starts: int | None = MAX_STARTS,
 ) -> Decisions:
     """``room``: per capped group, how many more of its jobs may start (a group's running cap less
     its running jobs, like Slurm's ``--array=0-99%16``); a job of a group with none left waits,
@@ -276,7 +282,10 @@ def schedule(
     ``started_at`` and ``saved_at`` are on, to weigh the work a preemption loses (None: the
     latest of them, which keeps the order: youngest and most recently saved first).
     ``max_reservations``: how many long-waiting jobs may hold a node in one pass (the first ones in
-    queue order), as Slurm's ``bf_max_job_test`` bounds the jobs its backfill plans for."""
+    queue order), as Slurm's ``bf_max_job_test`` bounds the jobs its backfill plans for.
+    ``max_starts``: how many jobs one pass starts (placed, or new victims stopped for them) before it
+    stops with ``capped`` set (None: no cap), as Slurm's ``sched_max_job_start``: what it decided is
+    exactly what an uncapped pass decides first, and the caller passes again for the rest."""
     out = Decisions()
     left = _Room(room)
     state: dict[str, _Node] = {}
@@ -303,8 +312,11 @@ def schedule(
             name, ids = alloc[0]
             if (slot := state.get(name)) is not None:
                 if ids:
-                    if ids == slot.free:  # it holds the whole node (a node's ids are sorted once: often these)
+                    free = slot.free
+                    if ids == free:  # it holds the whole node (a node's ids are sorted once: often these)
                         slot.free = ()
+                    elif free[:len(ids)] == ids:  # the first free slots (as a placement takes them): no set
+                        slot.free = free[len(ids):]
                     elif (held := used.get(name)) is None:
                         used[name] = set(ids)
                     else:
@@ -343,6 +355,7 @@ def schedule(
     fail_preempt: dict[tuple[int, float, int, int], int] = {}
     fail_reserve = 1 << 30
     reservations = max(0, max_reservations)
+    starts_left = -1 if max_starts is None else max(1, max_starts)  # -1: no cap
 
     for rank, least, jobs in _classes(pending, usage):
         for job in jobs:
@@ -371,15 +384,27 @@ def schedule(
                     left.take(job)
                     if usage is not None:
                         usage.add(job.project, job.priority, job.gpus * job.nodes, _cores(job.cpus) * job.nodes)
+                    starts_left -= 1
+                    if starts_left == 0:
+                        out.capped = True
+                        return out
                     continue
                 fail_fit[shape] = job.gpus
             if rank < BEST_EFFORT and (index.victims_left or not _SHORTCUTS and preemptible):
                 key = (*shape, rank)
                 if job.gpus < fail_preempt.get(key, 1 << 30):
+                    stopped = len(out.preemptions)
                     if _preempt(job, index, out):
                         left.take(job)  # the slots it claims are its: a later pass starts it
                         if usage is not None:  # its slots are claimed: they count as its project's from now on
                             usage.add(job.project, job.priority, job.gpus * job.nodes, _cores(job.cpus) * job.nodes)
+                        # (claiming only attempts already stopping for it is no start: each capped pass makes
+                        # progress, placed jobs leave the queue and new victims stop, so passing again ends)
+                        if len(out.preemptions) > stopped:
+                            starts_left -= 1
+                            if starts_left == 0:
+                                out.capped = True
+                                return out
                         continue
                     fail_preempt[key] = job.gpus
             if reservations and job.waited_s >= reserve_after_s and job.gpus < fail_reserve:

@@ -113,8 +113,9 @@ class Driver:
     def __init__(self, fleet: Fleet, jobs: list[Job], horizon_s: float, cordon: bool = True,
                  health: HealthConfig | None = None, pass_s: float = 30.0, grace_s: float = 30.0,
                  policy: str = "owner", fair: S.FairShare | None = None,
-                 group_caps: dict[str, int] | None = None) -> None:
+                 group_caps: dict[str, int] | None = None, max_starts: int | None = S.MAX_STARTS) -> None:
         self.fleet = fleet
+        self.max_starts = max_starts  # jobs one pass starts before the next (the scheduler's, as the runtime's)
         self.schedule_ = Schedule(fleet)
         self.jobs = {j.id: j for j in jobs}
         self.horizon = horizon_s
@@ -190,7 +191,9 @@ class Driver:
 
     # -- a pass -----------------------------------------------------------------------------
 
-    def _pass(self, t: float, rounds: int = 3) -> None:
+    def _pass(self, t: float, rounds: int = 3, more: int = 64) -> None:
+        """A pass of the runtime's (:meth:`Runtime.schedule`): one that stopped at ``max_starts`` is followed by
+        another at once (up to ``more``), one whose placements preflight turned away by another (``rounds``)."""
         self.stats.passes += 1
         queued = self._queued()
         if not queued:
@@ -199,7 +202,7 @@ class Driver:
         pending = [self._pending(j, t) for j in queued]
         running = [self._view(a, t) for a in self.running.values()]
         decisions = S.schedule(pending, nodes, running, now=t, fair=self.fair, reserve_after_s=RESERVE_AFTER_S,
-                               room=self._room() if self.group_caps else None)
+                               room=self._room() if self.group_caps else None, max_starts=self.max_starts)
         for pre in decisions.preemptions:
             att = self.running.get(pre.job_id)
             if att is not None and not att.stopping:
@@ -212,7 +215,9 @@ class Driver:
                 blocked = True  # the job stays queued; its node is cordoned now
                 continue
             self._launch(self.jobs[placement.job_id], placement.alloc, t)
-        if blocked and rounds > 1:
+        if decisions.capped and more > 0:
+            self._pass(t, rounds - 1 if blocked else rounds, more - 1)  # the rest of the queue, now
+        elif blocked and rounds > 1:
             self._pass(t, rounds - 1)  # place what preflight turned away on other nodes, as the runtime does
 
     def _nodes(self, t: float) -> list[S.NodeState]:

@@ -83,3 +83,14 @@ def test_the_driver_hands_the_scheduler_group_caps_and_cpus() -> None:
     driver.run()
     first = [j for j in cores if j.first_start == 0.0]
     assert len(first) == 2  # one per node: a node's 96 cores hold one 50-core job
+
+
+def test_a_pass_capped_at_max_starts_is_followed_by_another_at_once() -> None:
+    """The driver passes again at the same moment while the scheduler stops at ``max_starts`` (as the runtime
+    does): eight one-GPU jobs on an idle 8-GPU node all start at once with a cap of 3 a pass, in 3 passes."""
+    fleet = parse([{"name": "h100", "count": 1, "gpus": 8}], NO_FAULTS, 1)
+    jobs = [Job(i, "normal", 1, 1, (600.0,), 0.0, 1, "sweep") for i in range(1, 9)]
+    driver = Driver(fleet, jobs, 60.0, cordon=False, max_starts=3)
+    stats = driver.run()
+    assert [j.first_start for j in jobs] == [0.0] * 8
+    assert stats.passes == 3 and stats.attempts == 8
