@@ -353,10 +353,12 @@ class Runtime:
         return self.jobs.nodes(self.backend.name)
 
     def schedule(self, rounds: int = 3, node_rows: list[Any] | None = None,
-                 submitted: bool = False) -> S.Decisions | None:
+                 submitted: bool = False, more: int = 64) -> S.Decisions | None:
         """Place what is queued and start it; None when nothing is queued (most passes: an attempt
         ended, a read), which then imports no scheduler. ``node_rows``: the nodes' rows as this pass
-        read them (else read here); ``submitted``: the caller just queued a job (a submit): no need to ask."""
+        read them (else read here); ``submitted``: the caller just queued a job (a submit): no need to ask.
+        A pass that stopped at the scheduler's ``max_starts`` (``capped``) is followed by another at once,
+        up to ``more`` of them (each started ``max_starts`` jobs or stopped new victims for them)."""
         now = self.ledger.clock()
         if not submitted and not self.jobs.any_queued(self.backend.name):
             return None
@@ -394,7 +396,8 @@ class Runtime:
         else:
             running = self.running_view() if running is None else running
             decisions = S.schedule(pending, nodes, running, fair=fair, pack_gangs=self.backend.single_host,
-                                   room=room, past=None if fair is None else self.past_usage(fair, running, now))
+                                   room=room, past=None if fair is None else self.past_usage(fair, running, now),
+                                   max_starts=S.MAX_STARTS)
         for pre in decisions.preemptions:
             with surviving(self.ledger, self.backend, "preempt", pre.job_id, pre.attempt):
                 self.request_stop(pre.job_id, pre.attempt, "preempted", for_job=pre.for_job)
@@ -407,6 +410,8 @@ class Runtime:
                     continue
                 cleared.append(placement)
         self.launch_many(cleared)
+        if decisions.capped and more > 0:  # the rest of the queue: a pass more, now
+            return self.schedule(rounds - 1 if blocked else rounds, more=more - 1)
         if blocked and rounds > 1:
             return self.schedule(rounds - 1)  # place what preflight turned away on the other nodes
         return decisions

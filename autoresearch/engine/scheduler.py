@@ -57,6 +57,9 @@ RANK = {"critical": 0, "normal": 1, "best-effort": 2}
 BEST_EFFORT = RANK["best-effort"]
 # how many long-waiting jobs hold a node against backfill in one pass (the first in queue order)
 MAX_RESERVATIONS = 16
+# how many jobs one pass starts (placed, or stopping new victims for them): then it stops, ``capped``,
+# and the caller passes again at once (Slurm's sched_max_job_start): a pass's time stays bounded
+MAX_STARTS = 256
 # The pass's shortcuts (a class given up once nothing more of it can start, a project at its quota
 # dropped from the order): they must never change a decision; tests/properties/test_scheduler_shortcuts.py
 # compares the pass with them and without them.
@@ -199,14 +202,16 @@ class Preemption(_Record):
 
 
 class Decisions(_Record):
-    __slots__ = ("placements", "preemptions", "reserved")
+    __slots__ = ("placements", "preemptions", "reserved", "capped")
     __hash__ = None  # type: ignore[assignment]  # (mutable: the pass appends to it)
 
     def __init__(self, placements: list[Placement] | None = None, preemptions: list[Preemption] | None = None,
-                 reserved: dict[str, int] | None = None) -> None:
+                 reserved: dict[str, int] | None = None, capped: bool = False) -> None:
         self.placements: list[Placement] = [] if placements is None else placements
         self.preemptions: list[Preemption] = [] if preemptions is None else preemptions
         self.reserved: dict[str, int] = {} if reserved is None else reserved  # node -> job it is held for
+        # the pass stopped at ``max_starts``: the rest of the queue was not read (the caller passes again)
+        self.capped: bool = capped
 
 
 class _Node:
@@ -289,6 +294,7 @@ def schedule(
     now: float | None = None,
     max_reservations: int = MAX_RESERVATIONS,
     past: Mapping[str, float] | None = None,
+    max_starts: int | None = MAX_STARTS,
 ) -> Decisions:
     """``room``: per capped group, how many more of its jobs may start (a group's running cap less
     its running jobs, like Slurm's ``--array=0-99%16``); a job of a group with none left waits,
@@ -299,7 +305,10 @@ def schedule(
     queue order), as Slurm's ``bf_max_job_test`` bounds the jobs its backfill plans for.
     ``past``: with ``fair``, each project's past usage in GPU-seconds decayed with ``fair.half_life``
     (ended and running attempts, up to now: engine/shares.py keeps it); it adds to the project's
-    share the fraction of the fleet it held on average over that decay."""
+    share the fraction of the fleet it held on average over that decay.
+    ``max_starts``: how many jobs one pass starts (placed, or new victims stopped for them, a reclaim's
+    too) before it stops with ``capped`` set (None: no cap), as Slurm's ``sched_max_job_start``: what it
+    decided is exactly what an uncapped pass decides first, and the caller passes again for the rest."""
     out = Decisions()
     left = _Room(room)
     state: dict[str, _Node] = {}
@@ -326,8 +335,11 @@ def schedule(
             name, ids = alloc[0]
             if (slot := state.get(name)) is not None:
                 if ids:
-                    if ids == slot.free:  # it holds the whole node (a node's ids are sorted once: often these)
+                    free = slot.free
+                    if ids == free:  # it holds the whole node (a node's ids are sorted once: often these)
                         slot.free = ()
+                    elif free[:len(ids)] == ids:  # the first free slots (as a placement takes them): no set
+                        slot.free = free[len(ids):]
                     elif (held := used.get(name)) is None:
                         used[name] = set(ids)
                     else:
@@ -367,6 +379,7 @@ def schedule(
     fail_reserve = 1 << 30
     fail_reclaim: dict[tuple[str, float, int], int] = {}
     reservations = max(0, max_reservations)
+    starts_left = -1 if max_starts is None else max(1, max_starts)  # -1: no cap
 
     for rank, least, jobs in _classes(pending, usage):
         for job in jobs:
@@ -395,22 +408,40 @@ def schedule(
                     left.take(job)
                     if usage is not None:
                         usage.add(job.project, job.priority, job.gpus * job.nodes, _cores(job.cpus) * job.nodes)
+                    starts_left -= 1
+                    if starts_left == 0:
+                        out.capped = True
+                        return out
                     continue
                 fail_fit[shape] = job.gpus
             if rank < BEST_EFFORT and (index.victims_left or not _SHORTCUTS and preemptible):
                 key = (*shape, rank)
                 if job.gpus < fail_preempt.get(key, 1 << 30):
+                    stopped = len(out.preemptions)
                     if _preempt(job, index, out):
                         left.take(job)  # the slots it claims are its: a later pass starts it
                         if usage is not None:  # its slots are claimed: they count as its project's from now on
                             usage.add(job.project, job.priority, job.gpus * job.nodes, _cores(job.cpus) * job.nodes)
+                        # (claiming only attempts already stopping for it is no start: each capped pass makes
+                        # progress, placed jobs leave the queue and new victims stop, so passing again ends)
+                        if len(out.preemptions) > stopped:
+                            starts_left -= 1
+                            if starts_left == 0:
+                                out.capped = True
+                                return out
                         continue
                     fail_preempt[key] = job.gpus
             if usage is not None and usage.guaranteed and usage.reclaims(job) \
                     and job.gpus < fail_reclaim.get(own := (job.project, job.cpus, job.memory), 1 << 30):
+                stopped = len(out.preemptions)
                 if _reclaim(job, index, usage, running, out):
                     left.take(job)  # its guarantee, taken back from projects that borrow
                     usage.add(job.project, job.priority, job.gpus * job.nodes, _cores(job.cpus) * job.nodes)
+                    if len(out.preemptions) > stopped:  # (new victims: a start, as a preemption's)
+                        starts_left -= 1
+                        if starts_left == 0:
+                            out.capped = True
+                            return out
                     continue
                 fail_reclaim[own] = job.gpus  # victims only grow fewer in a pass
             if reservations and job.waited_s >= reserve_after_s and job.gpus < fail_reserve:

@@ -114,8 +114,9 @@ class Driver:
     def __init__(self, fleet: Fleet, jobs: list[Job], horizon_s: float, cordon: bool = True,
                  health: HealthConfig | None = None, pass_s: float = 30.0, grace_s: float = 30.0,
                  policy: str = "owner", fair: S.FairShare | None = None,
-                 group_caps: dict[str, int] | None = None) -> None:
+                 group_caps: dict[str, int] | None = None, max_starts: int | None = S.MAX_STARTS) -> None:
         self.fleet = fleet
+        self.max_starts = max_starts  # jobs one pass starts before the next (the scheduler's, as the runtime's)
         self.schedule_ = Schedule(fleet)
         self.jobs = {j.id: j for j in jobs}
         self.horizon = horizon_s
@@ -135,6 +136,8 @@ class Driver:
         self._rank = {name: i for i, name in enumerate(self.types)}  # the fleet's order of its nodes
         self.gpu_ids = {name: tuple(str(g) for g in range(kind.gpus)) for name, kind in self.types.items()}
         self.status = {name: P.NodeStatus("healthy") for name in self.types}
+        self._unhealthy: set[str] = set()  # the nodes whose status is not healthy (kept by _set_status)
+        self._busy: dict[str, int] = {}  # per node, the live attempts with a member there
         self._node_states = {name: self._node_state(name) for name in self.types}
         self._abnormal: set[str] = set()  # nodes last seen down, cordoned or degraded
         self.findings: dict[str, list[Finding]] = {name: [] for name in self.types}
@@ -193,7 +196,9 @@ class Driver:
 
     # -- a pass -----------------------------------------------------------------------------
 
-    def _pass(self, t: float, rounds: int = 3) -> None:
+    def _pass(self, t: float, rounds: int = 3, more: int = 64) -> None:
+        """A pass of the runtime's (:meth:`Runtime.schedule`): one that stopped at ``max_starts`` is followed by
+        another at once (up to ``more``), one whose placements preflight turned away by another (``rounds``)."""
         self.stats.passes += 1
         queued = self._queued()
         if not queued:
@@ -203,7 +208,8 @@ class Driver:
         running = [self._view(a, t) for a in self.running.values()]
         past = None if self.past is None else self.past.now(t)
         decisions = S.schedule(pending, nodes, running, now=t, fair=self.fair, reserve_after_s=RESERVE_AFTER_S,
-                               room=self._room() if self.group_caps else None, past=past)
+                               room=self._room() if self.group_caps else None, past=past,
+                               max_starts=self.max_starts)
         for pre in decisions.preemptions:
             att = self.running.get(pre.job_id)
             if att is not None and not att.stopping:
@@ -216,15 +222,16 @@ class Driver:
                 blocked = True  # the job stays queued; its node is cordoned now
                 continue
             self._launch(self.jobs[placement.job_id], placement.alloc, t)
-        if blocked and rounds > 1:
+        if decisions.capped and more > 0:
+            self._pass(t, rounds - 1 if blocked else rounds, more - 1)  # the rest of the queue, now
+        elif blocked and rounds > 1:
             self._pass(t, rounds - 1)  # place what preflight turned away on other nodes, as the runtime does
 
     def _nodes(self, t: float) -> list[S.NodeState]:
         """The fleet as the scheduler sees it at ``t``. Only nodes that are or were lately not plain healthy
         (a node loss in reach, a health state, last pass's answer) are worked out again: O(such nodes)."""
         f = self.fleet.faults
-        look = (self.schedule_.touched(t - f.repair - 1.0, t, "node_loss") | self._abnormal
-                | {n for n, st in self.status.items() if st.state != "healthy"})
+        look = self.schedule_.touched(t - f.repair - 1.0, t, "node_loss") | self._abnormal | self._unhealthy
         for name in look:
             down = self.schedule_.down(name, t) is not None
             state = self.status[name].state
@@ -329,6 +336,8 @@ class Driver:
         self.running[job.id] = att
         if self.past is not None:
             self.past.started(job.project, att.rec.gpus, att.rec.t0)
+        for node in members:
+            self._busy[node] = self._busy.get(node, 0) + 1
         if job.group:
             self.group_running[job.group] = self.group_running.get(job.group, 0) + 1
         self.stats.attempts += 1
@@ -343,6 +352,11 @@ class Driver:
         job, end = att.job, att.life.ending
         assert end is not None
         del self.running[job.id]
+        for node in att.rec.nodes:
+            if self._busy[node] == 1:
+                del self._busy[node]
+            else:
+                self._busy[node] -= 1
         if job.group:
             self.group_running[job.group] -= 1
         gpus = att.rec.gpus
@@ -467,7 +481,7 @@ class Driver:
         after = P.node_state(before, found, self.health, t, diff=self._differential(node, found, t))
         if after == before:
             return False
-        self.status[node] = after
+        self._set_status(node, after)
         if after.state == "cordoned" and before.state != "cordoned":
             self.stats.cordons += 1
             sick = self.schedule_.sick(node, t, self.cordon_log)
@@ -479,6 +493,13 @@ class Driver:
                 self.stats.catch_s.append(max(0.0, t - sick.t))
                 self.cordon_log.append((node, t))  # the backend's cordon hook: an operator will fix it
         return True
+
+    def _set_status(self, node: str, status: P.NodeStatus) -> None:
+        self.status[node] = status
+        if status.state == "healthy":
+            self._unhealthy.discard(node)
+        else:
+            self._unhealthy.add(node)
 
     def _differential(self, node: str, found: list[Finding], t: float) -> P.Differential | None:
         """The fleet's word on this node's infra-suspect endings (what HealthStore.differential reads)."""
@@ -515,12 +536,15 @@ class Driver:
         """The monitor's round (Health.monitor): every node that is up, busy or idle, read through the
         runtime's checks (a GPU's Xid, throttling under load), and health cordons that can lift (fixed nodes)."""
         changed = False
-        busy = {n for a in self.running.values() for n in a.rec.nodes}
+        busy = self._busy
         # Only a node with a fault in reach (lost, a failed GPU not fixed yet, throttling) or a state of its
-        # own (cordoned, degraded) can read anything but clean: the rest are not looked at one by one.
-        f = self.fleet.faults
-        reach = max(f.repair, f.unattended_repair, f.thermal_for) + 1.0
-        look = self.schedule_.touched(t - reach, t) | {n for n, st in self.status.items() if st.state != "healthy"}
+        # own (cordoned, degraded) can read anything but clean: the rest are not looked at one by one. Each
+        # kind's reach is its own (a GPU's Xid until fixed, throttling thermal_for, a loss repair; an NCCL
+        # hang reads clean), so a day-long reach of Xids does not bring in every node that throttled that day.
+        f, faults = self.fleet.faults, self.schedule_
+        look = (faults.touched(t - max(f.unattended_repair, f.repair) - 1.0, t, "xid")
+                | faults.touched(t - f.thermal_for - 1.0, t, "thermal") | faults.touched(t - f.repair - 1.0, t, "node_loss")
+                | self._unhealthy)
         for node in sorted(look, key=self._rank.__getitem__):
             status = self.status[node]
             if status.state == "cordoned" and status.by_health:
@@ -535,7 +559,7 @@ class Driver:
                         after = P.NodeStatus("healthy", "", t, t)  # a person looked (a hard cause waits for one)
                     if after.state == "cordoned":
                         continue
-                    self.status[node] = after
+                    self._set_status(node, after)
                     if false:
                         self.stats.false_cordon_gpu_s += len(self.gpu_ids[node]) * (t - self.false_since.pop(node))
                     self.findings[node] = []

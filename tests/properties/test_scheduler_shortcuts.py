@@ -58,14 +58,44 @@ def _both(*args: Any, **kwargs: Any) -> tuple[Decisions, Decisions]:
 
 @FAST
 @given(cluster=clusters(), pending=PENDING, fair=st.booleans(), pack=st.booleans(), room=st.integers(0, 3),
-       cap=st.integers(0, 3), quota=st.integers(0, 4))
+       cap=st.integers(0, 3), quota=st.integers(0, 4), starts=st.none() | st.integers(1, 4))
 def test_the_shortcuts_change_no_decision(cluster: tuple[list[NodeState], list[Running]], pending: list[Pending],
-                                         fair: bool, pack: bool, room: int, cap: int, quota: int) -> None:
+                                         fair: bool, pack: bool, room: int, cap: int, quota: int,
+                                         starts: int | None) -> None:
     nodes, running = cluster
     share = FairShare({"a": Share(2.0, quota=quota), "b": Share(1.0, quota=1)}) if fair else None
     fast, slow = _both(pending, nodes, running, fair=share, pack_gangs=pack, room={"g": room}, max_reservations=cap,
-                       now=200.0)
+                       now=200.0, max_starts=starts)
     assert fast == slow
+
+
+def _started(out: Decisions) -> list[int]:
+    """The jobs a pass started, in its order: placed, or new victims stopped for them."""
+    return list(dict.fromkeys([*(p.job_id for p in out.placements), *(p.for_job for p in out.preemptions)]))
+
+
+@FAST
+@given(cluster=clusters(), pending=PENDING, fair=st.booleans(), pack=st.booleans(), cap=st.integers(0, 3),
+       starts=st.integers(1, 4))
+def test_a_capped_pass_decides_what_an_uncapped_one_decides_first(
+        cluster: tuple[list[NodeState], list[Running]], pending: list[Pending], fair: bool, pack: bool, cap: int,
+        starts: int) -> None:
+    """``max_starts``: the pass stops after that many starts (placements, or jobs it stopped new victims
+    for), and what it decided up to there is exactly the start of what a pass without the cap decides:
+    the same placements, preemptions and reservations in the same order. ``capped`` says it stopped."""
+    nodes, running = cluster
+    share = FairShare({"a": Share(2.0, quota=3), "b": Share(1.0)}) if fair else None
+    kw: dict[str, Any] = dict(fair=share, pack_gangs=pack, max_reservations=cap, now=200.0)
+    full = schedule(pending, nodes, running, max_starts=None, **kw)
+    part = schedule(pending, nodes, running, max_starts=starts, **kw)
+    assert not full.capped
+    assert part.placements == full.placements[:len(part.placements)]
+    assert part.preemptions == full.preemptions[:len(part.preemptions)]
+    assert list(part.reserved.items()) == list(full.reserved.items())[:len(part.reserved)]
+    assert len(_started(part)) == min(starts, len(_started(full)))
+    assert part.capped == (len(_started(part)) == starts)
+    if not part.capped:
+        assert part == full
 
 
 def test_a_full_fleet_gives_up_the_queue_but_decides_the_same() -> None:

@@ -155,3 +155,19 @@ def test_cancel_stops_a_running_attempt(home: Path) -> None:
     api.cancel([job])
     api._runtime.tick()
     assert fake.attempt(f"{job}.1").stopped and state(api, job).state == "cancelled"
+
+
+def test_a_pass_capped_at_max_starts_is_followed_by_another_at_once(home: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scheduler stops a pass after ``MAX_STARTS`` starts (``capped``); the runtime passes again at once,
+    so one tick starts everything that fits, a few jobs a pass."""
+    from autoresearch.engine import scheduler
+
+    monkeypatch.setattr(scheduler, "MAX_STARTS", 2)
+    api, fake = setup(home, gpus=5)
+    big = submit(api, gpus=5)
+    small = [submit(api, gpus=1) for _ in range(5)]
+    assert started(fake) == [f"{big}.1"]
+    fake.finish(f"{big}.1", 0)
+    api._runtime.tick()
+    assert sorted(started(fake)) == sorted([f"{big}.1", *(f"{job}.1" for job in small)])

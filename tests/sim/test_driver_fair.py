@@ -126,3 +126,34 @@ def test_a_guarantee_in_the_driver_takes_back_borrowed_gpus_within_a_pass_and_gr
                    fair=capped).run()
     assert stats.project_gpu_s["nlp"] <= 24 * 3600.0  # never more than 24 of the 32 GPUs at once
     assert sum(1 for j in jobs if j.first_start is not None) == 3
+
+
+def test_a_pass_capped_at_max_starts_is_followed_by_another_at_once() -> None:
+    """The driver passes again at the same moment while the scheduler stops at ``max_starts`` (as the runtime
+    does): eight one-GPU jobs on an idle 8-GPU node all start at once with a cap of 3 a pass, in 3 passes."""
+    fleet = parse([{"name": "h100", "count": 1, "gpus": 8}], NO_FAULTS, 1)
+    jobs = [Job(i, "normal", 1, 1, (600.0,), 0.0, 1, "sweep") for i in range(1, 9)]
+    driver = Driver(fleet, jobs, 60.0, cordon=False, max_starts=3)
+    stats = driver.run()
+    assert [j.first_start for j in jobs] == [0.0] * 8
+    assert stats.passes == 3 and stats.attempts == 8
+
+
+def test_the_monitors_bookkeeping_matches_the_fleet_after_a_day_of_faults() -> None:
+    """The monitor reads only the nodes with a fault in reach (each kind's own) or a state of their own,
+    kept as sets as statuses and attempts change: after a day of frequent faults they are exactly the
+    unhealthy nodes and the nodes attempts run on, and the monitor has cordoned and lifted cordons."""
+    faults = {"node_loss": 0.01, "xid": 0.02, "nccl_hang": 0.01, "thermal": 0.05, "repair": "2h",
+              "unattended_repair": "24h", "hang_timeout": "10m", "thermal_for": "1h", "thermal_slowdown": 1.5}
+    fleet = parse([{"name": "h100", "count": 12, "gpus": 8}], faults, 3)
+    jobs = [Job(i, "normal" if i % 3 else "best-effort", 8 if i % 2 else 1, 1, (900.0,) * 8, 600.0 * i, 2, "soak")
+            for i in range(1, 200)]
+    driver = Driver(fleet, jobs, 86400.0)
+    stats = driver.run()
+    assert stats.cordons > 0 and stats.faults_caught > 0
+    assert driver._unhealthy == {n for n, st in driver.status.items() if st.state != "healthy"}
+    busy: dict[str, int] = {}
+    for att in driver.running.values():
+        for node in att.rec.nodes:
+            busy[node] = busy.get(node, 0) + 1
+    assert driver._busy == busy and busy
