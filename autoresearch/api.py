@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
