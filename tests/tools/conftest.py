@@ -78,7 +78,7 @@ def http_server(home: Path, *args: str, tokens: Path | None = None, root: Path |
     proc = subprocess.Popen(cmd, env=env, cwd=root or home, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}/mcp"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90  # (a start imports mcp and uvicorn: seconds on a loaded machine)
         while True:
             if proc.poll() is not None:
                 raise AssertionError(f"server exited {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
@@ -87,7 +87,7 @@ def http_server(home: Path, *args: str, tokens: Path | None = None, root: Path |
                 break
             except httpx.TransportError:
                 if time.monotonic() > deadline:
-                    raise AssertionError("HTTP server did not answer within 30 s") from None
+                    raise AssertionError("HTTP server did not answer within 90 s") from None
                 time.sleep(0.1)
         yield url
     finally:
