@@ -13,10 +13,10 @@ allocation's ``SLURM_*`` and GPU variables, exports the attempt's, changes to it
 ``exec``s ``setsid argv`` (its own session, so its own process group) in a background subshell;
 the script then ``exec``s this file with ``--child <pid>``. The program is this process's child
 either way (``exec`` keeps the pid), so what follows is the same: the wait, the stop, the timeout,
-``exit.json``. ``started_at`` is the program's own start, from ``/proc``, and ``ended_at`` its own
-end (``/proc/PID/sched`` of the ended, not yet reaped program: see :func:`ended_at`), also for a
-program that ended before this file's Python had started; where the kernel does not show it, the
-end is when this file saw it (at most its Python's start late, for such a program). A gang starts the same
+``exit.json``. ``started_at`` is the program's own start, from ``/proc``; ``ended_at`` is when this
+file saw it end: for a program that ended before this file's Python had started, late by at most that
+start (the scheduler's per-CPU clocks in ``/proc/PID/sched`` drift apart on a VM (62 s between this one's two CPUs),
+so a zombie's last time on a CPU is not a clock to read). A gang starts the same
 way: the script finds ``MASTER_ADDR`` (``scontrol``) and a ``MASTER_PORT`` free on this node (from
 ``/proc/net/tcp``) itself, ``run.sh`` ``exec``s ``srun`` with the members' prologue, and this file
 gets ``--child <pid> <run_dir> <addr> <port>``.
@@ -233,29 +233,6 @@ def started_at(pid: int) -> float | None:
         return None
 
 
-def _exec_start(who: str) -> float:
-    """``se.exec_start`` of /proc/WHO/sched: when the scheduler last put WHO on a CPU (its clock, in ms)."""
-    with open(f"/proc/{who}/sched") as f:
-        for line in f:
-            if line.startswith("se.exec_start"):
-                return float(line.split(":", 1)[1])
-    raise ValueError("no se.exec_start")
-
-
-def ended_at(pid: int) -> float | None:
-    """When ``pid``, ended but not yet reaped (a zombie), ended (wall clock): the last time it was on a
-    CPU (its exit), against this running process's own last time, both from /proc/PID/sched (the
-    scheduler's clock, within a tick). None where the kernel does not show it (no CONFIG_SCHED_DEBUG).
-    The fast start's program can end before wrap.py's Python has started: without this its ending
-    would be the time wrap.py first looked (0.1 s to seconds late on a busy node)."""
-    try:
-        then = _exec_start(str(pid))
-        ago = (_exec_start("self") - then) / 1000
-    except (OSError, ValueError, IndexError):
-        return None
-    return time.time() - ago if 0 <= ago < 86400 * 365 else None
-
-
 def run(run_dir: str, child: int | None = None, master: tuple[str, str] | None = None) -> int:
     """Supervise the attempt: start its program, or (``child``) adopt the one the batch script started
     (a gang's ``srun``, with the ``master`` address and port the script gave its members)."""
@@ -310,11 +287,9 @@ def run(run_dir: str, child: int | None = None, master: tuple[str, str] | None =
     kill_at = None
     timed_out = stopped = term_outside = False
     status = None
-    ended = None
     while True:
-        if os.waitid(os.P_PID, child, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-            ended = ended_at(child)  # read while it is a zombie: reaping it removes /proc/PID
-            _, status = os.waitpid(child, 0)
+        pid, status = os.waitpid(child, os.WNOHANG)
+        if pid == child:
             break
         now = time.time()
         if not (stopped or timed_out or term_outside):
@@ -355,7 +330,7 @@ def run(run_dir: str, child: int | None = None, master: tuple[str, str] | None =
         "exit_code": code if code is not None and code >= 0 else None,
         "signal": -code if code is not None and code < 0 else None,
         "timed_out": timed_out, "stopped": stopped, "term_outside": term_outside,
-        "started_at": started, "ended_at": ended if ended is not None and started - 1 <= ended <= time.time() else time.time(),
+        "started_at": started, "ended_at": time.time(),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
     }
     failed = first_failure(run_dir) if gang and code != 0 and not (stopped or timed_out or term_outside) else None

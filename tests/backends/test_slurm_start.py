@@ -235,45 +235,6 @@ def test_a_program_that_ended_before_our_stop_keeps_its_ending(tmp_path: Path) -
     assert ending["exit_code"] == 0 and ending["stopped"] is False, ending
 
 
-ENDED_BEFORE_WRAP = """
-import json, os, subprocess, sys, time
-program = subprocess.Popen(["sh", "-c", "exit 3"])
-os.waitid(os.P_PID, program.pid, os.WEXITED | os.WNOWAIT)  # ended, not reaped: what wrap.py --child adopts
-open(sys.argv[2] + "/ended", "w").write(json.dumps(time.time()))
-time.sleep(1.5)  # wrap.py's Python starting on a busy node
-os.execv(sys.executable, [sys.executable, "-I", "-S", sys.argv[1], "--child", str(program.pid), sys.argv[2]])
-"""
-
-
-def test_a_program_that_ended_before_wrap_py_started_keeps_its_own_end(tmp_path: Path) -> None:
-    """The fast start: a short program can end before ``wrap.py --child`` has started; its ending
-    is when it ended (from /proc of the zombie), not when wrap.py first looked (1.5 s later here)."""
-    if not os.path.exists(f"/proc/{os.getpid()}/sched"):
-        pytest.skip("this kernel shows no /proc/PID/sched (CONFIG_SCHED_DEBUG): wrap.py's own time is kept")
-    (tmp_path / "request.json").write_text(json.dumps({"argv": ["true"]}))
-    subprocess.run([sys.executable, "-c", ENDED_BEFORE_WRAP, wrap.__file__, str(tmp_path)], check=True, timeout=60)
-    ending = json.loads((tmp_path / "exit.json").read_text())
-    ended = json.loads((tmp_path / "ended").read_text())
-    assert ending["exit_code"] == 3 and ended - 0.5 <= ending["ended_at"] <= ended + 0.5, (ending, ended)
-    assert ending["started_at"] <= ending["ended_at"]
-
-
-def test_a_running_programs_end_is_read_from_the_zombie(tmp_path: Path) -> None:
-    from autoresearch.backends._slurm_wrap import ended_at
-
-    child = subprocess.Popen(["sh", "-c", "exit 0"])
-    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
-    gone = time.time()
-    time.sleep(1.0)
-    try:
-        end = ended_at(child.pid)
-    finally:
-        child.wait()
-    if os.path.exists(f"/proc/{os.getpid()}/sched"):
-        assert end is not None and gone - 0.5 <= end <= gone + 0.05, (end, gone)
-    assert ended_at(2**22 + 7) is None  # no such process
-
-
 def test_a_submit_lock_is_seen_held_by_whoever_holds_it(tmp_path: Path) -> None:
     """``held`` (util/_lockfile.py, shared with lock_holder): a Slurm attempt's submit.lock is held
     while a submit holds it, whether or not a pid is written in it; free after; none when missing."""
