@@ -20,8 +20,11 @@ client path (:meth:`autoresearch.tracking._sync.Syncer.log_batch`).
 
 from __future__ import annotations
 
+import itertools
 import os
+import stat
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -236,26 +239,19 @@ def write_text(folder: str, artifact_path: str, text: str) -> None:
     write_texts(folder, [(artifact_path, text)])
 
 
-def write_texts(folder: str, files: list[tuple[str, str]]) -> None:
-    """:func:`write_text` of many artifacts (path, text) of one run: the run's folder made once and
+def write_texts(folder: str, files: Sequence[tuple[str, str | bytes]]) -> None:
+    """:func:`write_text` of many artifacts (path, text or bytes) of one run: the run's folder made once and
     each folder of theirs walked once (a batch of decisions: one ``decisions/`` for all its files)."""
     if not files:
         return
-    missing = []
-    path = os.path.abspath(folder)
-    while not os.path.isdir(path) and os.path.dirname(path) != path:
-        missing.append(path)
-        path = os.path.dirname(path)
-    for path in reversed(missing):  # the run's folders, private whatever the umask
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass
-    by_dir: dict[str, list[tuple[str, str]]] = {}
+    fresh = _make_dirs(os.path.abspath(folder))  # the run's folders, private whatever the umask
+    by_dir: dict[str, list[tuple[str, str | bytes]]] = {}
     for artifact_path, text in files:
         parent, name = _split(artifact_path)
         by_dir.setdefault(parent, []).append((name, text))
     for parent, group in by_dir.items():
+        if fresh and parent:  # a folder just made holds none of its own yet: made before the walk opens it
+            _make_fresh(folder, parent)
         fd, _ = open_beneath(folder, f"{parent}/{group[0][0]}" if parent else group[0][0], create_dirs=True,
                              dir_mode=0o700)
         try:
@@ -263,6 +259,29 @@ def write_texts(folder: str, files: list[tuple[str, str]]) -> None:
                 _write_at(fd, name, text)
         finally:
             os.close(fd)
+
+
+def folder_files(source: str, prefix: str) -> list[tuple[str, bytes]]:
+    """The regular files under ``source`` as artifacts under ``prefix`` (for :func:`write_texts`), as
+    ``log_artifacts`` takes a folder, without following a link (a link is left out)."""
+    out: list[tuple[str, bytes]] = []
+    for top, _dirs, names in os.walk(source, followlinks=False):
+        rel = os.path.relpath(top, source)
+        for name in sorted(names):
+            try:
+                fd = os.open(os.path.join(top, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            except OSError:  # a link (ELOOP), gone
+                continue
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    continue  # a FIFO, a device: not an artifact
+                chunks: list[bytes] = []
+                while chunk := os.read(fd, 1 << 20):
+                    chunks.append(chunk)
+            finally:
+                os.close(fd)
+            out.append((f"{prefix}/{name}" if rel == "." else f"{prefix}/{rel}/{name}", b"".join(chunks)))
+    return out
 
 
 def _split(artifact_path: str) -> tuple[str, str]:
@@ -277,12 +296,66 @@ def _split(artifact_path: str) -> tuple[str, str]:
     return "/".join(parts[:-1]), parts[-1]
 
 
-def _write_at(fd: int, name: str, text: str) -> None:
-    tmp = f".{name}.{uuid.uuid4().hex[:8]}.tmp"
-    out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
+def _make_dirs(path: str) -> bool:
+    """``path`` and its missing parents made 0700, the deepest first (one ``mkdir`` when it is there,
+    three for a new run's ``RUN/artifacts``, no ``stat`` walk); whether ``path`` was made now."""
     try:
-        with os.fdopen(out, "w", encoding="utf-8", errors="surrogateescape") as f:
-            f.write(text)
+        os.mkdir(path, 0o700)
+        return True
+    except FileExistsError:
+        return False
+    except FileNotFoundError:
+        parent = os.path.dirname(path)
+        if parent == path:
+            raise
+        _make_dirs(parent)
+    try:
+        os.mkdir(path, 0o700)
+        return True
+    except FileExistsError:
+        return False
+
+
+def _make_fresh(folder: str, parent: str) -> None:
+    """The folders of ``parent`` (an artifact path's folder, checked by :func:`_split`) in a run folder
+    just made: made without the failed ``openat`` :func:`open_beneath` tries first."""
+    path = folder
+    for part in parent.split("/"):
+        path = os.path.join(path, part)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            return  # another writer made it: open_beneath walks (and checks) the rest
+
+
+_TMP = itertools.count()
+_PID = [os.getpid()]  # (a getpid a file was 600 of a pass's ~30,000 system calls)
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+
+
+def _write_at(fd: int, name: str, text: str | bytes) -> None:
+    """``text`` as the file ``name`` in the folder ``fd``: created 0600 under a temporary name beside it
+    (``O_EXCL``: never a file that was there) and renamed into place, so a reader never sees half of it.
+    No fsync: the mirror is a copy, the ledger (and the attempt logs in the home) the truth; a
+    machine crash may lose a file the ledger counts as sent, never what it copies, and the rename
+    alone keeps a reader from half a file. Raw ``os.write``: no text-file object (its
+    ``fstat``, ``ioctl``, ``lseek`` and buffers) for a file written once; a counter for the temporary
+    name, not random bytes (``O_EXCL`` refuses a left-over name: one retry with a random one)."""
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    tmp = f".{name}.{_PID[0]}-{next(_TMP)}.tmp"
+    try:
+        out = os.open(tmp, flags, 0o600, dir_fd=fd)
+    except FileExistsError:  # left by a crashed process of the same pid
+        tmp = f".{name}.{uuid.uuid4().hex[:8]}.tmp"
+        out = os.open(tmp, flags, 0o600, dir_fd=fd)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(out, view):]
+        finally:
+            os.close(out)
         os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
     except BaseException:
         try:
@@ -290,4 +363,3 @@ def _write_at(fd: int, name: str, text: str) -> None:
         except OSError:
             pass
         raise
-
