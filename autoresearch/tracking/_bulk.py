@@ -24,8 +24,9 @@ import itertools
 import os
 import stat
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -53,6 +54,63 @@ class Item:
     params: list[tuple[str, str]] = field(default_factory=list)
     tags: list[tuple[str, str]] = field(default_factory=list)
     end: tuple[str, int] | None = None
+
+
+def executemany(session: Any, key: Any, make: Callable[[], Any], rows: Sequence[dict[str, Any]]) -> None:
+    """``rows`` through the SQLite driver's own ``executemany``, in ``session``'s transaction: the
+    statement ``make()`` builds is compiled by SQLAlchemy once a process (cached under ``key`` and
+    the rows' keys), each row handed over as a tuple. ``session.execute(stmt, rows)`` compiles the
+    statement's parameters again for every row (~10 us a row in Python: a catch-up of 600 trials
+    writes ~15,000 rows). The same SQL, the same values (with SQLAlchemy's bind processors, if a
+    column has any); a driver error is raised as SQLAlchemy raises it (MLflow's session turns an
+    ``OperationalError``, a busy database, into its retryable error)."""
+    import sqlite3
+
+    from sqlalchemy.exc import DBAPIError
+
+    if not rows:
+        return
+    columns = tuple(rows[0])
+    conn = session.connection()
+    entry = _COMPILED.get((key, columns))
+    if entry is None:
+        entry = _COMPILED[(key, columns)] = _compile(make(), conn.dialect, columns)
+    if isinstance(entry, str):  # (a column default computed in Python: SQLAlchemy's own way)
+        session.execute(make(), rows)
+        return
+    sql, names, procs, consts = entry
+    values = [{**consts, **r} for r in rows] if consts else rows
+    if any(procs):
+        params = [tuple(f(r[n]) if f else r[n] for n, f in zip(names, procs, strict=True)) for r in values]
+    elif len(names) > 1:
+        params = list(map(itemgetter(*names), values))  # (a C call a row)
+    else:
+        params = [tuple(r[n] for n in names) for r in values]
+    try:
+        conn.connection.driver_connection.executemany(sql, params)
+    except sqlite3.Error as err:
+        raise DBAPIError.instance(sql, None, err, sqlite3.Error) from err
+
+
+def _compile(stmt: Any, dialect: Any, columns: tuple[str, ...]) -> Any:
+    """(SQL, its parameters' names in order, their bind processors, the constant defaults of the
+    columns the rows leave out), or ``"execute"`` when a left-out column's default is computed."""
+    compiled = stmt.compile(dialect=dialect, column_keys=list(columns))
+    names = tuple(compiled.positiontup or ())
+    consts: dict[str, Any] = {}
+    for col, default in [(c, c.default) for c in compiled.insert_prefetch] + [
+            (c, c.onupdate) for c in compiled.update_prefetch]:
+        if col.key not in columns:
+            if default is None or not default.is_scalar:
+                return "execute"
+            consts[col.key] = default.arg
+    if any(n not in columns and n not in consts for n in names):
+        return "execute"
+    processors = compiled._bind_processors  # (none for MLflow's tables on SQLite: applied if one appears)
+    return str(compiled), names, tuple(processors.get(n) for n in names), consts
+
+
+_COMPILED: dict[tuple[Any, tuple[str, ...]], Any] = {}  # (statement, rows' keys) -> what _compile made
 
 
 def new_run_id() -> str:
@@ -122,8 +180,8 @@ def create_runs(store: Any, runs: list[NewRun]) -> None:
                 "artifact_uri": append_to_uri_path(location, r.run_id, store.ARTIFACTS_FOLDER_NAME),
                 "experiment_id": int(r.experiment_id)})
             tag_rows += [{"key": k, "value": v, "run_uuid": r.run_id} for k, v in tags]
-        session.execute(insert(SqlRun.__table__), run_rows)
-        session.execute(insert(SqlTag.__table__), tag_rows)
+        executemany(session, "runs", lambda: insert(SqlRun.__table__), run_rows)
+        executemany(session, "tags", lambda: insert(SqlTag.__table__), tag_rows)
 
 
 def write(store: Any, items: list[Item]) -> set[str]:
@@ -172,20 +230,18 @@ def write(store: Any, items: list[Item]) -> set[str]:
             if item.end is not None:
                 ends[item.run_id] = item.end
         param_rows = [{"run_uuid": r, "key": k, "value": v} for (r, k), v in new_params.items() if r not in refused]
-        if param_rows:
-            session.execute(insert(params_t).on_conflict_do_nothing(), param_rows)
-        if tags:
+        executemany(session, "params+", lambda: insert(params_t).on_conflict_do_nothing(), param_rows)
+
+        def upsert_tags() -> Any:
             stmt = insert(tags_t)
-            session.execute(stmt.on_conflict_do_update(index_elements=[tags_t.c.key, tags_t.c.run_uuid],
-                                                       set_={"value": stmt.excluded.value}),
-                            [{"run_uuid": r, "key": k, "value": v} for (r, k), v in tags.items()])
-        if names:
-            session.execute(update(runs).where(runs.c.run_uuid == bindparam("rid")).values(name=bindparam("nm")),
-                            [{"rid": r, "nm": n} for r, n in names.items()])
-        if ends:
-            session.execute(update(runs).where(runs.c.run_uuid == bindparam("rid"))
-                            .values(status=bindparam("st"), end_time=bindparam("et")),
-                            [{"rid": r, "st": s, "et": t} for r, (s, t) in ends.items()])
+            return stmt.on_conflict_do_update(index_elements=[tags_t.c.key, tags_t.c.run_uuid],
+                                              set_={"value": stmt.excluded.value})
+
+        executemany(session, "tags+", upsert_tags, [{"run_uuid": r, "key": k, "value": v} for (r, k), v in tags.items()])
+        executemany(session, "names", lambda: update(runs).where(runs.c.run_uuid == bindparam("rid")).values(
+            name=bindparam("nm")), [{"rid": r, "nm": n} for r, n in names.items()])
+        executemany(session, "ends", lambda: update(runs).where(runs.c.run_uuid == bindparam("rid")).values(
+            status=bindparam("st"), end_time=bindparam("et")), [{"rid": r, "st": s, "et": t} for r, (s, t) in ends.items()])
     return refused
 
 

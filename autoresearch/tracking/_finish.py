@@ -8,14 +8,13 @@ that the loop's parent run, which waits for its trials' runs, ends with the loop
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
 from typing import Any
 
 from autoresearch.tracking._common import Mirror, SyncReport
-from autoresearch.util.redact import job_secrets, redact
+from autoresearch.util.redact import redact
 
 LOG_HEAD, LOG_TAIL = 256 << 10, 768 << 10  # attempt logs are capped at 1 MiB: head + tail
 FINAL = {"succeeded": "FINISHED", "failed": "FAILED", "cancelled": "KILLED"}
@@ -109,8 +108,7 @@ def _upload_logs(syncer: Mirror, row: Any, report: SyncReport, attempts: list[An
     attempts = [att for att in attempts if row["logs_done"] < att["n"] <= upto]
     if not attempts:
         return
-    spec = json.loads(row["spec"])
-    secrets = job_secrets(spec)  # from the ledger, whichever process mirrors it
+    spec, secrets = syncer.job_spec(row["spec"])  # from the ledger, whichever process mirrors it
     # a resumed trial's later job (loop/pause.py) logs beside its first job's, not over them
     job = f"job-{row['job_id']}-" if (spec.get("tags") or {}).get("autoresearch.resumed_from_job") else ""
     for att in attempts:
