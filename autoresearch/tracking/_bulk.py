@@ -80,12 +80,15 @@ def executemany(session: Any, key: Any, make: Callable[[], Any], rows: Sequence[
         return
     sql, names, procs, consts = entry
     values = [{**consts, **r} for r in rows] if consts else rows
-    if any(procs):
-        params = [tuple(f(r[n]) if f else r[n] for n, f in zip(names, procs, strict=True)) for r in values]
-    elif len(names) > 1:
-        params = list(map(itemgetter(*names), values))  # (a C call a row)
-    else:
-        params = [tuple(r[n] for n in names) for r in values]
+    params: list[Any] = (list(map(itemgetter(*names), values)) if len(names) > 1  # (a C call a row)
+                         else [tuple(r[n] for n in names) for r in values])
+    fixes = [(i, f) for i, f in enumerate(procs) if f is not None]
+    if fixes:  # (a Boolean's processor on SQLite: metrics' is_nan)
+        for k, row in enumerate(params):
+            row = list(row)
+            for i, f in fixes:
+                row[i] = f(row[i])
+            params[k] = row
     try:
         conn.connection.driver_connection.executemany(sql, params)
     except sqlite3.Error as err:
@@ -282,6 +285,8 @@ def local_dir(uri: str) -> str | None:
     anything else (a server's ``mlflow-artifacts:``, s3, ...: the client path writes those)."""
     if uri.startswith("/"):
         return uri
+    if uri.startswith("file:///") and not any(c in uri for c in "%?#;"):  # (as urlparse reads it, without it)
+        return uri[7:]
     parsed = urlparse(uri)
     if parsed.scheme == "file" and parsed.netloc in ("", "localhost") and parsed.path.startswith("/"):
         return unquote(parsed.path)

@@ -8,7 +8,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Column, Integer, MetaData, String, Table, bindparam, create_engine, select, update
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    bindparam,
+    create_engine,
+    select,
+    update,
+)
 from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
@@ -93,3 +105,32 @@ def test_a_busy_database_is_sqlalchemys_operational_error(tmp_path: Path) -> Non
     finally:
         holder.rollback()
         holder.close()
+
+
+FLAGS = Table("flags", META, Column("id", Integer, primary_key=True), Column("on", Boolean), Column("v", Float))
+
+
+def test_a_column_with_a_bind_processor_gets_it(tmp_path: Path) -> None:
+    """(MLflow's metrics: is_nan is a Boolean, which SQLAlchemy hands SQLite through a processor.)"""
+    rows = [{"id": i, "on": i % 2 == 0, "v": i / 3} for i in range(20)]
+    ours, theirs = _engine(tmp_path, "fo.db"), _engine(tmp_path, "ft.db")
+    with Session(ours) as s, s.begin():
+        _bulk.executemany(s, ("test", "flags"), lambda: insert(FLAGS), rows)
+    with Session(theirs) as s, s.begin():
+        s.execute(insert(FLAGS), rows)
+    read = "SELECT id, \"on\", typeof(\"on\"), v FROM flags ORDER BY id"
+    with ours.connect() as a, theirs.connect() as b:
+        assert list(a.exec_driver_sql(read)) == list(b.exec_driver_sql(read))
+
+
+@pytest.mark.parametrize("uri", ["file:///a/b/c", "file:///a/b%20c", "file:///a;x/b", "file://host/a", "file:///",
+                                 "file:////x", "file:///a?x#y", "file://localhost/a", "s3://b/x", "/abs", "file:/a",
+                                 "mlflow-artifacts:/1/r/artifacts", "file:///a/../b", "file:///\u00e9/\x00"])
+def test_a_local_folder_read_as_urlparse_reads_it(uri: str) -> None:
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(uri)
+    expected = uri if uri.startswith("/") else (
+        unquote(parsed.path) if parsed.scheme == "file" and parsed.netloc in ("", "localhost")
+        and parsed.path.startswith("/") else None)
+    assert _bulk.local_dir(uri) == expected
