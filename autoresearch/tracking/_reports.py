@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import autoresearch.tracking._bulk as _bulk
 from autoresearch.store import outbox
-from autoresearch.tracking import _bulk
 from autoresearch.tracking._common import Mirror, SyncReport, _critical
 from autoresearch.tracking._entities import loop_run
 
