@@ -168,11 +168,12 @@ def cold_sqlite(points: int, trials: int, repeat: int) -> int:
 
 
 _CATCH_UP = """\
-import json, sys, time
+import json, resource, sys, time
 c0 = time.process_time()
 from autoresearch.tracking._sync import Syncer
 syncer = Syncer(sys.argv[1])
 c1 = time.process_time()
+r1 = resource.getrusage(resource.RUSAGE_SELF)
 total = {"runs_created": 0, "finished": 0, "decisions": 0}
 while True:  # passes until one finds nothing to do
     report = syncer.run_once()
@@ -181,8 +182,9 @@ while True:  # passes until one finds nothing to do
     for key in total:
         total[key] += getattr(report, key)
 c2 = time.process_time()
+r2 = resource.getrusage(resource.RUSAGE_SELF)
 syncer.run_once()
-print(json.dumps({"open": c1 - c0, "pass": c2 - c1, "idle": time.process_time() - c2, "runs": total["runs_created"],
+print(json.dumps({"open": c1 - c0, "pass": c2 - c1, "user": r2.ru_utime - r1.ru_utime, "sys": r2.ru_stime - r1.ru_stime, "idle": time.process_time() - c2, "runs": total["runs_created"],
                   "finished": total["finished"], "decisions": total["decisions"]}))
 """
 
@@ -245,12 +247,13 @@ def catch_up(trials: int, repeat: int, code: dict[str, str]) -> int:
     print(f"\nThe mirror's catch-up after a loop of {trials} `python3 -c` trials (nothing mirrored during it), "
           f"into a fresh SQLite store, process CPU; medians of {repeat}; load {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} cores\n")
-    print("| path | import mlflow + open the store, CPU s | the passes, CPU s | CPU ms a trial | an idle pass after, "
-          "CPU s |")
+    print("| path | import mlflow + open the store, CPU s | the passes, CPU s (user + kernel) | CPU ms a trial | "
+          "an idle pass after, CPU s |")
     print("|---|---|---|---|---|")
     for name, rows in cpu.items():
-        med = {k: statistics.median(r[k] for r in rows) for k in ("open", "pass", "idle")}
-        print(f"| {name} | {med['open']:.2f} | {med['pass']:.2f} | {med['pass'] / trials * 1000:.1f} | "
+        med = {k: statistics.median(r.get(k, float("nan")) for r in rows) for k in ("open", "pass", "user", "sys", "idle")}
+        print(f"| {name} | {med['open']:.2f} | {med['pass']:.2f} ({med['user']:.2f} + {med['sys']:.2f}) | "
+              f"{med['pass'] / trials * 1000:.1f} | "
               f"{med['idle']:.2f} |", flush=True)
     return 0
 

@@ -137,6 +137,10 @@ class Mirror(Protocol):
         """End a run (as ``set_terminated``), in the pass's next flush where the store allows; ``then``
         once it is in."""
 
+    def job_spec(self, text: str) -> tuple[dict[str, Any], list[str]]:
+        """A job's spec (its ledger JSON, parsed) and the secrets to redact from it, parsed once; read only."""
+        ...
+
     def artifact_locations(self, run_ids: list[str]) -> None:
         """Learn the artifact locations of runs about to get artifacts (one query for all)."""
 

@@ -16,7 +16,7 @@ from autoresearch.store import outbox
 from autoresearch.tracking._common import DEFAULT_EXPERIMENT, Mirror, SyncReport, requested_trials
 from autoresearch.tracking._finish import FINAL, LOOP_FINAL
 from autoresearch.tracking._metrics import backfill
-from autoresearch.util.redact import is_secret, job_secrets, plan_secrets, redact, redact_command, redact_obj
+from autoresearch.util.redact import is_secret, plan_secrets, redact, redact_command, redact_obj
 
 
 def _flatten(params: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -189,8 +189,7 @@ def sync_job(syncer: Mirror, job: Any, report: SyncReport) -> str | None:
                                              job["started_at"] or job["submitted_at"])
         if trial is not None and job["state"] not in FINAL and syncer.store.reopen(entity):
             syncer.client.update_run(run_id, "RUNNING")  # a resumed trial goes on in its own run
-        spec = json.loads(job["spec"])
-        secrets = job_secrets(spec, ambient=False) + syncer.secrets  # the job's own, from the ledger
+        spec, secrets = syncer.job_spec(job["spec"])  # the job's own secrets, from the ledger, and ours
         last = syncer.store.last_node(job["id"])
         tags = {k: v for k, v in (spec.get("tags") or {}).items() if not is_secret(k)}
         tags.update({

@@ -8,13 +8,13 @@ that the loop's parent run, which waits for its trials' runs, ends with the loop
 
 from __future__ import annotations
 
-import json
+import os
 import time
 from collections.abc import Callable
 from typing import Any
 
 from autoresearch.tracking._common import Mirror, SyncReport
-from autoresearch.util.redact import job_secrets, redact
+from autoresearch.util.redact import redact
 
 LOG_HEAD, LOG_TAIL = 256 << 10, 768 << 10  # attempt logs are capped at 1 MiB: head + tail
 FINAL = {"succeeded": "FINISHED", "failed": "FAILED", "cancelled": "KILLED"}
@@ -108,8 +108,7 @@ def _upload_logs(syncer: Mirror, row: Any, report: SyncReport, attempts: list[An
     attempts = [att for att in attempts if row["logs_done"] < att["n"] <= upto]
     if not attempts:
         return
-    spec = json.loads(row["spec"])
-    secrets = job_secrets(spec)  # from the ledger, whichever process mirrors it
+    spec, secrets = syncer.job_spec(row["spec"])  # from the ledger, whichever process mirrors it
     # a resumed trial's later job (loop/pause.py) logs beside its first job's, not over them
     job = f"job-{row['job_id']}-" if (spec.get("tags") or {}).get("autoresearch.resumed_from_job") else ""
     for att in attempts:
@@ -121,17 +120,29 @@ def _upload_logs(syncer: Mirror, row: Any, report: SyncReport, attempts: list[An
 
 def _read_capped(path: str) -> str:
     """An attempt log for MLflow: whole up to 1 MiB, else its head and its tail."""
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, 2)
-            f.seek(0)
+    try:  # raw reads: no file object (its fstat, ioctl and seeks) for a file read once
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
             if size <= LOG_HEAD + LOG_TAIL:
-                return f.read().decode("utf-8", "replace")
-            head = f.read(LOG_HEAD)
-            f.seek(size - LOG_TAIL)
-            tail = f.read()
+                return _read_all(fd).decode("utf-8", "replace")
+            head = os.pread(fd, LOG_HEAD, 0)
+            os.lseek(fd, size - LOG_TAIL, os.SEEK_SET)
+            tail = _read_all(fd)
+        finally:
+            os.close(fd)
     except OSError:
         return ""
     cut = size - LOG_HEAD - LOG_TAIL
     return (head.decode("utf-8", "replace") + f"\n[... {cut} bytes cut by autoresearch ...]\n"
             + tail.decode("utf-8", "replace"))
+
+
+def _read_all(fd: int) -> bytes:
+    """What is left of ``fd`` to its end (a log still growing: what is there now, as ``read()``)."""
+    chunks: list[bytes] = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)

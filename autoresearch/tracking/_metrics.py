@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from autoresearch.engine.metrics import best_source
+from autoresearch.tracking._bulk import executemany
 from autoresearch.tracking._common import Mirror, SyncReport
 
 METRIC_WINDOW = 20_000  # ledger rows read per pass step
@@ -149,7 +150,7 @@ def bulk_log(store: Any, run_id: str, points: list[Any]) -> None:
     table = SqlMetric.__table__
     with store.ManagedSessionMaker(read_only=False) as session:
         store._check_run_is_active(store._get_run(run_uuid=run_id, session=session))
-        session.execute(insert(table).on_conflict_do_nothing(), rows)  # one executemany
+        executemany(session, "metrics+", lambda: insert(table).on_conflict_do_nothing(), rows)  # one executemany
         # the run's latest value per key: one candidate per key, compared with what is stored
         store._update_latest_metrics_if_necessary([SqlMetric(**row) for row in latest.values()], session)
 
@@ -187,14 +188,18 @@ def bulk_log_many(store: Any, batches: list[tuple[str, list[Any]]]) -> set[str]:
                 if best is None or (p.step, p.timestamp, value) > (best["step"], best["timestamp"], best["value"]):
                     latest[(run_id, p.key)] = row
         if rows:
-            session.execute(insert(SqlMetric.__table__).on_conflict_do_nothing(), rows)
-            table = SqlLatestMetric.__table__
-            stmt = insert(table)
-            newer = (stmt.excluded.step > table.c.step) | (
-                (stmt.excluded.step == table.c.step) & ((stmt.excluded.timestamp > table.c.timestamp) | (
-                    (stmt.excluded.timestamp == table.c.timestamp) & (stmt.excluded.value > table.c.value))))
-            session.execute(stmt.on_conflict_do_update(
-                index_elements=[table.c.key, table.c.run_uuid], where=newer,
-                set_={"value": stmt.excluded.value, "timestamp": stmt.excluded.timestamp, "step": stmt.excluded.step,
-                      "is_nan": stmt.excluded.is_nan}), list(latest.values()))
+            executemany(session, "metrics+", lambda: insert(SqlMetric.__table__).on_conflict_do_nothing(), rows)
+
+            def upsert_latest() -> Any:
+                table = SqlLatestMetric.__table__
+                stmt = insert(table)
+                newer = (stmt.excluded.step > table.c.step) | (
+                    (stmt.excluded.step == table.c.step) & ((stmt.excluded.timestamp > table.c.timestamp) | (
+                        (stmt.excluded.timestamp == table.c.timestamp) & (stmt.excluded.value > table.c.value))))
+                return stmt.on_conflict_do_update(
+                    index_elements=[table.c.key, table.c.run_uuid], where=newer,
+                    set_={"value": stmt.excluded.value, "timestamp": stmt.excluded.timestamp,
+                          "step": stmt.excluded.step, "is_nan": stmt.excluded.is_nan})
+
+            executemany(session, "latest+", upsert_latest, list(latest.values()))
     return refused
