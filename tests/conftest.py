@@ -143,3 +143,17 @@ def wait_state(api: Any, job_id: int, states: tuple[str, ...] | str, timeout: fl
     except AssertionError:
         view = api.status(job_id)
         raise AssertionError(f"job {job_id} is {view.state}, wanted {wanted}: {view}") from None
+
+
+@pytest.fixture(autouse=True)
+def _mlflow_uri_left_as_found() -> Iterator[None]:
+    """``mlflow.set_tracking_uri`` (what the tracking hooks call in-process) also writes
+    MLFLOW_TRACKING_URI into os.environ: a later test's subprocess in the same worker then saw
+    that store instead of none (test_ci's 'no MLflow store' case failed in a full run). Put back."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    if os.environ.get("MLFLOW_TRACKING_URI") != before:
+        if before is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = before
