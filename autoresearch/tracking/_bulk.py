@@ -109,7 +109,10 @@ def _compile(stmt: Any, dialect: Any, columns: tuple[str, ...]) -> Any:
             consts[col.key] = default.arg
     if any(n not in columns and n not in consts for n in names):
         return "execute"
-    processors = compiled._bind_processors  # (none for MLflow's tables on SQLite: applied if one appears)
+    # (each parameter's type's processor for this dialect, as SQLAlchemy applies them: metrics' is_nan,
+    # a Boolean, on SQLite)
+    processors = {name: bind.type.dialect_impl(dialect).bind_processor(dialect)
+                  for name, bind in compiled.binds.items()}
     return str(compiled), names, tuple(processors.get(n) for n in names), consts
 
 
