@@ -133,14 +133,16 @@ class BackendConformance:
 
     def test_stop_kills_after_grace(self, backend: Backend, launch: Any) -> None:
         script = "import signal,time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(60)"
-        ext, _ = launch([sys.executable, "-c", script], Script(b"ready\n", on_term="ignore"), grace=0.5)
+        # (a grace of 3 s: a stop that blocks for it is caught, and an engine's few API calls on a loaded
+        # machine are not; with 0.5 s the Kubernetes backend's four requests missed it under CI's load)
+        ext, _ = launch([sys.executable, "-c", script], Script(b"ready\n", on_term="ignore"), grace=3.0)
         self._wait_log(backend, ext, b"ready")
         t0 = time.monotonic()
         backend.stop(ext)
-        assert time.monotonic() - t0 < 0.5, "stop() must not block for the grace period"
+        assert time.monotonic() - t0 < 3.0, "stop() must not block for the grace period"
         status = self.wait_end(backend, ext)
         assert status.stopped and status.signal is not None
-        assert time.monotonic() - t0 < 10
+        assert time.monotonic() - t0 < 15
 
     def test_stop_is_idempotent_and_safe_after_end(self, backend: Backend, launch: Any) -> None:
         ext, _ = launch(["/bin/sh", "-c", "exit 0"], Script(exit_code=0))
