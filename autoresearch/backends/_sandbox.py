@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -92,14 +93,28 @@ def programs(sandbox: Sandbox | None = None) -> tuple[str, str]:
     return found
 
 
-@lru_cache(maxsize=1)
+_ROOTBOX: tuple[bool, float] | None = None  # (the answer, until when it holds)
+ROOTBOX_RETRY_S = 60.0
+
+
 def rootbox_works() -> bool:
     """Whether a root launcher's supervisors make its tenants' sandboxes themselves (backends/_rootbox.py,
-    the same plan as the programs' chain, without their four execs): a ``true`` in such a sandbox,
-    once per process, from a small interpreter; False (the programs run) when it fails here, and
-    for a launcher that is not root (its one ``bwrap`` runs)."""
+    the same plan as the programs' chain, without their four execs); False (the programs run) when it
+    fails here, and for a launcher that is not root (its one ``bwrap`` runs). A definite answer holds
+    for the process; a check that could not finish (it timed out under load, or could not start) is
+    tried again a minute later, the programs running meanwhile."""
+    global _ROOTBOX
+    if _ROOTBOX is None or time.monotonic() >= _ROOTBOX[1]:
+        why, definite = rootbox_check()
+        _ROOTBOX = (why is None, float("inf") if definite else time.monotonic() + ROOTBOX_RETRY_S)
+    return _ROOTBOX[0]
+
+
+def rootbox_check() -> tuple[str | None, bool]:
+    """Run ``true`` in such a sandbox from a small interpreter: (None, True) when it works, else why
+    not and whether that answer is definite (not a timeout or a failure to start the interpreter)."""
     if os.geteuid() != 0:
-        return False
+        return "the launcher is not root", True
     import subprocess
     import sys
 
@@ -109,9 +124,12 @@ def rootbox_works() -> bool:
     try:
         done = subprocess.run([sys.executable, "-S", "-E", script, *argv], capture_output=True, timeout=20,
                               env=LAUNCHER_ENV, cwd="/")
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"the check did not finish: {err}", False
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip()[-500:]
+        return f"the check exited {done.returncode}: {said or '(nothing on stderr)'}", True
+    return None, True
 
 
 def bwrap() -> str:

@@ -74,6 +74,14 @@ def _clean(value: str, what: str) -> str:
     return value
 
 
+def _number(value: Any) -> float:
+    """A time in Slurm's JSON: a number (22.05) or ``{"set": .., "number": ..}`` (later); 0 when neither."""
+    if isinstance(value, dict):
+        value = value.get("number") if value.get("set", True) else None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else 0.0
+
+
 class SlurmBackend(Backend):
     name = "slurm"
     capabilities = Capabilities(gpus=True, preemption=True, multi_node=True, containers=False, logs_follow=True,
@@ -420,6 +428,11 @@ class SlurmBackend(Backend):
             return self._end(run_dir, status)
         stopped = os.path.exists(os.path.join(run_dir, "stop.json"))
         now = time.time()
+        if (state == "CANCELLED" and stopped and (job or {}).get("batch_host")
+                and now < _number((job or {}).get("end_time")) + STOP_BACKSTOP_S):
+            # Our stop cancelled a job that ran: wrap.py, signalled too, writes the program's ending as it
+            # ends: wait for it (Slurm's KillWait after its end at the most), not read a kill into it.
+            return AttemptStatus("running", started_at=unknown.started_at, **placed_on(job))
         if job is None:
             return self._end(run_dir, AttemptStatus("lost", ended_at=now,
                                                     detail=f"Slurm no longer knows job {job_id} and it left no exit record"))
@@ -477,13 +490,19 @@ class SlurmBackend(Backend):
         if job_id is None and not name:
             return
         target = [str(job_id)] if job_id is not None else ["--name", str(name)]
-        try:
-            if started and grace != 0:
-                self.cli.run(["scancel", "--full", "--signal=TERM", *target])
-            else:  # still queued (or no grace asked): nothing to be graceful with
-                self.cli.run(["scancel", *target])
-        except (Rejected, Unreachable):
-            pass  # gone already, or slurmctld down: wrap.py honours stop.json on its own
+        if grace == 0:  # no grace asked: nothing to be graceful with
+            calls = [["scancel", *target]]
+        elif started:
+            calls = [["scancel", "--full", "--signal=TERM", *target]]
+        else:  # queued, or running ahead of wrap.py (the fast start runs the program before wrap.py writes
+            # state.json): slurmctld tells which, at each call (a job that starts between them is signalled)
+            calls = [["scancel", "--state=PENDING", *target],
+                     ["scancel", "--full", "--signal=TERM", "--state=RUNNING", *target]]
+        for argv in calls:
+            try:
+                self.cli.run(argv)
+            except (Rejected, Unreachable):
+                pass  # gone already, or slurmctld down: wrap.py honours stop.json on its own
 
     def release(self, external_id: str) -> None:
         ending = read_file(os.path.join(external_id, "ending.json")) or {}

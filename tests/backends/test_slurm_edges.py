@@ -177,6 +177,36 @@ def test_the_stop_backstop_waits_for_the_jobs_own_grace_period(slurm: Any, tmp_p
     assert "RUNNING" in slurm.run("squeue", "-h", "-j", job_id, "-o", "%T")
 
 
+def test_a_stop_before_wrap_py_has_started_is_graceful_and_keeps_the_programs_exit(slurm: Any, tmp_path: Path) -> None:
+    """The fast start runs the program before wrap.py's Python has started (and written state.json):
+    a stop in that window is still a graceful one (SIGTERM, then the grace), and its ending is
+    wrap.py's record (the program's own exit 0 from its handler), not Slurm's CANCELLED read as a kill.
+    (Seen under CI's load: the conformance suite's graceful program ended with no exit code.)"""
+    import shlex
+    import time
+
+    from tests.conftest import wait_for
+
+    slow = tmp_path / "slow-python"  # wrap.py's interpreter, 3 s late: the window, every time
+    slow.write_text(f"#!/bin/sh\nsleep 3\nexec {shlex.quote(PY)} \"$@\"\n")
+    slow.chmod(0o755)
+    backend = SlurmBackend(conf=slurm.conf, python=str(slow))
+    graceful = ("import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: (print('got TERM', flush=True), "
+                "sys.exit(0)))\nprint('ready', flush=True)\ntime.sleep(60)")
+    request = LaunchRequest(key="early.1", argv=[PY, "-c", graceful], env=dict(os.environ), workdir=str(tmp_path),
+                            log_path=str(tmp_path / "a.log"), run_dir=str(tmp_path / "a"), grace=5.0)
+    ext = backend.start(request)
+    wait_for(lambda: b"ready" in backend.read_log(ext), timeout=60)
+    assert not (tmp_path / "a" / "state.json").exists()  # wrap.py has not started yet
+    backend.stop(ext)
+    deadline = time.monotonic() + 60
+    while not (status := backend.poll(ext)).ended:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.1)
+    assert status.stopped and status.exit_code == 0 and status.signal is None, status
+    assert b"got TERM" in backend.read_log(ext)
+
+
 def test_a_node_that_cannot_read_the_run_dir_fails_the_attempt_never_fakes_a_success(slurm: Any, tmp_path: Path) -> None:
     from tests.conftest import wait_for
 
@@ -207,3 +237,36 @@ def test_a_fresh_processs_first_submit_asks_slurm_three_things(home: Path, slurm
     Api(home, backend).submit({"command": "true", "shell": True, "workdir": str(tmp_path)})
     assert [a.split()[0] for a in asked] == ["scontrol", "sinfo", "sbatch"], asked
     assert backend.nodes() and [a.split()[0] for a in asked].count("sinfo") == 1  # the pass's nodes: the same answer
+
+
+def test_our_cancel_of_a_job_that_ran_waits_for_wrap_pys_record(tmp_path: Path) -> None:
+    """Slurm says CANCELLED (our stop's scancel) before wrap.py, signalled too, has written how the
+    program ended: that is read as still ending, for Slurm's KillWait at the most, never as a kill
+    of its own making; a job cancelled in the queue (no batch host) ends at once."""
+    import json
+    import time
+
+    from autoresearch.backends._base import AttemptStatus
+    from autoresearch.backends._slurm import STOP_BACKSTOP_S
+
+    backend = SlurmBackend(command_timeout=2)
+    run_dir = tmp_path / "a"
+    run_dir.mkdir()
+    (run_dir / "stop.json").write_text(json.dumps({"requested_at": time.time()}))
+    unknown = AttemptStatus("starting")
+    ran = {"job_state": "CANCELLED", "batch_host": "vm", "nodes": "vm", "end_time": int(time.time())}
+    assert backend._judge(str(run_dir), 7, ran, None, unknown).state == "running"
+    (run_dir / "exit.json").write_text(json.dumps({"exit_code": 0, "signal": None, "stopped": True}))
+    done = backend._judge(str(run_dir), 7, ran, None, unknown)
+    assert (done.state, done.exit_code, done.stopped) == ("exited", 0, True)
+    other = tmp_path / "b"
+    other.mkdir()
+    (other / "stop.json").write_text(json.dumps({"requested_at": time.time()}))
+    late = {**ran, "end_time": {"set": True, "number": int(time.time() - STOP_BACKSTOP_S - 1)}}
+    gone = backend._judge(str(other), 8, late, None, unknown)
+    assert (gone.state, gone.signal, gone.stopped) == ("exited", 9, True)
+    queued_dir = tmp_path / "c"
+    queued_dir.mkdir()
+    (queued_dir / "stop.json").write_text(json.dumps({"requested_at": time.time()}))
+    queued = backend._judge(str(queued_dir), 9, {**ran, "batch_host": "", "nodes": ""}, None, unknown)
+    assert (queued.state, queued.stopped) == ("exited", True)
