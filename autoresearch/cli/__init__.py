@@ -43,6 +43,7 @@ def _global_flags(p: argparse.ArgumentParser, suppress: bool) -> None:
 def build_parser(only: str = "") -> argparse.ArgumentParser:
     """The whole command line; with ``only`` (a command's name), that command's parser alone,
     or the whole one if no command has that name. Building all 27 costs ~10 ms of every start."""
+    _Formatter._terminal_width = None  # looked up again for this command line (a test may change $COLUMNS between two)
     p = _Parser(prog="autoresearch", description="Run ML research jobs and loops on GPUs.")
     p.add_argument("--version", action="version", version=f"autoresearch {__version__}",
                    help="print the version and exit")
@@ -61,14 +62,20 @@ def build_parser(only: str = "") -> argparse.ArgumentParser:
 
 class _Formatter(argparse.HelpFormatter):
     """argparse's help formatter, finding the terminal's width without importing shutil: argparse
-    builds one at every ``add_argument`` (to check the metavar), and shutil costs ~3 ms of a start."""
+    builds one at every ``add_argument`` (to check the metavar), and shutil costs ~3 ms of a start.
+    The width is looked up once per command line built (a submit's parser made 33 formatters, each
+    asking the environment and the terminal), not at every ``add_argument``."""
+
+    _terminal_width: int | None = None  # (the terminal's width less argparse's own margin; reset by build_parser)
 
     def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
                  width: int | None = None) -> None:
         if width is None:
-            from autoresearch.cli._table import terminal_columns
+            if _Formatter._terminal_width is None:
+                from autoresearch.cli._table import terminal_columns
 
-            width = terminal_columns() - 2  # (argparse's own margin)
+                _Formatter._terminal_width = terminal_columns() - 2
+            width = _Formatter._terminal_width
         super().__init__(prog, indent_increment, max_help_position, width)
 
 

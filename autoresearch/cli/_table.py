@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-import unicodedata
 from typing import TextIO
 
 COLORS = {"red": "31", "green": "32", "yellow": "33", "magenta": "35", "cyan": "36", "white": "37", "bold": "1",
@@ -61,6 +60,8 @@ def width_of(text: str) -> int:
     """Columns a string takes on a terminal (wide East Asian characters take two, combining marks none)."""
     if text.isascii():
         return len(text)
+    import unicodedata  # (only for text that is not ASCII: the argument parser asks this module for the width)
+
     return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 

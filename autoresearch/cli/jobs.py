@@ -111,13 +111,13 @@ def _kv(items: list[str] | None, flag: str) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    cmd = args.cmd
+    if cmd == "submit":
+        return _submit(args)  # (its one-line answer needs neither the tables nor the rest of the views)
     from autoresearch.cli._facade import open_api
     from autoresearch.cli._render import print_json, render_job, render_jobs, render_metrics, render_nodes
     from autoresearch.views import JobView
 
-    cmd = args.cmd
-    if cmd == "submit":
-        return _submit(args)
     if cmd in ("status", "logs", "metrics"):
         _job_or_trial(args, required=cmd != "status")
     api = open_api(args)

@@ -129,6 +129,34 @@ def test_the_fast_commands_never_import_inspect(job: str) -> None:
     assert sorted(loaded("schema", "plan", watch=watch)) == ["ast", "dis", "tokenize"]
 
 
+def test_a_submit_imports_no_table_code(job: str) -> None:
+    """A submit answers one line (the job's id): it imports neither the renderer of tables nor the
+    Unicode database their cell widths need (~1-2 ms of a submit's start). The argument parser asks
+    _table for the terminal's width only. The check can fail: a status read draws a table (its box
+    is not ASCII, measured with unicodedata)."""
+    watch = ("autoresearch.cli._render", "unicodedata")
+    for args in (("submit", "--", "true"), ("submit", "--json", "--", "true")):
+        assert loaded(*args, watch=watch) == [], args
+    assert loaded("status", watch=watch) == ["autoresearch.cli._render", "unicodedata"]
+
+
+def test_the_parser_asks_the_terminal_width_once_per_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """argparse makes a help formatter at every add_argument: the width is looked up once per
+    parser built, and again for the next (a changed $COLUMNS is seen)."""
+    from autoresearch import cli
+    from autoresearch.cli import _table
+
+    calls: list[int] = []
+    real = _table.terminal_columns
+    monkeypatch.setattr(_table, "terminal_columns", lambda: calls.append(1) or real())
+    monkeypatch.setenv("COLUMNS", "61")
+    parser = cli.build_parser("submit")
+    assert len(calls) == 1
+    assert parser._get_formatter()._width == 59  # (argparse's margin of 2)
+    monkeypatch.setenv("COLUMNS", "101")
+    assert cli.build_parser("status")._get_formatter()._width == 99 and len(calls) == 2
+
+
 COMPILES = """
 import json, re, sys
 compiled = []
