@@ -88,8 +88,10 @@ def _sdk() -> Any:
     try:
         from databricks.sdk.service import jobs
     except ImportError:
-        raise BackendError("the databricks backend needs Databricks' SDK (databricks-sdk), which is not installed",
-                           hint=INSTALL_HINT) from None
+        # A SpecError, as every missing extra (lightkube, ray): the setup's to fix, so an attempt is refused,
+        # never retried as the machine's fault (runtime._start).
+        raise SpecError("the databricks backend needs Databricks' SDK (databricks-sdk), which is not installed",
+                        hint=INSTALL_HINT) from None
     return jobs
 
 
