@@ -20,7 +20,7 @@ import math
 import os
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autoresearch.engine import jobs
 from autoresearch.engine import metrics as M
@@ -30,20 +30,17 @@ from autoresearch.engine.jobs import MAX_LOG_BYTES
 from autoresearch.engine.runtime import ACTIVE, FINAL, Runtime
 from autoresearch.errors import NotFoundError, SpecError
 from autoresearch.util.redact import MARK, ambient_secrets, is_secret, job_secrets, redact, redact_command
-from autoresearch.views import (
-    ArrayView,
-    AttemptView,
-    ClusterView,
-    DoctorView,
-    GpuHealthView,
-    HealthView,
-    JobPage,
-    JobView,
-    LogPage,
-    MetricView,
-    NodeView,
-    ProjectUsageView,
-)
+from autoresearch.views import ArrayView, AttemptView, JobPage, JobView, LogPage
+
+if TYPE_CHECKING:  # (imported where they are made: a submit needs none of them; autoresearch/views.py)
+    from autoresearch.views import (
+        ClusterView,
+        DoctorView,
+        HealthView,
+        MetricView,
+        NodeView,
+        ProjectUsageView,
+    )
 
 LIST_HINT = "list jobs with `autoresearch list` (MCP: list_jobs)"
 TRIAL_HINT = ("a loop's trials and their jobs: `autoresearch list --experiment LOOP` (trial N's job is LOOP-tN), "
@@ -205,6 +202,8 @@ class Api:
     def metrics(self, job_id: int | str, names: list[str] | None = None, series: bool = False,
                 max_points: int = 200, project: str | None = None, refresh: bool = True) -> list[MetricView]:
         """Per metric: last, best, step, count; optionally the series downsampled."""
+        from autoresearch.views import MetricView
+
         if refresh:
             self._runtime.tick_all(wait=False)  # callers read the job's state beside its metrics
         job = self._job_row(job_id, project)
@@ -226,6 +225,8 @@ class Api:
         return out
 
     def nodes(self) -> list[NodeView]:
+        from autoresearch.views import NodeView
+
         self._runtime.tick_all(wait=False)
         used: dict[str, set[str]] = {}
         running: dict[str, int] = {}
@@ -254,6 +255,8 @@ class Api:
         return check_backends(self._ledger.home, probe, timeout)
 
     def cluster(self, project: str | None = None) -> ClusterView:
+        from autoresearch.views import ClusterView
+
         nodes = self.nodes()
         queued = {p: 0 for p in ("critical", "normal", "best-effort")}
         for r in self._jobs.queued_by_priority(project):
@@ -269,6 +272,7 @@ class Api:
     def _project_usage(self, project: str | None, fleet_gpus: int) -> list[ProjectUsageView]:
         """Each project's GPUs in use against its quota and weight (fair share), with its queue."""
         from autoresearch.backends import profiles
+        from autoresearch.views import ProjectUsageView
 
         fair = profiles.fair_share(self._ledger.home)
         rows = {r["project"]: r for r in self._jobs.project_usage(project)}
@@ -623,6 +627,7 @@ def local_health(home: str | os.PathLike[str] | None = None, drain: bool = False
     from autoresearch.health.findings import blocking
     from autoresearch.health.nvml import reason_names
     from autoresearch.store.ledger import default_home
+    from autoresearch.views import GpuHealthView, HealthView
 
     config = health_config.load(Path(home).expanduser() if home else default_home(), strict=True)
     if expect_gpus is not None and not 0 <= expect_gpus <= 4096:
@@ -653,6 +658,7 @@ def doctor(home: str | os.PathLike[str] | None = None, move_aside: bool = False)
     from autoresearch.engine import runfolders
     from autoresearch.errors import LedgerError
     from autoresearch.store.ledger import Ledger, default_home
+    from autoresearch.views import DoctorView
 
     base = (Path(home).expanduser() if home else default_home()).absolute()
     view = DoctorView(str(base), False)

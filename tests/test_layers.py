@@ -40,7 +40,7 @@ STORES = ("autoresearch/store/", "autoresearch/loop/store.py", "autoresearch/tra
           "autoresearch/health/store.py")
 # The package root: the facade (and the views it returns), the errors and the trial side; every other
 # module lives in its layer's package (engine/, store/, util/, loop/, tracking/, backends/, ...).
-ROOT_MODULES = {"__init__.py", "api.py", "views.py", "errors.py", "report.py"}
+ROOT_MODULES = {"__init__.py", "api.py", "views.py", "_views_more.py", "errors.py", "report.py"}
 
 # Known violations, to shrink (issue 8: one facade; stores own the SQL). Do not add to them.
 FACE_IMPORTS_ALLOWED: set[str] = set()

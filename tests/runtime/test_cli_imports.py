@@ -140,6 +140,23 @@ def test_a_submit_imports_no_table_code(job: str) -> None:
     assert loaded("status", watch=watch) == ["autoresearch.cli._render", "unicodedata"]
 
 
+def test_a_submit_makes_only_the_views_it_returns(job: str) -> None:
+    """The cluster's, a node's, a metric's, the health and doctor views (autoresearch/_views_more.py) are
+    made at their first use, not by every command that imports the facade: a submit or a job's status
+    makes none of them; ``nodes`` does (the check can fail). They are the same classes through
+    autoresearch.views, as ever."""
+    watch = ("autoresearch._views_more",)
+    for args in (("submit", "--", "true"), ("status", job), ("list",)):
+        assert loaded(*args, watch=watch) == [], args
+    assert loaded("nodes", watch=watch) == ["autoresearch._views_more"]
+    out = subprocess.run([sys.executable, "-c", "import autoresearch._views_more as M, autoresearch.views as V\n"
+                          "names = ('ClusterView', 'DoctorView', 'GpuHealthView', 'HealthView', 'MetricView',"
+                          " 'NodeView', 'ProjectUsageView')\n"
+                          "print(all(getattr(V, n) is getattr(M, n) for n in names), hasattr(V, 'NoSuchView'))"],
+                         capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["True", "False"]
+
+
 def test_the_parser_asks_the_terminal_width_once_per_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
     """argparse makes a help formatter at every add_argument: the width is looked up once per
     parser built, and again for the next (a changed $COLUMNS is seen)."""
