@@ -24,6 +24,8 @@ call) and their configuration (api/token/CA, kubeconfig, in-cluster) ``_k8s_api.
 * ``stop``: delete the Job (propagationPolicy Background; the garbage collector deletes its pods
   with their own ``terminationGracePeriodSeconds``, the attempt's grace), and a pod directly only
   when ``stop``'s grace is shorter: the kubelet sends SIGTERM once, then SIGKILL after the grace.
+  Three requests when the grace is the attempt's: the Job and its pods read once (the poll that
+  decides whether it still runs, whose pod list also says their graces), and the Job's delete.
 * ``places = False``: Kubernetes (with Kueue) schedules; ``nodes()`` is empty.
 """
 
@@ -249,9 +251,13 @@ class KubernetesBackend(Backend):
             ns, name = self._split(external_id)
         except _NeverCreated as err:  # launches and passes hold the pass lock: nobody is creating it now
             return AttemptStatus("lost", ended_at=time.time(), detail=err.message)
+        return self._poll(ns, name)[0]
+
+    def _poll(self, ns: str, name: str) -> tuple[AttemptStatus, list[dict[str, Any]]]:
+        """:meth:`poll` of Job ``ns/name``, and the pods it read for it ([] when its ending was kept)."""
         ended = _load(self._file(ns, name, ".end.json"))
         if ended is not None:
-            return AttemptStatus(**ended)
+            return AttemptStatus(**ended), []
         stopped = self._file(ns, name, ".stop.json").exists()
         job, pods = self._job(ns, name), self._pods(ns, name)
         status, kill = interpret(job, pods, stopped, ns, name)
@@ -262,7 +268,7 @@ class KubernetesBackend(Backend):
             self._delete(ns, name, None)
         if status.ended:
             self._remember(ns, name, status, pods)
-        return status
+        return status, pods
 
     def _remember(self, ns: str, name: str, status: AttemptStatus, pods: list[dict[str, Any]]) -> None:
         """Keep the ending and the whole log (streamed to disk) before the pod can vanish."""
@@ -324,12 +330,12 @@ class KubernetesBackend(Backend):
             ns, name = self._split(external_id)
         except _NeverCreated:
             return  # nothing reached the engine
-        if self.poll(external_id).ended:
+        status, pods = self._poll(ns, name)  # (its pods, as the look that decided: not listed again)
+        if status.ended:
             return  # over already (stop is idempotent): the ending stays its own
         seconds = None if grace is None else max(0, int(math.ceil(grace)))
         self._write(self._file(ns, name, ".stop.json"), json.dumps({"at": time.time(), "grace": seconds}).encode())
-        pods = self._pods(ns, name)
-        self._delete(ns, name, seconds)
+        self._delete(ns, name, seconds)  # (its pods that exist later are the garbage collector's, with their grace)
         for pod in pods:  # the pods too when our grace is shorter than what the garbage collector would use
             if seconds is None or seconds >= _grace_of(pod):
                 continue  # a repeated delete cannot lengthen a grace; asking again gains nothing

@@ -277,6 +277,21 @@ def test_stop_sends_one_sigterm_and_the_program_exit_is_its_own(k8s: FakeKuberne
     assert not [r for r in k8s.requests if r[0] == "DELETE" and "/pods/" in r[1]]
 
 
+def test_a_stop_reads_the_job_and_its_pods_once(k8s: FakeKubernetes, tmp_path: Path) -> None:
+    """A stop asks three things: the Job and its pods (the poll that says it still runs, whose pod list
+    also gives their graces: not listed a second time) and the Job's delete (its pods go with it)."""
+    backend = _backend(k8s, tmp_path)
+    ext = backend.start(_request(tmp_path, argv=[sys.executable, "-c", COUNT_TERMS, "exit"], grace=5.0))
+    _ready(backend, ext)
+    backend.poll(ext)  # (it has been seen running: the started-at annotation is written)
+    k8s.requests.clear()
+    backend.stop(ext, 5.0)
+    sent = [(method, "job" if "/jobs/" in path else "pods" if path.split("?")[0].endswith("/pods") else path)
+            for method, path, _ in k8s.requests]
+    assert sent == [("GET", "job"), ("GET", "pods"), ("DELETE", "job")], k8s.requests
+    assert _wait(backend, ext).stopped
+
+
 def test_a_shorter_stop_grace_still_kills_without_a_second_sigterm(k8s: FakeKubernetes, tmp_path: Path) -> None:
     backend = _backend(k8s, tmp_path)
     ext = backend.start(_request(tmp_path, argv=[sys.executable, "-c", COUNT_TERMS, "stay"], grace=120.0))
