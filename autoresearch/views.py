@@ -200,6 +200,50 @@ def _plain(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
+_LEAVES = frozenset((str, float, int, bool))
+
+
+@functools.lru_cache(maxsize=256)
+def _iso_fields(cls: type) -> tuple[tuple[str, str | None], ...]:
+    """A dataclass's fields, each with its ``_iso`` twin (None: not a time, or a field of that name exists)."""
+    names = _field_names(cls)
+    return tuple((name, twin if (twin := _time_key(name)) is not None and twin not in names else None)
+                 for name in names)
+
+
+def json_ready(value: Any) -> Any:
+    """``with_iso(to_dict(value))`` in one walk: a view's dataclasses, dicts and lists copied into plain
+    ones, with an ``<key>_iso`` twin after every Unix-time field. A 5,000-trial loop's final ``--json``
+    view is ~150,000 leaves; two walks (a copy, then a copy with twins) were ~0.3 s of the command's
+    tail after its last trial, one is about half."""
+    if type(value) in _LEAVES or value is None:
+        return value
+    if isinstance(value, list):
+        return [json_ready(v) for v in value]
+    out: dict[Any, Any] = {}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for name, twin in _iso_fields(type(value)):
+            item = getattr(value, name)
+            if type(item) not in _LEAVES and item is not None:  # (a call a leaf saved: most are)
+                item = json_ready(item)
+            out[name] = item
+            if twin is not None and (item is None or isinstance(item, (int, float))):
+                out[twin] = iso(item)
+        return out
+    if not isinstance(value, dict):
+        return _plain(value)  # a tuple, a leaf of another type: as to_dict makes it (with_iso leaves it)
+    pairs = [(_plain(k), v) for k, v in value.items()]
+    keys = {k for k, _ in pairs}
+    for key, item in pairs:
+        if type(item) not in _LEAVES and item is not None:
+            item = json_ready(item)
+        out[key] = item
+        twin = _time_key(key) if isinstance(key, str) else None
+        if twin is not None and twin not in keys and (item is None or isinstance(item, (int, float))):
+            out[twin] = iso(item)
+    return out
+
+
 def to_dict(view: Any) -> Any:
     if dataclasses.is_dataclass(view) and not isinstance(view, type):
         return _plain(view)

@@ -47,3 +47,29 @@ def test_iso_is_the_same_on_its_fast_path_and_refuses_what_is_not_a_time() -> No
     assert iso(-1.5) == "1969-12-31T23:59:58Z"  # before 1970: datetime's path, floored like it
     for bad in (math.nan, math.inf, -math.inf, 1e30, 253402300800, None, True, "1", [1]):
         assert iso(bad) is None  # type: ignore[arg-type]
+
+
+def test_json_ready_is_with_iso_of_to_dict_in_one_walk() -> None:
+    """The loop command's ``--json`` answer converts its final view in one walk: the same data as
+    ``with_iso(to_dict(view))``, twins included, for every shape a view holds (and a list of views,
+    dicts with non-string keys, a field whose twin is taken, tuples left as to_dict leaves them)."""
+    from autoresearch.views import json_ready
+
+    @dataclasses.dataclass
+    class Odd:
+        done_at: float | None
+        done_at_iso: str  # a twin already there: not overwritten
+        seen_at: bool
+        when: dict[object, object]
+
+    view = _view(300)
+    assert repr(json_ready(view)) == repr(with_iso(to_dict(view)))
+    assert repr(json_ready([view, None, 3])) == repr(with_iso(to_dict([view, None, 3])))
+    odd = Odd(1.7e9, "kept", True, {1: {"x_at": 2.5}, "y_at": None, "z_at": "text", "t": ({"a_at": 1},)})
+    got = json_ready(odd)
+    assert repr(got) == repr(with_iso(to_dict(odd)))
+    assert got["done_at_iso"] == "kept" and got["when"][1]["x_at_iso"] == iso(2.5) and "z_at_iso" not in got["when"]
+    assert got["when"]["y_at_iso"] is None and got["when"]["t"] == ({"a_at": 1},)
+    out = json_ready(view)
+    out["trials"][0]["params"]["layers"][1]["deep"] = None  # a copy: the view is untouched
+    assert view.trials[0].params["layers"][1]["deep"] == (1, 2)

@@ -87,7 +87,7 @@ def _run(args: argparse.Namespace) -> int:
     from autoresearch.api import load_plan
     from autoresearch.cli._facade import open_api
     from autoresearch.errors import AutoresearchError, SpecError
-    from autoresearch.views import to_dict, with_iso
+    from autoresearch.views import json_ready
 
     if args.plan is None and isinstance(args.json, str) and args.json.endswith((".yaml", ".yml")):
         args.plan, args.json = args.json, True  # `autoresearch --json plan.yaml`
@@ -121,9 +121,7 @@ def _run(args: argparse.Namespace) -> int:
     if not args.no_report:  # plots and their upload take seconds: a helper writes them after we return
         view = api.loop_report_later(view)
     if args.json:
-        out = to_dict(view)
-        out["trials"] = [t for t in out["trials"]]
-        print(json.dumps(with_iso(out), default=str))
+        print(json.dumps(json_ready(view), default=str))
     elif live is not None:
         live.summary(view)
     from autoresearch.loop.views import CANNOT_LEARN

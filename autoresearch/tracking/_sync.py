@@ -32,6 +32,7 @@ None of them imports this module or the package's ``__init__``: what they share 
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import re
@@ -58,6 +59,19 @@ from autoresearch.util._private import private_dir, tighten
 from autoresearch.util.redact import ambient_secrets, job_secrets, redact
 
 __all__ = ["SyncReport", "Syncer", "fail_fast_http", "is_transient"]
+
+_FROZEN = [False]
+
+
+def _freeze_imports() -> None:
+    """Once a process, after mlflow's import: what is alive then (~400,000 objects of mlflow, SQLAlchemy
+    and their modules, there for the process's life) moved out of the collector's generations
+    (``gc.freeze``). Each full collection walked them all: ~0.3 s of a 600-trial catch-up's ~1.1 s of
+    user time went to 6 of them. Objects made later are collected as before; a cycle already garbage
+    at this moment stays (once, bounded by what the import left)."""
+    if not _FROZEN[0]:
+        _FROZEN[0] = True
+        gc.freeze()
 
 KIND_TAG = "mlflow.experimentKind"
 FLUSH_AT = 500  # runs' writes queued in a pass before they are sent (one transaction)
@@ -118,6 +132,7 @@ class Syncer:
         self._specs: dict[str, tuple[dict[str, Any], list[str]]] = {}  # a job's spec text -> (spec, secrets)
         self._folders: dict[str, str | None] = {}  # run id -> its local artifact folder (None: not local)
         self.client = self._make_client()
+        _freeze_imports()
 
     # -- setup ------------------------------------------------------------------------------
 

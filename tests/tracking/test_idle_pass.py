@@ -106,3 +106,17 @@ def test_points_go_into_a_sqlite_store_in_bulk_with_log_batchs_rows(tmp_path: Pa
         c.execute("DELETE FROM tracking_state WHERE name='metrics'")  # as if the cursor never moved
     syncer.run_once()
     assert len(syncer.client.get_metric_history(run_id, "loss")) == 3000  # the replay added nothing
+
+
+def test_a_syncer_moves_the_imported_heap_out_of_the_collector(tmp_path: Path) -> None:
+    """mlflow's and SQLAlchemy's import leave ~400,000 objects for the process's life; every full
+    collection in a pass walked them all (~0.3 s of a 600-trial catch-up's ~1.1 s of user time).
+    Once a Syncer is made, what was alive then is frozen (``gc.freeze``): the generations the
+    collector walks hold less than the frozen heap."""
+    import gc
+
+    from autoresearch.store.ledger import Ledger
+    from autoresearch.tracking._sync import Syncer
+
+    Syncer(Ledger(tmp_path / "home"), uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert gc.get_freeze_count() > len(gc.get_objects())
