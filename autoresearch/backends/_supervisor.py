@@ -62,6 +62,7 @@ LISTEN_CHECK_S = 0.5  # how often it checks that somebody still listens; nobody:
 # same figure): an ending nobody hears yet waits for it to listen, rather than start an interpreter
 # for its own pass (~130 ms of CPU; the first wave of a big batch of short jobs, dozens at once).
 DAEMON_GRACE_S = 2.0
+DAEMON_START_MAX_S = 30.0  # past the grace, a daemon still alive (still importing) is waited for up to this
 DAEMON_LOOK_S = 0.02  # how often it looks for the starting daemon's listener
 # The listener's pass nudges a supervisor waiting for its ``reaped`` with this signal (release():
 # nudge), so the wait sleeps instead of polling the file 50 times a second. Ignored by default:
@@ -1040,9 +1041,11 @@ def _poke(fifo: str | None, key: object = None) -> bool:
 
 
 def _poke_starting(fifo: str | None, key: object = None) -> bool:
-    """:func:`_poke` once a pass daemon started less than ``DAEMON_GRACE_S`` ago listens (its
-    ``passd.<fifo>.started`` stamp, which ``passd.ensure`` touches when it starts one); False at once
-    when none was started lately, or when it does not listen by the end of that grace."""
+    """:func:`_poke` once a pass daemon started lately listens (its ``passd.<fifo>.started`` stamp,
+    which ``passd.ensure`` touches when it starts one and the daemon fills with its pid once it holds
+    its lock, before its imports). It waits ``DAEMON_GRACE_S`` from the start, and past that only
+    while that daemon is alive, up to ``DAEMON_START_MAX_S`` (a loaded host, where its imports take
+    seconds and an interpreter of our own would take as long); False at once when none started lately."""
     if not fifo:
         return False
     stamp = os.path.join(os.path.dirname(fifo), f"passd.{os.path.basename(fifo)}.started")
@@ -1050,14 +1053,26 @@ def _poke_starting(fifo: str | None, key: object = None) -> bool:
         age = time.time() - os.lstat(stamp).st_mtime
     except OSError:
         return False
-    if not 0 <= age < DAEMON_GRACE_S:  # (a stamp from the future, planted or skewed: no wait at all)
+    if not 0 <= age < DAEMON_START_MAX_S:  # (a stamp from the future, planted or skewed: no wait at all)
         return False
-    until = time.time() + DAEMON_GRACE_S - age
-    while time.time() < until:
+    began = time.time() - age
+    while True:
+        waited = time.time() - began
+        if waited >= DAEMON_START_MAX_S or (waited >= DAEMON_GRACE_S and not _daemon_alive(stamp)):
+            return False
         time.sleep(DAEMON_LOOK_S)
         if _poke(fifo, key):
             return True
-    return False
+
+
+def _daemon_alive(stamp: str) -> bool:
+    """Whether the pid the starting daemon wrote in its stamp is a live process (none written: no)."""
+    try:
+        with open(stamp, "rb") as f:
+            said = f.read(32).strip()
+    except OSError:
+        return False
+    return said.isdigit() and 0 < int(said) < 1 << 22 and is_alive(int(said), None)
 
 
 def nudge(state: dict[str, Any] | None) -> None:

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from autoresearch.engine.watcher import SPAWN_GRACE_S, Watcher, others_listen
+from autoresearch.engine.watcher import SPAWN_GRACE_S, Watcher, fifo_name, others_listen
 from autoresearch.engine.watcher import daemon_enabled as enabled
 from autoresearch.engine.watcher import daemon_lock as lock_path
 from autoresearch.engine.watcher import daemon_pid as running_pid
@@ -42,9 +42,6 @@ IDLE_S = 10.0  # exit after this long with nothing queued or running on our back
 WAKE_S = 1.0  # re-check the idle clock and other listeners at least this often
 def serve(home: str, backend: str, idle_s: float = IDLE_S) -> int:
     """Run passes on pokes until idle; 0 when another daemon holds the lock (nothing to do)."""
-    from autoresearch.engine.runtime import Runtime
-    from autoresearch.errors import AutoresearchError
-
     root = Path(home)
     fd = os.open(lock_path(root, backend), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
@@ -52,6 +49,10 @@ def serve(home: str, backend: str, idle_s: float = IDLE_S) -> int:
     except BlockingIOError:
         os.close(fd)
         return 0
+    _say_starting(root, backend)  # before the runtime's imports: endings meanwhile wait for us while we live
+    from autoresearch.engine.runtime import Runtime
+    from autoresearch.errors import AutoresearchError
+
     runtime = Runtime(root, backend)
     watcher = Watcher(root, backend, claim=False)
     os.ftruncate(fd, 0)
@@ -87,6 +88,22 @@ def serve(home: str, backend: str, idle_s: float = IDLE_S) -> int:
         finally:
             os.close(fd)
     return 0
+
+
+def _say_starting(root: Path, backend: str) -> None:
+    """Our pid in the start stamp ``ensure`` touched: a supervisor whose ending nobody hears yet waits
+    for a daemon that is alive past the spawn grace (backends/_supervisor.py: _poke_starting)."""
+    try:
+        stamp = os.open(root / f"passd.{fifo_name(backend)}.started",
+                        os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return
+    try:
+        os.write(stamp, f"{os.getpid()}\n".encode())
+    except OSError:
+        pass
+    finally:
+        os.close(stamp)
 
 
 def main(argv: list[str] | None = None) -> int:

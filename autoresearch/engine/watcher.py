@@ -196,7 +196,8 @@ def ensure_daemon(runtime: object) -> bool:
                 return False  # one is starting
         except FileNotFoundError:
             pass
-        stamp = os.open(started, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)  # (a link: OSError)
+        # (a link: OSError; emptied: the daemon writes its pid there once it holds the lock)
+        stamp = os.open(started, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             os.utime(stamp)
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -227,6 +228,18 @@ def test_an_ending_waits_for_a_starting_daemon_only_within_its_grace(tmp_path: P
     os.utime(stamp, (now - S.DAEMON_GRACE_S + 0.3,) * 2)  # started a moment ago and never listens
     assert not S._poke_starting(str(fifo), "1.1")
     assert 0.3 <= clock["slept"] <= 0.3 + 2 * S.DAEMON_LOOK_S  # the rest of the grace, not more
+    # Past the grace, a daemon still importing on a loaded host (its pid in the stamp, alive) is waited
+    # for, up to DAEMON_START_MAX_S from its start; one whose pid is gone, or none written, is not.
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    for said, waits in ((f"{os.getpid()}\n", True), (f"{dead.pid}\n", False), ("", False), ("junk\x00", False)):
+        stamp.write_text(said)
+        os.utime(stamp, (clock["t"] - S.DAEMON_GRACE_S - 1,) * 2)
+        clock["slept"] = 0.0
+        assert not S._poke_starting(str(fifo), "1.1")
+        rest = S.DAEMON_START_MAX_S - S.DAEMON_GRACE_S - 1
+        assert (rest <= clock["slept"] <= rest + 2 * S.DAEMON_LOOK_S) if waits else clock["slept"] == 0, (said, clock)
+    stamp.write_text("")
     monkeypatch.undo()
     monkeypatch.setattr(S, "DAEMON_GRACE_S", 120.0)  # a real wait: it ends when the daemon listens
     os.utime(stamp)  # just started; it listens 0.3 s later
