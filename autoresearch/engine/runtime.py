@@ -416,14 +416,16 @@ class Runtime:
             return self.schedule(rounds - 1)  # place what preflight turned away on the other nodes
         return decisions
 
-    def past_usage(self, fair: S.FairShare, running: list[S.Running], now: float) -> dict[str, float]:
+    def past_usage(self, fair: S.FairShare, running: list[S.Running], now: float,
+                   fold: bool = True) -> dict[str, float]:
         """Fair share's past usage on this backend: per project, the GPU-seconds of its ended attempts
         (the ledger's decayed accumulator) and of ``running`` so far, decayed with ``fair.half_life`` to
         ``now``. A running attempt's part is g * tau * (1 - 2^((start - now) / h)): its weight
         g * 2^((start - ref) / h) is worked out once per attempt (kept with the attempt's view), so a
-        pass adds numbers, one look-up per attempt, no power."""
+        pass adds numbers, one look-up per attempt, no power. ``fold=False``: a read, writing nothing
+        (JobStore.share_usage); only the pass folds endings into the ledger's accumulator."""
         half_life = fair.half_life
-        past = self.jobs.share_usage(self.backend.name, half_life, now)
+        past = self.jobs.share_usage(self.backend.name, half_life, now, fold=fold)
         if not running:
             return past
         cache = self._weights
