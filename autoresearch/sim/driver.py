@@ -118,6 +118,7 @@ class Driver:
         self.fleet = fleet
         self.max_starts = max_starts  # jobs one pass starts before the next (the scheduler's, as the runtime's)
         self.schedule_ = Schedule(fleet)
+        self.scheduler = S.Scheduler()  # the runtime's scheduler, its node records kept between passes
         self.jobs = {j.id: j for j in jobs}
         self.horizon = horizon_s
         self.cordon = cordon
@@ -207,7 +208,7 @@ class Driver:
         pending = [self._pending(j, t) for j in queued]
         running = [self._view(a, t) for a in self.running.values()]
         past = None if self.past is None else self.past.now(t)
-        decisions = S.schedule(pending, nodes, running, now=t, fair=self.fair, reserve_after_s=RESERVE_AFTER_S,
+        decisions = self.scheduler.schedule(pending, nodes, running, now=t, fair=self.fair, reserve_after_s=RESERVE_AFTER_S,
                                room=self._room() if self.group_caps else None, past=past,
                                max_starts=self.max_starts)
         for pre in decisions.preemptions:
