@@ -184,3 +184,22 @@ def test_nodes_and_cluster_status_read_past_usage_without_writing_it(home: Path,
     assert api._runtime.jobs.share_usage("fake", 86_400.0, now)["a"] == pytest.approx(  # noqa: SLF001
         shown["a"].decayed_gpu_h * 3600, rel=0.01)
     assert ledger.one("SELECT event_id FROM share_cursor")["event_id"] > 0
+
+
+def test_the_runtime_keeps_its_scheduler_records_between_passes(home: Path) -> None:
+    """The runtime passes through one Scheduler (the sim driver's too): jobs submitted, started and
+    ended over several passes place as the pure pass would, and its records are built once, then kept
+    (the nodes' views are the same objects while their rows are)."""
+    fake = FakeBackend(nodes=2, gpus=2)
+    write_config(home, "scheduler: {half_life: 1d}\n")
+    api = Api(home, backend=fake)
+    first = [submit(api, "a", gpus=1) for _ in range(3)]
+    assert sorted(api.status(j).state != "queued" for j in first) == [True, True, True]
+    more = [submit(api, "b", gpus=2), submit(api, "a", gpus=1)]
+    for job in first:
+        fake.finish(f"{job}.1")
+        api.status(job)
+    states = {j: api.status(j).state for j in more}
+    assert all(s != "queued" for s in states.values()), states
+    sched = api._runtime._scheduler  # noqa: SLF001
+    assert sched is not None and sched.rebuilds == 1
