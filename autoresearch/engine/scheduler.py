@@ -362,7 +362,11 @@ class Scheduler:
                  max_reservations: int = MAX_RESERVATIONS, past: Mapping[str, float] | None = None,
                  max_starts: int | None = MAX_STARTS) -> Decisions:
         """:func:`schedule`'s pass (the same arguments, the same decisions)."""
-        index = self._sync(nodes, running)
+        try:
+            index = self._sync(nodes, running)
+        except BaseException:
+            self._index = None  # (half updated: the next pass builds afresh)
+            raise
         if now is None:
             now = _latest(running)
         index.now = now
