@@ -279,7 +279,9 @@ class Api:
         names = set(rows) | ({p for p in fair.projects if project is None or p == project} if fair else set())
         past: dict[str, float] = {}
         if fair is not None:  # (decayed past usage: the ledger's accumulator, plus what runs now)
-            past = self._runtime.past_usage(fair, self._runtime.running_view(), self._runtime.ledger.clock())
+            # (a read: computed in memory, nothing written; the pass alone folds endings into the ledger)
+            past = self._runtime.past_usage(fair, self._runtime.running_view(), self._runtime.ledger.clock(),
+                                            fold=False)
             names |= {p for p, v in past.items() if v >= 36.0 and (project is None or p == project)}  # >= 0.01 GPU-h
         span = fleet_gpus * fair.half_life / math.log(2) if fair is not None and fleet_gpus else 0.0
         out = []

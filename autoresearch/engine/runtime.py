@@ -26,6 +26,7 @@ import os
 import signal as _signal
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,6 +93,10 @@ class Runtime:
         self._others: dict[str, Runtime] = {backend.name: self}
         self._running_seen: dict[tuple[Any, ...], S.Running] = {}  # running_view's
         self._weights: dict[str, Any] = {}  # past_usage's, per running attempt
+        # the scheduler with its node records kept between this process's passes (the sim driver's too),
+        # and the nodes' views as last read (the same row, the same object: the scheduler sees no change)
+        self._scheduler: S.Scheduler | None = None
+        self._node_views: dict[tuple[Any, ...], S.NodeState] = {}
 
     def for_backend(self, name: str) -> Runtime:
         """The engine on backend ``name`` (a job's ``backend`` column) sharing this home's ledger."""
@@ -365,11 +370,7 @@ class Runtime:
         from autoresearch.engine import scheduler as S
 
         rows = {r["name"]: r for r in (node_rows if node_rows is not None else self.jobs.nodes(self.backend.name))}
-        nodes = [
-            S.NodeState(r["name"], tuple(json.loads(r["gpu_ids"])), r["cpus"], r["memory"],
-                        r["state"] in ("healthy", "degraded"), r["state"] == "degraded")
-            for r in rows.values()
-        ]
+        nodes = self._nodes_view(rows.values())
         running: list[S.Running] | None = None
         fair = _fair_share(self.ledger.home) if self.backend.capabilities.places else None
         # (a GPU-less job might start anywhere: then no need to look at the cluster; a guarantee may
@@ -395,9 +396,11 @@ class Runtime:
                                 preempts=self.backend.capabilities.preemption, room=room)
         else:
             running = self.running_view() if running is None else running
-            decisions = S.schedule(pending, nodes, running, fair=fair, pack_gangs=self.backend.single_host,
-                                   room=room, past=None if fair is None else self.past_usage(fair, running, now),
-                                   max_starts=S.MAX_STARTS)
+            if self._scheduler is None:
+                self._scheduler = S.Scheduler()
+            decisions = self._scheduler.schedule(
+                pending, nodes, running, fair=fair, pack_gangs=self.backend.single_host, room=room,
+                past=None if fair is None else self.past_usage(fair, running, now), max_starts=S.MAX_STARTS)
         for pre in decisions.preemptions:
             with surviving(self.ledger, self.backend, "preempt", pre.job_id, pre.attempt):
                 self.request_stop(pre.job_id, pre.attempt, "preempted", for_job=pre.for_job)
@@ -416,14 +419,34 @@ class Runtime:
             return self.schedule(rounds - 1)  # place what preflight turned away on the other nodes
         return decisions
 
-    def past_usage(self, fair: S.FairShare, running: list[S.Running], now: float) -> dict[str, float]:
+    def _nodes_view(self, rows: Iterable[Any]) -> list[S.NodeState]:
+        """The scheduler's view of the nodes' rows, a node's the same object while its row is the same."""
+        from autoresearch.engine import scheduler as S
+
+        seen = self._node_views
+        out: list[S.NodeState] = []
+        for r in rows:
+            key = (r["name"], r["gpu_ids"], r["cpus"], r["memory"], r["state"])
+            node = seen.get(key)
+            if node is None:
+                node = seen[key] = S.NodeState(r["name"], tuple(json.loads(r["gpu_ids"])), r["cpus"], r["memory"],
+                                               r["state"] in ("healthy", "degraded"), r["state"] == "degraded")
+            out.append(node)
+        if len(seen) > 2 * len(out) + 64:  # (states left behind: forget them)
+            live = {id(node) for node in out}
+            self._node_views = {k: v for k, v in seen.items() if id(v) in live}
+        return out
+
+    def past_usage(self, fair: S.FairShare, running: list[S.Running], now: float,
+                   fold: bool = True) -> dict[str, float]:
         """Fair share's past usage on this backend: per project, the GPU-seconds of its ended attempts
         (the ledger's decayed accumulator) and of ``running`` so far, decayed with ``fair.half_life`` to
         ``now``. A running attempt's part is g * tau * (1 - 2^((start - now) / h)): its weight
         g * 2^((start - ref) / h) is worked out once per attempt (kept with the attempt's view), so a
-        pass adds numbers, one look-up per attempt, no power."""
+        pass adds numbers, one look-up per attempt, no power. ``fold=False``: a read, writing nothing
+        (JobStore.share_usage); only the pass folds endings into the ledger's accumulator."""
         half_life = fair.half_life
-        past = self.jobs.share_usage(self.backend.name, half_life, now)
+        past = self.jobs.share_usage(self.backend.name, half_life, now, fold=fold)
         if not running:
             return past
         cache = self._weights

@@ -216,7 +216,7 @@ class Decisions(_Record):
 
 class _Node:
     __slots__ = ("name", "total", "free", "cpus", "memory", "tier", "best_effort", "priced", "stopping",
-                 "reserved_for", "ver")
+                 "reserved_for", "ver", "rank", "base")
 
     def __init__(self, name: str, total: int, free: tuple[str, ...], cpus: float, memory: int,
                  degraded: bool = False) -> None:
@@ -227,6 +227,9 @@ class _Node:
         self.stopping: list[Running] = []  # already being stopped, unclaimed
         self.reserved_for: int | None = None
         self.ver = 0  # bumped on every change: an entry of a preemption index with another is stale
+        self.rank = 0  # its place in the nodes' list (Scheduler: a bucket is kept in that order)
+        # (free, cpus, memory, stopping) as the running attempts leave it (Scheduler: put back after a pass)
+        self.base: tuple[tuple[str, ...], float, int, tuple[Running, ...]] = (free, cpus, memory, ())
 
 
 class _Victim:
@@ -309,68 +312,287 @@ def schedule(
     ``max_starts``: how many jobs one pass starts (placed, or new victims stopped for them, a reclaim's
     too) before it stops with ``capped`` set (None: no cap), as Slurm's ``sched_max_job_start``: what it
     decided is exactly what an uncapped pass decides first, and the caller passes again for the rest."""
-    out = Decisions()
-    left = _Room(room)
-    state: dict[str, _Node] = {}
-    max_gpus = total_gpus = 0
-    total_cpus = 0.0
-    for node in nodes:
-        ids = node.gpu_ids
-        total_gpus += len(ids)
-        total_cpus += node.cpus
-        if node.schedulable:
-            state[node.name] = _Node(node.name, len(ids), _sorted_ids(ids), node.cpus, node.memory, node.degraded)
-            if len(ids) > max_gpus:
-                max_gpus = len(ids)
+    state, max_gpus, total_gpus, total_cpus = _build(nodes, running)
+    if now is None:
+        now = _latest(running)
     usage = None
     if fair is not None:
         usage = _Usage(fair, total_gpus, total_cpus, past)
         usage.add_running(running)
-    if now is None:
-        now = max((max(a.started_at, a.saved_at or 0.0) for a in running), default=0.0)
-    used: dict[str, set[str]] = {}  # per node, the GPU ids its attempts hold: its free list filtered once below
-    for att in running:
-        alloc = att.alloc
-        if len(alloc) == 1:  # the common case: one member, one node
-            name, ids = alloc[0]
-            if (slot := state.get(name)) is not None:
-                if ids:
-                    free = slot.free
-                    if ids == free:  # it holds the whole node (a node's ids are sorted once: often these)
-                        slot.free = ()
-                    elif free[:len(ids)] == ids:  # the first free slots (as a placement takes them): no set
-                        slot.free = free[len(ids):]
-                    elif (held := used.get(name)) is None:
-                        used[name] = set(ids)
-                    else:
-                        held.update(ids)
-                slot.cpus -= att.cpus
-                slot.memory -= att.memory
-                if att.stopping:
-                    slot.stopping.append(att)
-                elif att.priority == "best-effort":
-                    slot.best_effort.append(att)
-            continue
-        on_node: dict[str, int] = {}  # per node, this attempt's members there (a packed gang has several)
-        for name, ids in alloc:
-            on_node[name] = on_node.get(name, 0) + 1
-            if ids:
-                used.setdefault(name, set()).update(ids)
-        for name, count in on_node.items():
-            slot = state.get(name)
-            if slot is None:
-                continue
-            slot.cpus -= att.cpus * count
-            slot.memory -= att.memory * count
-            if att.stopping:
-                slot.stopping.append(att)
-            elif att.priority == "best-effort":
-                slot.best_effort.append(att)
-    for name, held in used.items():
-        if (slot := state.get(name)) is not None:
-            slot.free = () if held.issuperset(slot.free) else tuple(g for g in slot.free if g not in held)
     preemptible = [slot for slot in state.values() if slot.best_effort or slot.stopping]
     index = _Index(state.values(), max_gpus, preemptible, now)
+    return _decide(pending, index, usage, running, reserve_after_s, pack_gangs, room, max_reservations, max_starts)
+
+
+class Scheduler:
+    """:func:`schedule` with its node records kept between passes, for a caller that passes again and
+    again (the runtime, the simulated fleet's driver): the same decisions as :func:`schedule` on the
+    same inputs, at the cost of what changed since the last pass plus the placements.
+
+    It keeps each schedulable node's record as the running attempts leave it (free slots, cores,
+    memory, best-effort and stopping attempts), the free-capacity index over them, and each
+    project's GPUs and cores in use. A pass compares its inputs with the last pass's by identity
+    (a node or attempt given as the same object is the same; another object with equal fields is
+    too): the nodes an attempt started or ended on, or whose state changed, are worked out again
+    from their attempts; the records the pass itself changed are put back afterwards. A full
+    rebuild (what :func:`schedule` does) when it cannot tell what changed: the first pass, nodes
+    added, removed or reordered, a node's GPU count past the largest, one object twice. ``rebuilds``
+    counts them."""
+
+    def __init__(self) -> None:
+        self.rebuilds = 0
+        self._index: _Index | None = None
+        self._nodes: list[NodeState] = []
+        self._by_name: dict[str, NodeState] = {}
+        self._rank: dict[str, int] = {}
+        self._totals: tuple[int, float] = (0, 0.0)
+        self._atts: dict[int, Running] = {}  # id -> each attempt of the last pass (held: ids stay theirs)
+        self._on: dict[str, dict[int, Running]] = {}  # per node name, the attempts with a member there
+        self._preemptible: set[str] = set()  # nodes with a best-effort or stopping attempt
+        self._dirty: set[tuple[int, int]] = set()  # (tier, free GPUs): buckets to put back in nodes' order
+        # per project, GPUs, cores and quota GPUs its attempts hold (exact while every figure is whole)
+        self._gpus: dict[str, int] = {}
+        self._cpus: dict[str, float] = {}
+        self._quota: dict[str, int] = {}
+        self._exact = True
+
+    def schedule(self, pending: list[Pending], nodes: list[NodeState], running: list[Running], *,
+                 reserve_after_s: float = 300.0, fair: FairShare | None = None, pack_gangs: bool = False,
+                 room: Mapping[str, int] | None = None, now: float | None = None,
+                 max_reservations: int = MAX_RESERVATIONS, past: Mapping[str, float] | None = None,
+                 max_starts: int | None = MAX_STARTS) -> Decisions:
+        """:func:`schedule`'s pass (the same arguments, the same decisions)."""
+        try:
+            index = self._sync(nodes, running)
+        except BaseException:
+            self._index = None  # (half updated: the next pass builds afresh)
+            raise
+        if now is None:
+            now = _latest(running)
+        index.now = now
+        index.heaps = {}
+        index.touched = {}
+        index.preemptible = [index.state[name] for name in self._preemptible]
+        index.victims_left = sum(len(slot.best_effort) + len(slot.stopping) for slot in index.preemptible)
+        usage = None
+        if fair is not None:
+            usage = _Usage(fair, self._totals[0], self._totals[1], past)
+            if self._exact:
+                usage.gpus, usage.cpus, usage.quota_used = dict(self._gpus), dict(self._cpus), dict(self._quota)
+            else:
+                usage.add_running(running)
+        try:
+            return _decide(pending, index, usage, running, reserve_after_s, pack_gangs, room, max_reservations,
+                           max_starts)
+        finally:
+            self._restore(index)
+
+    # -- between passes -------------------------------------------------------------------------
+
+    def _rebuild(self, nodes: list[NodeState], running: list[Running]) -> _Index:
+        self.rebuilds += 1
+        state, max_gpus, total_gpus, total_cpus = _build(nodes, running)
+        self._totals = (total_gpus, total_cpus)
+        self._nodes = list(nodes)
+        self._by_name = {node.name: node for node in nodes}
+        self._rank = {node.name: i for i, node in enumerate(nodes)}
+        for slot in state.values():
+            slot.rank = self._rank[slot.name]
+            slot.base = (slot.free, slot.cpus, slot.memory, tuple(slot.stopping))
+        self._preemptible = {name for name, slot in state.items() if slot.best_effort or slot.stopping}
+        self._atts, self._on = {}, {}
+        self._gpus, self._cpus, self._quota, self._exact = {}, {}, {}, True
+        for att in running:
+            self._add(att)
+        index = _Index(state.values(), max_gpus, [], 0.0)
+        self._dirty = set()
+        # (a name or an attempt twice: kept for this pass only, the next one builds afresh)
+        keep = len(self._by_name) == len(nodes) and len(self._atts) == len(running)
+        self._index = index if keep else None
+        return index
+
+    def _add(self, att: Running) -> None:
+        self._atts[id(att)] = att
+        for name in {name for name, _ in att.alloc}:
+            self._on.setdefault(name, {})[id(att)] = att
+        self._count(att, 1)
+
+    def _remove(self, att: Running) -> None:
+        del self._atts[id(att)]
+        for name in {name for name, _ in att.alloc}:
+            on = self._on.get(name)
+            if on is not None:
+                on.pop(id(att), None)
+                if not on:
+                    del self._on[name]
+        self._count(att, -1)
+
+    def _count(self, att: Running, sign: int) -> None:
+        """Add (+1) or take off (-1) what ``att`` holds from its project's figures (_Usage.add_running's)."""
+        alloc = att.alloc
+        g = sum(len(ids) for _, ids in alloc)
+        c = float(att.cpus) * len(alloc)
+        if not (c.is_integer() and abs(c) < 2.0 ** 50):
+            self._exact = False  # (a fraction of a core: sums in another order could differ in the last bit)
+            return
+        p = att.project
+        for figures, value in ((self._gpus, g), (self._cpus, c), *(((self._quota, g),)
+                                                                   if att.priority != "best-effort" else ())):
+            total = figures.get(p, 0) + sign * value
+            if total:
+                figures[p] = total
+            else:
+                figures.pop(p, None)
+
+    def _sync(self, nodes: list[NodeState], running: list[Running]) -> _Index:
+        """The index as ``nodes`` and ``running`` leave the nodes, from the last pass's: O(nodes) identity
+        checks, O(running) look-ups, and the nodes that changed worked out again."""
+        index, prev = self._index, self._nodes
+        if index is None or len(nodes) != len(prev):
+            return self._rebuild(nodes, running)
+        changed: list[NodeState] = []
+        if nodes != prev:  # (a list compares its items by identity first, in C: the usual pass stops here)
+            for node, old in zip(nodes, prev, strict=True):
+                if node is not old:
+                    if node.name != old.name:
+                        return self._rebuild(nodes, running)
+                    if node != old:
+                        changed.append(node)
+            self._nodes = list(nodes)
+        dirty: set[str] = set()
+        if changed:
+            max_gpus = total_gpus = 0
+            total_cpus = 0.0
+            for node in nodes:  # (in the nodes' order: the same sums as a rebuild's)
+                total_gpus += len(node.gpu_ids)
+                total_cpus += node.cpus
+                if node.schedulable and len(node.gpu_ids) > max_gpus:
+                    max_gpus = len(node.gpu_ids)
+            if max_gpus != index.max_gpus:
+                return self._rebuild(nodes, running)
+            self._totals = (total_gpus, total_cpus)
+            for node in changed:
+                self._by_name[node.name] = node
+                dirty.add(node.name)
+        seen = self._atts
+        keys = list(map(id, running))
+        now_by = dict(zip(keys, running, strict=True))
+        if len(now_by) != len(running):
+            return self._rebuild(nodes, running)
+        for key in seen.keys() - now_by.keys():  # (set operations on the ids: in C)
+            att = seen[key]
+            self._remove(att)
+            dirty.update(name for name, _ in att.alloc)
+        for key in now_by.keys() - seen.keys():
+            att = now_by[key]
+            self._add(att)
+            dirty.update(name for name, _ in att.alloc)
+        pos = dict(zip(keys, range(len(keys)), strict=True)) if dirty else {}
+        buckets = index.buckets
+        for name in dirty:
+            cur = self._by_name.get(name)
+            if cur is None:
+                continue  # (an attempt on a node not in the list)
+            old_slot = index.state.pop(name, None)
+            if old_slot is not None:
+                buckets[old_slot.tier][len(old_slot.free)].pop(name, None)
+            self._preemptible.discard(name)
+            if not cur.schedulable:
+                continue
+            on = self._on.get(name)
+            slot = _one(cur, sorted(on.values(), key=lambda a: pos[id(a)]) if on else [])
+            slot.rank = self._rank[name]
+            index.state[name] = slot
+            self._put(buckets, slot, len(slot.free))
+            if slot.best_effort or slot.stopping:
+                self._preemptible.add(name)
+        self._order(index)
+        return index
+
+    def _restore(self, index: _Index) -> None:
+        """Put back the records the pass changed (as the running attempts leave them)."""
+        try:
+            buckets = index.buckets
+            touched = sorted(index.touched.values(), key=_rank)
+            for slot in touched:  # (all out first: what stays is in the nodes' order, as before the pass)
+                if slot.reserved_for is None:
+                    buckets[slot.tier][len(slot.free)].pop(slot.name, None)
+            for slot in touched:
+                free, slot.cpus, slot.memory, stopping = slot.base
+                slot.free, slot.stopping = free, list(stopping)
+                slot.priced = slot.reserved_for = None
+                slot.ver = 0
+                self._put(buckets, slot, len(free))
+            index.touched = {}
+            self._order(index)
+        except BaseException:
+            self._index = None  # (the next pass builds afresh)
+            raise
+
+    def _put(self, buckets: tuple[list[dict[str, _Node]], ...], slot: _Node, free: int) -> None:
+        """File ``slot`` under ``free`` GPUs; a bucket it lands in out of the nodes' order is sorted later."""
+        bucket = buckets[slot.tier][free]
+        last = next(reversed(bucket.values()), None)
+        bucket[slot.name] = slot
+        if last is not None and last.rank > slot.rank:
+            self._dirty.add((slot.tier, free))
+
+    def _order(self, index: _Index) -> None:
+        """The buckets that gained a node out of order, in the nodes' order again (best fit takes the first)."""
+        for tier, k in self._dirty:
+            bucket = index.buckets[tier][k]
+            index.buckets[tier][k] = {slot.name: slot for slot in sorted(bucket.values(), key=_rank)}
+        self._dirty = set()
+
+
+_rank = operator.attrgetter("rank")
+
+
+def _one(node: NodeState, atts: list[Running]) -> _Node:
+    """One schedulable node's record with ``atts`` (those with a member on it, in the pass's order)
+    taken off: :func:`_build`'s arithmetic for this node, in the same order."""
+    name = node.name
+    ids = node.gpu_ids
+    slot = _Node(name, len(ids), _sorted_ids(ids), node.cpus, node.memory, node.degraded)
+    held: set[str] = set()
+    for att in atts:
+        alloc = att.alloc
+        if len(alloc) == 1:
+            held.update(alloc[0][1])
+            slot.cpus -= att.cpus
+            slot.memory -= att.memory
+        else:
+            count = 0
+            for n, got in alloc:
+                if n == name:
+                    count += 1
+                    held.update(got)
+            slot.cpus -= att.cpus * count
+            slot.memory -= att.memory * count
+        if att.stopping:
+            slot.stopping.append(att)
+        elif att.priority == "best-effort":
+            slot.best_effort.append(att)
+    if held:
+        slot.free = tuple(g for g in slot.free if g not in held)
+    slot.base = (slot.free, slot.cpus, slot.memory, tuple(slot.stopping))
+    return slot
+
+
+def _latest(running: list[Running]) -> float:
+    """The latest start or checkpoint of ``running`` (``now`` when the caller gives none)."""
+    return max((max(a.started_at, a.saved_at or 0.0) for a in running), default=0.0)
+
+
+def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running: list[Running],
+            reserve_after_s: float, pack_gangs: bool, room: Mapping[str, int] | None, max_reservations: int,
+            max_starts: int | None) -> Decisions:
+    """The pass proper, on the nodes' records as ``running`` leaves them (``index``): the queue, class
+    by class, placed, preempted for, reclaimed for or reserved for. It changes the records it uses
+    (the caller builds them afresh, or :class:`Scheduler` puts them back)."""
+    out = Decisions()
+    left = _Room(room)
+    preemptible = index.preemptible
 
     # Free resources only shrink during one pass, so a shape that failed once fails again:
     # remembering the smallest failing GPU count keeps 10,000-job queues linear.
@@ -456,6 +678,65 @@ def schedule(
                     and (rank == BEST_EFFORT or usage is None or not usage.guaranteed)):
                 break
     return out
+
+
+def _build(nodes: list[NodeState], running: list[Running]) -> tuple[dict[str, _Node], int, int, float]:
+    """The schedulable nodes' records with what ``running`` holds taken off (free GPU slots, cores,
+    memory; the best-effort and stopping attempts on each), the most GPUs a schedulable node has,
+    and the fleet's GPUs and cores (every node's)."""
+    state: dict[str, _Node] = {}
+    max_gpus = total_gpus = 0
+    total_cpus = 0.0
+    for node in nodes:
+        ids = node.gpu_ids
+        total_gpus += len(ids)
+        total_cpus += node.cpus
+        if node.schedulable:
+            state[node.name] = _Node(node.name, len(ids), _sorted_ids(ids), node.cpus, node.memory, node.degraded)
+            if len(ids) > max_gpus:
+                max_gpus = len(ids)
+    used: dict[str, set[str]] = {}  # per node, the GPU ids its attempts hold: its free list filtered once below
+    for att in running:
+        alloc = att.alloc
+        if len(alloc) == 1:  # the common case: one member, one node
+            name, ids = alloc[0]
+            if (slot := state.get(name)) is not None:
+                if ids:
+                    free = slot.free
+                    if ids == free:  # it holds the whole node (a node's ids are sorted once: often these)
+                        slot.free = ()
+                    elif free[:len(ids)] == ids:  # the first free slots (as a placement takes them): no set
+                        slot.free = free[len(ids):]
+                    elif (held := used.get(name)) is None:
+                        used[name] = set(ids)
+                    else:
+                        held.update(ids)
+                slot.cpus -= att.cpus
+                slot.memory -= att.memory
+                if att.stopping:
+                    slot.stopping.append(att)
+                elif att.priority == "best-effort":
+                    slot.best_effort.append(att)
+            continue
+        on_node: dict[str, int] = {}  # per node, this attempt's members there (a packed gang has several)
+        for name, ids in alloc:
+            on_node[name] = on_node.get(name, 0) + 1
+            if ids:
+                used.setdefault(name, set()).update(ids)
+        for name, count in on_node.items():
+            slot = state.get(name)
+            if slot is None:
+                continue
+            slot.cpus -= att.cpus * count
+            slot.memory -= att.memory * count
+            if att.stopping:
+                slot.stopping.append(att)
+            elif att.priority == "best-effort":
+                slot.best_effort.append(att)
+    for name, held in used.items():
+        if (slot := state.get(name)) is not None:
+            slot.free = () if held.issuperset(slot.free) else tuple(g for g in slot.free if g not in held)
+    return state, max_gpus, total_gpus, total_cpus
 
 
 def nothing_starts(nodes: list[NodeState], running: list[Running], gpuless_queued: bool,
@@ -671,7 +952,7 @@ class _Index:
     a node's version changes with it; a node's price only rises in a pass, so the top, once fresh, is
     the cheapest)."""
 
-    __slots__ = ("state", "buckets", "max_gpus", "preemptible", "heaps", "now", "victims_left")
+    __slots__ = ("state", "buckets", "max_gpus", "preemptible", "heaps", "now", "victims_left", "touched")
 
     def __init__(self, nodes: Iterable[_Node], max_gpus: int, preemptible: list[_Node], now: float) -> None:
         self.now = now
@@ -684,6 +965,7 @@ class _Index:
         # best-effort and stopping attempts not yet claimed: none left, no preemption can succeed
         self.victims_left = sum(len(slot.best_effort) + len(slot.stopping) for slot in preemptible)
         self.heaps: dict[int, list[tuple[_Option, int, str]]] = {}
+        self.touched: dict[str, _Node] = {}  # the nodes the pass changed (Scheduler puts them back)
 
     def most_free(self) -> int:
         """The most free GPUs on an unreserved node (-1: every node is held)."""
@@ -695,6 +977,7 @@ class _Index:
     def moved(self, slot: _Node, old_free: int) -> None:
         """``slot`` changed (its free GPUs were ``old_free``): rebucket it, mark index entries stale."""
         slot.ver += 1
+        self.touched[slot.name] = slot
         self.buckets[slot.tier][old_free].pop(slot.name, None)
         if slot.reserved_for is None:
             self.buckets[slot.tier][len(slot.free)][slot.name] = slot
@@ -738,6 +1021,7 @@ class _Index:
 
     def hold(self, slot: _Node, job_id: int, out: Decisions) -> None:
         self.buckets[slot.tier][len(slot.free)].pop(slot.name, None)
+        self.touched[slot.name] = slot
         slot.reserved_for = job_id
         slot.ver += 1
         out.reserved[slot.name] = job_id
@@ -801,6 +1085,7 @@ class _Index:
     def victims(self, slot: _Node) -> list[_Victim]:
         """``slot``'s best-effort attempts, priced (once a pass, when a preemption first looks at it)."""
         if slot.priced is None:
+            self.touched[slot.name] = slot
             slot.priced = sorted((_Victim(att, slot.name, self.now) for att in slot.best_effort), key=lambda v: v.rank)
         return slot.priced
 

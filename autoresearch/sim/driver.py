@@ -110,6 +110,20 @@ class Stats:
         return self.useful_gpu_s / self.capacity_gpu_s if self.capacity_gpu_s else 0.0
 
 
+def _throttle(f: Finding) -> bool:
+    return f.cls == "throttle" and f.severity != "hard" and f.source not in ("ending", "verdict")
+
+
+def _latest_throttle(found: list[Finding]) -> list[Finding]:
+    """``found`` less the throttling findings older than the latest one's: the health policy asks of them
+    only whether one lies within ``degraded_for`` and which is the latest (the first of the latest, in
+    order), so its answer is the same; a node that throttled for hours kept ~16 findings a poll to read."""
+    top = max((f.ts for f in found if _throttle(f)), default=None)
+    if top is None:
+        return found
+    return [f for f in found if f.ts == top or not _throttle(f)]
+
+
 class Driver:
     def __init__(self, fleet: Fleet, jobs: list[Job], horizon_s: float, cordon: bool = True,
                  health: HealthConfig | None = None, pass_s: float = 30.0, grace_s: float = 30.0,
@@ -118,6 +132,7 @@ class Driver:
         self.fleet = fleet
         self.max_starts = max_starts  # jobs one pass starts before the next (the scheduler's, as the runtime's)
         self.schedule_ = Schedule(fleet)
+        self.scheduler = S.Scheduler()  # the runtime's scheduler, its node records kept between passes
         self.jobs = {j.id: j for j in jobs}
         self.horizon = horizon_s
         self.cordon = cordon
@@ -207,7 +222,7 @@ class Driver:
         pending = [self._pending(j, t) for j in queued]
         running = [self._view(a, t) for a in self.running.values()]
         past = None if self.past is None else self.past.now(t)
-        decisions = S.schedule(pending, nodes, running, now=t, fair=self.fair, reserve_after_s=RESERVE_AFTER_S,
+        decisions = self.scheduler.schedule(pending, nodes, running, now=t, fair=self.fair, reserve_after_s=RESERVE_AFTER_S,
                                room=self._room() if self.group_caps else None, past=past,
                                max_starts=self.max_starts)
         for pre in decisions.preemptions:
@@ -473,6 +488,8 @@ class Driver:
     def _review(self, node: str, t: float) -> bool:
         before = self.status[node]
         found = self.findings[node]
+        if len(found) > 1:  # of throttling (a poll's findings per GPU), the latest poll's are all that count
+            found = self.findings[node] = _latest_throttle(found)
         if len(found) > 64:  # what no window counts any more: hard faults always count, endings and verdicts
             # (and the fleet's differential) for cordon_window, the rest (throttling) for degraded_for
             ending, other = t - self.health.cordon_window_s, t - self.health.degraded_for_s

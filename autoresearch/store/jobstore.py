@@ -34,6 +34,11 @@ def attempt_paths(job_dir: str | os.PathLike[str], n: int) -> tuple[str, str, st
     base = os.path.join(job_dir, f"attempt-{n}")  # (not pathlib: a launch's hot path, ~0.1 ms)
     return base, f"{base}.log", f"{base}.metrics.jsonl"
 
+# The attempts' endings past fair share's cursor, oldest first (LIMIT -1: all of them).
+_ENDINGS_SINCE = ("SELECT e.id, a.started_at, a.ended_at, j.gpus * j.nodes AS gpus, j.project, j.backend "
+                  "FROM events e JOIN attempts a ON a.job_id=e.job_id AND a.n=e.attempt JOIN jobs j ON j.id=e.job_id "
+                  "WHERE e.kind='end' AND e.id>? ORDER BY e.id LIMIT ?")
+
 
 class JobStore:
     """The engine's tables in one :class:`Ledger`; as cheap to make as the ledger handle it wraps."""
@@ -253,25 +258,34 @@ class JobStore:
 
     FOLD_LIMIT = 5_000  # endings folded in one call: a ledger older than the accumulator catches up in steps
 
-    def share_usage(self, backend: str, half_life: float, now: float) -> dict[str, float]:
+    def share_usage(self, backend: str, half_life: float, now: float, fold: bool = True) -> dict[str, float]:
         """Per project, the GPU-seconds its ended attempts on ``backend`` used, each second decayed with
         ``half_life`` to ``now`` (util/decay.py). The accumulator (``share_usage``) first folds in the
         endings recorded since its cursor (the 'end' events past it, through their index: at most
-        :attr:`FOLD_LIMIT` a call); with none new it is one read of a row per project."""
+        :attr:`FOLD_LIMIT` a call); with none new it is one read of a row per project.
+
+        ``fold=False`` (a read: ``autoresearch nodes``, ``cluster_status``) writes nothing: the endings
+        past the cursor are added in memory to the stored rows decayed to ``now``, the same figures the
+        scheduler's pass, the one writer, would fold in. A read may run beside the pass or on a
+        read-only copy of the ledger."""
         cursor = self.ledger.one("SELECT event_id FROM share_cursor")
         top = self.ledger.one("SELECT MAX(id) AS id FROM events WHERE kind='end'")
-        if cursor is not None and top is not None and top["id"] is not None and top["id"] > cursor["event_id"]:
+        behind = cursor is not None and top is not None and top["id"] is not None and top["id"] > cursor["event_id"]
+        if behind and fold:
             self._fold_endings(half_life, now)
-        return {r["project"]: decayed(r["gpu_s"], now - r["as_of"], half_life)
-                for r in self.ledger.query("SELECT project, gpu_s, as_of FROM share_usage WHERE backend=?", (backend,))}
+        out = {r["project"]: decayed(r["gpu_s"], now - r["as_of"], half_life)
+               for r in self.ledger.query("SELECT project, gpu_s, as_of FROM share_usage WHERE backend=?", (backend,))}
+        if behind and not fold and cursor is not None:
+            for r in self.ledger.query(_ENDINGS_SINCE, (cursor["event_id"], -1)):
+                if r["backend"] == backend and r["started_at"] and r["ended_at"] and r["gpus"]:
+                    out[r["project"]] = out.get(r["project"], 0.0) + accrued(r["gpus"], r["started_at"],
+                                                                             r["ended_at"], now, half_life)
+        return out
 
     def _fold_endings(self, half_life: float, now: float) -> None:
         with self.ledger.tx() as c:
             start = c.execute("SELECT event_id FROM share_cursor").fetchone()["event_id"]
-            rows = c.execute(
-                "SELECT e.id, a.started_at, a.ended_at, j.gpus * j.nodes AS gpus, j.project, j.backend "
-                "FROM events e JOIN attempts a ON a.job_id=e.job_id AND a.n=e.attempt JOIN jobs j ON j.id=e.job_id "
-                "WHERE e.kind='end' AND e.id>? ORDER BY e.id LIMIT ?", (start, self.FOLD_LIMIT)).fetchall()
+            rows = c.execute(_ENDINGS_SINCE, (start, self.FOLD_LIMIT)).fetchall()
             if not rows:
                 return
             added: dict[tuple[str, str], float] = {}

@@ -133,3 +133,73 @@ def test_a_running_attempt_counts_what_it_used_so_far(home: Path) -> None:
     again = {p.project: p for p in api.cluster().projects}["a"]
     assert again.decayed_gpu_h == pytest.approx(first.decayed_gpu_h, abs=0.01)
     api.cancel([job])
+
+
+def test_nodes_and_cluster_status_read_past_usage_without_writing_it(home: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """a's job held the GPU two hours and ended while no scheduler section was set, so the ending sits
+    past the accumulator's cursor, unfolded. Then fair share is configured and the cluster is read:
+    api.cluster() (what MCP cluster_status returns) and `autoresearch nodes --json` show a's two decayed
+    hours, computed in memory, and issue no statement that writes: the pass alone folds endings in."""
+    import json
+    import sqlite3
+
+    from autoresearch.cli import main
+
+    fake = FakeBackend(nodes=1, gpus=1)
+    api = Api(home, backend=fake)
+    fake.fleet.offset = -7200.0
+    a1 = submit(api, "a", gpus=1)
+    assert api.status(a1).state != "queued"
+    fake.fleet.offset = 0.0
+    fake.finish(f"{a1}.1")
+    assert api.status(a1).state == "succeeded"
+    ledger = api._runtime.ledger  # noqa: SLF001
+    assert ledger.one("SELECT event_id FROM share_cursor")["event_id"] == 0  # nothing folded yet
+    write_config(home, "health: {enabled: false}\n")
+    assert main(["nodes", "--json"]) == 0  # (the CLI's backend, local, registers its node: its first pass)
+    write_config(home, "scheduler: {half_life: 1d}\nhealth: {enabled: false}\n")
+    writes: list[str] = []
+
+    def watch(conn: sqlite3.Connection) -> sqlite3.Connection:
+        conn.set_trace_callback(lambda sql: writes.append(sql) if sql.split()[0].upper() not in ("SELECT", "PRAGMA")
+                                else None)
+        return conn
+
+    watch(ledger.connection())
+    shown = {p.project: p for p in api.cluster().projects}
+    assert shown["a"].decayed_gpu_h == pytest.approx(2.0 * 0.97, rel=0.02)
+    assert writes == []
+    real = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: watch(real(*a, **k)))  # the CLI opens its own
+    capsys.readouterr()
+    assert main(["nodes", "--json"]) == 0
+    assert "projects" in json.loads(capsys.readouterr().out)
+    assert writes == [], writes
+    assert ledger.one("SELECT event_id FROM share_cursor")["event_id"] == 0
+    assert ledger.one("SELECT COUNT(*) AS n FROM share_usage")["n"] == 0
+    # the pass still folds: the accumulator then holds what the reads showed
+    api._runtime.tick()  # noqa: SLF001
+    now = ledger.clock()
+    assert api._runtime.jobs.share_usage("fake", 86_400.0, now)["a"] == pytest.approx(  # noqa: SLF001
+        shown["a"].decayed_gpu_h * 3600, rel=0.01)
+    assert ledger.one("SELECT event_id FROM share_cursor")["event_id"] > 0
+
+
+def test_the_runtime_keeps_its_scheduler_records_between_passes(home: Path) -> None:
+    """The runtime passes through one Scheduler (the sim driver's too): jobs submitted, started and
+    ended over several passes place as the pure pass would, and its records are built once, then kept
+    (the nodes' views are the same objects while their rows are)."""
+    fake = FakeBackend(nodes=2, gpus=2)
+    write_config(home, "scheduler: {half_life: 1d}\n")
+    api = Api(home, backend=fake)
+    first = [submit(api, "a", gpus=1) for _ in range(3)]
+    assert sorted(api.status(j).state != "queued" for j in first) == [True, True, True]
+    more = [submit(api, "b", gpus=2), submit(api, "a", gpus=1)]
+    for job in first:
+        fake.finish(f"{job}.1")
+        api.status(job)
+    states = {j: api.status(j).state for j in more}
+    assert all(s != "queued" for s in states.values()), states
+    sched = api._runtime._scheduler  # noqa: SLF001
+    assert sched is not None and sched.rebuilds == 1
