@@ -559,24 +559,30 @@ def _one(node: NodeState, atts: list[Running]) -> _Node:
         alloc = att.alloc
         if len(alloc) == 1:
             held.update(alloc[0][1])
-            slot.cpus -= att.cpus
-            slot.memory -= att.memory
+            _charge(slot, att, 1)
         else:
             count = 0
             for n, got in alloc:
                 if n == name:
                     count += 1
                     held.update(got)
-            slot.cpus -= att.cpus * count
-            slot.memory -= att.memory * count
-        if att.stopping:
-            slot.stopping.append(att)
-        elif att.priority == "best-effort":
-            slot.best_effort.append(att)
+            _charge(slot, att, count)
     if held:
         slot.free = tuple(g for g in slot.free if g not in held)
     slot.base = (slot.free, slot.cpus, slot.memory, tuple(slot.stopping))
     return slot
+
+
+def _charge(slot: _Node, att: Running, count: int) -> None:
+    """Take ``count`` members of ``att`` off ``slot``'s cores and memory, and note it there when it is
+    stopping or best-effort (a preemption's candidates). :func:`_build`'s one-member case does the
+    same inline: its loop runs once per running attempt at every full build, so no call there."""
+    slot.cpus -= att.cpus * count
+    slot.memory -= att.memory * count
+    if att.stopping:
+        slot.stopping.append(att)
+    elif att.priority == "best-effort":
+        slot.best_effort.append(att)
 
 
 def _latest(running: list[Running]) -> float:
@@ -725,14 +731,8 @@ def _build(nodes: list[NodeState], running: list[Running]) -> tuple[dict[str, _N
                 used.setdefault(name, set()).update(ids)
         for name, count in on_node.items():
             slot = state.get(name)
-            if slot is None:
-                continue
-            slot.cpus -= att.cpus * count
-            slot.memory -= att.memory * count
-            if att.stopping:
-                slot.stopping.append(att)
-            elif att.priority == "best-effort":
-                slot.best_effort.append(att)
+            if slot is not None:
+                _charge(slot, att, count)
     for name, held in used.items():
         if (slot := state.get(name)) is not None:
             slot.free = () if held.issuperset(slot.free) else tuple(g for g in slot.free if g not in held)
