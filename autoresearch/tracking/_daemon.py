@@ -185,7 +185,7 @@ def _loop(home: Path, idle_exit_s: float, poll_s: float, busy_exit_s: float = BU
     that cannot be a store at all makes it leave: that does not heal by waiting.
     """
     from autoresearch.store.ledger import Ledger
-    from autoresearch.tracking._sync import Syncer
+    from autoresearch.tracking._sync import Syncer, freeze_imports
 
     try:  # opened once, now: opening it again later would make a removed home anew
         ledger = Ledger(home)
@@ -205,6 +205,7 @@ def _loop(home: Path, idle_exit_s: float, poll_s: float, busy_exit_s: float = BU
         try:
             if syncer is None:
                 syncer = retrying(Syncer, ledger)
+                freeze_imports()  # this process is the mirror's: mlflow's heap out of the collector
             report = retrying(syncer.run_once, max_batches=50)
         except Exception as err:  # noqa: BLE001 - whatever broke the pass, the ledger keeps the work
             text = err.render() if isinstance(err, AutoresearchError) else \

@@ -58,20 +58,22 @@ from autoresearch.tracking._store import MirrorStore, use_wal
 from autoresearch.util._private import private_dir, tighten
 from autoresearch.util.redact import ambient_secrets, job_secrets, redact
 
-__all__ = ["SyncReport", "Syncer", "fail_fast_http", "is_transient"]
+__all__ = ["SyncReport", "Syncer", "fail_fast_http", "freeze_imports", "is_transient"]
 
 _FROZEN = [False]
 
 
-def _freeze_imports() -> None:
-    """Once a process, after mlflow's import: what is alive then (~400,000 objects of mlflow, SQLAlchemy
-    and their modules, there for the process's life) moved out of the collector's generations
-    (``gc.freeze``). Each full collection walked them all: ~0.3 s of a 600-trial catch-up's ~1.1 s of
-    user time went to 6 of them. Objects made later are collected as before; a cycle already garbage
-    at this moment stays (once, bounded by what the import left)."""
+def freeze_imports() -> None:
+    """For the mirror's own process (the background syncer, after its first Syncer), once: what is
+    alive then (~400,000 objects of mlflow, SQLAlchemy and their modules, there for the process's life)
+    moved out of the collector's generations (``gc.freeze``). Each full collection walked them all:
+    ~0.3 s of a 600-trial catch-up's ~1.1 s of user time went to 6 of them. Never in a process that
+    only uses a Syncer (a trial's ``start_run``, the loop's run maker, a server): a frozen object that
+    later becomes garbage in a cycle is never freed, and there the heap is the user's."""
     if not _FROZEN[0]:
         _FROZEN[0] = True
         gc.freeze()
+
 
 KIND_TAG = "mlflow.experimentKind"
 FLUSH_AT = 500  # runs' writes queued in a pass before they are sent (one transaction)
@@ -132,7 +134,6 @@ class Syncer:
         self._specs: dict[str, tuple[dict[str, Any], list[str]]] = {}  # a job's spec text -> (spec, secrets)
         self._folders: dict[str, str | None] = {}  # run id -> its local artifact folder (None: not local)
         self.client = self._make_client()
-        _freeze_imports()
 
     # -- setup ------------------------------------------------------------------------------
 
