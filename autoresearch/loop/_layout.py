@@ -100,9 +100,14 @@ def legend_under(fig: Any, ax: Any) -> None:
     if not handles:
         fig.tight_layout()
         return
-    legend = fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), fontsize=8,
-                        ncol=min(3, len(handles)), frameon=False, borderaxespad=0.3, columnspacing=1.5)
-    height = legend.get_window_extent(fig.canvas.get_renderer()).height / (fig.get_figheight() * fig.dpi)
+    renderer = fig.canvas.get_renderer()
+    for ncol in range(min(3, len(handles)), 0, -1):  # fewer columns while a row is wider than the figure
+        legend = fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), fontsize=8,
+                            ncol=ncol, frameon=False, borderaxespad=0.3, columnspacing=1.5)
+        if ncol == 1 or legend.get_window_extent(renderer).width <= 0.98 * fig.get_figwidth() * fig.dpi:
+            break
+        legend.remove()
+    height = legend.get_window_extent(renderer).height / (fig.get_figheight() * fig.dpi)
     fig.tight_layout(rect=(0, min(height + 0.01, 0.5), 1, 1))
 
 

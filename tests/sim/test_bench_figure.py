@@ -38,3 +38,26 @@ def test_the_benchmark_figure_has_one_legend_under_its_panels() -> None:
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_a_legend_of_long_labels_keeps_inside_the_figure() -> None:
+    """Three columns of long labels were wider than the figure (the README example's incumbent and
+    best-so-far entries were cut at both edges): columns are dropped until a row fits."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from autoresearch.loop._layout import legend_under
+
+    fig, ax = plt.subplots(figsize=(10.5, 4.8), dpi=110)
+    for i, label in enumerate(["finished trial", "early-stopped (last value)", "seed repeat",
+                               "incumbent: trial 21 (one run), not confirmed: 1 of 3 seed(s) ended",
+                               "best so far (the incumbent the loop kept, not confirmed: 1 of 3 seed(s) ended)",
+                               "± noise floor (one run's std, now ±0.00785)"]):
+        ax.plot([0, 1], [i, i + 1], label=label)
+    legend_under(fig, ax)
+    box = fig.legends[0].get_window_extent(fig.canvas.get_renderer())
+    width = fig.get_figwidth() * fig.dpi
+    assert len(fig.legends) == 1 and box.x0 >= 0 and box.x1 <= width, (box, width)
+    plt.close(fig)
