@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from autoresearch.util._record import NEW, record
+
 if TYPE_CHECKING:
     from autoresearch._views_more import ClusterView as ClusterView
     from autoresearch._views_more import DoctorView as DoctorView
@@ -43,7 +45,8 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-@dataclass
+@record()
+@dataclass(init=False, repr=False, eq=False)
 class AttemptView:
     """One attempt of a job: where it ran and how it ended."""
 
@@ -61,8 +64,27 @@ class AttemptView:
     failure_class: str | None = None  # infra | infra-suspect | unknown | user, when it failed
     nodes: list[str] = field(default_factory=list)  # a gang's every node, first to last (``node`` is the first)
 
+    def __init__(self, n: int, state: str, node: str | None, gpus: list[str], started_at: float | None,
+                 ended_at: float | None, exit_code: int | None, signal: int | None, end_reason: str | None,
+                 detail: str | None, peak_rss_mb: float | None, failure_class: str | None = None,
+                 nodes: list[str] = NEW) -> None:
+        self.n = n
+        self.state = state
+        self.node = node
+        self.gpus = gpus
+        self.started_at = started_at
+        self.ended_at = ended_at
+        self.exit_code = exit_code
+        self.signal = signal
+        self.end_reason = end_reason
+        self.detail = detail
+        self.peak_rss_mb = peak_rss_mb
+        self.failure_class = failure_class
+        self.nodes = [] if nodes is NEW else nodes
 
-@dataclass
+
+@record()
+@dataclass(init=False, repr=False, eq=False)
 class JobView:
     """A job as the faces show it: its state, its attempts, and why it failed."""
 
@@ -100,16 +122,57 @@ class JobView:
     # engine's queue, not on its node (the faces show "queued (engine: PENDING, Resources)").
     engine_state: str = ""
 
+    def __init__(self, id: int, name: str, state: str, priority: str, gpus: int, command: str, workdir: str,
+                 experiment: str, submitted_at: float, started_at: float | None, ended_at: float | None, attempts: int,
+                 exit_code: int | None, end_reason: str | None, cancelling: bool = False, tags: dict[str, str] = NEW,
+                 attempt_list: list[AttemptView] = NEW, failure_class: str | None = None,
+                 failure_why: str | None = None, failure_hint: str | None = None, log_excerpt: str | None = None,
+                 next_step: str | None = None, warnings: list[str] = NEW, backend: str = "", unread_points: int = 0,
+                 limits: str | None = None, engine_state: str = "") -> None:
+        self.id = id
+        self.name = name
+        self.state = state
+        self.priority = priority
+        self.gpus = gpus
+        self.command = command
+        self.workdir = workdir
+        self.experiment = experiment
+        self.submitted_at = submitted_at
+        self.started_at = started_at
+        self.ended_at = ended_at
+        self.attempts = attempts
+        self.exit_code = exit_code
+        self.end_reason = end_reason
+        self.cancelling = cancelling
+        self.tags = {} if tags is NEW else tags
+        self.attempt_list = [] if attempt_list is NEW else attempt_list
+        self.failure_class = failure_class
+        self.failure_why = failure_why
+        self.failure_hint = failure_hint
+        self.log_excerpt = log_excerpt
+        self.next_step = next_step
+        self.warnings = [] if warnings is NEW else warnings
+        self.backend = backend
+        self.unread_points = unread_points
+        self.limits = limits
+        self.engine_state = engine_state
 
-@dataclass
+
+@record()
+@dataclass(init=False, repr=False, eq=False)
 class JobPage:
     """A page of jobs, newest first, and the cursor of the next page."""
 
     jobs: list[JobView]
     next_cursor: int | None  # pass as cursor= for older jobs; None when this is the last page
 
+    def __init__(self, jobs: list[JobView], next_cursor: int | None) -> None:
+        self.jobs = jobs
+        self.next_cursor = next_cursor
 
-@dataclass
+
+@record()
+@dataclass(init=False, repr=False, eq=False)
 class ArrayView:
     """A job array as submitted (``submit --array``): its jobs' ids run from ``first_id`` to
     ``last_id`` in index order, one job per index."""
@@ -124,8 +187,21 @@ class ArrayView:
     warnings: list[str] = field(default_factory=list)
     next_step: str | None = None
 
+    def __init__(self, array: str, first_id: int, last_id: int, count: int, indices: str, max_running: int | None,
+                 states: dict[str, int] = NEW, warnings: list[str] = NEW, next_step: str | None = None) -> None:
+        self.array = array
+        self.first_id = first_id
+        self.last_id = last_id
+        self.count = count
+        self.indices = indices
+        self.max_running = max_running
+        self.states = {} if states is NEW else states
+        self.warnings = [] if warnings is NEW else warnings
+        self.next_step = next_step
 
-@dataclass
+
+@record()
+@dataclass(init=False, repr=False, eq=False)
 class LogPage:
     """A page of an attempt's log, secrets masked, and where the next page starts."""
 
@@ -137,6 +213,17 @@ class LogPage:
     size: int  # bytes in the log so far
     truncated: bool
     hint: str = ""
+
+    def __init__(self, job_id: int, attempt: int, text: str, offset: int, next_offset: int, size: int, truncated: bool,
+                 hint: str = "") -> None:
+        self.job_id = job_id
+        self.attempt = attempt
+        self.text = text
+        self.offset = offset
+        self.next_offset = next_offset
+        self.size = size
+        self.truncated = truncated
+        self.hint = hint
 
 
 def iso(ts: float | None) -> str | None:

@@ -24,12 +24,14 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from autoresearch.util._record import NEW, record
 from autoresearch.util._regex import lazy
 
 AttemptState = Literal["starting", "running", "exited", "lost"]
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
+@dataclass(slots=True, init=False, repr=False, eq=False)
 class Capabilities:
     """What a backend can do, so callers ask instead of guessing."""
 
@@ -47,8 +49,23 @@ class Capabilities:
     # (Kubernetes Secrets, Databricks secret scopes); else a job with secret_env is refused at submit
     secrets: bool = False
 
+    def __init__(self, gpus: bool = False, preemption: bool = False, multi_node: bool = False,
+                 containers: bool = False, logs_follow: bool = False, places: bool = True, sandbox: bool = False,
+                 shared_fs: bool = True, secrets: bool = False) -> None:
+        _set = object.__setattr__
+        _set(self, "gpus", gpus)
+        _set(self, "preemption", preemption)
+        _set(self, "multi_node", multi_node)
+        _set(self, "containers", containers)
+        _set(self, "logs_follow", logs_follow)
+        _set(self, "places", places)
+        _set(self, "sandbox", sandbox)
+        _set(self, "shared_fs", shared_fs)
+        _set(self, "secrets", secrets)
 
-@dataclass(frozen=True, slots=True)
+
+@record(frozen=True)
+@dataclass(slots=True, init=False, repr=False, eq=False)
 class NodeInfo:
     """A node as its engine reports it."""
 
@@ -60,8 +77,20 @@ class NodeInfo:
     state: str = ""  # the engine's own word for the node (Slurm: "idle", "drained", ...); "" if it has none
     reason: str = ""  # the engine's reason for that state (Slurm's drain reason)
 
+    def __init__(self, name: str, gpu_ids: tuple[str, ...] = (), cpus: float = 0.0, memory: int = 0,
+                 labels: dict[str, str] = NEW, state: str = "", reason: str = "") -> None:
+        _set = object.__setattr__
+        _set(self, "name", name)
+        _set(self, "gpu_ids", gpu_ids)
+        _set(self, "cpus", cpus)
+        _set(self, "memory", memory)
+        _set(self, "labels", {} if labels is NEW else labels)
+        _set(self, "state", state)
+        _set(self, "reason", reason)
 
-@dataclass(frozen=True, slots=True)
+
+@record(frozen=True)
+@dataclass(slots=True, init=False, repr=False, eq=False)
 class Sandbox:
     """What a tenant job must not see, and the only paths it may write (docs/security.md).
 
@@ -79,8 +108,24 @@ class Sandbox:
     cgroup: str = ""  # its own cgroup v2 folder (a delegated host): memory, pids and cpu bounded there
     no_cgroup: str = ""  # else why there is none (status says it)
 
+    def __init__(self, hidden: tuple[str, ...] = (), visible: tuple[str, ...] = (), own: tuple[str, ...] = (),
+                 uid: int | None = None, gid: int | None = None, devices: tuple[str, ...] = (),
+                 limits: dict[str, Any] = NEW, project_dir: str = "", cgroup: str = "", no_cgroup: str = "") -> None:
+        _set = object.__setattr__
+        _set(self, "hidden", hidden)
+        _set(self, "visible", visible)
+        _set(self, "own", own)
+        _set(self, "uid", uid)
+        _set(self, "gid", gid)
+        _set(self, "devices", devices)
+        _set(self, "limits", {} if limits is NEW else limits)
+        _set(self, "project_dir", project_dir)
+        _set(self, "cgroup", cgroup)
+        _set(self, "no_cgroup", no_cgroup)
 
-@dataclass(frozen=True, slots=True)
+
+@record(frozen=True)
+@dataclass(slots=True, init=False, repr=False, eq=False)
 class LaunchRequest:
     """Everything a backend needs to start one attempt."""
 
@@ -115,6 +160,39 @@ class LaunchRequest:
     # run dir whose request names another ledger (or another key) as not its own (autoresearch/engine/runfolders.py).
     ledger: str = ""
 
+    def __init__(self, key: str, argv: list[str], env: dict[str, str], workdir: str, log_path: str, run_dir: str,
+                 node: str | None = None, gpu_ids: tuple[str, ...] = (), nodes: int = 1,
+                 alloc: tuple[tuple[str, tuple[str, ...]], ...] = (), timeout: float | None = None,
+                 grace: float = 10.0, on_exit: list[str] | None = None, wake_fifo: str | None = None,
+                 sandbox: Sandbox | None = None, image: str = "", mounts: dict[str, str] = NEW, gpus: int = 0,
+                 cpus: float = 0.0, memory: int = 0, priority: str = "normal", job_env: tuple[str, ...] = (),
+                 secret_env: dict[str, str] = NEW, ledger: str = "") -> None:
+        _set = object.__setattr__
+        _set(self, "key", key)
+        _set(self, "argv", argv)
+        _set(self, "env", env)
+        _set(self, "workdir", workdir)
+        _set(self, "log_path", log_path)
+        _set(self, "run_dir", run_dir)
+        _set(self, "node", node)
+        _set(self, "gpu_ids", gpu_ids)
+        _set(self, "nodes", nodes)
+        _set(self, "alloc", alloc)
+        _set(self, "timeout", timeout)
+        _set(self, "grace", grace)
+        _set(self, "on_exit", on_exit)
+        _set(self, "wake_fifo", wake_fifo)
+        _set(self, "sandbox", sandbox)
+        _set(self, "image", image)
+        _set(self, "mounts", {} if mounts is NEW else mounts)
+        _set(self, "gpus", gpus)
+        _set(self, "cpus", cpus)
+        _set(self, "memory", memory)
+        _set(self, "priority", priority)
+        _set(self, "job_env", job_env)
+        _set(self, "secret_env", {} if secret_env is NEW else secret_env)
+        _set(self, "ledger", ledger)
+
 
 # An attempt's ``detail`` that starts with this (then the full file system's mount point): its run dir's
 # disk was full at its end. Recorded as infra but the home's fault, not the node's: never counted
@@ -127,7 +205,8 @@ OVER_LIMIT = "over its limit: "
 LOG_DROPPED = "log past sandbox.limits.log: "
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
+@dataclass(slots=True, init=False, repr=False, eq=False)
 class AttemptStatus:
     """An attempt's state as its backend reports it (poll)."""
 
@@ -159,6 +238,29 @@ class AttemptStatus:
     @property
     def ended(self) -> bool:
         return self.state in ("exited", "lost")
+
+    def __init__(self, state: AttemptState, exit_code: int | None = None, signal: int | None = None,
+                 timed_out: bool = False, stopped: bool = False, started_at: float | None = None,
+                 ended_at: float | None = None, peak_rss_mb: float | None = None, detail: str = "",
+                 cancelled: bool = False, preempted: bool = False, refused: bool = False, node: str | None = None,
+                 gpu_ids: tuple[str, ...] | None = None,
+                 members: tuple[tuple[str, tuple[str, ...]], ...] | None = None) -> None:
+        _set = object.__setattr__
+        _set(self, "state", state)
+        _set(self, "exit_code", exit_code)
+        _set(self, "signal", signal)
+        _set(self, "timed_out", timed_out)
+        _set(self, "stopped", stopped)
+        _set(self, "started_at", started_at)
+        _set(self, "ended_at", ended_at)
+        _set(self, "peak_rss_mb", peak_rss_mb)
+        _set(self, "detail", detail)
+        _set(self, "cancelled", cancelled)
+        _set(self, "preempted", preempted)
+        _set(self, "refused", refused)
+        _set(self, "node", node)
+        _set(self, "gpu_ids", gpu_ids)
+        _set(self, "members", members)
 
 
 class Backend(abc.ABC):

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autoresearch.errors import SpecError
+from autoresearch.util._record import NEW, record
 from autoresearch.util._regex import lazy
 
 if TYPE_CHECKING:
@@ -41,7 +42,8 @@ MAX_CONFIG_BYTES = 1 << 20
 _TOP_KEYS = ("backends", "default", "scheduler", "health", "sandbox", "tenants")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
+@dataclass(init=False, repr=False, eq=False)
 class Profile:
     """A named backend of config.yaml."""
 
@@ -49,8 +51,15 @@ class Profile:
     kind: str
     options: dict[str, Any] = field(default_factory=dict)
 
+    def __init__(self, name: str, kind: str, options: dict[str, Any] = NEW) -> None:
+        _set = object.__setattr__
+        _set(self, "name", name)
+        _set(self, "kind", kind)
+        _set(self, "options", {} if options is NEW else options)
 
-@dataclass(frozen=True)
+
+@record(frozen=True)
+@dataclass(init=False, repr=False, eq=False)
 class Config:
     """What a home's config.yaml says (nothing when it has none)."""
 
@@ -60,6 +69,16 @@ class Config:
     fair: Any = None  # scheduler.FairShare from the scheduler: section; None: fair share off
     sandbox: Any = None  # limits.SandboxConfig from the sandbox: section (tenant jobs); None: defaults
     tenancy: Any = None  # grants.Tenancy from the tenants: section; None: nothing lent to tenants
+
+    def __init__(self, path: Path, profiles: dict[str, Profile] = NEW, default: str | None = None, fair: Any = None,
+                 sandbox: Any = None, tenancy: Any = None) -> None:
+        _set = object.__setattr__
+        _set(self, "path", path)
+        _set(self, "profiles", {} if profiles is NEW else profiles)
+        _set(self, "default", default)
+        _set(self, "fair", fair)
+        _set(self, "sandbox", sandbox)
+        _set(self, "tenancy", tenancy)
 
 
 _cache: dict[str, tuple[tuple[int, int], Config]] = {}  # config.yaml's path -> (its stamp, what it says)
@@ -185,13 +204,9 @@ def _parse(path: Path, data: Any) -> Config:
         if not isinstance(default, str) or (default not in profiles and not is_kind(default)):
             raise _bad(path, f"default {str(default)[:60]!r} is neither a profile nor a backend kind",
                        _near(str(default), [*profiles, *backend_names()], "profiles and kinds"))
-    import autoresearch.backends.limits as limits
-    import autoresearch.engine.grants as grants
-    import autoresearch.engine.shares as shares
-
-    fair = _section(path, data, "scheduler", shares.parse, "docs/scheduling.md")
-    sandbox = _section(path, data, "sandbox", limits.parse, "docs/security.md")
-    tenancy = _section(path, data, "tenants", grants.parse, "docs/security.md")
+    fair = _section(path, data, "scheduler", "autoresearch.engine.shares", "docs/scheduling.md")
+    sandbox = _section(path, data, "sandbox", "autoresearch.backends.limits", "docs/security.md")
+    tenancy = _section(path, data, "tenants", "autoresearch.engine.grants", "docs/security.md")
     return Config(path, profiles, default, fair, sandbox, tenancy)
 
 
@@ -238,10 +253,14 @@ def _refuse_shared_engines(path: Path, profiles: dict[str, Profile]) -> None:
                        "profile's priority_partitions / priority_qos")
 
 
-def _section(path: Path, data: dict[str, Any], key: str, parse: Any, doc: str) -> Any:
-    """A top-level section parsed by its own module (None when absent); its error names the file and the doc."""
+def _section(path: Path, data: dict[str, Any], key: str, module: str, doc: str) -> Any:
+    """A top-level section parsed by its own module's ``parse`` (None when absent: the module is not imported,
+    nor its dataclasses made); its error names the file and the doc."""
     if data.get(key) is None:
         return None
+    import importlib
+
+    parse = importlib.import_module(module).parse
     try:
         return parse(data[key])
     except SpecError as err:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoresearch.report import MAX_STEP
+from autoresearch.util._record import record
 from autoresearch.util._regex import lazy
 
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)"
@@ -51,7 +52,8 @@ MAX_LINE = 1 << 20  # a metrics-file line longer than this is dropped unread
 _SKIP = "!skip"  # counters key: the next bytes are the rest of an over-long line (see complete_lines)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
+@dataclass(slots=True, init=False, repr=False, eq=False)
 class Point:
     """One metric point of an attempt."""
 
@@ -59,6 +61,13 @@ class Point:
     step: int
     value: float | None
     ts: float
+
+    def __init__(self, name: str, step: int, value: float | None, ts: float) -> None:
+        _set = object.__setattr__
+        _set(self, "name", name)
+        _set(self, "step", step)
+        _set(self, "value", value)
+        _set(self, "ts", ts)
 
 
 class Drops:

@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autoresearch.util._record import NEW, record
+
 # What a launch may find in its run folder that is its own: a stop() that came before the start writes it.
 OWN_EARLY = frozenset({"stop.json"})
 LEDGER_FILES = ("ledger.db", "ledger.db-wal", "ledger.db-shm")
@@ -96,13 +98,19 @@ def count(home: str | os.PathLike[str]) -> int:
         return 0
 
 
-@dataclass
+@record()
+@dataclass(init=False, repr=False, eq=False)
 class Aside:
     """What :func:`move_aside` did: the folder it made and what it moved there."""
 
     folder: str
     moved: list[str] = field(default_factory=list)
     run_folders: int = 0  # job folders among them
+
+    def __init__(self, folder: str, moved: list[str] = NEW, run_folders: int = 0) -> None:
+        self.folder = folder
+        self.moved = [] if moved is NEW else moved
+        self.run_folders = run_folders
 
 
 def move_aside(home: str | os.PathLike[str]) -> Aside:
