@@ -206,3 +206,19 @@ def test_an_image_that_is_not_a_reference_is_refused(image: str, home: Path, fak
     with pytest.raises(BackendError):
         DockerBackend().start(request(tmp_path, image=image))
     assert not (fake_docker / "calls.jsonl").exists() or not calls(fake_docker, "run")
+
+
+def test_a_submit_through_a_docker_profile_loads_no_openssl(home: Path, fake_docker: Path) -> None:
+    """The container's name takes 8 hex of the run dir's SHA-1 from CPython's own _sha1: hashlib loads OpenSSL
+    (_hashlib, ~4 ms of every CLI submit's start here) for the same digest. The name is as before (a running
+    container is adopted by its name)."""
+    import hashlib
+
+    from autoresearch.backends._docker import container_name
+    from tests.runtime.test_cli_imports import loaded
+
+    assert container_name("12.1", "/h/jobs/12/1") == f"ar-12.1-{hashlib.sha1(b'/h/jobs/12/1').hexdigest()[:8]}"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text("backends:\n  box: {kind: docker, image: 'python:3.11-slim'}\n")
+    watch = ("hashlib", "_hashlib")
+    assert loaded("submit", "--backend", "box", "--", "true", watch=watch) == []
