@@ -51,6 +51,8 @@ _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)\s*$")
 
 @dataclass(frozen=True, slots=True)
 class Pattern:
+    """A log line pattern of health.yaml: the signature it means, whose fault (infra or user) and how bad."""
+
     pattern: str
     signature: str
     cls: str = "infra"  # infra | user
@@ -59,6 +61,8 @@ class Pattern:
 
 @dataclass(frozen=True, slots=True)
 class Probe:
+    """The periodic probe health.yaml names: its command, how long it may run, the bus bandwidth it must reach."""
+
     command: tuple[str, ...] = ()
     timeout_s: float = 60.0
     min_busbw_gbps: float = 0.0
@@ -66,6 +70,8 @@ class Probe:
 
 @dataclass(frozen=True, slots=True)
 class HealthConfig:
+    """The health checks' settings (health: in config.yaml, or the defaults)."""
+
     enabled: bool = True
     preflight: bool = True
     preflight_cache_s: float = 300.0

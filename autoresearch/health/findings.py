@@ -35,6 +35,8 @@ def owner(source: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Finding:
+    """One thing a check found about a node (NVML, the kernel log, a preflight, a probe, a hang)."""
+
     node: str
     signature: str
     cls: str  # infra | user | throttle

@@ -49,12 +49,16 @@ _OOM = re.compile(r"(?:Out of memory|Memory cgroup out of memory): Killed proces
 
 @dataclass(frozen=True, slots=True)
 class Record:
+    """One kernel log record: its sequence number and its text."""
+
     seq: int
     text: str
 
 
 @dataclass(frozen=True, slots=True)
 class Read:
+    """What a read of the kernel log since a cursor gave: its records, the next cursor, and any problem."""
+
     records: list[Record]
     cursor: str | None  # where the next read starts (None: keep the old one)
     problem: str = ""  # unreadable, or records lost since the cursor: said as a finding

@@ -76,6 +76,8 @@ def vouched(endings: Sequence[Finding], diff: Differential | None) -> list[Findi
 
 @dataclass(frozen=True, slots=True)
 class NodeStatus:
+    """A node's health state, why and since when."""
+
     state: str  # healthy | degraded | cordoned | down
     reason: str = ""
     since: float = 0.0
@@ -146,6 +148,8 @@ def _span(seconds: float) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Classified:
+    """Whose fault a failed attempt looks like, why, and the log line that says it."""
+
     cls: str  # infra | infra-suspect | unknown | user
     why: str
     excerpt: str = ""

@@ -47,6 +47,8 @@ SUSPECT = "infra-suspect"
 
 @dataclass(frozen=True, slots=True)
 class Signature:
+    """A log signature: the pattern, its name, whose fault it means and its rank among several."""
+
     regex: re.Pattern[str]
     signature: str
     cls: str  # user | infra-suspect | info
@@ -98,6 +100,8 @@ def _table(extra: tuple[Pattern, ...]) -> tuple[re.Pattern[str], tuple[Signature
 
 @dataclass(frozen=True, slots=True)
 class Hit:
+    """A signature found in an attempt's log, with the line it matched."""
+
     signature: str
     cls: str  # user | infra-suspect | info
     rank: int

@@ -261,3 +261,14 @@ def test_a_submit_compiles_no_dataclass_method(home: Path) -> None:
     for args in (("list",), ("status", "1")):
         assert compiled_at_start(*args) == [], args
     assert "autoresearch._views_more.NodeView" in compiled_at_start("nodes")
+
+
+def test_a_submit_that_runs_a_nodes_check_imports_neither_inspect_nor_socket(home: Path) -> None:
+    """A pass that finds a node's check due (every poll_interval_s: 30 s by default) loads the health checks
+    (autoresearch/health/). Their dataclasses have docstrings (one without makes dataclasses import
+    inspect, with ast, dis and tokenize: ~15 ms; the command's stand-in for inspect, cli/_deferred.py, imports
+    it then) and the node's name is os.uname's (socket.py: ~4 ms). A fresh home's first submit runs that
+    check; the probe sees it (the check can fail: health loaded)."""
+    watch = ("autoresearch.health.monitor", "ast", "dis", "tokenize", "socket")
+    env = dict(os.environ, AUTORESEARCH_GPUS="1")  # (a node with a GPU: its check is due at once)
+    assert loaded("submit", "--", "true", env=env, watch=watch) == ["autoresearch.health.monitor"]
