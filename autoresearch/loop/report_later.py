@@ -105,7 +105,7 @@ def start(home: str | os.PathLike[str], name: str) -> Path:
     loop_dir = _loop_dir(Path(home), name)
     _write_state(loop_dir, state="pending")
     spawn_detached([sys.executable, "-m", "autoresearch.loop.report_later", str(Path(home).absolute()), name],
-                   loop_dir / LOG_FILE, cwd=None)
+                   loop_dir / LOG_FILE, cwd=None, wait=False)  # (the command returns now: not its child's turn)
     return loop_dir / "report"
 
 
