@@ -196,9 +196,10 @@ def test_the_daemon_and_the_syncer_start_through_one_detaching_helper(api: Any, 
 
     # wait=False: it returns before the intermediate child is reaped; a thread reaps it (no zombie left)
     probe2 = tmp_path / "probe2.log"
-    middle = _supervisor.spawn_detached([sys.executable, "-c", "import os, sys; sys.stderr.write(f'{os.getsid(0)}')"],
-                                        probe2, cwd=None, wait=False)
-    assert int(wait_for(lambda: probe2.exists() and probe2.read_text(), timeout=30)) != os.getsid(0)
+    middle = _supervisor.spawn_detached([sys.executable, "-c", "import os, sys; sys.stderr.write("
+                                         "f'{os.getsid(0)} {os.nice(0)}')"], probe2, cwd=None, wait=False, nice=3)
+    sid, niceness = wait_for(lambda: probe2.exists() and probe2.read_text(), timeout=30).split()
+    assert int(sid) != os.getsid(0) and int(niceness) == min(19, os.nice(0) + 3)
 
     def reaped() -> bool:
         try:
