@@ -231,7 +231,7 @@ def iso(ts: float | None) -> str | None:
     if ts is None or isinstance(ts, bool) or not isinstance(ts, (int, float)):
         return None
     if 0 <= ts < 253402300800:  # 1970 to 9999: time's C functions, twice datetime's speed (a final view has thousands)
-        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+        return _iso_second(int(ts))  # (int floors a positive time, as gmtime does)
     import datetime as _dt
 
     try:
@@ -239,6 +239,14 @@ def iso(ts: float | None) -> str | None:
     except (OverflowError, OSError, ValueError):
         return None
     return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+@functools.lru_cache(maxsize=8192)
+def _iso_second(second: int) -> str:
+    """One second's text, remembered: a loop's trials are created, start and end in the same seconds
+    (a 5,000-trial final view has ~15,000 times in a few hundred seconds), and a lookup is a fraction
+    of ``strftime``'s cost."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
 
 
 TIME_KEYS = ("last_sync",)  # Unix times whose name does not end in _at
@@ -298,18 +306,29 @@ def _iso_fields(cls: type) -> tuple[tuple[str, str | None], ...]:
                  for name in names)
 
 
+_DATACLASS_FIELDS: dict[type, tuple[tuple[str, str | None], ...] | None] = {}  # a type's _iso_fields, None: no dataclass
+
+
 def json_ready(value: Any) -> Any:
     """``with_iso(to_dict(value))`` in one walk: a view's dataclasses, dicts and lists copied into plain
     ones, with an ``<key>_iso`` twin after every Unix-time field. A 5,000-trial loop's final ``--json``
     view is ~150,000 leaves; two walks (a copy, then a copy with twins) were ~0.3 s of the command's
     tail after its last trial, one is about half."""
-    if type(value) in _LEAVES or value is None:
+    kind = type(value)
+    if kind in _LEAVES or value is None:
         return value
+    if kind is list:
+        return [v if type(v) in _LEAVES or v is None else json_ready(v) for v in value]
     if isinstance(value, list):
         return [json_ready(v) for v in value]
     out: dict[Any, Any] = {}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for name, twin in _iso_fields(type(value)):
+    fields = _DATACLASS_FIELDS.get(kind)
+    if fields is None and kind not in _DATACLASS_FIELDS:
+        if len(_DATACLASS_FIELDS) > 1024:  # (types made on the fly: bounded)
+            _DATACLASS_FIELDS.clear()
+        fields = _DATACLASS_FIELDS[kind] = (_iso_fields(kind) if dataclasses.is_dataclass(kind) else None)
+    if fields is not None:
+        for name, twin in fields:
             item = getattr(value, name)
             if type(item) not in _LEAVES and item is not None:  # (a call a leaf saved: most are)
                 item = json_ready(item)

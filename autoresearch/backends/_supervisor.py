@@ -232,15 +232,25 @@ def _fork(request: dict[str, Any]) -> None:
     os._exit(70)
 
 
-def spawn_detached(argv: list[str], log_path: str | os.PathLike[str], cwd: str | None = "/") -> None:
+def spawn_detached(argv: list[str], log_path: str | os.PathLike[str], cwd: str | None = "/",
+                   wait: bool = True, nice: int = 0) -> int:
     """Start ``argv`` as nobody's child: double fork, new session, stdin and stdout on /dev/null,
     stderr appended to ``log_path``, in ``cwd`` (None: ours), then exec. Returns once the
-    intermediate child is reaped (the program outlives its caller and is never its zombie).
-    The home's long-lived helpers start this way: the pass daemon, the MLflow syncer."""
+    intermediate child is reaped (the program outlives its caller and is never its zombie), or with
+    ``wait=False`` at once, a thread reaping it: on a loaded machine the child may wait a scheduler's
+    turn before it can exit, and a command about to return (the loop's report helper) need not.
+    ``nice``: the program's niceness above ours (background work that must not slow its caller's end).
+    The home's long-lived helpers start this way: the pass daemon, the MLflow syncer. Its answer: the
+    intermediate child's pid."""
     pid = os.fork()
     if pid:
-        os.waitpid(pid, 0)
-        return
+        if wait:
+            os.waitpid(pid, 0)
+        else:
+            import threading
+
+            threading.Thread(target=_reap, args=(pid,), daemon=True, name="autoresearch-reap-detached").start()
+        return pid
     try:
         os.setsid()
         if os.fork():
@@ -252,10 +262,18 @@ def spawn_detached(argv: list[str], log_path: str | os.PathLike[str], cwd: str |
         os.dup2(log, 2)
         if cwd is not None:
             os.chdir(cwd)
+        if nice > 0:
+            os.nice(nice)
         os.execv(argv[0], argv)
     except BaseException:  # noqa: BLE001 - a forked child never returns into the caller
         os._exit(1)
     os._exit(0)  # pragma: no cover - execv does not return
+    return 0  # pragma: no cover
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):  # (someone else's wait() may have reaped it)
+        os.waitpid(pid, 0)
 
 
 _DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ)

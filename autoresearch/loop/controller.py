@@ -198,6 +198,7 @@ class Controller:
         self.runtime.jobs.set_group_cap(s.job_group(), self.plan.budget.parallel)  # a resumed plan's parallel too
         _warm.record(s.store, self.plan, self.ctx.warm, kept)  # which loops warmed it (a decision, once)
         s.reload()
+        s.judged()  # its verdicts so far (none in a new loop); from here on kept as they are written
         if s.ordered:  # (a resumed loop: what ended before took effect then)
             s.processed = {t for t, r in s.rows.items() if r["state"] in ENDED_TRIAL}
         if self.plan.budget.steps is not None:  # a resumed loop's compute so far: its ended trials' curves
@@ -467,7 +468,8 @@ class Controller:
         pause.finish(self)
         for row in s.pending():
             s.update_trial(row["id"], state="skipped", failure=f"not launched: {s.stop_reason}")
-        view = self.view()
+        view = loop_view(self.ledger, self.plan.name, live=self._live_points(), elapsed_s=self.elapsed(),
+                         rows=[s.rows[t] for t in sorted(s.rows)], judged=s.judged())  # (what we hold)
         s.store.decide("finish", inputs={"counts": view.counts, "elapsed_s": self.elapsed(), "spent": _limits.spent(s)},
                        outputs={"reason": s.stop_reason, "best_trial": view.best_trial,
                                 "best_value": view.best_value, "best_seeds": view.best_seeds,

@@ -26,7 +26,7 @@ from autoresearch.loop.series import read_series
 from autoresearch.loop.state import LoopHost
 from autoresearch.loop.stopping import first_wave
 from autoresearch.loop.store import to_record
-from autoresearch.loop.views import kept_on_means
+from autoresearch.loop.views import kept_on_means, verdict_of
 from autoresearch.store.jobstore import JobStore
 
 LOG_TAIL_LINES = 30
@@ -243,13 +243,16 @@ def judge(c: LoopHost, row: Any, conn: Any = None) -> N.Judgement | None:
     floor = N.incumbent_floor(s.incumbent if inc_value is not None else None, groups, c.sign)
     basis = floor.basis(s.incumbent if inc_value is not None else None)
     verdict = N.judge(c.sign * row["objective"], inc_value, floor.value, basis)
-    s.store.decide("promote", trial_id=row["id"], rationale=verdict.rationale,
-                   inputs={"candidate": row["objective"], "incumbent_trial": s.incumbent,
-                           "incumbent_value": None if inc_value is None else inc_value * c.sign,
-                           "noise_floor": floor.value, "noise_basis": basis, "noise_trial": floor.config,
-                           "noise_seeds": floor.seeds},
-                   outputs={"promoted": verdict.promote, "trial_id": row["id"],
-                            "margin": None if verdict.margin == float("inf") else verdict.margin}, conn=conn)
+    outputs = {"promoted": verdict.promote, "trial_id": row["id"],
+               "margin": None if verdict.margin == float("inf") else verdict.margin}
+    at = time.time()
+    decision = s.store.decide("promote", trial_id=row["id"], rationale=verdict.rationale,
+                              inputs={"candidate": row["objective"], "incumbent_trial": s.incumbent,
+                                      "incumbent_value": None if inc_value is None else inc_value * c.sign,
+                                      "noise_floor": floor.value, "noise_basis": basis, "noise_trial": floor.config,
+                                      "noise_seeds": floor.seeds},
+                              outputs=outputs, conn=conn, at=at)
+    s.note_verdict(verdict_of(outputs, row["id"], at, decision))  # the final view reads none back
     return verdict
 
 

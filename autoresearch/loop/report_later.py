@@ -97,6 +97,11 @@ def describe(home: str | os.PathLike[str], name: str) -> str | None:
     return f"report: being written in the background to {where}/ (`autoresearch report {name}` waits for it)"
 
 
+# The helper's niceness above the command's: its start (matplotlib's import, seconds of CPU) would
+# otherwise share the machine's cores with the command's last work, the answer it prints.
+HELPER_NICE = 5
+
+
 def start(home: str | os.PathLike[str], name: str) -> Path:
     """Ask for loop ``name``'s report in a detached helper; the directory it will be written to.
     The helper outlives the command (its own session), its messages go to ``loops/NAME/report.log``."""
@@ -105,7 +110,7 @@ def start(home: str | os.PathLike[str], name: str) -> Path:
     loop_dir = _loop_dir(Path(home), name)
     _write_state(loop_dir, state="pending")
     spawn_detached([sys.executable, "-m", "autoresearch.loop.report_later", str(Path(home).absolute()), name],
-                   loop_dir / LOG_FILE, cwd=None)
+                   loop_dir / LOG_FILE, cwd=None, wait=False, nice=HELPER_NICE)  # (the command returns now)
     return loop_dir / "report"
 
 

@@ -23,7 +23,7 @@ from autoresearch.loop.plan import Plan
 from autoresearch.loop.proposers import TrialRecord
 from autoresearch.loop.stopping import Series, Stopper
 from autoresearch.loop.store import ENDED_TRIAL, LoopStore, to_record
-from autoresearch.loop.views import seed_groups
+from autoresearch.loop.views import Verdict, seed_groups, to_verdict
 
 
 @dataclass
@@ -46,6 +46,11 @@ class LoopState:
     finishing: set[int] = field(default_factory=set)  # trials a loop's stop leaves to finish (reached the target)
     launch_decided: set[int] = field(default_factory=set)  # trials with a launch decision
     incumbent: int | None = None
+    # Every promote decision as a Verdict, by trial (:func:`~autoresearch.loop.views.verdicts`), and the newest
+    # decision id they cover: the ones before this controller read once, its own kept as it writes them.
+    verdicts: dict[int, Verdict] = field(default_factory=dict)
+    verdicts_upto: int = 0
+    verdicts_read: bool = False  # judged() has read the ledger's: from then on they are kept as written
     previous_incumbents: list[int] = field(default_factory=list)  # newest last (views.kept_on_means)
     ahead: int = 0  # trials queued ahead of the free slots (Controller.ahead)
     stop_reason: str = ""
@@ -79,6 +84,25 @@ class LoopState:
     # ``records`` as a list in id order, kept as rows change (history() hands it out without a copy)
     _history: list[TrialRecord] = field(default_factory=list)
     _position: dict[int, int] = field(default_factory=dict)  # trial id -> its index in ``_history``
+
+    def judged(self) -> dict[int, Verdict]:
+        """:func:`~autoresearch.loop.views.verdicts` of this loop: what is kept, and any promote decision
+        written past it (none while this controller holds the loop's lock and writes them all)."""
+        for row in self.store.promotions(self.verdicts_upto):
+            self.verdicts_upto = max(self.verdicts_upto, int(row["id"]))
+            verdict = to_verdict(row)
+            if verdict is not None:
+                self.verdicts[verdict.trial_id] = verdict
+        self.verdicts_read = True
+        return self.verdicts
+
+    def note_verdict(self, verdict: Verdict | None) -> None:
+        """A promote decision this controller just wrote (with an id above every other: the loop's writer)."""
+        if verdict is None or not self.verdicts_read:
+            return  # (judged() reads them all then)
+        if verdict.decision_id > self.verdicts_upto:
+            self.verdicts_upto = verdict.decision_id
+            self.verdicts[verdict.trial_id] = verdict
 
     def elapsed(self) -> float:
         """Seconds this loop has run: wall seconds, or simulated ones on a simulated backend."""

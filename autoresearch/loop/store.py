@@ -104,10 +104,12 @@ class LoopStore:
 
     def decide(self, kind: str, *, inputs: Any = None, outputs: Any = None, rationale: str = "",
                info: ProposerInfo | None = None, trial_id: int | None = None, conn: Any = None,
-               tokens_in: int = 0, tokens_out: int = 0, cost_usd: float = 0.0, latency_s: float = 0.0) -> int:
+               tokens_in: int = 0, tokens_out: int = 0, cost_usd: float = 0.0, latency_s: float = 0.0,
+               at: float | None = None) -> int:
+        """Write a decision (its ``created_at``: ``at``, else now); its id."""
         row = (self.loop_id, kind, _j(inputs or {}), _j(outputs or {}), rationale,
                _j(asdict(info) if info else {"kind": "controller"}), tokens_in, tokens_out, cost_usd, latency_s,
-               time.time(), trial_id)
+               time.time() if at is None else at, trial_id)
         sql = ("INSERT INTO decisions(loop_id, kind, inputs, outputs, rationale, proposer, tokens_in, tokens_out, "
                "cost_usd, latency_s, created_at, trial_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)")
         if conn is not None:

@@ -124,13 +124,22 @@ def to_verdict(row: Any) -> Verdict | None:
     """A promote decision's row (id, trial_id, outputs, created_at) as a :class:`Verdict` (None: unreadable)."""
     try:
         data = json.loads(row["outputs"])
-        trial_id = int(data.get("trial_id", row["trial_id"]))
+    except (TypeError, ValueError):
+        return None
+    return verdict_of(data, row["trial_id"], row["created_at"], row["id"])
+
+
+def verdict_of(outputs: Any, trial_id: Any, created_at: Any, decision_id: Any) -> Verdict | None:
+    """A promote decision (its ``outputs``, the trial it names, when and its id) as a :class:`Verdict`
+    (None: unreadable): :func:`to_verdict` of its row, and the controller's own as it writes one."""
+    try:
+        trial = int(outputs.get("trial_id", trial_id))
     except (TypeError, ValueError, AttributeError):
         return None
-    margin = data.get("margin")
-    promoted = bool(data.get("promoted"))
+    margin = outputs.get("margin")
+    promoted = bool(outputs.get("promoted"))
     within = not promoted and isinstance(margin, (int, float)) and margin > 0
-    return Verdict(trial_id, promoted, within, float(row["created_at"] or 0.0), int(row["id"]))
+    return Verdict(trial, promoted, within, float(created_at or 0.0), int(decision_id))
 
 
 def incumbent_sequence(rows: list[Any], judged: dict[int, Verdict],
@@ -248,7 +257,11 @@ def seed_groups(trials: list[Any]) -> dict[int, list[float]]:
 
 
 def loop_view(ledger: Ledger, name: str, live: dict[int, tuple[int, float]] | None = None,
-              elapsed_s: float | None = None) -> LoopView:
+              elapsed_s: float | None = None, rows: list[Any] | None = None,
+              judged: dict[int, Verdict] | None = None) -> LoopView:
+    """The loop's view, read from the ledger. ``rows`` (its trials' rows in id order) and ``judged``
+    (:func:`verdicts`): what the running controller already holds, equal to what the ledger says (it
+    is their only writer), so that its final view does not read and parse them again."""
     loop = LoopStore.find(ledger, name)
     if loop is None:
         names = LoopStore.recent_names(ledger)
@@ -258,9 +271,11 @@ def loop_view(ledger: Ledger, name: str, live: dict[int, tuple[int, float]] | No
     goal = plan["objective"].get("goal", "minimize")
     sign = -1.0 if goal == "maximize" else 1.0
     store = LoopStore(ledger, loop["id"])
-    rows = store.trials()
+    if rows is None:
+        rows = store.trials()
     live = live or {}
-    judged = verdicts(ledger, loop["id"])
+    if judged is None:
+        judged = verdicts(ledger, loop["id"])
     curve = incumbent_sequence(rows, judged, sign=sign)
     after = {c.trial_id: c for c in curve}
     out: list[TrialRow] = []

@@ -104,7 +104,7 @@ def test_a_daemon_still_starting_is_not_started_again(api: Any, home: Path, monk
     from autoresearch.backends import _supervisor
 
     started: list[list[str]] = []
-    monkeypatch.setattr(_supervisor, "spawn_detached", lambda argv, log, cwd="/": started.append(argv))
+    monkeypatch.setattr(_supervisor, "spawn_detached", lambda argv, log, cwd="/", wait=True: started.append(argv))
     assert passd.ensure(api._runtime)
     assert not passd.ensure(api._runtime) and not passd.ensure(api._runtime)
     assert len(started) == 1
@@ -194,8 +194,24 @@ def test_the_daemon_and_the_syncer_start_through_one_detaching_helper(api: Any, 
     ppid, sid, cwd = text.split(" ", 2)
     assert int(ppid) != os.getpid() and int(sid) != os.getsid(0) and cwd == "/"  # nobody's child, its own session
 
+    # wait=False: it returns before the intermediate child is reaped; a thread reaps it (no zombie left)
+    probe2 = tmp_path / "probe2.log"
+    middle = _supervisor.spawn_detached([sys.executable, "-c", "import os, sys; sys.stderr.write("
+                                         "f'{os.getsid(0)} {os.nice(0)}')"], probe2, cwd=None, wait=False, nice=3)
+    sid, niceness = wait_for(lambda: probe2.exists() and probe2.read_text(), timeout=30).split()
+    assert int(sid) != os.getsid(0) and int(niceness) == min(19, os.nice(0) + 3)
+
+    def reaped() -> bool:
+        try:
+            os.waitpid(middle, os.WNOHANG)  # (0, 0) while it runs; (pid, status) had the thread not reaped it
+        except ChildProcessError:
+            return True
+        return False
+
+    wait_for(reaped, timeout=30)  # the thread reaped it: no zombie left
+
     started: list[list[str]] = []
-    monkeypatch.setattr(_supervisor, "spawn_detached", lambda argv, log, cwd="/": started.append(argv))
+    monkeypatch.setattr(_supervisor, "spawn_detached", lambda argv, log, cwd="/", wait=True: started.append(argv))
     monkeypatch.setenv("AUTORESEARCH_SYNC", "on")
     monkeypatch.delenv("AUTORESEARCH_TRACKING", raising=False)
     assert passd.ensure(api._runtime) and outbox.kick(home)
