@@ -83,6 +83,7 @@ class _Attempt:
     stopping: bool = False
     view: S.Running | None = None  # what the last pass handed the scheduler
     view_for: tuple[float, float] = (0.0, -1.0)  # the times it holds for: from its last checkpoint to the next
+    due: float = math.inf  # the end of view_for last put on the driver's heap of views to make again
 
 
 @dataclass(slots=True)
@@ -159,6 +160,19 @@ class Driver:
         self.cordon_log: list[tuple[str, float]] = []  # what the backend's cordon hook records
         self.running: dict[int, _Attempt] = {}  # job id -> its live attempt
         self.queues: dict[tuple[str, int, int, str, float, int, str], list[int]] = {}  # per shape, the queued jobs' ids in order
+        # The scheduler's inputs, kept between passes (docs/scheduling.md, "The simulated fleet's driver"):
+        # the views of the queued jobs it sees (the first SHAPE_CAP of each shape) and of the live attempts,
+        # changed on submit, start, end and stop; ``_stale`` (job ids) and the heaps say which to make again
+        # at the next pass: a queued job whose wait reaches RESERVE_AFTER_S (by the time it was queued), an
+        # attempt whose next checkpoint has passed (by that time).
+        self._visible: dict[int, S.Pending | None] = {}  # job id -> its view (None: to make at the next pass)
+        self._visible_ids: list[int] | None = []  # their ids in order (None: to sort again)
+        self._pending_list: list[S.Pending] | None = []  # the last pass's list of them (None: changed since)
+        self._running_list: list[S.Running] | None = []  # the same of the attempts' views
+        self._waits: list[tuple[float, int]] = []  # (queued since, job id) of each enqueue
+        self._views: dict[int, S.Running | None] = {}  # job id -> its live attempt's view, in self.running's order
+        self._marks: list[tuple[float, int, int]] = []  # (an attempt's next checkpoint, job id, attempt n)
+        self._stale: set[int] = set()  # job ids of attempts whose view to make again (stopping now)
         self.events: list[tuple[float, int, int, int]] = []  # (t, seq, job id, attempt n): an ending
         self.seq = 0
         self.stats = Stats(capacity_gpu_s=fleet.total_gpus * horizon_s)
@@ -215,12 +229,11 @@ class Driver:
         """A pass of the runtime's (:meth:`Runtime.schedule`): one that stopped at ``max_starts`` is followed by
         another at once (up to ``more``), one whose placements preflight turned away by another (``rounds``)."""
         self.stats.passes += 1
-        queued = self._queued()
-        if not queued:
+        if not self._visible:
             return
         nodes = self._nodes(t)
-        pending = [self._pending(j, t) for j in queued]
-        running = [self._view(a, t) for a in self.running.values()]
+        pending = self._queue_views(t)
+        running = self._running_views(t)
         past = None if self.past is None else self.past.now(t)
         decisions = self.scheduler.schedule(pending, nodes, running, now=t, fair=self.fair, reserve_after_s=RESERVE_AFTER_S,
                                room=self._room() if self.group_caps else None, past=past,
@@ -231,6 +244,7 @@ class Driver:
                 att.stopping = True
                 att.life = live(att.rec, self.schedule_, self.cordon_log, (t, self.grace), output=False)
                 self._due(att)
+                self._stale.add(att.job.id)
         blocked = False
         for placement in decisions.placements:
             if self.cordon and self._preflight(placement, t):
@@ -303,32 +317,87 @@ class Driver:
     def enqueue(self, job: Job, t: float) -> None:
         """``job`` waits for a pass from ``t`` on (submitted, preempted or retried)."""
         job.state, job.queued_since = "queued", t
-        bisect.insort(self.queues.setdefault(self._shape(job), []), job.id)
+        ids = self.queues.setdefault(self._shape(job), [])
+        i = bisect.bisect_left(ids, job.id)
+        ids.insert(i, job.id)
+        if i < SHAPE_CAP:  # the scheduler sees it now; the one it pushes past SHAPE_CAP, no more
+            self._show(job.id)
+            if len(ids) > SHAPE_CAP:
+                self._hide(ids[SHAPE_CAP])
+        heapq.heappush(self._waits, (t, job.id))
+
+    def _unqueue(self, job: Job) -> None:
+        """``job`` leaves its queue (it starts): the next of its shape comes into the scheduler's view."""
+        ids = self.queues.get(self._shape(job), [])
+        i = bisect.bisect_left(ids, job.id)
+        if i < len(ids) and ids[i] == job.id:
+            del ids[i]
+            if i < SHAPE_CAP:
+                self._hide(job.id)
+                if len(ids) >= SHAPE_CAP:
+                    self._show(ids[SHAPE_CAP - 1])
+
+    def _show(self, job_id: int) -> None:
+        self._visible[job_id] = None
+        self._visible_ids = self._pending_list = None
+
+    def _hide(self, job_id: int) -> None:
+        del self._visible[job_id]
+        self._visible_ids = self._pending_list = None
 
     def _shape(self, job: Job) -> tuple[str, int, int, str, float, int, str]:
         return (job.priority, job.gpus, job.nodes, job.project if self.fair is not None else "", job.cpus, job.memory,
                 job.group)
 
-    def _queued(self) -> list[Job]:
+    def _queue_views(self, t: float) -> list[S.Pending]:
         """The queue as the scheduler sees it: at most ``SHAPE_CAP`` jobs of one class and shape (and project,
         with fair share on), the first in submit order (the rest have the same shape, so the same answer this
-        pass; they move up as those start). Kept per shape in id order: O(shapes), however long the queue."""
-        out: list[int] = []
-        for ids in self.queues.values():
-            i = 0
-            while i < len(ids) and i < SHAPE_CAP:
-                if self.jobs[ids[i]].state != "queued":
-                    del ids[i]  # (left the queue some other way than a launch)
-                    continue
-                out.append(ids[i])
-                i += 1
-        return [self.jobs[i] for i in sorted(out)]
+        pass; they move up as those start), in id order. Kept between passes: O(views made again)."""
+        visible, waits = self._visible, self._waits
+        while waits and t - waits[0][0] >= RESERVE_AFTER_S:  # (the test _pending makes: the same floats)
+            since, job_id = heapq.heappop(waits)
+            if job_id in visible and self.jobs[job_id].queued_since == since:
+                visible[job_id] = None  # its view says it waited past RESERVE_AFTER_S now
+                self._pending_list = None
+        if self._pending_list is not None:
+            return self._pending_list
+        if self._visible_ids is None:
+            self._visible_ids = sorted(visible)
+        out = []
+        for job_id in self._visible_ids:
+            view = visible[job_id]
+            if view is None:
+                view = visible[job_id] = self._pending(self.jobs[job_id], t)
+            out.append(view)
+        self._pending_list = out
+        return out
+
+    def _running_views(self, t: float) -> list[S.Running]:
+        """The live attempts as the scheduler sees them at ``t``, in the order they started; a view is made
+        again only when the attempt started, was stopped, or passed its next checkpoint (the heap)."""
+        views, marks = self._views, self._marks
+        while marks and marks[0][0] <= t:
+            _, job_id, n = heapq.heappop(marks)
+            att = self.running.get(job_id)
+            if att is not None and att.n == n:
+                self._stale.add(job_id)
+        for job_id in self._stale:
+            att = self.running.get(job_id)
+            if att is not None:
+                view = self._view(att, t)
+                if views[job_id] is not view:
+                    views[job_id] = view
+                    self._running_list = None
+                if att.view_for[1] != att.due and att.view_for[1] < math.inf:
+                    att.due = att.view_for[1]
+                    heapq.heappush(marks, (att.due, job_id, att.n))
+        self._stale.clear()
+        if self._running_list is None:
+            self._running_list = list(views.values())  # type: ignore[arg-type]  # (every None made above)
+        return self._running_list
 
     def _launch(self, job: Job, alloc: tuple[tuple[str, tuple[str, ...]], ...], t: float) -> None:
-        ids = self.queues.get(self._shape(job), [])
-        i = bisect.bisect_left(ids, job.id)
-        if i < len(ids) and ids[i] == job.id:
-            del ids[i]
+        self._unqueue(job)
         job.attempts += 1
         job.state = "running"
         if job.first_start is None:
@@ -349,6 +418,9 @@ class Driver:
         if job.behaviour == "spoof" and self.cordon:
             self._log_lines(att, [SPOOF_LINE], t)
         self.running[job.id] = att
+        self._views[job.id] = None
+        self._running_list = None
+        self._stale.add(job.id)
         if self.past is not None:
             self.past.started(job.project, att.rec.gpus, att.rec.t0)
         for node in members:
@@ -367,6 +439,9 @@ class Driver:
         job, end = att.job, att.life.ending
         assert end is not None
         del self.running[job.id]
+        del self._views[job.id]
+        self._stale.discard(job.id)
+        self._running_list = None
         for node in att.rec.nodes:
             if self._busy[node] == 1:
                 del self._busy[node]
