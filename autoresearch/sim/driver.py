@@ -157,6 +157,8 @@ class Driver:
         self._node_states = {name: self._node_state(name) for name in self.types}
         self._abnormal: set[str] = set()  # nodes last seen down, cordoned or degraded
         self.findings: dict[str, list[Finding]] = {name: [] for name in self.types}
+        # (node, failed GPU, throttling, busy) -> check_sample's findings of that sample, stamped 0 (_nvml)
+        self._checked: dict[tuple[str, int | None, bool, bool], tuple[Finding, ...]] = {}
         self.cordon_log: list[tuple[str, float]] = []  # what the backend's cordon hook records
         self.running: dict[int, _Attempt] = {}  # job id -> its live attempt
         self.queues: dict[tuple[str, int, int, str, float, int, str], list[int]] = {}  # per shape, the queued jobs' ids in order
@@ -297,9 +299,19 @@ class Driver:
     @staticmethod
     def _view(att: _Attempt, t: float) -> S.Running:
         """The scheduler's view of an attempt at ``t``, with its last checkpoint by then (made again only
-        when that or its stopping changed; the checkpoint looked up only when ``t`` is past the next one)."""
+        when that or its stopping changed; the checkpoint looked up only when ``t`` is past the next one).
+        The checkpoint weighs only in the price of stopping a best-effort attempt (the work a preemption
+        loses): the view of any other attempt, or of one stopping already, leaves it out (None), so that it
+        does not change with every checkpoint (a changed view is a changed node for the scheduler's kept
+        records); tests/properties/test_scheduler_saved_at.py holds the scheduler to that."""
         view = att.view
         if view is not None and att.view_for[0] <= t < att.view_for[1] and view.stopping == att.stopping:
+            return view
+        if att.stopping or att.job.priority != "best-effort":
+            att.view_for = (-math.inf, math.inf)
+            if view is None or view.saved_at is not None or view.stopping != att.stopping:
+                att.view = view = S.Running(att.job.id, att.n, att.job.priority, att.alloc, att.rec.t0, att.job.cpus,
+                                            att.job.memory, stopping=att.stopping, project=att.job.project)
             return view
         marks = att.life.checkpoints
         i = bisect.bisect_right(marks, (t, 1 << 62))
@@ -536,18 +548,23 @@ class Driver:
     def _nvml(self, node: str, t: float, job_id: int | None = None, n: int | None = None,
               busy: bool = True) -> list[Finding]:
         """What the runtime's own checks (:func:`check_sample`) make of the simulated NVML state of ``node``
-        (an idle node does not throttle: no load). A node with no fault reads clean: it is not sampled."""
-        sick = self.schedule_.sick(node, t, self.cordon_log) is not None
-        if not sick and not (busy and self.schedule_.throttling(node, t)):
+        (an idle node does not throttle: no load). A node with no fault reads clean: it is not sampled.
+        A node's sample is one of a few (which GPU failed, whether it throttles): the checks' findings of
+        each are worked out once and stamped with ``t`` (``check_sample`` reads the time for nothing else)."""
+        sick = self.schedule_.sick(node, t, self.cordon_log)
+        if sick is None and not busy:
             return []
-        sample = self.schedule_.sample(node, t, self.cordon_log)
-        found = check_sample(node, sample, self.gpu_ids[node], self.health, t)
-        if not busy:
-            found = [f for f in found if f.cls != "throttle"]
-        if job_id is not None:
-            found = [Finding(f.node, f.signature, f.cls, f.severity, f.source, f.gpu, f.excerpt, f.ts, job_id, n)
-                     for f in found]
-        return found
+        hot = self.schedule_.throttling(node, t)
+        if sick is None and not hot:
+            return []
+        key = (node, None if sick is None else sick.gpu, hot, busy)
+        made = self._checked.get(key)
+        if made is None:
+            found = check_sample(node, self.schedule_.sample(node, t, self.cordon_log), self.gpu_ids[node],
+                                 self.health, 0.0)
+            made = self._checked[key] = tuple(found if busy else [f for f in found if f.cls != "throttle"])
+        return [Finding(f.node, f.signature, f.cls, f.severity, f.source, f.gpu, f.excerpt, t, job_id, n)
+                for f in made]
 
     def _recheck(self, nodes: tuple[str, ...], t: float) -> list[Finding]:
         """An infra-suspect ending's re-check of every member's node, uncached: the machine's blocking faults."""

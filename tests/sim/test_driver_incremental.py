@@ -46,6 +46,8 @@ def _fresh_running(d: D.Driver, t: float) -> list[S.Running]:
     out = []
     for att in d.running.values():
         saved = max((at for at, _ in att.life.checkpoints if at <= t), default=None)
+        if att.stopping or att.job.priority != "best-effort":
+            saved = None  # (it weighs only in a best-effort attempt's price: test_scheduler_saved_at.py)
         out.append(S.Running(att.job.id, att.n, att.job.priority, att.alloc, att.rec.t0, att.job.cpus,
                              att.job.memory, stopping=att.stopping, project=att.job.project, saved_at=saved))
     return out
