@@ -260,15 +260,18 @@ class Driver:
 
     def _nodes(self, t: float) -> list[S.NodeState]:
         """The fleet as the scheduler sees it at ``t``. Only nodes that are or were lately not plain healthy
-        (a node loss in reach, a health state, last pass's answer) are worked out again: O(such nodes)."""
+        (a node loss in reach, a health state, last pass's answer) are worked out again: O(such nodes); a
+        node's record is a new object only when it changed."""
         f = self.fleet.faults
         look = self.schedule_.touched(t - f.repair - 1.0, t, "node_loss") | self._abnormal | self._unhealthy
         for name in look:
             down = self.schedule_.down(name, t) is not None
             state = self.status[name].state
-            node = self._node_state(name, schedulable=not down and state not in ("cordoned", "down"),
-                                    degraded=state == "degraded")
-            self._node_states[name] = node
+            schedulable, degraded = not down and state not in ("cordoned", "down"), state == "degraded"
+            node = self._node_states[name]
+            if node.schedulable != schedulable or node.degraded != degraded:  # (else the same object: the
+                # scheduler then sees at once that the node did not change)
+                node = self._node_states[name] = self._node_state(name, schedulable, degraded)
             if node.schedulable and not node.degraded:
                 self._abnormal.discard(name)
             else:
