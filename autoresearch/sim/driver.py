@@ -167,9 +167,9 @@ class Driver:
         # changed on submit, start, end and stop; ``_stale`` (job ids) and the heaps say which to make again
         # at the next pass: a queued job whose wait reaches RESERVE_AFTER_S (by the time it was queued), an
         # attempt whose next checkpoint has passed (by that time).
-        self._visible: dict[int, S.Pending | None] = {}  # job id -> its view (None: to make at the next pass)
-        self._visible_ids: list[int] | None = []  # their ids in order (None: to sort again)
-        self._pending_list: list[S.Pending] | None = []  # the last pass's list of them (None: changed since)
+        self._visible: list[int] = []  # the ids of the queued jobs it sees, in order
+        self._queue_list: list[S.Pending | None] = []  # their views, in the same order (None: to make at the next pass)
+        self._unmade: set[int] = set()  # the ids of those whose view is None
         self._running_list: list[S.Running] | None = []  # the same of the attempts' views
         self._waits: list[tuple[float, int]] = []  # (queued since, job id) of each enqueue
         self._views: dict[int, S.Running | None] = {}  # job id -> its live attempt's view, in self.running's order
@@ -353,12 +353,15 @@ class Driver:
                     self._show(ids[SHAPE_CAP - 1])
 
     def _show(self, job_id: int) -> None:
-        self._visible[job_id] = None
-        self._visible_ids = self._pending_list = None
+        i = bisect.bisect_left(self._visible, job_id)
+        self._visible.insert(i, job_id)
+        self._queue_list.insert(i, None)
+        self._unmade.add(job_id)
 
     def _hide(self, job_id: int) -> None:
-        del self._visible[job_id]
-        self._visible_ids = self._pending_list = None
+        i = bisect.bisect_left(self._visible, job_id)
+        del self._visible[i], self._queue_list[i]
+        self._unmade.discard(job_id)
 
     def _shape(self, job: Job) -> tuple[str, int, int, str, float, int, str]:
         return (job.priority, job.gpus, job.nodes, job.project if self.fair is not None else "", job.cpus, job.memory,
@@ -368,24 +371,18 @@ class Driver:
         """The queue as the scheduler sees it: at most ``SHAPE_CAP`` jobs of one class and shape (and project,
         with fair share on), the first in submit order (the rest have the same shape, so the same answer this
         pass; they move up as those start), in id order. Kept between passes: O(views made again)."""
-        visible, waits = self._visible, self._waits
+        visible, views, waits = self._visible, self._queue_list, self._waits
         while waits and t - waits[0][0] >= RESERVE_AFTER_S:  # (the test _pending makes: the same floats)
             since, job_id = heapq.heappop(waits)
-            if job_id in visible and self.jobs[job_id].queued_since == since:
-                visible[job_id] = None  # its view says it waited past RESERVE_AFTER_S now
-                self._pending_list = None
-        if self._pending_list is not None:
-            return self._pending_list
-        if self._visible_ids is None:
-            self._visible_ids = sorted(visible)
-        out = []
-        for job_id in self._visible_ids:
-            view = visible[job_id]
-            if view is None:
-                view = visible[job_id] = self._pending(self.jobs[job_id], t)
-            out.append(view)
-        self._pending_list = out
-        return out
+            i = bisect.bisect_left(visible, job_id)
+            if i < len(visible) and visible[i] == job_id and self.jobs[job_id].queued_since == since:
+                views[i] = None  # its view says it waited past RESERVE_AFTER_S now
+                self._unmade.add(job_id)
+        for job_id in self._unmade:
+            i = bisect.bisect_left(visible, job_id)
+            views[i] = self._pending(self.jobs[job_id], t)
+        self._unmade.clear()
+        return list(views)  # type: ignore[arg-type]  # (every None made above)
 
     def _running_views(self, t: float) -> list[S.Running]:
         """The live attempts as the scheduler sees them at ``t``, in the order they started; a view is made
