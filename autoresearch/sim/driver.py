@@ -83,6 +83,7 @@ class _Attempt:
     stopping: bool = False
     view: S.Running | None = None  # what the last pass handed the scheduler
     view_for: tuple[float, float] = (0.0, -1.0)  # the times it holds for: from its last checkpoint to the next
+    due: float = math.inf  # the end of view_for last put on the driver's heap of views to make again
 
 
 @dataclass(slots=True)
@@ -156,9 +157,24 @@ class Driver:
         self._node_states = {name: self._node_state(name) for name in self.types}
         self._abnormal: set[str] = set()  # nodes last seen down, cordoned or degraded
         self.findings: dict[str, list[Finding]] = {name: [] for name in self.types}
+        # (node, failed GPU, throttling, busy) -> check_sample's findings of that sample, stamped 0 (_nvml)
+        self._checked: dict[tuple[str, int | None, bool, bool], tuple[Finding, ...]] = {}
         self.cordon_log: list[tuple[str, float]] = []  # what the backend's cordon hook records
         self.running: dict[int, _Attempt] = {}  # job id -> its live attempt
         self.queues: dict[tuple[str, int, int, str, float, int, str], list[int]] = {}  # per shape, the queued jobs' ids in order
+        # The scheduler's inputs, kept between passes (docs/scheduling.md, "The simulated fleet's driver"):
+        # the views of the queued jobs it sees (the first SHAPE_CAP of each shape) and of the live attempts,
+        # changed on submit, start, end and stop; ``_stale`` (job ids) and the heaps say which to make again
+        # at the next pass: a queued job whose wait reaches RESERVE_AFTER_S (by the time it was queued), an
+        # attempt whose next checkpoint has passed (by that time).
+        self._visible: list[int] = []  # the ids of the queued jobs it sees, in order
+        self._queue_list: list[S.Pending | None] = []  # their views, in the same order (None: to make at the next pass)
+        self._unmade: set[int] = set()  # the ids of those whose view is None
+        self._running_list: list[S.Running] | None = []  # the same of the attempts' views
+        self._waits: list[tuple[float, int]] = []  # (queued since, job id) of each enqueue
+        self._views: dict[int, S.Running | None] = {}  # job id -> its live attempt's view, in self.running's order
+        self._marks: list[tuple[float, int, int]] = []  # (an attempt's next checkpoint, job id, attempt n)
+        self._stale: set[int] = set()  # job ids of attempts whose view to make again (stopping now)
         self.events: list[tuple[float, int, int, int]] = []  # (t, seq, job id, attempt n): an ending
         self.seq = 0
         self.stats = Stats(capacity_gpu_s=fleet.total_gpus * horizon_s)
@@ -215,12 +231,11 @@ class Driver:
         """A pass of the runtime's (:meth:`Runtime.schedule`): one that stopped at ``max_starts`` is followed by
         another at once (up to ``more``), one whose placements preflight turned away by another (``rounds``)."""
         self.stats.passes += 1
-        queued = self._queued()
-        if not queued:
+        if not self._visible:
             return
         nodes = self._nodes(t)
-        pending = [self._pending(j, t) for j in queued]
-        running = [self._view(a, t) for a in self.running.values()]
+        pending = self._queue_views(t)
+        running = self._running_views(t)
         past = None if self.past is None else self.past.now(t)
         decisions = self.scheduler.schedule(pending, nodes, running, now=t, fair=self.fair, reserve_after_s=RESERVE_AFTER_S,
                                room=self._room() if self.group_caps else None, past=past,
@@ -231,6 +246,7 @@ class Driver:
                 att.stopping = True
                 att.life = live(att.rec, self.schedule_, self.cordon_log, (t, self.grace), output=False)
                 self._due(att)
+                self._stale.add(att.job.id)
         blocked = False
         for placement in decisions.placements:
             if self.cordon and self._preflight(placement, t):
@@ -244,15 +260,18 @@ class Driver:
 
     def _nodes(self, t: float) -> list[S.NodeState]:
         """The fleet as the scheduler sees it at ``t``. Only nodes that are or were lately not plain healthy
-        (a node loss in reach, a health state, last pass's answer) are worked out again: O(such nodes)."""
+        (a node loss in reach, a health state, last pass's answer) are worked out again: O(such nodes); a
+        node's record is a new object only when it changed."""
         f = self.fleet.faults
         look = self.schedule_.touched(t - f.repair - 1.0, t, "node_loss") | self._abnormal | self._unhealthy
         for name in look:
             down = self.schedule_.down(name, t) is not None
             state = self.status[name].state
-            node = self._node_state(name, schedulable=not down and state not in ("cordoned", "down"),
-                                    degraded=state == "degraded")
-            self._node_states[name] = node
+            schedulable, degraded = not down and state not in ("cordoned", "down"), state == "degraded"
+            node = self._node_states[name]
+            if node.schedulable != schedulable or node.degraded != degraded:  # (else the same object: the
+                # scheduler then sees at once that the node did not change)
+                node = self._node_states[name] = self._node_state(name, schedulable, degraded)
             if node.schedulable and not node.degraded:
                 self._abnormal.discard(name)
             else:
@@ -283,9 +302,19 @@ class Driver:
     @staticmethod
     def _view(att: _Attempt, t: float) -> S.Running:
         """The scheduler's view of an attempt at ``t``, with its last checkpoint by then (made again only
-        when that or its stopping changed; the checkpoint looked up only when ``t`` is past the next one)."""
+        when that or its stopping changed; the checkpoint looked up only when ``t`` is past the next one).
+        The checkpoint weighs only in the price of stopping a best-effort attempt (the work a preemption
+        loses): the view of any other attempt, or of one stopping already, leaves it out (None), so that it
+        does not change with every checkpoint (a changed view is a changed node for the scheduler's kept
+        records); tests/properties/test_scheduler_saved_at.py holds the scheduler to that."""
         view = att.view
         if view is not None and att.view_for[0] <= t < att.view_for[1] and view.stopping == att.stopping:
+            return view
+        if att.stopping or att.job.priority != "best-effort":
+            att.view_for = (-math.inf, math.inf)
+            if view is None or view.saved_at is not None or view.stopping != att.stopping:
+                att.view = view = S.Running(att.job.id, att.n, att.job.priority, att.alloc, att.rec.t0, att.job.cpus,
+                                            att.job.memory, stopping=att.stopping, project=att.job.project)
             return view
         marks = att.life.checkpoints
         i = bisect.bisect_right(marks, (t, 1 << 62))
@@ -303,32 +332,84 @@ class Driver:
     def enqueue(self, job: Job, t: float) -> None:
         """``job`` waits for a pass from ``t`` on (submitted, preempted or retried)."""
         job.state, job.queued_since = "queued", t
-        bisect.insort(self.queues.setdefault(self._shape(job), []), job.id)
+        ids = self.queues.setdefault(self._shape(job), [])
+        i = bisect.bisect_left(ids, job.id)
+        ids.insert(i, job.id)
+        if i < SHAPE_CAP:  # the scheduler sees it now; the one it pushes past SHAPE_CAP, no more
+            self._show(job.id)
+            if len(ids) > SHAPE_CAP:
+                self._hide(ids[SHAPE_CAP])
+        heapq.heappush(self._waits, (t, job.id))
+
+    def _unqueue(self, job: Job) -> None:
+        """``job`` leaves its queue (it starts): the next of its shape comes into the scheduler's view."""
+        ids = self.queues.get(self._shape(job), [])
+        i = bisect.bisect_left(ids, job.id)
+        if i < len(ids) and ids[i] == job.id:
+            del ids[i]
+            if i < SHAPE_CAP:
+                self._hide(job.id)
+                if len(ids) >= SHAPE_CAP:
+                    self._show(ids[SHAPE_CAP - 1])
+
+    def _show(self, job_id: int) -> None:
+        i = bisect.bisect_left(self._visible, job_id)
+        self._visible.insert(i, job_id)
+        self._queue_list.insert(i, None)
+        self._unmade.add(job_id)
+
+    def _hide(self, job_id: int) -> None:
+        i = bisect.bisect_left(self._visible, job_id)
+        del self._visible[i], self._queue_list[i]
+        self._unmade.discard(job_id)
 
     def _shape(self, job: Job) -> tuple[str, int, int, str, float, int, str]:
         return (job.priority, job.gpus, job.nodes, job.project if self.fair is not None else "", job.cpus, job.memory,
                 job.group)
 
-    def _queued(self) -> list[Job]:
+    def _queue_views(self, t: float) -> list[S.Pending]:
         """The queue as the scheduler sees it: at most ``SHAPE_CAP`` jobs of one class and shape (and project,
         with fair share on), the first in submit order (the rest have the same shape, so the same answer this
-        pass; they move up as those start). Kept per shape in id order: O(shapes), however long the queue."""
-        out: list[int] = []
-        for ids in self.queues.values():
-            i = 0
-            while i < len(ids) and i < SHAPE_CAP:
-                if self.jobs[ids[i]].state != "queued":
-                    del ids[i]  # (left the queue some other way than a launch)
-                    continue
-                out.append(ids[i])
-                i += 1
-        return [self.jobs[i] for i in sorted(out)]
+        pass; they move up as those start), in id order. Kept between passes: O(views made again)."""
+        visible, views, waits = self._visible, self._queue_list, self._waits
+        while waits and t - waits[0][0] >= RESERVE_AFTER_S:  # (the test _pending makes: the same floats)
+            since, job_id = heapq.heappop(waits)
+            i = bisect.bisect_left(visible, job_id)
+            if i < len(visible) and visible[i] == job_id and self.jobs[job_id].queued_since == since:
+                views[i] = None  # its view says it waited past RESERVE_AFTER_S now
+                self._unmade.add(job_id)
+        for job_id in self._unmade:
+            i = bisect.bisect_left(visible, job_id)
+            views[i] = self._pending(self.jobs[job_id], t)
+        self._unmade.clear()
+        return list(views)  # type: ignore[arg-type]  # (every None made above)
+
+    def _running_views(self, t: float) -> list[S.Running]:
+        """The live attempts as the scheduler sees them at ``t``, in the order they started; a view is made
+        again only when the attempt started, was stopped, or passed its next checkpoint (the heap)."""
+        views, marks = self._views, self._marks
+        while marks and marks[0][0] <= t:
+            _, job_id, n = heapq.heappop(marks)
+            att = self.running.get(job_id)
+            if att is not None and att.n == n:
+                self._stale.add(job_id)
+        for job_id in self._stale:
+            att = self.running.get(job_id)
+            if att is not None:
+                view = self._view(att, t)
+                if views[job_id] is not view:
+                    views[job_id] = view
+                    self._running_list = None
+                if att.view_for[1] != att.due and att.view_for[1] < math.inf:
+                    att.due = att.view_for[1]
+                    heapq.heappush(marks, (att.due, job_id, att.n))
+        self._stale.clear()
+        if self._running_list is None:
+            self._running_list = list(views.values())  # type: ignore[arg-type]  # (every None made above)
+        return self._running_list
 
     def _launch(self, job: Job, alloc: tuple[tuple[str, tuple[str, ...]], ...], t: float) -> None:
-        ids = self.queues.get(self._shape(job), [])
-        i = bisect.bisect_left(ids, job.id)
-        if i < len(ids) and ids[i] == job.id:
-            del ids[i]
+        self._unqueue(job)
         job.attempts += 1
         job.state = "running"
         if job.first_start is None:
@@ -349,6 +430,9 @@ class Driver:
         if job.behaviour == "spoof" and self.cordon:
             self._log_lines(att, [SPOOF_LINE], t)
         self.running[job.id] = att
+        self._views[job.id] = None
+        self._running_list = None
+        self._stale.add(job.id)
         if self.past is not None:
             self.past.started(job.project, att.rec.gpus, att.rec.t0)
         for node in members:
@@ -367,6 +451,9 @@ class Driver:
         job, end = att.job, att.life.ending
         assert end is not None
         del self.running[job.id]
+        del self._views[job.id]
+        self._stale.discard(job.id)
+        self._running_list = None
         for node in att.rec.nodes:
             if self._busy[node] == 1:
                 del self._busy[node]
@@ -461,18 +548,23 @@ class Driver:
     def _nvml(self, node: str, t: float, job_id: int | None = None, n: int | None = None,
               busy: bool = True) -> list[Finding]:
         """What the runtime's own checks (:func:`check_sample`) make of the simulated NVML state of ``node``
-        (an idle node does not throttle: no load). A node with no fault reads clean: it is not sampled."""
-        sick = self.schedule_.sick(node, t, self.cordon_log) is not None
-        if not sick and not (busy and self.schedule_.throttling(node, t)):
+        (an idle node does not throttle: no load). A node with no fault reads clean: it is not sampled.
+        A node's sample is one of a few (which GPU failed, whether it throttles): the checks' findings of
+        each are worked out once and stamped with ``t`` (``check_sample`` reads the time for nothing else)."""
+        sick = self.schedule_.sick(node, t, self.cordon_log)
+        if sick is None and not busy:
             return []
-        sample = self.schedule_.sample(node, t, self.cordon_log)
-        found = check_sample(node, sample, self.gpu_ids[node], self.health, t)
-        if not busy:
-            found = [f for f in found if f.cls != "throttle"]
-        if job_id is not None:
-            found = [Finding(f.node, f.signature, f.cls, f.severity, f.source, f.gpu, f.excerpt, f.ts, job_id, n)
-                     for f in found]
-        return found
+        hot = self.schedule_.throttling(node, t)
+        if sick is None and not hot:
+            return []
+        key = (node, None if sick is None else sick.gpu, hot, busy)
+        made = self._checked.get(key)
+        if made is None:
+            found = check_sample(node, self.schedule_.sample(node, t, self.cordon_log), self.gpu_ids[node],
+                                 self.health, 0.0)
+            made = self._checked[key] = tuple(found if busy else [f for f in found if f.cls != "throttle"])
+        return [Finding(f.node, f.signature, f.cls, f.severity, f.source, f.gpu, f.excerpt, t, job_id, n)
+                for f in made]
 
     def _recheck(self, nodes: tuple[str, ...], t: float) -> list[Finding]:
         """An infra-suspect ending's re-check of every member's node, uncached: the machine's blocking faults."""

@@ -118,6 +118,13 @@ class Schedule:
                     break
         return best
 
+    def along(self, nodes: Sequence[str], t0: float, kinds: tuple[str, ...]) -> Along:
+        """The faults of ``nodes`` from ``t0`` on, for one attempt's life (:func:`~autoresearch.sim.timeline.live`):
+        :meth:`Along.throttling` and :meth:`Along.first` answer as :meth:`throttling` (any of the nodes) and
+        :meth:`first` do, from the nodes' faults merged in time order and read a day at a time as the life
+        goes on, not a look-up per node and step."""
+        return Along(self, tuple(dict.fromkeys(nodes)), t0, kinds)
+
     def down(self, node: str, t: float) -> Fault | None:
         """The node loss that keeps ``node`` unreachable at ``t``, if any."""
         if self.f.node_loss <= 0 or self._has(node, "node_loss", t - self.f.repair, t) is None:
@@ -161,6 +168,57 @@ class Schedule:
                                   temperature_c=SLOWDOWN_C + 1 if hot else 55.0, slowdown_c=SLOWDOWN_C,
                                   shutdown_c=SHUTDOWN_C, clock_event_reasons=HW_THERMAL if hot else 0, xids=xids))
         return NodeSample(driver_version="550.54.15", gpus=tuple(gpus))
+
+
+class Along:
+    """Some nodes' faults in time order (ties: the nodes' order, then each node's own), from the day of
+    ``t0 - thermal_for`` on: the thermal ones' times, and those of ``kinds`` (:meth:`Schedule.along`)."""
+
+    __slots__ = ("schedule", "nodes", "kinds", "day", "hot", "times", "faults", "thermal_for")
+
+    def __init__(self, schedule: Schedule, nodes: tuple[str, ...], t0: float, kinds: tuple[str, ...]) -> None:
+        self.schedule, self.nodes, self.kinds = schedule, nodes, kinds
+        self.thermal_for = schedule.f.thermal_for
+        self.day = max(0, int((t0 - max(0.0, self.thermal_for)) // DAY)) - 1  # the last day read
+        self.hot: list[float] = []
+        self.times: list[float] = []
+        self.faults: list[Fault] = []
+
+    def _read(self, t: float) -> None:
+        """Read the days up to the one of ``t``."""
+        last = int(t // DAY)
+        s = self.schedule
+        while self.day < last:
+            self.day += 1
+            if not s._any:
+                continue
+            found: list[tuple[float, int, int, Fault]] = []
+            for rank, node in enumerate(self.nodes):
+                for i, x in enumerate(s._chunk(node, self.day)):
+                    found.append((x.t, rank, i, x))
+            found.sort(key=lambda f: f[:3])
+            for at, _, _, x in found:
+                if x.kind == "thermal":
+                    self.hot.append(at)
+                if x.kind in self.kinds:
+                    self.times.append(at)
+                    self.faults.append(x)
+
+    def throttling(self, t: float) -> bool:
+        """Whether any of the nodes throttles at ``t`` (a thermal fault in ``(t - thermal_for, t]``)."""
+        if self.schedule.f.thermal <= 0 or not self.thermal_for > 0:
+            return False
+        self._read(t)
+        i = bisect.bisect_right(self.hot, t)
+        return i > 0 and self.hot[i - 1] > t - self.thermal_for
+
+    def first(self, t0: float, t1: float) -> Fault | None:
+        """The first fault of ``kinds`` on any of the nodes in ``(t0, t1]``."""
+        if t1 <= t0:
+            return None
+        self._read(t1)
+        i = bisect.bisect_right(self.times, t0)
+        return self.faults[i] if i < len(self.times) and self.times[i] <= t1 else None
 
 
 def xid_line(node: str, gpu: int) -> str:

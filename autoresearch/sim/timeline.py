@@ -126,14 +126,15 @@ def live(rec: Record, schedule: Schedule | None, cordons: Sequence[tuple[str, fl
                 early = (t + f.sick_crash_after, "xid", node, sick.gpu)
     every = max(1, len(rec.seconds) // LOG_LINES)
     last_ckpt = t
+    along = schedule.along(rec.nodes, t, kinds) if schedule is not None else None
     for i in range(rec.resume, len(rec.seconds)):
         slow = 1.0
-        if schedule is not None and f is not None and any(schedule.throttling(n, t) for n in rec.nodes):
+        if along is not None and f is not None and along.throttling(t):
             slow = f.thermal_slowdown
         end = t + rec.seconds[i] / rec.speed * slow
         hit = early if early is not None and early[0] <= end else None
-        if hit is None and schedule is not None:
-            x = schedule.first(rec.nodes, t, end, kinds)
+        if hit is None and along is not None:
+            x = along.first(t, end)
             if x is not None:
                 hit = (x.t, x.kind, x.node, x.gpu)
         if term_t is not None and term_t <= end and (hit is None or term_t <= hit[0]):
