@@ -15,8 +15,8 @@ Policy (what a Slurm or Kueue user would expect):
   more (not placed, no preemption, no reservation). Best-effort jobs are exempt: they
   backfill idle capacity ("the weekend") and are the first preempted when others need it.
   A project below its ``guaranteed`` GPUs takes them back (Kueue's reclaim within a cohort):
-  a single-node job of it that fits within the guarantee preempts the youngest normal attempts
-  of projects that hold more than their own guarantee, only while they do.
+  a job of it (a gang too) that fits within the guarantee preempts the normal attempts of projects
+  that hold more than their own guarantee, only while they do, those that lose least work first.
 * Gangs (``nodes > 1``): all members or none, one member per node; with ``pack_gangs``
   (a single-host backend: local) members may share a node, each with its own GPU slots.
 * Placement: best fit — the node with the fewest free GPUs that still fits, so big
@@ -50,7 +50,7 @@ import bisect
 import functools
 import heapq
 import operator
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, Self
 
 RANK = {"critical": 0, "normal": 1, "best-effort": 2}
@@ -605,7 +605,7 @@ def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running
     fail_fit: dict[tuple[int, float, int], int] = {}
     fail_preempt: dict[tuple[int, float, int, int], int] = {}
     fail_reserve = 1 << 30
-    fail_reclaim: dict[tuple[str, float, int], int] = {}
+    fail_reclaim: dict[tuple[str, int, float, int], int] = {}
     reservations = max(0, max_reservations)
     starts_left = -1 if max_starts is None else max(1, max_starts)  # -1: no cap
 
@@ -660,7 +660,7 @@ def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running
                         continue
                     fail_preempt[key] = job.gpus
             if usage is not None and usage.guaranteed and usage.reclaims(job) \
-                    and job.gpus < fail_reclaim.get(own := (job.project, job.cpus, job.memory), 1 << 30):
+                    and job.gpus < fail_reclaim.get(own := (job.project, *shape), 1 << 30):
                 stopped = len(out.preemptions)
                 if _reclaim(job, index, usage, running, out):
                     left.take(job)  # its guarantee, taken back from projects that borrow
@@ -849,7 +849,7 @@ class _Usage:
         # past usage as the fleet's share held on average over the decay (GPU-s over GPUs x mean life)
         span = total_gpus * fair.half_life / _LN2 if total_gpus and fair.half_life > 0 else 0.0
         self.past = {p: v / span for p, v in past.items() if v > 0} if past and span else {}
-        self.victims: dict[str, list[Running]] | None = None  # per node, what a reclaim may stop (when first asked)
+        self.victims: dict[str, list[_Victim]] | None = None  # per node, what a reclaim may stop (when first asked)
         self.weights: dict[str, float] = {}
         self.gpus: dict[str, float] = {}
         self.cpus: dict[str, float] = {}
@@ -897,8 +897,8 @@ class _Usage:
 
     def reclaims(self, job: Pending) -> bool:
         """Whether ``job`` stays within its project's guarantee: it may then preempt borrowers."""
-        return (job.priority != "best-effort" and job.nodes == 1 and job.gpus > 0
-                and self.quota_used.get(job.project, 0) + job.gpus <= self.guaranteed.get(job.project, 0))
+        return (job.priority != "best-effort" and job.gpus > 0
+                and self.quota_used.get(job.project, 0) + job.gpus * job.nodes <= self.guaranteed.get(job.project, 0))
 
 
     def order(self, groups: dict[str, list[Pending]], exempt: bool) -> Iterator[Pending]:
@@ -1093,62 +1093,191 @@ class _Index:
 _LN2 = 0.6931471805599453
 
 
-def _reclaim(job: Pending, index: _Index, usage: _Usage, running: list[Running], out: Decisions) -> bool:
-    """Take back ``job``'s project's guarantee (Kueue's reclaim within a cohort): on the node where it
-    loses least (GPU-seconds since their starts, then fewest), stop normal attempts of projects that
-    hold more than their guarantee, youngest first, each only while its project still borrows, until
-    the job fits beside the node's free room. A single-node job only; critical attempts are spared."""
+def _reclaimable(usage: _Usage, running: list[Running], now: float) -> dict[str, list[_Victim]]:
+    """Per node, the attempts a reclaim may stop there (normal, one node, not stopping), priced as
+    preemption prices them (work since their last checkpoint, or start), least lost first (once a pass)."""
     if usage.victims is None:
         usage.victims = {}
         for att in running:
             if att.priority == "normal" and not att.stopping and len(att.alloc) == 1 and att.alloc[0][1]:
-                usage.victims.setdefault(att.alloc[0][0], []).append(att)
-        for atts in usage.victims.values():
-            atts.sort(key=lambda a: (-a.started_at, -a.job_id))  # youngest first
-    best: tuple[tuple[float, int, str], _Node, list[Running]] | None = None
-    for name, atts in usage.victims.items():
+                name = att.alloc[0][0]
+                usage.victims.setdefault(name, []).append(_Victim(att, name, now))
+        for found in usage.victims.values():
+            found.sort(key=_victim_rank)
+    return usage.victims
+
+
+_victim_rank = operator.attrgetter("rank")
+_Cost = tuple[float, int]  # (GPU-seconds lost, victims)
+RECLAIM_STEPS = 4_000  # a reclaim's search over nodes and victim sets, at most this many steps (then its best)
+RECLAIM_ROUNDS = 8  # and at most this many nodes priced past the first choice that could be beaten
+
+
+def _reclaim(job: Pending, index: _Index, usage: _Usage, running: list[Running], out: Decisions) -> bool:
+    """Take back ``job``'s project's guarantee (Kueue's reclaim within a cohort): stop normal attempts of
+    projects that hold more than their guarantee, each only while its project still borrows (critical
+    attempts and the job's own project's are spared), so that every member of ``job`` fits on a node of
+    its own, at the least cost: GPU-seconds lost (since each victim's last checkpoint, or its start),
+    then the fewest victims. Nodes that hold a member as they are cost nothing. Per node every set of
+    up to ``EXACT_VICTIMS`` victims is tried (more: the cheapest until it fits, then none superfluous);
+    across nodes a branch and bound over the nodes' sets, priced cheapest first with a lower bound for
+    the nodes not priced yet. Nothing is stopped when the job cannot fit."""
+    victims = _reclaimable(usage, running, index.now)
+    used, guaranteed = usage.quota_used, usage.guaranteed
+
+    def spare(project: str) -> int:  # what it borrows: it may lose attempts while it holds more than its guarantee
+        return 0 if project == job.project else used.get(project, 0) - guaranteed.get(project, 0)
+
+    need = job.nodes
+    free = list(index.free_nodes(job)) if need > 1 else []  # (all the nodes that fit as they are: fewer than need)
+    free_names = {slot.name for slot in free}
+    bounds: list[tuple[float, str, _Node, list[_Victim]]] = []
+    for name, found in victims.items():
         slot = index.state.get(name)
-        if slot is None or slot.reserved_for is not None or slot.total < job.gpus:
+        if slot is None or slot.reserved_for is not None or slot.total < job.gpus or name in free_names:
             continue
-        g, c, m = len(slot.free), slot.cpus, slot.memory
-        taken: list[Running] = []
-        cut: dict[str, int] = {}  # per project, the GPUs stopped on this node
-        for att in atts:
-            if g >= job.gpus and c + 1e-9 >= job.cpus and (m >= job.memory or job.memory == 0):
+        eligible = [v for v in found if spare(v.att.project) > 0]
+        if eligible:  # what the node lacks x the least lost per GPU there: no set of victims loses less
+            lack = max(0, job.gpus - len(slot.free))
+            bounds.append((lack * min(v.lost / v.gpus for v in eligible), name, slot, eligible))
+    if len(bounds) + len(free) < need:
+        return False
+    bounds.sort(key=lambda b: (b[0], b[1]))
+    options: list[tuple[_Node, list[tuple[_Cost, list[_Victim]]]]] = [(slot, [((0.0, 0), [])]) for slot in free]
+    lows: list[_Cost] = [(0.0, 0)] * len(free)  # each priced node's cheapest set, sorted
+    i = rounds = 0
+    best: tuple[_Cost, list[tuple[_Node, list[_Victim]]]] | None = None
+    while True:
+        while i < len(bounds) and (len(lows) < need or lows[need - 1][0] > bounds[i][0]):
+            _, _, slot, eligible = bounds[i]
+            i += 1
+            sets = _reclaim_sets(slot, eligible, job, spare)
+            if sets:
+                options.append((slot, sets))
+                bisect.insort(lows, sets[0][0])
+        best = _combine(options, need, spare)
+        if i >= len(bounds) or rounds >= RECLAIM_ROUNDS:
+            break
+        if best is not None:  # could a node not priced yet do better? (lost and count bounded apart)
+            rest = need - 1
+            lost = bounds[i][0] + sum(sorted([c[0] for c in lows] + [bounds[i][0]] * rest)[:rest])
+            count = 1 + sum(sorted([c[1] for c in lows] + [1] * rest)[:rest])
+            if best[0] <= (lost, count):
                 break
-            p = att.project
-            if p == job.project or usage.quota_used.get(p, 0) - cut.get(p, 0) <= usage.guaranteed.get(p, 0):
-                continue  # its own project's, or a project within its guarantee: not borrowing
-            gpus = len(att.alloc[0][1])
-            cut[p] = cut.get(p, 0) + gpus
-            g, c, m = g + gpus, c + att.cpus, m + att.memory
-            taken.append(att)
-        if not taken or g < job.gpus or c + 1e-9 < job.cpus or (m < job.memory and job.memory != 0):
-            continue
-        for att in list(taken[:-1]):  # none it could do without (an older, bigger one made it fit)
-            gpus = len(att.alloc[0][1])
-            if g - gpus >= job.gpus and c - att.cpus + 1e-9 >= job.cpus and (m - att.memory >= job.memory
-                                                                              or job.memory == 0):
-                taken.remove(att)
-                g, c, m = g - gpus, c - att.cpus, m - att.memory
-        price = (sum(len(a.alloc[0][1]) * max(0.0, index.now - a.started_at) for a in taken), len(taken), name)
-        if best is None or price < best[0]:
-            best = (price, slot, taken)
+        _, _, slot, eligible = bounds[i]
+        i += 1
+        rounds += 1
+        sets = _reclaim_sets(slot, eligible, job, spare)
+        if sets:
+            options.append((slot, sets))
+            bisect.insort(lows, sets[0][0])
     if best is None:
         return False
-    _, slot, taken = best
-    old_free = len(slot.free)
-    freed = sum(len(a.alloc[0][1]) for a in taken)
-    slot.free = slot.free[max(0, job.gpus - freed):]
-    slot.cpus += sum(a.cpus for a in taken) - job.cpus
-    slot.memory += sum(a.memory for a in taken) - job.memory
-    victims = usage.victims[slot.name]
-    for att in taken:
-        victims.remove(att)
-        usage.quota_used[att.project] -= len(att.alloc[0][1])
-        out.preemptions.append(Preemption(att.job_id, att.attempt, job.job_id))
-    index.moved(slot, old_free)
+    for slot, chosen in best[1]:
+        old_free = len(slot.free)
+        freed = sum(v.gpus for v in chosen)
+        slot.free = slot.free[max(0, job.gpus - freed):]
+        slot.cpus += sum(v.cpus for v in chosen) - job.cpus
+        slot.memory += sum(v.memory for v in chosen) - job.memory
+        for v in chosen:
+            victims[slot.name].remove(v)
+            used[v.att.project] -= v.gpus
+            out.preemptions.append(Preemption(v.att.job_id, v.att.attempt, job.job_id))
+        index.moved(slot, old_free)
     return True
+
+
+def _admissible(chosen: Iterable[_Victim], spare: Callable[[str], int], per: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]] | None:
+    """``per`` (each project's GPUs stopped and its largest victim) with ``chosen`` added, or None when some
+    project would lose an attempt after it stopped borrowing: stopped in the best order (its largest
+    last), each victim goes while its project holds more than its guarantee: stopped less largest < spare."""
+    out = per
+    for v in chosen:
+        p = v.att.project
+        total, top = out.get(p, (0, 0))
+        total, top = total + v.gpus, max(top, v.gpus)
+        if total - top >= spare(p):
+            return None
+        if out is per:
+            out = dict(per)
+        out[p] = (total, top)
+    return out
+
+
+def _reclaim_sets(slot: _Node, eligible: list[_Victim], job: Pending, spare: Callable[[str], int]) -> list[tuple[_Cost, list[_Victim]]]:
+    """The sets of ``eligible`` victims on ``slot`` that make room for one member of ``job``, none of them
+    superfluous, each admissible on its own, cheapest first (every set up to ``EXACT_VICTIMS`` victims;
+    past that one set: the cheapest until it fits, then the dearest not needed dropped)."""
+    g0, c0, m0 = len(slot.free), slot.cpus, slot.memory
+
+    def fits(pick: list[_Victim]) -> bool:
+        return (g0 + sum(v.gpus for v in pick) >= job.gpus and c0 + sum(v.cpus for v in pick) + 1e-9 >= job.cpus
+                and (m0 + sum(v.memory for v in pick) >= job.memory or job.memory == 0))
+
+    if not fits(eligible):
+        return []  # (all of them would not do: no subset does)
+    found: list[tuple[tuple[float, int, tuple[int, ...]], list[_Victim]]] = []
+    if len(eligible) <= EXACT_VICTIMS:
+        for mask in range(1, 1 << len(eligible)):
+            pick = [v for k, v in enumerate(eligible) if mask >> k & 1]
+            if not fits(pick) or _admissible(pick, spare, {}) is None:
+                continue
+            if any(fits([w for w in pick if w is not v]) for v in pick):
+                continue  # one of them superfluous
+            found.append(((sum(v.lost for v in pick), len(pick), tuple(k for k in range(len(eligible))
+                                                                            if mask >> k & 1)), pick))
+        found.sort(key=lambda f: f[0])
+        return [((key[0], key[1]), pick) for key, pick in found]
+    pick = []
+    for v in eligible:
+        if _admissible([*pick, v], spare, {}) is not None:
+            pick.append(v)
+            if fits(pick):
+                break
+    if not fits(pick):
+        return []
+    for v in reversed(list(pick)):
+        rest = [w for w in pick if w is not v]
+        if fits(rest):
+            pick = rest
+    return [((sum(v.lost for v in pick), len(pick)), pick)]
+
+
+def _combine(options: list[tuple[_Node, list[tuple[_Cost, list[_Victim]]]]], need: int,
+             spare: Callable[[str], int]) -> tuple[_Cost, list[tuple[_Node, list[_Victim]]]] | None:
+    """The cheapest choice of ``need`` nodes of ``options``, one set of victims on each, admissible together
+    (a branch and bound over the nodes cheapest first, at most ``RECLAIM_STEPS`` steps: then the best found)."""
+    nodes = sorted(options, key=lambda o: (o[1][0][0], o[0].rank, o[0].name))
+    if len(nodes) < need:
+        return None
+    sums = [0.0]
+    for _, sets in nodes:
+        sums.append(sums[-1] + sets[0][0][0])
+    best: list[Any] = [None]
+    steps = [RECLAIM_STEPS]
+    picks: list[tuple[_Node, list[_Victim]]] = []
+
+    def walk(i: int, left: int, lost: float, count: int, per: dict[str, tuple[int, int]]) -> None:
+        if left == 0:
+            if best[0] is None or (lost, count) < best[0][0]:
+                best[0] = ((lost, count), list(picks))
+            return
+        if len(nodes) - i < left or steps[0] <= 0:
+            return
+        if best[0] is not None and lost + sums[i + left] - sums[i] > best[0][0][0]:
+            return  # the cheapest sets of the next nodes already cost more
+        steps[0] -= 1
+        slot, sets = nodes[i]
+        for (cost, count_here), chosen in sets:
+            after = _admissible(chosen, spare, per)
+            if after is not None:
+                picks.append((slot, chosen))
+                walk(i + 1, left - 1, lost + cost, count + count_here, after)
+                picks.pop()
+        walk(i + 1, left, lost, count, per)
+
+    walk(0, need, 0.0, 0, {})
+    return best[0]  # type: ignore[no-any-return]
 
 
 _Plan = tuple[_Option, list[Running], list["_Victim"]]  # (price, stopping attempts claimed, victims)
