@@ -37,7 +37,9 @@ Policy (what a Slurm or Kueue user would expect):
   since their start: the youngest and the recently saved first), then the fewest, on the
   node(s) where that costs least, and never one more than the job needs. Victims keep
   their slots until they exit (grace period); meanwhile their slots are claimed by
-  the job they were stopped for, so later passes do not pick more victims.
+  the job they were stopped for, so later passes do not pick more victims, and the nodes are
+  held for it (``held``, ``Decisions.held``) until its turn in a later pass: no job of its class
+  or a lower one sorted ahead of it takes them, whether the victims still stop or have ended.
 * Cost: free capacity is indexed by health tier and free GPUs (placement and reservations look
   only at nodes that fit), preemptible nodes by price in lazily refreshed heaps: a pass is
   O(nodes + running + queue), not O(nodes x queue); a class is given up once nothing more of it
@@ -202,16 +204,19 @@ class Preemption(_Record):
 
 
 class Decisions(_Record):
-    __slots__ = ("placements", "preemptions", "reserved", "capped")
+    __slots__ = ("placements", "preemptions", "reserved", "capped", "held")
     __hash__ = None  # type: ignore[assignment]  # (mutable: the pass appends to it)
 
     def __init__(self, placements: list[Placement] | None = None, preemptions: list[Preemption] | None = None,
-                 reserved: dict[str, int] | None = None, capped: bool = False) -> None:
+                 reserved: dict[str, int] | None = None, capped: bool = False,
+                 held: dict[str, int] | None = None) -> None:
         self.placements: list[Placement] = [] if placements is None else placements
         self.preemptions: list[Preemption] = [] if preemptions is None else preemptions
         self.reserved: dict[str, int] = {} if reserved is None else reserved  # node -> job it is held for
         # the pass stopped at ``max_starts``: the rest of the queue was not read (the caller passes again)
         self.capped: bool = capped
+        # node -> the job whose victims' slots it holds (a preemption's or reclaim's): the next pass's ``held``
+        self.held: dict[str, int] = {} if held is None else held
 
 
 class _Node:
@@ -298,6 +303,7 @@ def schedule(
     max_reservations: int = MAX_RESERVATIONS,
     past: Mapping[str, float] | None = None,
     max_starts: int | None = MAX_STARTS,
+    held: Mapping[str, int] | None = None,
 ) -> Decisions:
     """``room``: per capped group, how many more of its jobs may start (a group's running cap less
     its running jobs, like Slurm's ``--array=0-99%16``); a job of a group with none left waits,
@@ -311,7 +317,12 @@ def schedule(
     share the fraction of the fleet it held on average over that decay.
     ``max_starts``: how many jobs one pass starts (placed, or new victims stopped for them, a reclaim's
     too) before it stops with ``capped`` set (None: no cap), as Slurm's ``sched_max_job_start``: what it
-    decided is exactly what an uncapped pass decides first, and the caller passes again for the rest."""
+    decided is exactly what an uncapped pass decides first, and the caller passes again for the rest.
+    ``held``: node -> a queued job it is held for, the last pass's ``Decisions.held`` (the nodes where
+    victims were stopped, or free slots claimed, for a job that has not started yet): until that job's
+    turn in the pass no job of its class or a lower one takes anything there; a more urgent class may.
+    The job's turn releases the hold (it is placed, or claims its stopping victims again and holds the
+    node for one more pass); a job no longer queued holds nothing."""
     state, max_gpus, total_gpus, total_cpus = _build(nodes, running)
     if now is None:
         now = _latest(running)
@@ -321,7 +332,8 @@ def schedule(
         usage.add_running(running)
     preemptible = [slot for slot in state.values() if slot.best_effort or slot.stopping]
     index = _Index(state.values(), max_gpus, preemptible, now)
-    return _decide(pending, index, usage, running, reserve_after_s, pack_gangs, room, max_reservations, max_starts)
+    return _decide(pending, index, usage, running, reserve_after_s, pack_gangs, room, max_reservations, max_starts,
+                   held)
 
 
 class Scheduler:
@@ -337,10 +349,12 @@ class Scheduler:
     from their attempts; the records the pass itself changed are put back afterwards. A full
     rebuild (what :func:`schedule` does) when it cannot tell what changed: the first pass, nodes
     added, removed or reordered, a node's GPU count past the largest, one object twice. ``rebuilds``
-    counts them."""
+    counts them. It keeps the holds too (``held``: the last pass's ``Decisions.held``), handed to the
+    next pass unless the caller gives its own."""
 
     def __init__(self) -> None:
         self.rebuilds = 0
+        self.held: dict[str, int] = {}
         self._index: _Index | None = None
         self._nodes: list[NodeState] = []
         self._by_name: dict[str, NodeState] = {}
@@ -360,8 +374,9 @@ class Scheduler:
                  reserve_after_s: float = 300.0, fair: FairShare | None = None, pack_gangs: bool = False,
                  room: Mapping[str, int] | None = None, now: float | None = None,
                  max_reservations: int = MAX_RESERVATIONS, past: Mapping[str, float] | None = None,
-                 max_starts: int | None = MAX_STARTS) -> Decisions:
-        """:func:`schedule`'s pass (the same arguments, the same decisions)."""
+                 max_starts: int | None = MAX_STARTS, held: Mapping[str, int] | None = None) -> Decisions:
+        """:func:`schedule`'s pass (the same arguments, the same decisions); ``held`` None: the holds
+        the last pass left (``self.held``)."""
         try:
             index = self._sync(nodes, running)
         except BaseException:
@@ -382,10 +397,12 @@ class Scheduler:
             else:
                 usage.add_running(running)
         try:
-            return _decide(pending, index, usage, running, reserve_after_s, pack_gangs, room, max_reservations,
-                           max_starts)
+            out = _decide(pending, index, usage, running, reserve_after_s, pack_gangs, room, max_reservations,
+                          max_starts, self.held if held is None else held)
         finally:
             self._restore(index)
+        self.held = dict(out.held)
+        return out
 
     # -- between passes -------------------------------------------------------------------------
 
@@ -592,13 +609,15 @@ def _latest(running: list[Running]) -> float:
 
 def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running: list[Running],
             reserve_after_s: float, pack_gangs: bool, room: Mapping[str, int] | None, max_reservations: int,
-            max_starts: int | None) -> Decisions:
+            max_starts: int | None, held: Mapping[str, int] | None = None) -> Decisions:
     """The pass proper, on the nodes' records as ``running`` leaves them (``index``): the queue, class
     by class, placed, preempted for, reclaimed for or reserved for. It changes the records it uses
     (the caller builds them afresh, or :class:`Scheduler` puts them back)."""
     out = Decisions()
     left = _Room(room)
     preemptible = index.preemptible
+    holds = _holds(held, pending, index) if held else {}  # per class, job -> the nodes held for it
+    waiting: dict[int, list[_Node]] = {}  # the current class's held-for jobs whose turn has not come
 
     # Free resources only shrink during one pass, so a shape that failed once fails again:
     # remembering the smallest failing GPU count keeps 10,000-job queues linear.
@@ -610,11 +629,29 @@ def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running
     starts_left = -1 if max_starts is None else max(1, max_starts)  # -1: no cap
 
     for rank, least, jobs in _classes(pending, usage):
+        if holds:  # this class's holds, on the nodes a more urgent class left alone
+            for job_id, slots in holds.pop(rank, {}).items():
+                kept = [slot for slot in slots if slot.reserved_for is None]
+                for slot in kept:
+                    index.keep(slot, job_id)
+                if kept:
+                    waiting[job_id] = kept
         for job in jobs:
             members = job.nodes
             if pack_gangs and members > 1:  # one host: the gang is one request N times the size, split below
                 job = job._replace(gpus=job.gpus * members, cpus=job.cpus * members, memory=job.memory * members,
                                    nodes=1)
+            if waiting and job.job_id in waiting:
+                if (usage is not None and not usage.admits(job)) or not left.has(job):
+                    for slot in waiting.pop(job.job_id):  # (it cannot start now: the nodes stay held for it)
+                        out.held.setdefault(slot.name, job.job_id)
+                    continue
+                for slot in waiting.pop(job.job_id):  # its turn: its nodes are open again (to it first)
+                    index.release(slot)
+                fail_fit.clear()  # (free room grew: what failed before may fit now)
+                fail_preempt.clear()
+                fail_reclaim.clear()
+                fail_reserve = 1 << 30
             if usage is not None and not usage.admits(job):
                 continue  # its project holds its quota
             if not left.has(job):
@@ -639,7 +676,7 @@ def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running
                     starts_left -= 1
                     if starts_left == 0:
                         out.capped = True
-                        return out
+                        return _carry(out, waiting, holds)
                     continue
                 fail_fit[shape] = job.gpus
             if rank < BEST_EFFORT and (index.victims_left or not _SHORTCUTS and preemptible):
@@ -656,7 +693,7 @@ def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running
                             starts_left -= 1
                             if starts_left == 0:
                                 out.capped = True
-                                return out
+                                return _carry(out, waiting, holds)
                         continue
                     fail_preempt[key] = job.gpus
             if usage is not None and usage.guaranteed and usage.reclaims(job) \
@@ -669,7 +706,7 @@ def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running
                         starts_left -= 1
                         if starts_left == 0:
                             out.capped = True
-                            return out
+                            return _carry(out, waiting, holds)
                     continue
                 fail_reclaim[own] = job.gpus  # victims only grow fewer in a pass
             if reservations and job.waited_s >= reserve_after_s and job.gpus < fail_reserve:
@@ -681,8 +718,37 @@ def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running
             # job, nothing to preempt (or a class that does not preempt), no reservation to give.
             if (_SHORTCUTS and index.most_free() < least and (rank == BEST_EFFORT or not index.victims_left)
                     and (not reservations or fail_reserve <= least)
-                    and (rank == BEST_EFFORT or usage is None or not usage.guaranteed)):
+                    and (rank == BEST_EFFORT or usage is None or not usage.guaranteed) and not waiting):
                 break
+        _carry(out, waiting, {})  # (the class's jobs not read: their nodes stay held, in this pass and the next)
+        waiting = {}
+    return _carry(out, waiting, holds)
+
+
+def _holds(held: Mapping[str, int], pending: list[Pending], index: _Index) -> dict[int, dict[int, list[_Node]]]:
+    """``held`` (node -> job) per class of the jobs still queued that may preempt: rank -> job -> its
+    schedulable nodes (O(queue), only when something is held)."""
+    jobs = set(held.values())
+    ranks = {p.job_id: RANK.get(p.priority, 1) for p in pending if p.job_id in jobs}
+    out: dict[int, dict[int, list[_Node]]] = {}
+    for name, job_id in held.items():
+        rank = ranks.get(job_id)
+        slot = index.state.get(name)
+        if rank is not None and rank < BEST_EFFORT and slot is not None:
+            out.setdefault(rank, {}).setdefault(job_id, []).append(slot)
+    return out
+
+
+def _carry(out: Decisions, waiting: dict[int, list[_Node]], holds: dict[int, dict[int, list[_Node]]]) -> Decisions:
+    """The holds of the jobs whose turn did not come in the pass (a capped pass's rest, a class given
+    up, a job not read) carry over to the next pass as they were."""
+    for job_id, slots in waiting.items():
+        for slot in slots:
+            out.held.setdefault(slot.name, job_id)
+    for by_job in holds.values():
+        for job_id, slots in by_job.items():
+            for slot in slots:
+                out.held.setdefault(slot.name, job_id)
     return out
 
 
@@ -1026,6 +1092,22 @@ class _Index:
         slot.ver += 1
         out.reserved[slot.name] = job_id
 
+    def keep(self, slot: _Node, job_id: int) -> None:
+        """Hold ``slot`` for ``job_id`` (stopped victims' or claimed slots): out of every job's reach."""
+        self.buckets[slot.tier][len(slot.free)].pop(slot.name, None)
+        self.touched[slot.name] = slot
+        slot.reserved_for = job_id
+        slot.ver += 1
+
+    def release(self, slot: _Node) -> None:
+        """A held node open again (its job's turn): back in its bucket, priced again for preemption."""
+        if slot.reserved_for is None:
+            return
+        slot.reserved_for = None
+        slot.ver += 1
+        self.buckets[slot.tier][len(slot.free)][slot.name] = slot
+        self.heaps = {}  # (a heap drops a held node it meets: built again when next asked)
+
     def cheapest(self, job: Pending) -> list[tuple[_Option, _Plan]]:
         """The ``job.nodes`` nodes where preempting for ``job`` costs least, cheapest first (fewer: none)."""
         heap = self.heaps.get(job.gpus)
@@ -1184,6 +1266,7 @@ def _reclaim(job: Pending, index: _Index, usage: _Usage, running: list[Running],
             used[v.att.project] -= v.gpus
             out.preemptions.append(Preemption(v.att.job_id, v.att.attempt, job.job_id))
         index.moved(slot, old_free)
+        out.held.setdefault(slot.name, job.job_id)
     return True
 
 
@@ -1354,4 +1437,5 @@ def _preempt(job: Pending, index: _Index, out: Decisions) -> bool:
             index.victims(slot).remove(v)
             out.preemptions.append(Preemption(v.att.job_id, v.att.attempt, job.job_id))
         index.moved(slot, old_free)
+        out.held.setdefault(name, job.job_id)
     return True

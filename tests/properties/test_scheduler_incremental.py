@@ -2,8 +2,9 @@
 of events (attempts started from its own placements, ended, stopped, checkpointed; nodes cordoned,
 degraded, lost, back; the same node handed as a new equal object) its records equal a fresh build's,
 its buckets are in the nodes' order, and each pass decides exactly what :func:`schedule` decides on
-the same inputs. Seeded random runs on small clusters, with fair share, quotas, guarantees, gangs,
-group caps and fractional cores."""
+the same inputs (the holds of the nodes freed for a job carried from pass to pass: the Scheduler keeps
+them, :func:`schedule` is given the last pass's). Seeded random runs on small clusters, with fair share,
+quotas, guarantees and reclaims (gangs too), gangs, group caps and fractional cores."""
 
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ def _run(seed: int, passes: int = 40) -> int:
     t = 0.0
     compared = 0
     expected, largest = 0, -1
+    held: dict[str, int] = {}  # the nodes held for the jobs victims were stopped for, pass to pass
     for _ in range(passes):
         t += rng.choice((30.0, 300.0))
         for _ in range(rng.randint(0, 4)):  # arrivals
@@ -93,8 +95,9 @@ def _run(seed: int, passes: int = 40) -> int:
         expected += top != largest  # (the largest schedulable node changed: the buckets are sized anew)
         largest = top
         pending = list(queue)
-        want = S.schedule(pending, nodes, running, **kwargs)
-        got = sched.schedule(pending, nodes, running, **kwargs)
+        want = S.schedule(pending, nodes, running, held=held, **kwargs)
+        got = sched.schedule(pending, nodes, running, **kwargs)  # (the holds it kept from its last pass)
+        held = want.held
         assert got == want, f"seed {seed}: the kept records decided otherwise than a fresh pass"
         assert sched._index is not None  # noqa: SLF001
         records, buckets = _fresh(nodes, running)
