@@ -320,7 +320,8 @@ def schedule(
     decided is exactly what an uncapped pass decides first, and the caller passes again for the rest.
     ``held``: node -> a queued job it is held for, the last pass's ``Decisions.held`` (the nodes where
     victims were stopped, or free slots claimed, for a job that has not started yet): until that job's
-    turn in the pass no job of its class or a lower one takes anything there; a more urgent class may.
+    turn in the pass no job of its class or a lower one takes what one member of it needs there (the
+    rest of the node stays open); a more urgent class may.
     The job's turn releases the hold (it is placed, or claims its stopping victims again and holds the
     node for one more pass); a job no longer queued holds nothing."""
     state, max_gpus, total_gpus, total_cpus = _build(nodes, running)
@@ -387,6 +388,7 @@ class Scheduler:
         index.now = now
         index.heaps = {}
         index.touched = {}
+        index.held = set()
         index.preemptible = [index.state[name] for name in self._preemptible]
         index.victims_left = sum(len(slot.best_effort) + len(slot.stopping) for slot in index.preemptible)
         usage = None
@@ -616,8 +618,8 @@ def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running
     out = Decisions()
     left = _Room(room)
     preemptible = index.preemptible
-    holds = _holds(held, pending, index) if held else {}  # per class, job -> the nodes held for it
-    waiting: dict[int, list[_Node]] = {}  # the current class's held-for jobs whose turn has not come
+    holds = _holds(held, pending, index, pack_gangs) if held else {}  # per class, job -> its member, its nodes
+    waiting: dict[int, list[_Hold]] = {}  # the current class's held-for jobs whose turn has not come
 
     # Free resources only shrink during one pass, so a shape that failed once fails again:
     # remembering the smallest failing GPU count keeps 10,000-job queues linear.
@@ -629,11 +631,9 @@ def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running
     starts_left = -1 if max_starts is None else max(1, max_starts)  # -1: no cap
 
     for rank, least, jobs in _classes(pending, usage):
-        if holds:  # this class's holds, on the nodes a more urgent class left alone
-            for job_id, slots in holds.pop(rank, {}).items():
-                kept = [slot for slot in slots if slot.reserved_for is None]
-                for slot in kept:
-                    index.keep(slot, job_id)
+        if holds:  # this class's holds, of what a more urgent class left on their nodes
+            for job_id, (member, slots) in holds.pop(rank, {}).items():
+                kept = [hold for slot in slots if (hold := index.keep(slot, job_id, member)) is not None]
                 if kept:
                     waiting[job_id] = kept
         for job in jobs:
@@ -643,11 +643,11 @@ def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running
                                    nodes=1)
             if waiting and job.job_id in waiting:
                 if (usage is not None and not usage.admits(job)) or not left.has(job):
-                    for slot in waiting.pop(job.job_id):  # (it cannot start now: the nodes stay held for it)
-                        out.held.setdefault(slot.name, job.job_id)
+                    for hold in waiting.pop(job.job_id):  # (it cannot start now: the nodes stay held for it)
+                        out.held.setdefault(hold.slot.name, job.job_id)
                     continue
-                for slot in waiting.pop(job.job_id):  # its turn: its nodes are open again (to it first)
-                    index.release(slot)
+                for hold in waiting.pop(job.job_id):  # its turn: what was held is open again (to it first)
+                    index.release(hold)
                 fail_fit.clear()  # (free room grew: what failed before may fit now)
                 fail_preempt.clear()
                 fail_reclaim.clear()
@@ -720,33 +720,42 @@ def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running
                     and (not reservations or fail_reserve <= least)
                     and (rank == BEST_EFFORT or usage is None or not usage.guaranteed) and not waiting):
                 break
-        _carry(out, waiting, {})  # (the class's jobs not read: their nodes stay held, in this pass and the next)
+        _carry(out, waiting, {})  # (the class's jobs not read: what they hold stays, in this pass and the next)
         waiting = {}
     return _carry(out, waiting, holds)
 
 
-def _holds(held: Mapping[str, int], pending: list[Pending], index: _Index) -> dict[int, dict[int, list[_Node]]]:
-    """``held`` (node -> job) per class of the jobs still queued that may preempt: rank -> job -> its
-    schedulable nodes (O(queue), only when something is held)."""
+_Member = tuple[int, float, int]  # (GPUs, cores, memory) of one member of a job
+_Holds = dict[int, dict[int, tuple[_Member, list[_Node]]]]
+
+
+def _holds(held: Mapping[str, int], pending: list[Pending], index: _Index, pack_gangs: bool) -> _Holds:
+    """``held`` (node -> job) per class of the jobs still queued that may preempt: rank -> job -> (one
+    member's GPUs, cores and memory; its schedulable nodes). O(queue), only when something is held."""
     jobs = set(held.values())
-    ranks = {p.job_id: RANK.get(p.priority, 1) for p in pending if p.job_id in jobs}
-    out: dict[int, dict[int, list[_Node]]] = {}
+    found = {p.job_id: p for p in pending if p.job_id in jobs}
+    out: _Holds = {}
     for name, job_id in held.items():
-        rank = ranks.get(job_id)
+        job = found.get(job_id)
         slot = index.state.get(name)
-        if rank is not None and rank < BEST_EFFORT and slot is not None:
-            out.setdefault(rank, {}).setdefault(job_id, []).append(slot)
+        if job is None or slot is None or RANK.get(job.priority, 1) >= BEST_EFFORT:
+            continue
+        n = job.nodes if pack_gangs else 1  # (one host: the gang's members share the node)
+        by_job = out.setdefault(RANK.get(job.priority, 1), {})
+        if job_id not in by_job:
+            by_job[job_id] = ((job.gpus * n, job.cpus * n, job.memory * n), [])
+        by_job[job_id][1].append(slot)
     return out
 
 
-def _carry(out: Decisions, waiting: dict[int, list[_Node]], holds: dict[int, dict[int, list[_Node]]]) -> Decisions:
+def _carry(out: Decisions, waiting: dict[int, list[_Hold]], holds: _Holds) -> Decisions:
     """The holds of the jobs whose turn did not come in the pass (a capped pass's rest, a class given
     up, a job not read) carry over to the next pass as they were."""
-    for job_id, slots in waiting.items():
-        for slot in slots:
-            out.held.setdefault(slot.name, job_id)
+    for job_id, kept in waiting.items():
+        for hold in kept:
+            out.held.setdefault(hold.slot.name, job_id)
     for by_job in holds.values():
-        for job_id, slots in by_job.items():
+        for job_id, (_, slots) in by_job.items():
             for slot in slots:
                 out.held.setdefault(slot.name, job_id)
     return out
@@ -1011,6 +1020,16 @@ def _sorted_ids(gpu_ids: tuple[str, ...]) -> tuple[str, ...]:
 _Option = tuple[float, int, str]  # (GPU-seconds lost, victims, node): a node's price for a preemption
 
 
+class _Hold:
+    """What a node keeps in one pass for the job its victims were stopped for (:meth:`_Index.keep`)."""
+
+    __slots__ = ("slot", "free", "stopping", "cpus", "memory")
+
+    def __init__(self, slot: _Node, free: tuple[str, ...], stopping: list[Running], cpus: float,
+                 memory: int) -> None:
+        self.slot, self.free, self.stopping, self.cpus, self.memory = slot, free, stopping, cpus, memory
+
+
 class _Index:
     """Free capacity by shape: per health tier, the unreserved nodes by free GPU count (a placement
     looks only at nodes that fit, best fit first: O(candidates), not O(nodes)), and per GPU count
@@ -1018,7 +1037,7 @@ class _Index:
     a node's version changes with it; a node's price only rises in a pass, so the top, once fresh, is
     the cheapest)."""
 
-    __slots__ = ("state", "buckets", "max_gpus", "preemptible", "heaps", "now", "victims_left", "touched")
+    __slots__ = ("state", "buckets", "max_gpus", "preemptible", "heaps", "now", "victims_left", "touched", "held")
 
     def __init__(self, nodes: Iterable[_Node], max_gpus: int, preemptible: list[_Node], now: float) -> None:
         self.now = now
@@ -1032,6 +1051,7 @@ class _Index:
         self.victims_left = sum(len(slot.best_effort) + len(slot.stopping) for slot in preemptible)
         self.heaps: dict[int, list[tuple[_Option, int, str]]] = {}
         self.touched: dict[str, _Node] = {}  # the nodes the pass changed (Scheduler puts them back)
+        self.held: set[str] = set()  # nodes where something is held for a job (not reserved for another)
 
     def most_free(self) -> int:
         """The most free GPUs on an unreserved node (-1: every node is held)."""
@@ -1080,7 +1100,7 @@ class _Index:
         for k in range(self.max_gpus, -1, -1):
             for tier in self.buckets:
                 for slot in tier[k].values():
-                    if slot.total >= job.gpus:
+                    if slot.total >= job.gpus and slot.name not in self.held:
                         self.hold(slot, job.job_id, out)
                         return True
         return False
@@ -1092,21 +1112,46 @@ class _Index:
         slot.ver += 1
         out.reserved[slot.name] = job_id
 
-    def keep(self, slot: _Node, job_id: int) -> None:
-        """Hold ``slot`` for ``job_id`` (stopped victims' or claimed slots): out of every job's reach."""
-        self.buckets[slot.tier][len(slot.free)].pop(slot.name, None)
-        self.touched[slot.name] = slot
-        slot.reserved_for = job_id
-        slot.ver += 1
+    def keep(self, slot: _Node, job_id: int, member: _Member) -> _Hold | None:
+        """Hold on ``slot`` what one ``member`` of ``job_id`` needs there: the attempts stopping there
+        first (its victims), then free slots, and its cores and memory, out of every other job's reach
+        (the rest of the node stays open). None: the node was reserved in the pass, nothing is held."""
+        if slot.reserved_for is not None:
+            return None
+        gpus, cpus, memory = member
+        g = 0
+        claimed: list[Running] = []
+        for att in slot.stopping:
+            if g >= gpus:
+                break
+            g += sum(len(ids) for n, ids in att.alloc if n == slot.name)
+            claimed.append(att)
+        use = min(len(slot.free), max(0, gpus - g))
+        got_c = sum(att.cpus * _members_on(att, slot.name) for att in claimed)
+        got_m = sum(att.memory * _members_on(att, slot.name) for att in claimed)
+        hold = _Hold(slot, slot.free[:use], claimed, max(0.0, cpus - got_c), max(0, memory - got_m))
+        old_free = len(slot.free)
+        slot.free = slot.free[use:]
+        slot.stopping = [att for att in slot.stopping if att not in claimed]
+        slot.cpus -= hold.cpus
+        slot.memory -= hold.memory
+        self.victims_left -= len(claimed)
+        self.held.add(slot.name)
+        self.moved(slot, old_free)
+        return hold
 
-    def release(self, slot: _Node) -> None:
-        """A held node open again (its job's turn): back in its bucket, priced again for preemption."""
-        if slot.reserved_for is None:
-            return
-        slot.reserved_for = None
-        slot.ver += 1
-        self.buckets[slot.tier][len(slot.free)][slot.name] = slot
-        self.heaps = {}  # (a heap drops a held node it meets: built again when next asked)
+    def release(self, hold: _Hold) -> None:
+        """What ``hold`` kept, back on its node (its job's turn), the node priced again for preemption."""
+        slot = hold.slot
+        old_free = len(slot.free)
+        slot.free = hold.free + slot.free
+        slot.stopping = hold.stopping + slot.stopping
+        slot.cpus += hold.cpus
+        slot.memory += hold.memory
+        self.victims_left += len(hold.stopping)
+        self.held.discard(slot.name)
+        self.moved(slot, old_free)
+        self.heaps = {}  # (a heap may have dropped the node while its stopping attempts were held)
 
     def cheapest(self, job: Pending) -> list[tuple[_Option, _Plan]]:
         """The ``job.nodes`` nodes where preempting for ``job`` costs least, cheapest first (fewer: none)."""

@@ -106,3 +106,18 @@ def test_a_reclaim_holds_the_node_for_the_guaranteed_job() -> None:
     one, two = two_passes([jv], [kn, jv], [], running1=running1, fair=fair, past=past)
     assert [(p.job_id, p.for_job) for p in one.preemptions] == [(70, 2)]
     assert [p.job_id for p in two.placements] == [2]
+
+
+def test_only_what_the_job_needs_is_held_the_rest_of_the_node_stays_open() -> None:
+    """J needs 2 of n1's 4 GPUs and stopped the best-effort attempt on 2 of them; once everything there
+    ended, a 2-GPU job sorted ahead of J takes the other 2 and J the 2 held for it."""
+    running1 = [Running(50, 1, "best-effort", (("n1", ("0", "1")),), started_at=10.0, project="x"),
+                Running(51, 1, "normal", (("n1", ("2", "3")),), started_at=10.0, project="x")]
+    j2 = Pending(2, "normal", 2, project="a")
+    k2 = Pending(3, "normal", 2, project="a", order=1)
+    one, two = two_passes([j2], [k2, j2], [], running1=running1)
+    assert [p.job_id for p in one.preemptions] == [50]
+    assert sorted(p.job_id for p in two.placements) == [2, 3]
+    # and while the normal attempt still runs, only J's 2 GPUs are free: K waits, J starts
+    _, three = two_passes([j2], [k2, j2], [running1[1]], running1=running1)
+    assert [p.job_id for p in three.placements] == [2]
