@@ -648,6 +648,8 @@ def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running
                     continue
                 for hold in waiting.pop(job.job_id):  # its turn: what was held is open again (to it first)
                     index.release(hold)
+                if usage is not None:
+                    usage.reclaim_heaps = {}  # (a node's bound fell: the heaps are built again)
                 fail_fit.clear()  # (free room grew: what failed before may fit now)
                 fail_preempt.clear()
                 fail_reclaim.clear()
@@ -914,7 +916,7 @@ class _Usage:
     """What each project holds, for fair share and quotas, updated as the pass places jobs."""
 
     __slots__ = ("fair", "gpus", "cpus", "quota_used", "total_gpus", "total_cpus", "changed", "quotas", "weights",
-                 "past", "guaranteed", "victims")
+                 "past", "guaranteed", "victims", "victim_projects", "reclaim_heaps")
 
     def __init__(self, fair: FairShare, total_gpus: int, total_cpus: float,
                  past: Mapping[str, float] | None = None) -> None:
@@ -925,6 +927,9 @@ class _Usage:
         span = total_gpus * fair.half_life / _LN2 if total_gpus and fair.half_life > 0 else 0.0
         self.past = {p: v / span for p, v in past.items() if v > 0} if past and span else {}
         self.victims: dict[str, list[_Victim]] | None = None  # per node, what a reclaim may stop (when first asked)
+        self.victim_projects: set[str] = set()  # the projects of those
+        # per (GPUs, project): (the projects still borrowing, the nodes by a reclaim's lower bound there)
+        self.reclaim_heaps: dict[tuple[int, str], tuple[frozenset[str], list[tuple[float, str, int]]]] = {}
         self.weights: dict[str, float] = {}
         self.gpus: dict[str, float] = {}
         self.cpus: dict[str, float] = {}
@@ -1229,6 +1234,7 @@ def _reclaimable(usage: _Usage, running: list[Running], now: float) -> dict[str,
             if att.priority == "normal" and not att.stopping and len(att.alloc) == 1 and att.alloc[0][1]:
                 name = att.alloc[0][0]
                 usage.victims.setdefault(name, []).append(_Victim(att, name, now))
+                usage.victim_projects.add(att.project)
         for found in usage.victims.values():
             found.sort(key=_victim_rank)
     return usage.victims
@@ -1258,46 +1264,78 @@ def _reclaim(job: Pending, index: _Index, usage: _Usage, running: list[Running],
     need = job.nodes
     free = list(index.free_nodes(job)) if need > 1 else []  # (all the nodes that fit as they are: fewer than need)
     free_names = {slot.name for slot in free}
-    bounds: list[tuple[float, str, _Node, list[_Victim]]] = []
-    for name, found in victims.items():
+
+    def eligible(name: str) -> list[_Victim]:
+        return [v for v in victims[name] if spare(v.att.project) > 0]
+
+    def entry(name: str) -> tuple[float, str, int] | None:
+        """``name``'s heap entry: its lower bound now (None: it cannot make room, or is held)."""
         slot = index.state.get(name)
-        if slot is None or slot.reserved_for is not None or slot.total < job.gpus or name in free_names:
-            continue
-        eligible = [v for v in found if spare(v.att.project) > 0]
-        if eligible:  # what the node lacks x the least lost per GPU there: no set of victims loses less
-            lack = max(0, job.gpus - len(slot.free))
-            bounds.append((lack * min(v.lost / v.gpus for v in eligible), name, slot, eligible))
-    if len(bounds) + len(free) < need:
-        return False
-    bounds.sort(key=lambda b: (b[0], b[1]))
+        if slot is None or slot.reserved_for is not None or slot.total < job.gpus:
+            return None
+        found = eligible(name)
+        low = _reclaim_bound(slot, found, job.gpus) if found else None
+        return None if low is None else (low, name, slot.ver)
+
+    # per (GPUs, project), the nodes by lower bound, kept for the pass (a node's bound only rises in a pass:
+    # an entry whose node changed is priced again when it comes to the top); built again when the set of
+    # projects that still borrow changes (their victims are no longer eligible) or a hold gave room back
+    epoch = frozenset(p for p in usage.victim_projects if spare(p) > 0)
+    kept = usage.reclaim_heaps.get((job.gpus, job.project))
+    if kept is None or kept[0] != epoch:
+        heap = [e for name in victims if (e := entry(name)) is not None]
+        heapq.heapify(heap)
+        usage.reclaim_heaps[(job.gpus, job.project)] = (epoch, heap)
+    else:
+        heap = kept[1]
+    popped: list[tuple[float, str, int]] = []
+
+    def top() -> tuple[float, str, int] | None:
+        """The cheapest fresh entry that is not a node with room as it is (stale ones priced again)."""
+        while heap:
+            low, name, ver = heap[0]
+            if ver != index.state[name].ver:
+                heapq.heappop(heap)
+                if (e := entry(name)) is not None:
+                    heapq.heappush(heap, e)
+                continue
+            if name in free_names:
+                popped.append(heapq.heappop(heap))
+                continue
+            return heap[0]
+        return None
+
     options: list[tuple[_Node, list[tuple[_Cost, list[_Victim]]]]] = [(slot, [((0.0, 0), [])]) for slot in free]
     lows: list[_Cost] = [(0.0, 0)] * len(free)  # each priced node's cheapest set, sorted
-    i = rounds = 0
-    best: tuple[_Cost, list[tuple[_Node, list[_Victim]]]] | None = None
-    while True:
-        while i < len(bounds) and (len(lows) < need or lows[need - 1][0] > bounds[i][0]):
-            _, _, slot, eligible = bounds[i]
-            i += 1
-            sets = _reclaim_sets(slot, eligible, job, spare)
-            if sets:
-                options.append((slot, sets))
-                bisect.insort(lows, sets[0][0])
-        best = _combine(options, need, spare)
-        if i >= len(bounds) or rounds >= RECLAIM_ROUNDS:
-            break
-        if best is not None:  # could a node not priced yet do better? (lost and count bounded apart)
-            rest = need - 1
-            lost = bounds[i][0] + sum(sorted([c[0] for c in lows] + [bounds[i][0]] * rest)[:rest])
-            count = 1 + sum(sorted([c[1] for c in lows] + [1] * rest)[:rest])
-            if best[0] <= (lost, count):
-                break
-        _, _, slot, eligible = bounds[i]
-        i += 1
-        rounds += 1
-        sets = _reclaim_sets(slot, eligible, job, spare)
+
+    def price(name: str) -> None:
+        popped.append(heapq.heappop(heap))
+        slot = index.state[name]
+        sets = _reclaim_sets(slot, eligible(name), job, spare)
         if sets:
             options.append((slot, sets))
             bisect.insort(lows, sets[0][0])
+
+    rounds = 0
+    best: tuple[_Cost, list[tuple[_Node, list[_Victim]]]] | None = None
+    try:
+        while True:
+            while (nxt := top()) is not None and (len(lows) < need or lows[need - 1][0] > nxt[0]):
+                price(nxt[1])
+            best = _combine(options, need, spare)
+            if nxt is None or rounds >= RECLAIM_ROUNDS:
+                break
+            if best is not None:  # could a node not priced yet do better? (lost and count bounded apart)
+                rest = need - 1
+                lost = nxt[0] + sum(sorted([c[0] for c in lows] + [nxt[0]] * rest)[:rest])
+                count = 1 + sum(sorted([c[1] for c in lows] + [1] * rest)[:rest])
+                if best[0] <= (lost, count):
+                    break
+            rounds += 1
+            price(nxt[1])
+    finally:
+        for e in popped:  # (what was priced stays for the next reclaim: a node that changes is priced again)
+            heapq.heappush(heap, e)
     if best is None:
         return False
     for slot, chosen in best[1]:
@@ -1313,6 +1351,34 @@ def _reclaim(job: Pending, index: _Index, usage: _Usage, running: list[Running],
         index.moved(slot, old_free)
         out.held.setdefault(slot.name, job.job_id)
     return True
+
+
+def _reclaim_bound(slot: _Node, eligible: list[_Victim], gpus: int) -> float | None:
+    """A lower bound of what making room for ``gpus`` on ``slot`` loses (``eligible`` least lost first):
+    the larger of the fractional cover (the least lost per GPU first, the last one in part) and the
+    sum of the k least lost, k the fewest victims whose GPUs could cover what the node lacks. None: all
+    of them together would not free enough GPUs."""
+    lack = gpus - len(slot.free)
+    if lack <= 0:
+        return eligible[0].lost  # (short of cores or memory: at least one victim)
+    sizes = sorted((v.gpus for v in eligible), reverse=True)
+    k = got = 0
+    for size in sizes:
+        k += 1
+        got += size
+        if got >= lack:
+            break
+    if got < lack:
+        return None
+    least = sum(v.lost for v in eligible[:k])
+    frac, left = 0.0, lack
+    for v in sorted(eligible, key=lambda v: v.lost / v.gpus):
+        take = min(left, v.gpus)
+        frac += v.lost * take / v.gpus
+        left -= take
+        if left <= 0:
+            break
+    return max(least, frac)
 
 
 def _admissible(chosen: Iterable[_Victim], spare: Callable[[str], int], per: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]] | None:
