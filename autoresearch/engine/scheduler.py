@@ -243,14 +243,21 @@ class _Victim:
     __slots__ = ("att", "gpus", "cpus", "memory", "lost", "rank")
 
     def __init__(self, att: Running, name: str, now: float) -> None:
-        members = _members_on(att, name)
+        alloc = att.alloc
+        if len(alloc) == 1 and alloc[0][0] == name:  # (one member, on this node: the common case, no loops)
+            members, gpus = 1, len(alloc[0][1])
+            total = gpus
+        else:
+            members = _members_on(att, name)
+            gpus = sum(len(ids) for n, ids in alloc if n == name)
+            total = sum(len(ids) for _, ids in alloc)
         self.att = att
-        self.gpus = sum(len(ids) for n, ids in att.alloc if n == name)
+        self.gpus = gpus
         self.cpus = att.cpus * members
         self.memory = att.memory * members
         since = att.started_at if att.saved_at is None else max(att.started_at, att.saved_at)
         # GPU-seconds since its last checkpoint (or its start): what a preemption throws away
-        self.lost = max(0.0, now - since) * max(1, sum(len(ids) for _, ids in att.alloc))
+        self.lost = max(0.0, now - since) * max(1, total)
         self.rank = (self.lost, -att.started_at, -att.job_id)  # then youngest first, then the later job
 
 
