@@ -649,11 +649,9 @@ def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running
                 job = job._replace(gpus=job.gpus * members, cpus=job.cpus * members, memory=job.memory * members,
                                    nodes=1)
             if waiting and job.job_id in waiting:
-                if (usage is not None and not usage.admits(job)) or not left.has(job):
-                    for hold in waiting.pop(job.job_id):  # (it cannot start now: the nodes stay held for it)
-                        out.held.setdefault(hold.slot.name, job.job_id)
-                    continue
-                for hold in waiting.pop(job.job_id):  # its turn: what was held is open again (to it first)
+                # its turn: what was held is open again (to it first; a job its quota or group cap keeps
+                # waiting does not hold it any longer: nothing would start there)
+                for hold in waiting.pop(job.job_id):
                     index.release(hold)
                 if usage is not None:
                     usage.reclaim_heaps = {}  # (a node's bound fell: the heaps are built again)

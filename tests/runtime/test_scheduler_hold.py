@@ -121,3 +121,17 @@ def test_only_what_the_job_needs_is_held_the_rest_of_the_node_stays_open() -> No
     # and while the normal attempt still runs, only J's 2 GPUs are free: K waits, J starts
     _, three = two_passes([j2], [k2, j2], [running1[1]], running1=running1)
     assert [p.job_id for p in three.placements] == [2]
+
+
+def test_a_job_its_group_cap_keeps_waiting_holds_nothing() -> None:
+    """J's group has no room left in pass 2 (another of its trials started): J cannot start, so at its
+    turn its hold ends, and the next pass gives the node to the job sorted ahead of it."""
+    jg = J._replace(group="loop")
+    _, two = two_passes([jg], [K, jg], [])
+    assert [p.job_id for p in two.placements] == [2]  # (with room, J starts: the hold was its)
+    sched = Scheduler()
+    sched.schedule([jg], NODES, BUSY, now=100.0)
+    out = sched.schedule([K, jg], NODES, [], now=200.0, room={"loop": 0})
+    assert out.placements == [] and out.held == {}  # (K came before J's turn: held in this pass still)
+    again = sched.schedule([K, jg], NODES, [], now=300.0, room={"loop": 0})
+    assert [p.job_id for p in again.placements] == [3]
