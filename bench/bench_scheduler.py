@@ -112,13 +112,43 @@ def fleets(sizes: list[int], runs: int, queued: int = 10_000) -> None:
           f"a pass with one job queued (the setup: nodes, attempts), per decision")
 
 
+def reclaims(sizes: list[int], runs: int, queued: int = 10_000) -> None:
+    """A full fleet of borrowers' normal work (4 two-GPU attempts a node, the 10 projects without a guarantee)
+    and ``queued`` normal jobs of the 10 guaranteed ones (each guaranteed a 20th of the fleet), single jobs
+    or one in 10 a 2-node gang: every placement is a reclaim. CPU p50 of a (capped) pass."""
+    print(f"scheduler.schedule, reclaims: {queued:,} queued of 10 guaranteed projects, a full fleet of borrowers "
+          f"(runs={runs}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})")
+    print(f"{'GPUs':>7} {'jobs':>7} {'CPU p50 ms':>11} {'p99':>8} {'victims':>8}")
+    for gpus in sizes:
+        n = gpus // 8
+        nodes = [NodeState(f"node{i:05d}", tuple(str(g) for g in range(8)), cpus=64.0) for i in range(n)]
+        running = [Running(1_000_000 + 4 * i + k, 1, "normal", ((f"node{i:05d}", (str(2 * k), str(2 * k + 1))),),
+                           float(4 * i + k), cpus=4.0, project=PROJECTS[1 + 2 * ((i + k) % 10)])
+                   for i in range(n) for k in range(4)]
+        fair = FairShare({p: Share(guaranteed=gpus // 20 if j % 2 == 0 else 0) for j, p in enumerate(PROJECTS)})
+        for gang in (False, True):
+            pending = [Pending(i, "normal", [1, 2, 4, 8][i % 4], 2 if gang and i % 10 == 0 else 1, cpus=1.0,
+                               project=PROJECTS[2 * (i % 10)]) for i in range(queued)]
+            cpu = []
+            for _ in range(runs):
+                c0 = time.process_time()
+                out = schedule(pending, nodes, running, fair=fair, now=1e6)
+                cpu.append((time.process_time() - c0) * 1000)
+            print(f"{gpus:7,} {'gangs' if gang else 'single':>7} {statistics.median(cpu):11.1f} {pct(cpu, 0.99):8.1f} "
+                  f"{len(out.preemptions):8,}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--sizes", default="1000,3000,10000,30000")
     parser.add_argument("--fleets", default="", help="GPU counts (e.g. 512,4096,16384): one pass with 10,000 queued "
                         "at each fleet size instead (fair share on), p50 and p99")
+    parser.add_argument("--reclaim", default="", help="GPU counts: a pass where every placement is a reclaim "
+                        "(guaranteed projects taking GPUs back from borrowers), single jobs and gangs")
     args = parser.parse_args()
+    if args.reclaim:
+        return reclaims([int(g) for g in args.reclaim.split(",")], args.runs)
     if args.fleets:
         return fleets([int(g) for g in args.fleets.split(",")], args.runs)
     from rich.console import Console

@@ -15,8 +15,8 @@ Policy (what a Slurm or Kueue user would expect):
   more (not placed, no preemption, no reservation). Best-effort jobs are exempt: they
   backfill idle capacity ("the weekend") and are the first preempted when others need it.
   A project below its ``guaranteed`` GPUs takes them back (Kueue's reclaim within a cohort):
-  a single-node job of it that fits within the guarantee preempts the youngest normal attempts
-  of projects that hold more than their own guarantee, only while they do.
+  a job of it (a gang too) that fits within the guarantee preempts the normal attempts of projects
+  that hold more than their own guarantee, only while they do, those that lose least work first.
 * Gangs (``nodes > 1``): all members or none, one member per node; with ``pack_gangs``
   (a single-host backend: local) members may share a node, each with its own GPU slots.
 * Placement: best fit — the node with the fewest free GPUs that still fits, so big
@@ -37,7 +37,9 @@ Policy (what a Slurm or Kueue user would expect):
   since their start: the youngest and the recently saved first), then the fewest, on the
   node(s) where that costs least, and never one more than the job needs. Victims keep
   their slots until they exit (grace period); meanwhile their slots are claimed by
-  the job they were stopped for, so later passes do not pick more victims.
+  the job they were stopped for, so later passes do not pick more victims, and the nodes are
+  held for it (``held``, ``Decisions.held``) until its turn in a later pass: no job of its class
+  or a lower one sorted ahead of it takes them, whether the victims still stop or have ended.
 * Cost: free capacity is indexed by health tier and free GPUs (placement and reservations look
   only at nodes that fit), preemptible nodes by price in lazily refreshed heaps: a pass is
   O(nodes + running + queue), not O(nodes x queue); a class is given up once nothing more of it
@@ -50,7 +52,7 @@ import bisect
 import functools
 import heapq
 import operator
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, Self
 
 RANK = {"critical": 0, "normal": 1, "best-effort": 2}
@@ -202,16 +204,19 @@ class Preemption(_Record):
 
 
 class Decisions(_Record):
-    __slots__ = ("placements", "preemptions", "reserved", "capped")
+    __slots__ = ("placements", "preemptions", "reserved", "capped", "held")
     __hash__ = None  # type: ignore[assignment]  # (mutable: the pass appends to it)
 
     def __init__(self, placements: list[Placement] | None = None, preemptions: list[Preemption] | None = None,
-                 reserved: dict[str, int] | None = None, capped: bool = False) -> None:
+                 reserved: dict[str, int] | None = None, capped: bool = False,
+                 held: dict[str, int] | None = None) -> None:
         self.placements: list[Placement] = [] if placements is None else placements
         self.preemptions: list[Preemption] = [] if preemptions is None else preemptions
         self.reserved: dict[str, int] = {} if reserved is None else reserved  # node -> job it is held for
         # the pass stopped at ``max_starts``: the rest of the queue was not read (the caller passes again)
         self.capped: bool = capped
+        # node -> the job whose victims' slots it holds (a preemption's or reclaim's): the next pass's ``held``
+        self.held: dict[str, int] = {} if held is None else held
 
 
 class _Node:
@@ -238,14 +243,21 @@ class _Victim:
     __slots__ = ("att", "gpus", "cpus", "memory", "lost", "rank")
 
     def __init__(self, att: Running, name: str, now: float) -> None:
-        members = _members_on(att, name)
+        alloc = att.alloc
+        if len(alloc) == 1 and alloc[0][0] == name:  # (one member, on this node: the common case, no loops)
+            members, gpus = 1, len(alloc[0][1])
+            total = gpus
+        else:
+            members = _members_on(att, name)
+            gpus = sum(len(ids) for n, ids in alloc if n == name)
+            total = sum(len(ids) for _, ids in alloc)
         self.att = att
-        self.gpus = sum(len(ids) for n, ids in att.alloc if n == name)
+        self.gpus = gpus
         self.cpus = att.cpus * members
         self.memory = att.memory * members
         since = att.started_at if att.saved_at is None else max(att.started_at, att.saved_at)
         # GPU-seconds since its last checkpoint (or its start): what a preemption throws away
-        self.lost = max(0.0, now - since) * max(1, sum(len(ids) for _, ids in att.alloc))
+        self.lost = max(0.0, now - since) * max(1, total)
         self.rank = (self.lost, -att.started_at, -att.job_id)  # then youngest first, then the later job
 
 
@@ -298,6 +310,7 @@ def schedule(
     max_reservations: int = MAX_RESERVATIONS,
     past: Mapping[str, float] | None = None,
     max_starts: int | None = MAX_STARTS,
+    held: Mapping[str, int] | None = None,
 ) -> Decisions:
     """``room``: per capped group, how many more of its jobs may start (a group's running cap less
     its running jobs, like Slurm's ``--array=0-99%16``); a job of a group with none left waits,
@@ -311,7 +324,13 @@ def schedule(
     share the fraction of the fleet it held on average over that decay.
     ``max_starts``: how many jobs one pass starts (placed, or new victims stopped for them, a reclaim's
     too) before it stops with ``capped`` set (None: no cap), as Slurm's ``sched_max_job_start``: what it
-    decided is exactly what an uncapped pass decides first, and the caller passes again for the rest."""
+    decided is exactly what an uncapped pass decides first, and the caller passes again for the rest.
+    ``held``: node -> a queued job it is held for, the last pass's ``Decisions.held`` (the nodes where
+    victims were stopped, or free slots claimed, for a job that has not started yet): until that job's
+    turn in the pass no job of its class or a lower one takes what one member of it needs there (the
+    rest of the node stays open); a more urgent class may.
+    The job's turn releases the hold (it is placed, or claims its stopping victims again and holds the
+    node for one more pass); a job no longer queued holds nothing."""
     state, max_gpus, total_gpus, total_cpus = _build(nodes, running)
     if now is None:
         now = _latest(running)
@@ -321,7 +340,8 @@ def schedule(
         usage.add_running(running)
     preemptible = [slot for slot in state.values() if slot.best_effort or slot.stopping]
     index = _Index(state.values(), max_gpus, preemptible, now)
-    return _decide(pending, index, usage, running, reserve_after_s, pack_gangs, room, max_reservations, max_starts)
+    return _decide(pending, index, usage, running, reserve_after_s, pack_gangs, room, max_reservations, max_starts,
+                   held)
 
 
 class Scheduler:
@@ -337,10 +357,12 @@ class Scheduler:
     from their attempts; the records the pass itself changed are put back afterwards. A full
     rebuild (what :func:`schedule` does) when it cannot tell what changed: the first pass, nodes
     added, removed or reordered, a node's GPU count past the largest, one object twice. ``rebuilds``
-    counts them."""
+    counts them. It keeps the holds too (``held``: the last pass's ``Decisions.held``), handed to the
+    next pass unless the caller gives its own."""
 
     def __init__(self) -> None:
         self.rebuilds = 0
+        self.held: dict[str, int] = {}
         self._index: _Index | None = None
         self._nodes: list[NodeState] = []
         self._by_name: dict[str, NodeState] = {}
@@ -360,8 +382,9 @@ class Scheduler:
                  reserve_after_s: float = 300.0, fair: FairShare | None = None, pack_gangs: bool = False,
                  room: Mapping[str, int] | None = None, now: float | None = None,
                  max_reservations: int = MAX_RESERVATIONS, past: Mapping[str, float] | None = None,
-                 max_starts: int | None = MAX_STARTS) -> Decisions:
-        """:func:`schedule`'s pass (the same arguments, the same decisions)."""
+                 max_starts: int | None = MAX_STARTS, held: Mapping[str, int] | None = None) -> Decisions:
+        """:func:`schedule`'s pass (the same arguments, the same decisions); ``held`` None: the holds
+        the last pass left (``self.held``)."""
         try:
             index = self._sync(nodes, running)
         except BaseException:
@@ -372,6 +395,7 @@ class Scheduler:
         index.now = now
         index.heaps = {}
         index.touched = {}
+        index.held = set()
         index.preemptible = [index.state[name] for name in self._preemptible]
         index.victims_left = sum(len(slot.best_effort) + len(slot.stopping) for slot in index.preemptible)
         usage = None
@@ -382,10 +406,12 @@ class Scheduler:
             else:
                 usage.add_running(running)
         try:
-            return _decide(pending, index, usage, running, reserve_after_s, pack_gangs, room, max_reservations,
-                           max_starts)
+            out = _decide(pending, index, usage, running, reserve_after_s, pack_gangs, room, max_reservations,
+                          max_starts, self.held if held is None else held)
         finally:
             self._restore(index)
+        self.held = dict(out.held)
+        return out
 
     # -- between passes -------------------------------------------------------------------------
 
@@ -592,29 +618,47 @@ def _latest(running: list[Running]) -> float:
 
 def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running: list[Running],
             reserve_after_s: float, pack_gangs: bool, room: Mapping[str, int] | None, max_reservations: int,
-            max_starts: int | None) -> Decisions:
+            max_starts: int | None, held: Mapping[str, int] | None = None) -> Decisions:
     """The pass proper, on the nodes' records as ``running`` leaves them (``index``): the queue, class
     by class, placed, preempted for, reclaimed for or reserved for. It changes the records it uses
     (the caller builds them afresh, or :class:`Scheduler` puts them back)."""
     out = Decisions()
     left = _Room(room)
     preemptible = index.preemptible
+    holds = _holds(held, pending, index, pack_gangs) if held else {}  # per class, job -> its member, its nodes
+    waiting: dict[int, list[_Hold]] = {}  # the current class's held-for jobs whose turn has not come
 
     # Free resources only shrink during one pass, so a shape that failed once fails again:
     # remembering the smallest failing GPU count keeps 10,000-job queues linear.
     fail_fit: dict[tuple[int, float, int], int] = {}
     fail_preempt: dict[tuple[int, float, int, int], int] = {}
     fail_reserve = 1 << 30
-    fail_reclaim: dict[tuple[str, float, int], int] = {}
+    fail_reclaim: dict[tuple[str, int, float, int], int] = {}
     reservations = max(0, max_reservations)
     starts_left = -1 if max_starts is None else max(1, max_starts)  # -1: no cap
 
     for rank, least, jobs in _classes(pending, usage):
+        if holds:  # this class's holds, of what a more urgent class left on their nodes
+            for job_id, (member, slots) in holds.pop(rank, {}).items():
+                kept = [hold for slot in slots if (hold := index.keep(slot, job_id, member)) is not None]
+                if kept:
+                    waiting[job_id] = kept
         for job in jobs:
             members = job.nodes
             if pack_gangs and members > 1:  # one host: the gang is one request N times the size, split below
                 job = job._replace(gpus=job.gpus * members, cpus=job.cpus * members, memory=job.memory * members,
                                    nodes=1)
+            if waiting and job.job_id in waiting:
+                # its turn: what was held is open again (to it first; a job its quota or group cap keeps
+                # waiting does not hold it any longer: nothing would start there)
+                for hold in waiting.pop(job.job_id):
+                    index.release(hold)
+                if usage is not None:
+                    usage.reclaim_heaps = {}  # (a node's bound fell: the heaps are built again)
+                fail_fit.clear()  # (free room grew: what failed before may fit now)
+                fail_preempt.clear()
+                fail_reclaim.clear()
+                fail_reserve = 1 << 30
             if usage is not None and not usage.admits(job):
                 continue  # its project holds its quota
             if not left.has(job):
@@ -639,7 +683,7 @@ def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running
                     starts_left -= 1
                     if starts_left == 0:
                         out.capped = True
-                        return out
+                        return _carry(out, waiting, holds)
                     continue
                 fail_fit[shape] = job.gpus
             if rank < BEST_EFFORT and (index.victims_left or not _SHORTCUTS and preemptible):
@@ -656,11 +700,11 @@ def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running
                             starts_left -= 1
                             if starts_left == 0:
                                 out.capped = True
-                                return out
+                                return _carry(out, waiting, holds)
                         continue
                     fail_preempt[key] = job.gpus
             if usage is not None and usage.guaranteed and usage.reclaims(job) \
-                    and job.gpus < fail_reclaim.get(own := (job.project, job.cpus, job.memory), 1 << 30):
+                    and job.gpus < fail_reclaim.get(own := (job.project, *shape), 1 << 30):
                 stopped = len(out.preemptions)
                 if _reclaim(job, index, usage, running, out):
                     left.take(job)  # its guarantee, taken back from projects that borrow
@@ -669,7 +713,7 @@ def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running
                         starts_left -= 1
                         if starts_left == 0:
                             out.capped = True
-                            return out
+                            return _carry(out, waiting, holds)
                     continue
                 fail_reclaim[own] = job.gpus  # victims only grow fewer in a pass
             if reservations and job.waited_s >= reserve_after_s and job.gpus < fail_reserve:
@@ -681,8 +725,46 @@ def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running
             # job, nothing to preempt (or a class that does not preempt), no reservation to give.
             if (_SHORTCUTS and index.most_free() < least and (rank == BEST_EFFORT or not index.victims_left)
                     and (not reservations or fail_reserve <= least)
-                    and (rank == BEST_EFFORT or usage is None or not usage.guaranteed)):
+                    and (rank == BEST_EFFORT or usage is None or not usage.guaranteed) and not waiting):
                 break
+        _carry(out, waiting, {})  # (the class's jobs not read: what they hold stays, in this pass and the next)
+        waiting = {}
+    return _carry(out, waiting, holds)
+
+
+_Member = tuple[int, float, int]  # (GPUs, cores, memory) of one member of a job
+_Holds = dict[int, dict[int, tuple[_Member, list[_Node]]]]
+
+
+def _holds(held: Mapping[str, int], pending: list[Pending], index: _Index, pack_gangs: bool) -> _Holds:
+    """``held`` (node -> job) per class of the jobs still queued that may preempt: rank -> job -> (one
+    member's GPUs, cores and memory; its schedulable nodes). O(queue), only when something is held."""
+    jobs = set(held.values())
+    found = {p.job_id: p for p in pending if p.job_id in jobs}
+    out: _Holds = {}
+    for name, job_id in held.items():
+        job = found.get(job_id)
+        slot = index.state.get(name)
+        if job is None or slot is None or RANK.get(job.priority, 1) >= BEST_EFFORT:
+            continue
+        n = job.nodes if pack_gangs else 1  # (one host: the gang's members share the node)
+        by_job = out.setdefault(RANK.get(job.priority, 1), {})
+        if job_id not in by_job:
+            by_job[job_id] = ((job.gpus * n, job.cpus * n, job.memory * n), [])
+        by_job[job_id][1].append(slot)
+    return out
+
+
+def _carry(out: Decisions, waiting: dict[int, list[_Hold]], holds: _Holds) -> Decisions:
+    """The holds of the jobs whose turn did not come in the pass (a capped pass's rest, a class given
+    up, a job not read) carry over to the next pass as they were."""
+    for job_id, kept in waiting.items():
+        for hold in kept:
+            out.held.setdefault(hold.slot.name, job_id)
+    for by_job in holds.values():
+        for job_id, (_, slots) in by_job.items():
+            for slot in slots:
+                out.held.setdefault(slot.name, job_id)
     return out
 
 
@@ -839,7 +921,7 @@ class _Usage:
     """What each project holds, for fair share and quotas, updated as the pass places jobs."""
 
     __slots__ = ("fair", "gpus", "cpus", "quota_used", "total_gpus", "total_cpus", "changed", "quotas", "weights",
-                 "past", "guaranteed", "victims")
+                 "past", "guaranteed", "victims", "victim_projects", "reclaim_heaps")
 
     def __init__(self, fair: FairShare, total_gpus: int, total_cpus: float,
                  past: Mapping[str, float] | None = None) -> None:
@@ -849,7 +931,10 @@ class _Usage:
         # past usage as the fleet's share held on average over the decay (GPU-s over GPUs x mean life)
         span = total_gpus * fair.half_life / _LN2 if total_gpus and fair.half_life > 0 else 0.0
         self.past = {p: v / span for p, v in past.items() if v > 0} if past and span else {}
-        self.victims: dict[str, list[Running]] | None = None  # per node, what a reclaim may stop (when first asked)
+        self.victims: dict[str, list[_Victim]] | None = None  # per node, what a reclaim may stop (when first asked)
+        self.victim_projects: set[str] = set()  # the projects of those
+        # per (GPUs, project): (the projects still borrowing, the nodes by a reclaim's lower bound there)
+        self.reclaim_heaps: dict[tuple[int, str], tuple[frozenset[str], list[tuple[float, str, int]]]] = {}
         self.weights: dict[str, float] = {}
         self.gpus: dict[str, float] = {}
         self.cpus: dict[str, float] = {}
@@ -897,8 +982,8 @@ class _Usage:
 
     def reclaims(self, job: Pending) -> bool:
         """Whether ``job`` stays within its project's guarantee: it may then preempt borrowers."""
-        return (job.priority != "best-effort" and job.nodes == 1 and job.gpus > 0
-                and self.quota_used.get(job.project, 0) + job.gpus <= self.guaranteed.get(job.project, 0))
+        return (job.priority != "best-effort" and job.gpus > 0
+                and self.quota_used.get(job.project, 0) + job.gpus * job.nodes <= self.guaranteed.get(job.project, 0))
 
 
     def order(self, groups: dict[str, list[Pending]], exempt: bool) -> Iterator[Pending]:
@@ -945,6 +1030,16 @@ def _sorted_ids(gpu_ids: tuple[str, ...]) -> tuple[str, ...]:
 _Option = tuple[float, int, str]  # (GPU-seconds lost, victims, node): a node's price for a preemption
 
 
+class _Hold:
+    """What a node keeps in one pass for the job its victims were stopped for (:meth:`_Index.keep`)."""
+
+    __slots__ = ("slot", "free", "stopping", "cpus", "memory")
+
+    def __init__(self, slot: _Node, free: tuple[str, ...], stopping: list[Running], cpus: float,
+                 memory: int) -> None:
+        self.slot, self.free, self.stopping, self.cpus, self.memory = slot, free, stopping, cpus, memory
+
+
 class _Index:
     """Free capacity by shape: per health tier, the unreserved nodes by free GPU count (a placement
     looks only at nodes that fit, best fit first: O(candidates), not O(nodes)), and per GPU count
@@ -952,7 +1047,7 @@ class _Index:
     a node's version changes with it; a node's price only rises in a pass, so the top, once fresh, is
     the cheapest)."""
 
-    __slots__ = ("state", "buckets", "max_gpus", "preemptible", "heaps", "now", "victims_left", "touched")
+    __slots__ = ("state", "buckets", "max_gpus", "preemptible", "heaps", "now", "victims_left", "touched", "held")
 
     def __init__(self, nodes: Iterable[_Node], max_gpus: int, preemptible: list[_Node], now: float) -> None:
         self.now = now
@@ -966,6 +1061,7 @@ class _Index:
         self.victims_left = sum(len(slot.best_effort) + len(slot.stopping) for slot in preemptible)
         self.heaps: dict[int, list[tuple[_Option, int, str]]] = {}
         self.touched: dict[str, _Node] = {}  # the nodes the pass changed (Scheduler puts them back)
+        self.held: set[str] = set()  # nodes where something is held for a job (not reserved for another)
 
     def most_free(self) -> int:
         """The most free GPUs on an unreserved node (-1: every node is held)."""
@@ -1014,7 +1110,7 @@ class _Index:
         for k in range(self.max_gpus, -1, -1):
             for tier in self.buckets:
                 for slot in tier[k].values():
-                    if slot.total >= job.gpus:
+                    if slot.total >= job.gpus and slot.name not in self.held:
                         self.hold(slot, job.job_id, out)
                         return True
         return False
@@ -1025,6 +1121,47 @@ class _Index:
         slot.reserved_for = job_id
         slot.ver += 1
         out.reserved[slot.name] = job_id
+
+    def keep(self, slot: _Node, job_id: int, member: _Member) -> _Hold | None:
+        """Hold on ``slot`` what one ``member`` of ``job_id`` needs there: the attempts stopping there
+        first (its victims), then free slots, and its cores and memory, out of every other job's reach
+        (the rest of the node stays open). None: the node was reserved in the pass, nothing is held."""
+        if slot.reserved_for is not None:
+            return None
+        gpus, cpus, memory = member
+        g = 0
+        claimed: list[Running] = []
+        for att in slot.stopping:
+            if g >= gpus:
+                break
+            g += sum(len(ids) for n, ids in att.alloc if n == slot.name)
+            claimed.append(att)
+        use = min(len(slot.free), max(0, gpus - g))
+        got_c = sum(att.cpus * _members_on(att, slot.name) for att in claimed)
+        got_m = sum(att.memory * _members_on(att, slot.name) for att in claimed)
+        hold = _Hold(slot, slot.free[:use], claimed, max(0.0, cpus - got_c), max(0, memory - got_m))
+        old_free = len(slot.free)
+        slot.free = slot.free[use:]
+        slot.stopping = [att for att in slot.stopping if att not in claimed]
+        slot.cpus -= hold.cpus
+        slot.memory -= hold.memory
+        self.victims_left -= len(claimed)
+        self.held.add(slot.name)
+        self.moved(slot, old_free)
+        return hold
+
+    def release(self, hold: _Hold) -> None:
+        """What ``hold`` kept, back on its node (its job's turn), the node priced again for preemption."""
+        slot = hold.slot
+        old_free = len(slot.free)
+        slot.free = hold.free + slot.free
+        slot.stopping = hold.stopping + slot.stopping
+        slot.cpus += hold.cpus
+        slot.memory += hold.memory
+        self.victims_left += len(hold.stopping)
+        self.held.discard(slot.name)
+        self.moved(slot, old_free)
+        self.heaps = {}  # (a heap may have dropped the node while its stopping attempts were held)
 
     def cheapest(self, job: Pending) -> list[tuple[_Option, _Plan]]:
         """The ``job.nodes`` nodes where preempting for ``job`` costs least, cheapest first (fewer: none)."""
@@ -1093,62 +1230,253 @@ class _Index:
 _LN2 = 0.6931471805599453
 
 
-def _reclaim(job: Pending, index: _Index, usage: _Usage, running: list[Running], out: Decisions) -> bool:
-    """Take back ``job``'s project's guarantee (Kueue's reclaim within a cohort): on the node where it
-    loses least (GPU-seconds since their starts, then fewest), stop normal attempts of projects that
-    hold more than their guarantee, youngest first, each only while its project still borrows, until
-    the job fits beside the node's free room. A single-node job only; critical attempts are spared."""
+def _reclaimable(usage: _Usage, running: list[Running], now: float) -> dict[str, list[_Victim]]:
+    """Per node, the attempts a reclaim may stop there (normal, one node, not stopping), priced as
+    preemption prices them (work since their last checkpoint, or start), least lost first (once a pass)."""
     if usage.victims is None:
         usage.victims = {}
         for att in running:
             if att.priority == "normal" and not att.stopping and len(att.alloc) == 1 and att.alloc[0][1]:
-                usage.victims.setdefault(att.alloc[0][0], []).append(att)
-        for atts in usage.victims.values():
-            atts.sort(key=lambda a: (-a.started_at, -a.job_id))  # youngest first
-    best: tuple[tuple[float, int, str], _Node, list[Running]] | None = None
-    for name, atts in usage.victims.items():
+                name = att.alloc[0][0]
+                usage.victims.setdefault(name, []).append(_Victim(att, name, now))
+                usage.victim_projects.add(att.project)
+        for found in usage.victims.values():
+            found.sort(key=_victim_rank)
+    return usage.victims
+
+
+_victim_rank = operator.attrgetter("rank")
+_Cost = tuple[float, int]  # (GPU-seconds lost, victims)
+RECLAIM_STEPS = 4_000  # a reclaim's search over nodes and victim sets, at most this many steps (then its best)
+RECLAIM_ROUNDS = 8  # and at most this many nodes priced past the first choice that could be beaten
+
+
+def _reclaim(job: Pending, index: _Index, usage: _Usage, running: list[Running], out: Decisions) -> bool:
+    """Take back ``job``'s project's guarantee (Kueue's reclaim within a cohort): stop normal attempts of
+    projects that hold more than their guarantee, each only while its project still borrows (critical
+    attempts and the job's own project's are spared), so that every member of ``job`` fits on a node of
+    its own, at the least cost: GPU-seconds lost (since each victim's last checkpoint, or its start),
+    then the fewest victims. Nodes that hold a member as they are cost nothing. Per node every set of
+    up to ``EXACT_VICTIMS`` victims is tried (more: the cheapest until it fits, then none superfluous);
+    across nodes a branch and bound over the nodes' sets, priced cheapest first with a lower bound for
+    the nodes not priced yet. Nothing is stopped when the job cannot fit."""
+    victims = _reclaimable(usage, running, index.now)
+    used, guaranteed = usage.quota_used, usage.guaranteed
+
+    def spare(project: str) -> int:  # what it borrows: it may lose attempts while it holds more than its guarantee
+        return 0 if project == job.project else used.get(project, 0) - guaranteed.get(project, 0)
+
+    need = job.nodes
+    free = list(index.free_nodes(job)) if need > 1 else []  # (all the nodes that fit as they are: fewer than need)
+    free_names = {slot.name for slot in free}
+
+    def eligible(name: str) -> list[_Victim]:
+        return [v for v in victims[name] if spare(v.att.project) > 0]
+
+    def entry(name: str) -> tuple[float, str, int] | None:
+        """``name``'s heap entry: its lower bound now (None: it cannot make room, or is held)."""
         slot = index.state.get(name)
         if slot is None or slot.reserved_for is not None or slot.total < job.gpus:
-            continue
-        g, c, m = len(slot.free), slot.cpus, slot.memory
-        taken: list[Running] = []
-        cut: dict[str, int] = {}  # per project, the GPUs stopped on this node
-        for att in atts:
-            if g >= job.gpus and c + 1e-9 >= job.cpus and (m >= job.memory or job.memory == 0):
+            return None
+        found = eligible(name)
+        low = _reclaim_bound(slot, found, job.gpus) if found else None
+        return None if low is None else (low, name, slot.ver)
+
+    # per (GPUs, project), the nodes by lower bound, kept for the pass (a node's bound only rises in a pass:
+    # an entry whose node changed is priced again when it comes to the top); built again when the set of
+    # projects that still borrow changes (their victims are no longer eligible) or a hold gave room back
+    epoch = frozenset(p for p in usage.victim_projects if spare(p) > 0)
+    kept = usage.reclaim_heaps.get((job.gpus, job.project))
+    if kept is None or kept[0] != epoch:
+        heap = [e for name in victims if (e := entry(name)) is not None]
+        heapq.heapify(heap)
+        usage.reclaim_heaps[(job.gpus, job.project)] = (epoch, heap)
+    else:
+        heap = kept[1]
+    popped: list[tuple[float, str, int]] = []
+
+    def top() -> tuple[float, str, int] | None:
+        """The cheapest fresh entry that is not a node with room as it is (stale ones priced again)."""
+        while heap:
+            low, name, ver = heap[0]
+            if ver != index.state[name].ver:
+                heapq.heappop(heap)
+                if (e := entry(name)) is not None:
+                    heapq.heappush(heap, e)
+                continue
+            if name in free_names:
+                popped.append(heapq.heappop(heap))
+                continue
+            return heap[0]
+        return None
+
+    options: list[tuple[_Node, list[tuple[_Cost, list[_Victim]]]]] = [(slot, [((0.0, 0), [])]) for slot in free]
+    lows: list[_Cost] = [(0.0, 0)] * len(free)  # each priced node's cheapest set, sorted
+
+    def price(name: str) -> None:
+        popped.append(heapq.heappop(heap))
+        slot = index.state[name]
+        sets = _reclaim_sets(slot, eligible(name), job, spare)
+        if sets:
+            options.append((slot, sets))
+            bisect.insort(lows, sets[0][0])
+
+    rounds = 0
+    best: tuple[_Cost, list[tuple[_Node, list[_Victim]]]] | None = None
+    try:
+        while True:
+            while (nxt := top()) is not None and (len(lows) < need or lows[need - 1][0] > nxt[0]):
+                price(nxt[1])
+            best = _combine(options, need, spare)
+            if nxt is None or rounds >= RECLAIM_ROUNDS:
                 break
-            p = att.project
-            if p == job.project or usage.quota_used.get(p, 0) - cut.get(p, 0) <= usage.guaranteed.get(p, 0):
-                continue  # its own project's, or a project within its guarantee: not borrowing
-            gpus = len(att.alloc[0][1])
-            cut[p] = cut.get(p, 0) + gpus
-            g, c, m = g + gpus, c + att.cpus, m + att.memory
-            taken.append(att)
-        if not taken or g < job.gpus or c + 1e-9 < job.cpus or (m < job.memory and job.memory != 0):
-            continue
-        for att in list(taken[:-1]):  # none it could do without (an older, bigger one made it fit)
-            gpus = len(att.alloc[0][1])
-            if g - gpus >= job.gpus and c - att.cpus + 1e-9 >= job.cpus and (m - att.memory >= job.memory
-                                                                              or job.memory == 0):
-                taken.remove(att)
-                g, c, m = g - gpus, c - att.cpus, m - att.memory
-        price = (sum(len(a.alloc[0][1]) * max(0.0, index.now - a.started_at) for a in taken), len(taken), name)
-        if best is None or price < best[0]:
-            best = (price, slot, taken)
+            if best is not None:  # could a node not priced yet do better? (lost and count bounded apart)
+                rest = need - 1
+                lost = nxt[0] + sum(sorted([c[0] for c in lows] + [nxt[0]] * rest)[:rest])
+                count = 1 + sum(sorted([c[1] for c in lows] + [1] * rest)[:rest])
+                if best[0] <= (lost, count):
+                    break
+            rounds += 1
+            price(nxt[1])
+    finally:
+        for e in popped:  # (what was priced stays for the next reclaim: a node that changes is priced again)
+            heapq.heappush(heap, e)
     if best is None:
         return False
-    _, slot, taken = best
-    old_free = len(slot.free)
-    freed = sum(len(a.alloc[0][1]) for a in taken)
-    slot.free = slot.free[max(0, job.gpus - freed):]
-    slot.cpus += sum(a.cpus for a in taken) - job.cpus
-    slot.memory += sum(a.memory for a in taken) - job.memory
-    victims = usage.victims[slot.name]
-    for att in taken:
-        victims.remove(att)
-        usage.quota_used[att.project] -= len(att.alloc[0][1])
-        out.preemptions.append(Preemption(att.job_id, att.attempt, job.job_id))
-    index.moved(slot, old_free)
+    for slot, chosen in best[1]:
+        old_free = len(slot.free)
+        freed = sum(v.gpus for v in chosen)
+        slot.free = slot.free[max(0, job.gpus - freed):]
+        slot.cpus += sum(v.cpus for v in chosen) - job.cpus
+        slot.memory += sum(v.memory for v in chosen) - job.memory
+        for v in chosen:
+            victims[slot.name].remove(v)
+            used[v.att.project] -= v.gpus
+            out.preemptions.append(Preemption(v.att.job_id, v.att.attempt, job.job_id))
+        index.moved(slot, old_free)
+        out.held.setdefault(slot.name, job.job_id)
     return True
+
+
+def _reclaim_bound(slot: _Node, eligible: list[_Victim], gpus: int) -> float | None:
+    """A lower bound of what making room for ``gpus`` on ``slot`` loses (``eligible`` least lost first):
+    the larger of the fractional cover (the least lost per GPU first, the last one in part) and the
+    sum of the k least lost, k the fewest victims whose GPUs could cover what the node lacks. None: all
+    of them together would not free enough GPUs."""
+    lack = gpus - len(slot.free)
+    if lack <= 0:
+        return eligible[0].lost  # (short of cores or memory: at least one victim)
+    sizes = sorted((v.gpus for v in eligible), reverse=True)
+    k = got = 0
+    for size in sizes:
+        k += 1
+        got += size
+        if got >= lack:
+            break
+    if got < lack:
+        return None
+    least = sum(v.lost for v in eligible[:k])
+    frac, left = 0.0, lack
+    for v in sorted(eligible, key=lambda v: v.lost / v.gpus):
+        take = min(left, v.gpus)
+        frac += v.lost * take / v.gpus
+        left -= take
+        if left <= 0:
+            break
+    return max(least, frac)
+
+
+def _admissible(chosen: Iterable[_Victim], spare: Callable[[str], int], per: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]] | None:
+    """``per`` (each project's GPUs stopped and its largest victim) with ``chosen`` added, or None when some
+    project would lose an attempt after it stopped borrowing: stopped in the best order (its largest
+    last), each victim goes while its project holds more than its guarantee: stopped less largest < spare."""
+    out = per
+    for v in chosen:
+        p = v.att.project
+        total, top = out.get(p, (0, 0))
+        total, top = total + v.gpus, max(top, v.gpus)
+        if total - top >= spare(p):
+            return None
+        if out is per:
+            out = dict(per)
+        out[p] = (total, top)
+    return out
+
+
+def _reclaim_sets(slot: _Node, eligible: list[_Victim], job: Pending, spare: Callable[[str], int]) -> list[tuple[_Cost, list[_Victim]]]:
+    """The sets of ``eligible`` victims on ``slot`` that make room for one member of ``job``, none of them
+    superfluous, each admissible on its own, cheapest first (every set up to ``EXACT_VICTIMS`` victims;
+    past that one set: the cheapest until it fits, then the dearest not needed dropped)."""
+    g0, c0, m0 = len(slot.free), slot.cpus, slot.memory
+
+    def fits(pick: list[_Victim]) -> bool:
+        return (g0 + sum(v.gpus for v in pick) >= job.gpus and c0 + sum(v.cpus for v in pick) + 1e-9 >= job.cpus
+                and (m0 + sum(v.memory for v in pick) >= job.memory or job.memory == 0))
+
+    if not fits(eligible):
+        return []  # (all of them would not do: no subset does)
+    found: list[tuple[tuple[float, int, tuple[int, ...]], list[_Victim]]] = []
+    if len(eligible) <= EXACT_VICTIMS:
+        for mask in range(1, 1 << len(eligible)):
+            pick = [v for k, v in enumerate(eligible) if mask >> k & 1]
+            if not fits(pick) or _admissible(pick, spare, {}) is None:
+                continue
+            if any(fits([w for w in pick if w is not v]) for v in pick):
+                continue  # one of them superfluous
+            found.append(((sum(v.lost for v in pick), len(pick), tuple(k for k in range(len(eligible))
+                                                                            if mask >> k & 1)), pick))
+        found.sort(key=lambda f: f[0])
+        return [((key[0], key[1]), pick) for key, pick in found]
+    pick = []
+    for v in eligible:
+        if _admissible([*pick, v], spare, {}) is not None:
+            pick.append(v)
+            if fits(pick):
+                break
+    if not fits(pick):
+        return []
+    for v in reversed(list(pick)):
+        rest = [w for w in pick if w is not v]
+        if fits(rest):
+            pick = rest
+    return [((sum(v.lost for v in pick), len(pick)), pick)]
+
+
+def _combine(options: list[tuple[_Node, list[tuple[_Cost, list[_Victim]]]]], need: int,
+             spare: Callable[[str], int]) -> tuple[_Cost, list[tuple[_Node, list[_Victim]]]] | None:
+    """The cheapest choice of ``need`` nodes of ``options``, one set of victims on each, admissible together
+    (a branch and bound over the nodes cheapest first, at most ``RECLAIM_STEPS`` steps: then the best found)."""
+    nodes = sorted(options, key=lambda o: (o[1][0][0], o[0].rank, o[0].name))
+    if len(nodes) < need:
+        return None
+    sums = [0.0]
+    for _, sets in nodes:
+        sums.append(sums[-1] + sets[0][0][0])
+    best: list[Any] = [None]
+    steps = [RECLAIM_STEPS]
+    picks: list[tuple[_Node, list[_Victim]]] = []
+
+    def walk(i: int, left: int, lost: float, count: int, per: dict[str, tuple[int, int]]) -> None:
+        if left == 0:
+            if best[0] is None or (lost, count) < best[0][0]:
+                best[0] = ((lost, count), list(picks))
+            return
+        if len(nodes) - i < left or steps[0] <= 0:
+            return
+        if best[0] is not None and lost + sums[i + left] - sums[i] > best[0][0][0]:
+            return  # the cheapest sets of the next nodes already cost more
+        steps[0] -= 1
+        slot, sets = nodes[i]
+        for (cost, count_here), chosen in sets:
+            after = _admissible(chosen, spare, per)
+            if after is not None:
+                picks.append((slot, chosen))
+                walk(i + 1, left - 1, lost + cost, count + count_here, after)
+                picks.pop()
+        walk(i + 1, left, lost, count, per)
+
+    walk(0, need, 0.0, 0, {})
+    return best[0]  # type: ignore[no-any-return]
 
 
 _Plan = tuple[_Option, list[Running], list["_Victim"]]  # (price, stopping attempts claimed, victims)
@@ -1225,4 +1553,5 @@ def _preempt(job: Pending, index: _Index, out: Decisions) -> bool:
             index.victims(slot).remove(v)
             out.preemptions.append(Preemption(v.att.job_id, v.att.attempt, job.job_id))
         index.moved(slot, old_free)
+        out.held.setdefault(name, job.job_id)
     return True

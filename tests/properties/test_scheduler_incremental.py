@@ -2,8 +2,9 @@
 of events (attempts started from its own placements, ended, stopped, checkpointed; nodes cordoned,
 degraded, lost, back; the same node handed as a new equal object) its records equal a fresh build's,
 its buckets are in the nodes' order, and each pass decides exactly what :func:`schedule` decides on
-the same inputs. Seeded random runs on small clusters, with fair share, quotas, guarantees, gangs,
-group caps and fractional cores."""
+the same inputs (the holds of the nodes freed for a job carried from pass to pass: the Scheduler keeps
+them, :func:`schedule` is given the last pass's). Seeded random runs on small clusters, with fair share,
+quotas, guarantees and reclaims (gangs too), gangs, group caps and fractional cores."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def _run(seed: int, passes: int = 40) -> int:
     cores = [rng.choice((0.0, 16.0)) for _ in range(count)]
     nodes = [S.NodeState(f"n{i}", tuple(str(g) for g in range(sizes[i])), cpus=cores[i], memory=64)
              for i in range(count)]
-    fair = S.FairShare({"a": S.Share(2.0, quota=rng.choice((None, 6))), "b": S.Share(1.0, guaranteed=2, borrow=6)},
+    fair = S.FairShare({"a": S.Share(2.0, quota=rng.choice((None, 6))), "b": S.Share(1.0, guaranteed=2, borrow=6),
+                        "c": S.Share(1.0, guaranteed=8)},
                        half_life=3600.0) if seed % 2 else None
     past = {"a": 1000.0 * rng.random(), "b": 500.0} if fair is not None else None
     sched = S.Scheduler()
@@ -57,14 +59,20 @@ def _run(seed: int, passes: int = 40) -> int:
     t = 0.0
     compared = 0
     expected, largest = 0, -1
+    held: dict[str, int] = {}  # the nodes held for the jobs victims were stopped for, pass to pass
     for _ in range(passes):
         t += rng.choice((30.0, 300.0))
         for _ in range(rng.randint(0, 4)):  # arrivals
             cpus = rng.choice((0.0, 1.0, 2.0, 0.5 if fractional else 1.0))
-            queue.append(S.Pending(next_id, rng.choice(PRIORITIES), rng.choice((0, 1, 2, 4, 8)), rng.choice((1, 1, 2)),
-                                   cpus, rng.choice((0, 8)), waited_s=rng.choice((0.0, 1000.0)),
+            if seed % 4 == 3:  # reclaims: normal work of projects with and without guarantees, gangs
+                kind = (rng.choice(("normal", "normal", "critical")), rng.choice((1, 2, 2, 4)), rng.choice((1, 2, 2)),
+                        cpus, 0, 0.0)
+            else:
+                kind = (rng.choice(PRIORITIES), rng.choice((0, 1, 2, 4, 8)), rng.choice((1, 1, 2)), cpus,
+                        rng.choice((0, 8)), rng.choice((0.0, 1000.0)))
+            queue.append(S.Pending(next_id, *kind[:5], waited_s=kind[5],
                                    avoid=frozenset({"n0"}) if rng.random() < 0.1 else frozenset(),
-                                   project=rng.choice(("", "a", "b")), group=rng.choice(("", "", "g"))))
+                                   project=rng.choice(("", "a", "b", "c")), group=rng.choice(("", "", "g"))))
             next_id += 1
         for att in list(running):  # endings, stops, checkpoints
             roll = rng.random()
@@ -87,8 +95,9 @@ def _run(seed: int, passes: int = 40) -> int:
         expected += top != largest  # (the largest schedulable node changed: the buckets are sized anew)
         largest = top
         pending = list(queue)
-        want = S.schedule(pending, nodes, running, **kwargs)
-        got = sched.schedule(pending, nodes, running, **kwargs)
+        want = S.schedule(pending, nodes, running, held=held, **kwargs)
+        got = sched.schedule(pending, nodes, running, **kwargs)  # (the holds it kept from its last pass)
+        held = want.held
         assert got == want, f"seed {seed}: the kept records decided otherwise than a fresh pass"
         assert sched._index is not None  # noqa: SLF001
         records, buckets = _fresh(nodes, running)

@@ -128,3 +128,22 @@ def test_a_timeout_ends_the_attempt_at_the_simulated_moment(home: Path) -> None:
     # SIGTERM at the hour; a sim trial ends on it at once
     assert att["ended_at"] - att["started_at"] == 3600
     assert rt.jobs.job(job)["state"] == "failed" and "timeout" in (att["detail"] or "")
+
+
+def test_the_gpus_stopped_for_a_job_wait_for_it_through_the_grace_period_in_simulated_time(home: Path) -> None:
+    """A best-effort attempt holds the node; a normal job stops it. A job queued after, at an older place
+    (a resumed trial's), sorts ahead of it: when the victim has ended, simulated minutes later, the job it
+    was stopped for starts, not the one sorted ahead (the hold is events, no wall clock)."""
+    sim = fleet(home)
+    rt = Runtime(home, sim)
+    victim = submit(rt, gpus=8, priority="best-effort")
+    rt.tick()
+    assert rt.jobs.attempt(victim, 1) is not None
+    wanted = submit(rt, gpus=8)  # its pass stops the victim
+    ahead = jobs.submit_many(rt, [{"command": ["train"], "workdir": ".", "gpus": 8}], place_as=victim)[0]
+    assert rt.jobs.attempt(ahead, 1) is None and rt.jobs.attempt(wanted, 1) is None
+    sim.clock.advance_to(sim.clock.now() + 600)  # past the victim's grace period
+    for _ in range(3):
+        rt.tick()
+    assert rt.jobs.attempt(wanted, 1) is not None
+    assert rt.jobs.attempt(ahead, 1) is None
