@@ -138,6 +138,8 @@ class Driver:
         self.horizon = horizon_s
         self.cordon = cordon
         self.fair = fair  # fair share between projects (the runtime's scheduler: section), None: off
+        # a project has a guarantee: a pass may reclaim it from borrowers' normal attempts (their checkpoints weigh)
+        self._reclaims = fair is not None and any(share.guaranteed > 0 for share in fair.projects.values())
         # past usage decayed with the fair share's half-life (the ledger's accumulator in the runtime)
         self.past = Decayed(fair.half_life) if fair is not None else None
         self.group_caps = dict(group_caps or {})  # per group, how many of its jobs may run at once
@@ -299,18 +301,20 @@ class Driver:
             job.view_key = key
         return job.view
 
-    @staticmethod
-    def _view(att: _Attempt, t: float) -> S.Running:
+    def _view(self, att: _Attempt, t: float) -> S.Running:
         """The scheduler's view of an attempt at ``t``, with its last checkpoint by then (made again only
         when that or its stopping changed; the checkpoint looked up only when ``t`` is past the next one).
-        The checkpoint weighs only in the price of stopping a best-effort attempt (the work a preemption
-        loses): the view of any other attempt, or of one stopping already, leaves it out (None), so that it
-        does not change with every checkpoint (a changed view is a changed node for the scheduler's kept
-        records); tests/properties/test_scheduler_saved_at.py holds the scheduler to that."""
+        The checkpoint weighs only in the price of stopping an attempt that a pass may stop: a best-effort
+        one (preemption), and a normal one when some project has a guarantee (a reclaim stops borrowers'
+        normal attempts, priced by the work they lose). The view of any other attempt, or of one stopping
+        already, leaves it out (None), so that it does not change with every checkpoint (a changed view is
+        a changed node for the scheduler's kept records); tests/properties/test_scheduler_saved_at.py
+        holds the scheduler to that."""
         view = att.view
         if view is not None and att.view_for[0] <= t < att.view_for[1] and view.stopping == att.stopping:
             return view
-        if att.stopping or att.job.priority != "best-effort":
+        if att.stopping or not (att.job.priority == "best-effort"
+                                or (att.job.priority == "normal" and self._reclaims)):
             att.view_for = (-math.inf, math.inf)
             if view is None or view.saved_at is not None or view.stopping != att.stopping:
                 att.view = view = S.Running(att.job.id, att.n, att.job.priority, att.alloc, att.rec.t0, att.job.cpus,

@@ -1,6 +1,6 @@
 """An attempt's last checkpoint (``Running.saved_at``) weighs in a pass only as the price of stopping a
-best-effort attempt that is not stopping already: the simulated fleet's driver leaves it out of every other
-attempt's view (autoresearch/sim/driver.py, ``Driver._view``) so that a checkpoint does not change what the
+best-effort attempt, or of a normal one when a project has a guarantee (a reclaim), that is not stopping
+already: the simulated fleet's driver leaves it out of every other attempt's view (autoresearch/sim/driver.py, ``Driver._view``) so that a checkpoint does not change what the
 scheduler's kept records see. Seeded random passes on small clusters (preemption, fair share with quotas and
 guarantees, reclaim, gangs, group caps): the decisions are the same whatever the other attempts' ``saved_at``."""
 
@@ -16,11 +16,14 @@ from autoresearch.engine import scheduler as S
 PRIORITIES = ("critical", "normal", "best-effort")
 
 
-def _weighs(att: S.Running) -> bool:
-    return att.priority == "best-effort" and not att.stopping
+def _weighs(att: S.Running, fair: S.FairShare | None) -> bool:
+    """Whether a pass may price the attempt's checkpoint: a best-effort one (preemption) and, with a
+    guarantee set, a normal one (a reclaim stops borrowers' normal attempts); never one stopping already."""
+    reclaims = fair is not None and any(s.guaranteed > 0 for s in fair.projects.values())
+    return not att.stopping and (att.priority == "best-effort" or (att.priority == "normal" and reclaims))
 
 
-@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("seed", [*range(30), 205, 387])  # (205, 387: a reclaim priced by a checkpoint)
 def test_decisions_do_not_depend_on_the_checkpoints_of_attempts_no_one_prices(seed: int) -> None:
     rng = random.Random(seed)
     nodes = [S.NodeState(f"n{i}", tuple(str(g) for g in range(rng.choice((2, 4, 8)))), cpus=16.0, memory=64)
@@ -40,8 +43,8 @@ def test_decisions_do_not_depend_on_the_checkpoints_of_attempts_no_one_prices(se
         running = [a for a in running if rng.random() > 0.1 and not (a.stopping and rng.random() < 0.5)]
         kwargs: dict[str, Any] = {"now": t, "fair": fair, "past": {"a": 100.0} if fair else None,
                                   "room": {"g": rng.randint(0, 3)}, "reserve_after_s": 300.0}
-        left_out = [a if _weighs(a) else a._replace(saved_at=None) for a in running]
-        other = [a if _weighs(a) else a._replace(saved_at=t - rng.uniform(0, 3000)) for a in running]
+        left_out = [a if _weighs(a, fair) else a._replace(saved_at=None) for a in running]
+        other = [a if _weighs(a, fair) else a._replace(saved_at=t - rng.uniform(0, 3000)) for a in running]
         want = S.schedule(list(queue), nodes, running, **kwargs)
         assert S.schedule(list(queue), nodes, left_out, **kwargs) == want
         assert S.schedule(list(queue), nodes, other, **kwargs) == want
