@@ -84,6 +84,9 @@ def mirror_failed(ledger: Ledger) -> bool:
     return ledger.one("SELECT 1 FROM tracking_state WHERE name='error'") is not None
 
 
+SYNCER_NICE = 5  # the background syncer's niceness above the process that starts it
+
+
 def kick(home: str | os.PathLike[str] | None = None) -> bool:
     """Make sure a background syncer will pick up new ledger rows. Never raises.
 
@@ -108,8 +111,10 @@ def kick(home: str | os.PathLike[str] | None = None) -> bool:
             os.close(fd)  # closing drops our probe lock
         from autoresearch.backends._supervisor import spawn_detached
 
-        # in our directory, as always: a relative MLFLOW_TRACKING_URI means the same file to the syncer
-        spawn_detached([sys.executable, "-m", "autoresearch.tracking", "--home", str(root)], root / LOG_FILE, cwd=None)
+        # in our directory, as always: a relative MLFLOW_TRACKING_URI means the same file to the syncer;
+        # niced as the loop's report helper is: the mirror is background work, the command and its trials are not
+        spawn_detached([sys.executable, "-m", "autoresearch.tracking", "--home", str(root)], root / LOG_FILE, cwd=None,
+                       nice=SYNCER_NICE)
         return True
     except OSError:
         return False

@@ -211,11 +211,13 @@ def test_the_daemon_and_the_syncer_start_through_one_detaching_helper(api: Any, 
     wait_for(reaped, timeout=30)  # the thread reaped it: no zombie left
 
     started: list[list[str]] = []
-    monkeypatch.setattr(_supervisor, "spawn_detached", lambda argv, log, cwd="/", wait=True: started.append(argv))
+    monkeypatch.setattr(_supervisor, "spawn_detached",
+                        lambda argv, log, cwd="/", wait=True, nice=0: started.append([*argv, f"nice={nice}"]))
     monkeypatch.setenv("AUTORESEARCH_SYNC", "on")
     monkeypatch.delenv("AUTORESEARCH_TRACKING", raising=False)
     assert passd.ensure(api._runtime) and outbox.kick(home)
     assert [argv[2] for argv in started] == ["autoresearch.engine.passd", "autoresearch.tracking"]
+    assert [argv[-1] for argv in started] == ["nice=0", f"nice={outbox.SYNCER_NICE}"]  # the mirror runs niced
 
 
 def test_an_ending_waits_for_a_starting_daemon_only_within_its_grace(tmp_path: Path,
