@@ -467,15 +467,24 @@ class Api:
         view = write_report(self._ledger, name, out_dir)
         return view, log_to_mlflow(self._ledger, view)
 
-    def loop_report_later(self, view: Any) -> Any:
+    def loop_report_later(self, view: Any, launch: bool = True) -> Any:
         """Have a loop's report (plots, summary.md, report.html, their MLflow upload) written by a
         detached helper, so the command returns with the answer; the view with ``report_dir`` and
-        ``report_state`` set (:mod:`autoresearch.loop.report_later`)."""
+        ``report_state`` set (:mod:`autoresearch.loop.report_later`). ``launch=False`` only asks for
+        it: :meth:`loop_report_launch` starts the helper once the answer is out."""
         from autoresearch.loop import report_later
 
-        view.report_dir = str(report_later.start(self._ledger.home, view.name))
+        view.report_dir = str(report_later.ask(self._ledger.home, view.name))
         view.report_state = "writing"
+        if launch:
+            report_later.launch(self._ledger.home, view.name)
         return view
+
+    def loop_report_launch(self, name: str) -> None:
+        """Start the helper that writes the report :meth:`loop_report_later` asked for."""
+        from autoresearch.loop import report_later
+
+        report_later.launch(self._ledger.home, name)
 
     def loop_summary(self, name: str, plot_path: str) -> tuple[str, str | None]:
         """A loop's summary (Markdown) and its best-so-far plot written to ``plot_path`` (None when no

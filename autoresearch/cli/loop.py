@@ -119,11 +119,16 @@ def _run(args: argparse.Namespace) -> int:
             raise
         return _interrupted(api, plan, err, args)
     if not args.no_report:  # plots and their upload take seconds: a helper writes them after we return
-        view = api.loop_report_later(view)
-    if args.json:
-        print(json.dumps(json_ready(view), default=str))
-    elif live is not None:
-        live.summary(view)
+        view = api.loop_report_later(view, launch=False)
+    try:
+        if args.json:
+            print(json.dumps(json_ready(view), default=str))
+        elif live is not None:
+            live.summary(view)
+        sys.stdout.flush()
+    finally:  # the helper starts once the answer is out: its start would share the cores with it
+        if not args.no_report:
+            api.loop_report_launch(view.name)
     from autoresearch.loop.views import CANNOT_LEARN
 
     if view.stop_reason.startswith(CANNOT_LEARN):  # its first trials all failed alike: say why, exit 1

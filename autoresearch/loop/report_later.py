@@ -102,16 +102,32 @@ def describe(home: str | os.PathLike[str], name: str) -> str | None:
 HELPER_NICE = 5
 
 
-def start(home: str | os.PathLike[str], name: str) -> Path:
-    """Ask for loop ``name``'s report in a detached helper; the directory it will be written to.
-    The helper outlives the command (its own session), its messages go to ``loops/NAME/report.log``."""
+def ask(home: str | os.PathLike[str], name: str) -> Path:
+    """Record that loop ``name``'s report is wanted (``pending``); the directory it will be written
+    to. :func:`launch` starts its helper: the command asks before it prints its answer and launches
+    after, so the helper's start (seconds of CPU) never shares the cores with that answer. Asked for
+    and never launched (the command killed in between), it reads as ``interrupted`` after 30 s and
+    ``autoresearch report NAME`` writes it."""
+    loop_dir = _loop_dir(Path(home), name)
+    _write_state(loop_dir, state="pending")
+    return loop_dir / "report"
+
+
+def launch(home: str | os.PathLike[str], name: str) -> None:
+    """Start the detached helper that writes the report :func:`ask` asked for. It outlives the
+    command (its own session); its messages go to ``loops/NAME/report.log``."""
     from autoresearch.backends._supervisor import spawn_detached
 
     loop_dir = _loop_dir(Path(home), name)
-    _write_state(loop_dir, state="pending")
     spawn_detached([sys.executable, "-m", "autoresearch.loop.report_later", str(Path(home).absolute()), name],
                    loop_dir / LOG_FILE, cwd=None, wait=False, nice=HELPER_NICE)  # (the command returns now)
-    return loop_dir / "report"
+
+
+def start(home: str | os.PathLike[str], name: str) -> Path:
+    """Ask for loop ``name``'s report and start its helper at once (:func:`ask`, then :func:`launch`)."""
+    where = ask(home, name)
+    launch(home, name)
+    return where
 
 
 def wait(home: str | os.PathLike[str], name: str, timeout_s: float = 120.0) -> dict[str, Any] | None:

@@ -146,3 +146,29 @@ def test_a_name_no_loop_can_have_reads_nothing_and_writes_nothing(home: Path, na
     assert report_later.wait(home, name, timeout_s=1) is None
     assert report_later.write(home, name)["state"] == "failed"
     assert sorted(p.name for p in home.iterdir()) == ["report.state"]
+
+
+def test_the_helper_starts_after_the_answer_is_out(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The helper's start (an interpreter, matplotlib's import: seconds of CPU) used to come before the
+    command printed its answer, and took the cores that answer's last work needed (at the end of a
+    5,000-trial loop, the JSON's conversion and print ran at half speed beside it)."""
+    from autoresearch.backends import _supervisor
+    from autoresearch.cli import main
+
+    seen: list[tuple[list[str], str, Any]] = []
+
+    def spawn(argv: list[str], *args: Any, **kwargs: Any) -> int:
+        if "autoresearch.loop.report_later" in argv:  # (not the runtime's own helpers)
+            seen.append((argv, capsys.readouterr().out, report_later.state(home, "later")))  # what was out by then
+        return 0
+
+    monkeypatch.setattr(_supervisor, "spawn_detached", spawn)
+    (tmp_path / "plan.yaml").write_text(PLAN % sys.executable)
+    monkeypatch.chdir(tmp_path)
+    assert main([str(tmp_path / "plan.yaml"), "--json"]) == 0
+    (argv, printed, asked), = seen
+    assert argv[-3:] == ["autoresearch.loop.report_later", str(home.absolute()), "later"]
+    view = json.loads(printed)  # the whole answer was out before the helper was started
+    assert view["report_state"] == "writing" and view["best_params"] == {"x": 0.1}
+    assert asked is not None and asked["state"] == "pending"  # asked for first: a kill in between is `interrupted`
