@@ -102,29 +102,32 @@ def test_the_supervisors_sandbox_is_the_programs_sandbox(base: Path, monkeypatch
     why, _ = _sandbox.rootbox_check()
     assert why is None, why
     monkeypatch.setattr(_sandbox, "_ROOTBOX", (True, float("inf")))
-    home = base / "home"
-    monkeypatch.setenv("AUTORESEARCH_HOME", str(home))
     monkeypatch.setenv("AUTORESEARCH_GPUS", "2")
     monkeypatch.delenv("AUTORESEARCH_BACKEND", raising=False)
     base.chmod(0o755)
-    api = Api(home)
-    # (memory: an address-space limit below what a fork of a Python process holds, the job's alone)
-    (home / "config.yaml").write_text("sandbox:\n  limits: {processes: 64, tmp: 1M, memory: 24M}\n")
-    with api._ledger.tx() as c:
-        isolation.register_tenant(c, "team-a", isolation.tenant_policy([]))
     host_mounts = {line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()}
-    seen = {}
+    # A home for each way: the processes a launch starts (the home's pass daemon, the supervisors that
+    # run the pass on an ending) keep the environment they were started with, so in one shared home a
+    # daemon started under AUTORESEARCH_ROOTBOX=off would launch the second way's jobs with the programs.
+    seen, apis = {}, {}
     for way in ("programs", "rootbox"):
         if way == "programs":
             monkeypatch.setenv("AUTORESEARCH_ROOTBOX", "off")
         else:
             monkeypatch.delenv("AUTORESEARCH_ROOTBOX")
+        home = base / way
+        monkeypatch.setenv("AUTORESEARCH_HOME", str(home))
+        apis[way] = api = Api(home)
+        # (memory: an address-space limit below what a fork of a Python process holds, the job's alone)
+        (home / "config.yaml").write_text("sandbox:\n  limits: {processes: 64, tmp: 1M, memory: 24M}\n")
+        with api._ledger.tx() as c:
+            isolation.register_tenant(c, "team-a", isolation.tenant_policy([]))
         job = api.submit({"command": ["sh", "-c", PROBE.replace("HOME", str(home))], "workdir": str(base),
                           "max_retries": 0}, project="team-a")
         view = wait_state(api, job.id, ("succeeded", "failed"), timeout=60)
         log = (home / "jobs" / str(job.id) / "attempt-1.log").read_text()
         assert view.state == "succeeded", log
-        seen[way] = log.replace(f"/jobs/{job.id}/", "/jobs/N/")
+        seen[way] = log.replace(f"/jobs/{job.id}/", "/jobs/N/").replace(str(home), "HOME")
     assert seen["rootbox"] == seen["programs"], (seen["programs"], seen["rootbox"])
     lines = seen["rootbox"].splitlines()
     assert lines[0] != "0" and "pid 2" in lines and "no userns" in lines and "root read-only" in lines, lines
@@ -135,11 +138,12 @@ def test_the_supervisors_sandbox_is_the_programs_sandbox(base: Path, monkeypatch
     assert not [m for m in made if m in ours or m == str(base) or m.startswith(f"{base}/")], made
     # The sandbox's pid 1 is a fork of the supervisor, forked from its launcher (here: this pytest):
     # the job reads none of the launcher's command line there (a CLI's could be another project's).
+    api = apis["rootbox"]
     job = api.submit({"command": ["sh", "-c", "tr '\\0' '\\n' < /proc/1/cmdline; cat /proc/1/environ; "
                                               "ls /proc/self/fd | tr '\\n' ' '"],
                       "workdir": str(base), "max_retries": 0}, project="team-a")
     wait_state(api, job.id, ("succeeded", "failed"), timeout=60)
-    log = (home / "jobs" / str(job.id) / "attempt-1.log").read_text()
+    log = (base / "rootbox" / "jobs" / str(job.id) / "attempt-1.log").read_text()
     assert log.split("\n", 1)[0] == "autoresearch-sandbox" and "pytest" not in log, log
     assert "Permission denied" in log and "AUTORESEARCH_HOME" not in log, log  # not dumpable: no environ
     assert log.rsplit("\n", 1)[-1].split() == ["0", "1", "2", "3"], log  # its output, and ls's own
