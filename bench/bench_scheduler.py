@@ -6,7 +6,8 @@ A fleet of 128 nodes x 8 GPUs (1,024 GPUs), a quarter of it busy with normal wor
 quarter with preemptible best-effort work, 20 projects (weights 1-4, a GPU quota on half
 of them), a mix of classes, job sizes 1-8 GPUs and some 2- and 4-node gangs. Prints the
 median and p95 wall time (and the median CPU time, which a loaded machine distorts least) of
-``scheduler.schedule`` with fair share off and on at each queue size.
+``scheduler.schedule`` with fair share off and on at each queue size. ``--fleets`` prints, per fleet
+size, the pure pass and a kept one (``Scheduler``) on a half-free fleet, a full one and a reclaim storm.
 Goal: <= 50 ms at 10,000 queued x 1,024 GPUs with fair share on; with ``--fleets``, <= 20 ms at
 16,384 GPUs (a pass starts at most ``MAX_STARTS`` jobs; the uncapped pass is printed beside it).
 Not a test: figures depend on the machine and its load.
@@ -30,6 +31,7 @@ from autoresearch.engine.scheduler import (  # noqa: E402
     NodeState,
     Pending,
     Running,
+    Scheduler,
     Share,
     schedule,
 )
@@ -81,54 +83,89 @@ def time_pass(pending: list[Pending], nodes: list[NodeState], running: list[Runn
     return wall, cpu
 
 
+def storm(gpus: int, queued: int = 10_000, gangs: bool = False) -> tuple[list[NodeState], list[Running],
+                                                                        list[Pending], FairShare]:
+    """A reclaim storm: a full fleet of borrowers' normal work (4 two-GPU attempts a node, the 10 projects
+    without a guarantee) and ``queued`` normal jobs of the 10 guaranteed ones (each guaranteed a 20th of the
+    fleet), single jobs (or one in 10 a 2-node gang): every placement is a reclaim."""
+    n = gpus // 8
+    nodes = [NodeState(f"node{i:05d}", tuple(str(g) for g in range(8)), cpus=64.0) for i in range(n)]
+    running = [Running(1_000_000 + 4 * i + k, 1, "normal", ((f"node{i:05d}", (str(2 * k), str(2 * k + 1))),),
+                       float(4 * i + k), cpus=4.0, project=PROJECTS[1 + 2 * ((i + k) % 10)])
+               for i in range(n) for k in range(4)]
+    fair = FairShare({p: Share(guaranteed=gpus // 20 if j % 2 == 0 else 0) for j, p in enumerate(PROJECTS)})
+    pending = [Pending(i, "normal", [1, 2, 4, 8][i % 4], 2 if gangs and i % 10 == 0 else 1, cpus=1.0,
+                       project=PROJECTS[2 * (i % 10)]) for i in range(queued)]
+    return nodes, running, pending, fair
+
+
+def time_kept(pending: list[Pending], nodes: list[NodeState], running: list[Running], runs: int,
+              **kwargs: object) -> tuple[list[float], object]:
+    """CPU milliseconds per pass of one :class:`Scheduler` handed the same inputs again and again (its
+    records and queue kept; no holds carried, so each pass decides what the pure pass decides), after a
+    first pass that builds them."""
+    sched = Scheduler()
+    out = sched.schedule(pending, nodes, running, held={}, **kwargs)  # type: ignore[arg-type]
+    cpu = []
+    for _ in range(runs):
+        c0 = time.process_time()
+        out = sched.schedule(pending, nodes, running, held={}, **kwargs)  # type: ignore[arg-type]
+        cpu.append((time.process_time() - c0) * 1000)
+    return cpu, out
+
+
 def fleets(sizes: list[int], runs: int, queued: int = 10_000) -> None:
-    """A pass with ``queued`` jobs at each fleet size (8-GPU nodes), fair share on: wall and CPU p50 and p99."""
-    print(f"scheduler.schedule, {queued:,} queued, fair share on, 20 projects (runs={runs}, {os.cpu_count()} cores, "
-          f"load {os.getloadavg()[0]:.1f})")
-    head = (f"{'GPUs':>7} {'fleet':>10} {'wall p50 ms':>12} {'p99':>8} {'CPU p50 ms':>11} {'p99':>8} {'decisions':>10} "
-            f"{'goal':>6} {'uncapped CPU p50':>17} {'decisions':>10} {'us/decision':>12}")
+    """A pass with ``queued`` jobs at each fleet size (8-GPU nodes), fair share on: CPU p50 and p99 of the
+    pure pass (``schedule``) and of a kept one (``Scheduler``, its records and queue kept between passes)."""
+    print(f"scheduler, {queued:,} queued, fair share on, 20 projects (runs={runs}, {os.cpu_count()} cores, "
+          f"load {os.getloadavg()[0]:.1f}); CPU ms")
+    head = (f"{'GPUs':>7} {'scenario':>13} {'pure p50':>9} {'p99':>7} {'kept p50':>9} {'p99':>7} {'decisions':>10} "
+            f"{'goal':>6} {'uncapped p50':>13} {'decisions':>10}")
     print(head)
     print("-" * len(head))
     pending = queue(queued)
     for gpus in sizes:
+        cases: list[tuple[str, list[Pending], list[NodeState], list[Running], dict[str, object]]] = []
         for name, make in (("half free", fleet), ("full", full_fleet)):
             nodes, running = make(gpus // 8)
-            wall, cpu = time_pass(pending, nodes, running, shares(), runs)
-            out = schedule(pending, nodes, running, fair=shares())
+            cases.append((name, pending, nodes, running, {"fair": shares()}))
+        for gangs in (False, True):
+            nodes, running, jobs, fair = storm(gpus, queued, gangs)
+            cases.append(("reclaim gangs" if gangs else "reclaim", jobs, nodes, running, {"fair": fair, "now": 1e6}))
+        for name, jobs, nodes, running, kwargs in cases:
+            cpu = []
+            for _ in range(runs):
+                c0 = time.process_time()
+                out = schedule(jobs, nodes, running, **kwargs)  # type: ignore[arg-type]
+                cpu.append((time.process_time() - c0) * 1000)
+            kept, again = time_kept(jobs, nodes, running, runs, **kwargs)
+            assert again == out, f"{name}: the kept pass decided otherwise than the pure one"
             decided = len(out.placements) + len(out.preemptions) + len(out.reserved)
-            _, whole = time_pass(pending, nodes, running, shares(), runs, max_starts=None)
-            every = schedule(pending, nodes, running, fair=shares(), max_starts=None)
-            all_decided = len(every.placements) + len(every.preemptions) + len(every.reserved)
-            _, base = time_pass(pending[:1], nodes, running, shares(), runs)
-            per = (statistics.median(whole) - statistics.median(base)) * 1000 / max(1, all_decided)
-            print(f"{gpus:7,} {name:>10} {statistics.median(wall):12.1f} {pct(wall, 0.99):8.1f} "
-                  f"{statistics.median(cpu):11.1f} {pct(cpu, 0.99):8.1f} {decided:10,} "
-                  f"{'<= 20' if gpus == 16_384 else '':>6} {statistics.median(whole):17.1f} {all_decided:10,} "
-                  f"{per:12.1f}")
+            uncapped = all_decided = ""
+            if not name.startswith("reclaim"):
+                _, whole = time_pass(jobs, nodes, running, shares(), runs, max_starts=None)
+                every = schedule(jobs, nodes, running, fair=shares(), max_starts=None)
+                uncapped = f"{statistics.median(whole):.1f}"
+                all_decided = f"{len(every.placements) + len(every.preemptions) + len(every.reserved):,}"
+            print(f"{gpus:7,} {name:>13} {statistics.median(cpu):9.1f} {pct(cpu, 0.99):7.1f} "
+                  f"{statistics.median(kept):9.1f} {pct(kept, 0.99):7.1f} {decided:10,} "
+                  f"{'<= 20' if gpus == 16_384 else '':>6} {uncapped:>13} {all_decided:>10}")
     print(f"half free: a quarter of the GPUs busy with normal work, a quarter with best-effort (the pass places "
-          f"thousands); full: every GPU held, one node in 8 best-effort (the steady state). decisions: placements, "
-          f"preemptions and reservations the pass made, at most max_starts={MAX_STARTS} starts a pass (the runtime "
-          f"passes again at once); uncapped: the same pass with no cap (max_starts=None); us/decision: its CPU less "
-          f"a pass with one job queued (the setup: nodes, attempts), per decision")
+          f"thousands); full: every GPU held, one node in 8 best-effort (the steady state); reclaim: a full fleet "
+          f"of borrowers and 10,000 queued of 10 guaranteed projects, every placement a reclaim (gangs: one in 10 a "
+          f"2-node gang). pure: schedule(); kept: one Scheduler passing again on the same inputs. decisions: "
+          f"placements, preemptions and reservations, at most max_starts={MAX_STARTS} starts a pass (the runtime "
+          f"passes again at once); uncapped: the pure pass with no cap (max_starts=None)")
 
 
 def reclaims(sizes: list[int], runs: int, queued: int = 10_000) -> None:
-    """A full fleet of borrowers' normal work (4 two-GPU attempts a node, the 10 projects without a guarantee)
-    and ``queued`` normal jobs of the 10 guaranteed ones (each guaranteed a 20th of the fleet), single jobs
-    or one in 10 a 2-node gang: every placement is a reclaim. CPU p50 of a (capped) pass."""
+    """:func:`storm` at each fleet size: CPU p50 of a (capped) pure pass."""
     print(f"scheduler.schedule, reclaims: {queued:,} queued of 10 guaranteed projects, a full fleet of borrowers "
           f"(runs={runs}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})")
     print(f"{'GPUs':>7} {'jobs':>7} {'CPU p50 ms':>11} {'p99':>8} {'victims':>8}")
     for gpus in sizes:
-        n = gpus // 8
-        nodes = [NodeState(f"node{i:05d}", tuple(str(g) for g in range(8)), cpus=64.0) for i in range(n)]
-        running = [Running(1_000_000 + 4 * i + k, 1, "normal", ((f"node{i:05d}", (str(2 * k), str(2 * k + 1))),),
-                           float(4 * i + k), cpus=4.0, project=PROJECTS[1 + 2 * ((i + k) % 10)])
-                   for i in range(n) for k in range(4)]
-        fair = FairShare({p: Share(guaranteed=gpus // 20 if j % 2 == 0 else 0) for j, p in enumerate(PROJECTS)})
         for gang in (False, True):
-            pending = [Pending(i, "normal", [1, 2, 4, 8][i % 4], 2 if gang and i % 10 == 0 else 1, cpus=1.0,
-                               project=PROJECTS[2 * (i % 10)]) for i in range(queued)]
+            nodes, running, pending, fair = storm(gpus, queued, gang)
             cpu = []
             for _ in range(runs):
                 c0 = time.process_time()

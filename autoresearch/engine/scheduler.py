@@ -50,7 +50,9 @@ from __future__ import annotations
 
 import bisect
 import functools
+import gc
 import heapq
+import itertools
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, Self
@@ -331,17 +333,39 @@ def schedule(
     rest of the node stays open); a more urgent class may.
     The job's turn releases the hold (it is placed, or claims its stopping victims again and holds the
     node for one more pass); a job no longer queued holds nothing."""
-    state, max_gpus, total_gpus, total_cpus = _build(nodes, running)
-    if now is None:
-        now = _latest(running)
-    usage = None
-    if fair is not None:
-        usage = _Usage(fair, total_gpus, total_cpus, past)
-        usage.add_running(running)
-    preemptible = [slot for slot in state.values() if slot.best_effort or slot.stopping]
-    index = _Index(state.values(), max_gpus, preemptible, now)
-    return _decide(pending, index, usage, running, reserve_after_s, pack_gangs, room, max_reservations, max_starts,
-                   held)
+    with _collector_paused():
+        state, max_gpus, total_gpus, total_cpus = _build(nodes, running)
+        if now is None:
+            now = _latest(running)
+        usage = None
+        if fair is not None:
+            usage = _Usage(fair, total_gpus, total_cpus, past)
+            usage.add_running(running)
+        preemptible = [slot for slot in state.values() if slot.best_effort or slot.stopping]
+        index = _Index(state.values(), max_gpus, preemptible, now)
+        return _decide(pending, index, usage, running, reserve_after_s, pack_gangs, room, max_reservations,
+                       max_starts, held)
+
+
+class _collector_paused:  # noqa: N801  (a context manager, used as a function)
+    """The cyclic garbage collector off for one pass, back on after it (when it was on). A pass allocates
+    tens of thousands of small records and frees nearly all of them when it ends; with the collector on,
+    those allocations set off collections in the middle of the pass, and every few passes a full one that
+    walks every object of the process (the queue's and the attempts' records: ~12 ms at 10,000 queued and
+    16,384 GPUs, the slowest passes' whole excess). What the pass frees it frees by reference counts (a
+    reclaim's recursive search leaves one small cycle, collected later): the collector's count is back near
+    where it was after the pass, so collections come fewer, between passes, not in them."""
+
+    __slots__ = ("was",)
+
+    def __enter__(self) -> None:
+        self.was = gc.isenabled()
+        if self.was:
+            gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.was:
+            gc.enable()
 
 
 class Scheduler:
@@ -377,6 +401,8 @@ class Scheduler:
         self._cpus: dict[str, float] = {}
         self._quota: dict[str, int] = {}
         self._exact = True
+        self._queue = _Queue()  # the queue by class and project, patched with what was added and removed
+        self._latest: float | None = None  # the running attempts' latest start or checkpoint (None: unknown)
 
     def schedule(self, pending: list[Pending], nodes: list[NodeState], running: list[Running], *,
                  reserve_after_s: float = 300.0, fair: FairShare | None = None, pack_gangs: bool = False,
@@ -385,13 +411,27 @@ class Scheduler:
                  max_starts: int | None = MAX_STARTS, held: Mapping[str, int] | None = None) -> Decisions:
         """:func:`schedule`'s pass (the same arguments, the same decisions); ``held`` None: the holds
         the last pass left (``self.held``)."""
+        with _collector_paused():
+            return self._pass(pending, nodes, running, reserve_after_s, fair, pack_gangs, room, now,
+                              max_reservations, past, max_starts, held)
+
+    def _pass(self, pending: list[Pending], nodes: list[NodeState], running: list[Running], reserve_after_s: float,
+              fair: FairShare | None, pack_gangs: bool, room: Mapping[str, int] | None, now: float | None,
+              max_reservations: int, past: Mapping[str, float] | None, max_starts: int | None,
+              held: Mapping[str, int] | None) -> Decisions:
         try:
             index = self._sync(nodes, running)
         except BaseException:
             self._index = None  # (half updated: the next pass builds afresh)
             raise
         if now is None:
-            now = _latest(running)
+            if self._latest is None:
+                at = [max(a.started_at, a.saved_at or 0.0) for a in running]
+                now = max(at, default=0.0)  # (_latest's)
+                if all(v == v for v in at):  # (no NaN: then the latest is known from the changes alone)
+                    self._latest = now
+            else:
+                now = self._latest
         index.now = now
         index.heaps = {}
         index.touched = {}
@@ -407,7 +447,10 @@ class Scheduler:
                 usage.add_running(running)
         try:
             out = _decide(pending, index, usage, running, reserve_after_s, pack_gangs, room, max_reservations,
-                          max_starts, self.held if held is None else held)
+                          max_starts, self.held if held is None else held, self._queue)
+        except BaseException:
+            self._queue = _Queue()  # (perhaps half patched: the next pass groups afresh)
+            raise
         finally:
             self._restore(index)
         self.held = dict(out.held)
@@ -428,6 +471,7 @@ class Scheduler:
         self._preemptible = {name for name, slot in state.items() if slot.best_effort or slot.stopping}
         self._atts, self._on = {}, {}
         self._gpus, self._cpus, self._quota, self._exact = {}, {}, {}, True
+        self._latest = None
         for att in running:
             self._add(att)
         index = _Index(state.values(), max_gpus, [], 0.0)
@@ -438,12 +482,14 @@ class Scheduler:
         return index
 
     def _add(self, att: Running) -> None:
+        self._note(att, True)
         self._atts[id(att)] = att
         for name in {name for name, _ in att.alloc}:
             self._on.setdefault(name, {})[id(att)] = att
         self._count(att, 1)
 
     def _remove(self, att: Running) -> None:
+        self._note(att, False)
         del self._atts[id(att)]
         for name in {name for name, _ in att.alloc}:
             on = self._on.get(name)
@@ -452,6 +498,24 @@ class Scheduler:
                 if not on:
                     del self._on[name]
         self._count(att, -1)
+
+    def _note(self, att: Running, added: bool) -> None:
+        """The latest start or checkpoint with ``att`` added or gone; None (worked out afresh when a pass
+        asks) when it cannot tell: the latest one gone, or a figure that is not a number."""
+        latest = self._latest
+        if latest is None:
+            return
+        try:
+            at = max(att.started_at, att.saved_at or 0.0)
+            if added:
+                if at > latest:
+                    self._latest = at
+                elif not at <= latest:
+                    self._latest = None
+            elif not at < latest:
+                self._latest = None
+        except TypeError:
+            self._latest = None
 
     def _count(self, att: Running, sign: int) -> None:
         """Add (+1) or take off (-1) what ``att`` holds from its project's figures (_Usage.add_running's)."""
@@ -618,7 +682,8 @@ def _latest(running: list[Running]) -> float:
 
 def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running: list[Running],
             reserve_after_s: float, pack_gangs: bool, room: Mapping[str, int] | None, max_reservations: int,
-            max_starts: int | None, held: Mapping[str, int] | None = None) -> Decisions:
+            max_starts: int | None, held: Mapping[str, int] | None = None,
+            queue: _Queue | None = None) -> Decisions:
     """The pass proper, on the nodes' records as ``running`` leaves them (``index``): the queue, class
     by class, placed, preempted for, reclaimed for or reserved for. It changes the records it uses
     (the caller builds them afresh, or :class:`Scheduler` puts them back)."""
@@ -637,7 +702,7 @@ def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running
     reservations = max(0, max_reservations)
     starts_left = -1 if max_starts is None else max(1, max_starts)  # -1: no cap
 
-    for rank, least, jobs in _classes(pending, usage):
+    for rank, least, jobs in (_classes(pending, usage) if queue is None else queue.classes(pending, usage)):
         if holds:  # this class's holds, of what a more urgent class left on their nodes
             for job_id, (member, slots) in holds.pop(rank, {}).items():
                 kept = [hold for slot in slots if (hold := index.keep(slot, job_id, member)) is not None]
@@ -881,6 +946,128 @@ _order = operator.attrgetter("order")
 _gpus = operator.attrgetter("gpus")
 
 
+class _Queue:
+    """The queue by class and project (one group per class without fair share), each group in submit order,
+    kept between passes (:class:`Scheduler`): a pass compares the queue with the last one's by identity (a
+    job handed as the same object is unchanged) and takes the jobs that left out of their groups and files
+    the new ones in, instead of grouping and sorting the whole queue again. It groups afresh when it cannot
+    keep the groups exactly as :func:`_classes` orders them (a job object twice, two jobs with the same
+    place in submit order, fair share turned on or off) and when most of the queue is new objects (a caller
+    that builds its views anew each pass: then, after ``MISSES`` such passes in a row, it stops comparing
+    and groups afresh, trying again every ``RETRY`` passes)."""
+
+    MISSES: Final = 3
+    RETRY: Final = 16
+
+    __slots__ = ("groups", "least", "jobs", "last", "fair", "misses", "skipped")
+
+    def __init__(self) -> None:
+        self.groups: dict[tuple[int, str], list[Pending]] = {}  # (rank, project or "") -> jobs in submit order
+        self.least: dict[tuple[int, str], int] = {}  # the fewest GPUs a job of the group asks
+        self.jobs: dict[int, Pending] | None = None  # id -> each job of the last pass (None: not kept)
+        self.last: list[Pending] = []  # the last pass's queue, as handed
+        self.fair = False
+        self.misses = 0  # passes in a row where most of the queue was new objects
+        self.skipped = 0  # passes since it stopped comparing
+
+    def classes(self, pending: list[Pending], usage: _Usage | None) -> list[tuple[int, int, Iterator[Pending]]]:
+        """:func:`_classes`'s answer, from the kept groups."""
+        fair = usage is not None
+        if not self._patch(pending, fair):
+            self._group(pending, fair)
+        ranks: dict[int, tuple[list[int], dict[str, list[Pending]]]] = {}
+        for (rank, project), jobs in self.groups.items():
+            if (found := ranks.get(rank)) is None:
+                ranks[rank] = ([self.least[rank, project]], {project: jobs})
+            else:
+                found[0].append(self.least[rank, project])
+                found[1][project] = jobs
+        out: list[tuple[int, int, Iterator[Pending]]] = []
+        for rank in sorted(ranks):
+            leasts, groups = ranks[rank]
+            if usage is None:
+                out.append((rank, leasts[0], iter(groups[""])))
+            else:
+                out.append((rank, min(leasts), usage.order(groups, rank == BEST_EFFORT)))
+        return out
+
+    def _patch(self, pending: list[Pending], fair: bool) -> bool:
+        """The groups patched with what changed since the last pass; False: group afresh."""
+        prev = self.jobs
+        if prev is None or fair != self.fair:
+            return False
+        last = self.last
+        if len(pending) == len(last) and all(map(operator.is_, pending, last)):
+            self.misses = self.skipped = 0
+            return True  # (the same objects in the same order: nothing changed)
+        now = dict(zip(map(id, pending), pending, strict=True))
+        if len(now) != len(pending):
+            return False  # (one object twice)
+        added = now.keys() - prev.keys()
+        if 2 * len(added) > len(pending):
+            self.misses += 1
+            return False  # (mostly new objects: grouping afresh costs less than patching)
+        self.misses = self.skipped = 0
+        removed = prev.keys() - now.keys()
+        self.jobs = None  # (until the groups are whole again)
+        groups, least, touched = self.groups, self.least, set()
+        if removed:
+            gone: dict[tuple[int, str], set[int]] = {}
+            for key in removed:
+                job = prev[key]
+                gone.setdefault((RANK.get(job.priority, 1), job.project if fair else ""), set()).add(key)
+            for pair, keys in gone.items():
+                groups[pair] = [job for job in groups[pair] if id(job) not in keys]
+                touched.add(pair)
+        for key in added:
+            job = now[key]
+            pair = (RANK.get(job.priority, 1), job.project if fair else "")
+            jobs = groups.get(pair)
+            if jobs is None:
+                groups[pair] = [job]
+            else:
+                place = _place(job)
+                at = bisect.bisect_right(jobs, place, key=_place)
+                if at and _place(jobs[at - 1]) == place:
+                    return False  # (two jobs with one place: submit order alone would not tell them apart)
+                jobs.insert(at, job)
+            touched.add(pair)
+        for pair in touched:
+            jobs = groups[pair]
+            if jobs:
+                least[pair] = min(map(_gpus, jobs))
+            else:
+                del groups[pair], least[pair]
+        self.jobs, self.last = now, list(pending)
+        return True
+
+    def _group(self, pending: list[Pending], fair: bool) -> None:
+        self.fair = fair
+        self.jobs = None  # (until the groups are whole again)
+        groups: dict[tuple[int, str], list[Pending]] = {}
+        for p in pending:
+            pair = (RANK.get(p.priority, 1), p.project if fair else "")
+            if (jobs := groups.get(pair)) is None:
+                groups[pair] = [p]
+            else:
+                jobs.append(p)
+        key = _job_id if set(map(_order, pending)) <= {None} else _place
+        keep = True
+        for jobs in groups.values():
+            jobs.sort(key=key)
+            if keep and len(set(map(key, jobs))) != len(jobs):
+                keep = False  # (two jobs with one place: the next pass groups afresh too)
+        self.groups = groups
+        self.least = {pair: min(map(_gpus, jobs)) for pair, jobs in groups.items()}
+        if self.misses >= self.MISSES:  # (a caller that hands new objects: compared again every RETRY passes)
+            self.skipped += 1
+            keep = keep and self.skipped % self.RETRY == 0
+        if keep:
+            now = dict(zip(map(id, pending), pending, strict=True))
+            if len(now) == len(pending):
+                self.jobs, self.last = now, list(pending)
+
+
 def _place(job: Pending) -> tuple[int, int]:
     """A job's place in submit order: its ``order`` (a resumed trial keeps its paused job's), then its id."""
     return (job.job_id if job.order is None else job.order, job.job_id)
@@ -921,7 +1108,7 @@ class _Usage:
     """What each project holds, for fair share and quotas, updated as the pass places jobs."""
 
     __slots__ = ("fair", "gpus", "cpus", "quota_used", "total_gpus", "total_cpus", "changed", "quotas", "weights",
-                 "past", "guaranteed", "victims", "victim_projects", "reclaim_heaps")
+                 "past", "guaranteed", "victims", "victim_projects", "reclaim_heaps", "reclaim_tag", "bounds")
 
     def __init__(self, fair: FairShare, total_gpus: int, total_cpus: float,
                  past: Mapping[str, float] | None = None) -> None:
@@ -933,8 +1120,12 @@ class _Usage:
         self.past = {p: v / span for p, v in past.items() if v > 0} if past and span else {}
         self.victims: dict[str, list[_Victim]] | None = None  # per node, what a reclaim may stop (when first asked)
         self.victim_projects: set[str] = set()  # the projects of those
-        # per (GPUs, project): (the projects still borrowing, the nodes by a reclaim's lower bound there)
-        self.reclaim_heaps: dict[tuple[int, str], tuple[frozenset[str], list[tuple[float, str, int]]]] = {}
+        # per GPUs: (the projects still borrowing, the nodes by a reclaim's lower bound there (bound, node,
+        # its version, the tag it was priced under), the tag of the entries priced for those borrowers)
+        self.reclaim_heaps: dict[int, tuple[frozenset[str], list[tuple[float, str, int, int]], int]] = {}
+        self.reclaim_tag = 0
+        # per node: (the borrowers, its version, its eligible victims prepared for a bound: None, none) as last asked
+        self.bounds: dict[str, tuple[frozenset[str], int, _Bounds | None]] = {}
         self.weights: dict[str, float] = {}
         self.gpus: dict[str, float] = {}
         self.cpus: dict[str, float] = {}
@@ -1270,39 +1461,42 @@ def _reclaim(job: Pending, index: _Index, usage: _Usage, running: list[Running],
     free = list(index.free_nodes(job)) if need > 1 else []  # (all the nodes that fit as they are: fewer than need)
     free_names = {slot.name for slot in free}
 
-    def eligible(name: str) -> list[_Victim]:
-        return [v for v in victims[name] if spare(v.att.project) > 0]
-
-    def entry(name: str) -> tuple[float, str, int] | None:
-        """``name``'s heap entry: its lower bound now (None: it cannot make room, or is held)."""
-        slot = index.state.get(name)
-        if slot is None or slot.reserved_for is not None or slot.total < job.gpus:
-            return None
-        found = eligible(name)
-        low = _reclaim_bound(slot, found, job.gpus) if found else None
-        return None if low is None else (low, name, slot.ver)
-
-    # per (GPUs, project), the nodes by lower bound, kept for the pass (a node's bound only rises in a pass:
-    # an entry whose node changed is priced again when it comes to the top); built again when the set of
-    # projects that still borrow changes (their victims are no longer eligible) or a hold gave room back
+    # the projects still borrowing, whose attempts a reclaim may stop: the job's own is never one of them (it
+    # holds less than its guarantee), so the set is the same for every project's job at one point of the pass
     epoch = frozenset(p for p in usage.victim_projects if spare(p) > 0)
-    kept = usage.reclaim_heaps.get((job.gpus, job.project))
-    if kept is None or kept[0] != epoch:
-        heap = [e for name in victims if (e := entry(name)) is not None]
-        heapq.heapify(heap)
-        usage.reclaim_heaps[(job.gpus, job.project)] = (epoch, heap)
-    else:
-        heap = kept[1]
-    popped: list[tuple[float, str, int]] = []
 
-    def top() -> tuple[float, str, int] | None:
+    def eligible(name: str) -> list[_Victim]:
+        return [v for v in victims[name] if v.att.project in epoch]
+
+    # per GPU count, the nodes by a lower bound of a reclaim's cost there, kept for the pass and shared by the
+    # projects: a node's bound only rises in a pass (its room shrinks, borrowers stop borrowing), so an entry
+    # priced under a larger set of borrowers, or before its node changed, stays a lower bound and is priced
+    # again when it comes to the top (the same tops as a heap built afresh). Built again when the set of
+    # borrowers grows (a borrower's placement) or a hold gave room back.
+    kept = usage.reclaim_heaps.get(job.gpus)
+    if kept is None or not epoch <= kept[0]:
+        tag = usage.reclaim_tag = usage.reclaim_tag + 1
+        heap = [(low, name, ver, tag) for name in victims if (e := _reclaim_entry(index, name, eligible, job.gpus,
+                                                                                  usage, epoch)) is not None
+                for low, _, ver in (e,)]
+        heapq.heapify(heap)
+        usage.reclaim_heaps[job.gpus] = (epoch, heap, tag)
+    else:
+        heap, tag = kept[1], kept[2]
+        if epoch != kept[0]:  # fewer borrowers: every entry priced before is priced again at the top
+            tag = usage.reclaim_tag = usage.reclaim_tag + 1
+            usage.reclaim_heaps[job.gpus] = (epoch, heap, tag)
+    popped: list[tuple[float, str, int, int]] = []
+    state = index.state
+
+    def top() -> tuple[float, str, int, int] | None:
         """The cheapest fresh entry that is not a node with room as it is (stale ones priced again)."""
         while heap:
-            low, name, ver = heap[0]
-            if ver != index.state[name].ver:
+            low, name, ver, at = heap[0]
+            if ver != state[name].ver or at != tag:
                 heapq.heappop(heap)
-                if (e := entry(name)) is not None:
-                    heapq.heappush(heap, e)
+                if (e := _reclaim_entry(index, name, eligible, job.gpus, usage, epoch)) is not None:
+                    heapq.heappush(heap, (e[0], name, e[2], tag))
                 continue
             if name in free_names:
                 popped.append(heapq.heappop(heap))
@@ -1339,8 +1533,8 @@ def _reclaim(job: Pending, index: _Index, usage: _Usage, running: list[Running],
             rounds += 1
             price(nxt[1])
     finally:
-        for e in popped:  # (what was priced stays for the next reclaim: a node that changes is priced again)
-            heapq.heappush(heap, e)
+        for back in popped:  # (what was priced stays for the next reclaim: a node that changes is priced again)
+            heapq.heappush(heap, back)
     if best is None:
         return False
     for slot, chosen in best[1]:
@@ -1356,6 +1550,47 @@ def _reclaim(job: Pending, index: _Index, usage: _Usage, running: list[Running],
         index.moved(slot, old_free)
         out.held.setdefault(slot.name, job.job_id)
     return True
+
+
+def _reclaim_entry(index: _Index, name: str, eligible: Callable[[str], list[_Victim]], gpus: int,
+                   usage: _Usage, epoch: frozenset[str]) -> tuple[float, str, int] | None:
+    """``name``'s entry in a reclaim's heap: its lower bound now (None: it cannot make room, or is held)."""
+    slot = index.state.get(name)
+    if slot is None or slot.reserved_for is not None or slot.total < gpus:
+        return None
+    cached = usage.bounds.get(name)
+    if cached is None or cached[1] != slot.ver or cached[0] != epoch:
+        found = eligible(name)
+        cached = usage.bounds[name] = (epoch, slot.ver, _Bounds(found) if found else None)
+    low = None if cached[2] is None else cached[2].low(gpus - len(slot.free))
+    return None if low is None else (low, name, slot.ver)
+
+
+class _Bounds:
+    """A node's victims eligible for a reclaim (least lost first), prepared for :meth:`low` at any GPU count:
+    :func:`_reclaim_bound`'s sums, each summed once in the same order (so the same figures, to the last bit)."""
+
+    __slots__ = ("first", "cover", "least", "order", "gpus", "frac")
+
+    def __init__(self, eligible: list[_Victim]) -> None:
+        self.first = eligible[0].lost
+        self.cover = list(itertools.accumulate(sorted((v.gpus for v in eligible), reverse=True)))
+        self.least = list(itertools.accumulate((v.lost for v in eligible), initial=0))
+        self.order = sorted(eligible, key=lambda v: v.lost / v.gpus)
+        self.gpus = list(itertools.accumulate(v.gpus for v in self.order))
+        self.frac = list(itertools.accumulate((v.lost * v.gpus / v.gpus for v in self.order), initial=0.0))
+
+    def low(self, lack: int) -> float | None:
+        """:func:`_reclaim_bound` for a node that lacks ``lack`` GPUs."""
+        if lack <= 0:
+            return self.first
+        k = bisect.bisect_left(self.cover, lack)
+        if k == len(self.cover):
+            return None
+        i = bisect.bisect_left(self.gpus, lack)
+        v = self.order[i]
+        frac = self.frac[i] + v.lost * (lack - (self.gpus[i - 1] if i else 0)) / v.gpus
+        return max(self.least[k + 1], frac)
 
 
 def _reclaim_bound(slot: _Node, eligible: list[_Victim], gpus: int) -> float | None:

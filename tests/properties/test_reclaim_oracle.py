@@ -8,11 +8,14 @@ critical, none is superfluous, and nothing at all is stopped when no set would l
 from __future__ import annotations
 
 import itertools
+import random
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from autoresearch.engine import scheduler as S
 from autoresearch.engine.scheduler import FairShare, NodeState, Pending, Running, Share, schedule
 from tests.properties.strategies import FAST
 
@@ -172,3 +175,19 @@ def test_a_borrower_loses_no_more_than_it_borrows_across_the_gang() -> None:
     out = schedule([Pending(1, "normal", 2, nodes=2, project="vision")], nodes, running, fair=fair, now=1_000.0)
     stopped = sorted(p.job_id for p in out.preemptions)
     assert stopped == [10, 11, 33]  # n0's two (200 GPU-s) and one of other's (1,800 GPU-s: the first node of the two)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_a_node_s_prepared_bound_is_the_bound_to_the_last_bit(seed: int) -> None:
+    """A reclaim's heaps read each node's bound from its victims prepared once (sums kept, any GPU count),
+    not worked out again per GPU count: the same figure as ``_reclaim_bound`` (or None), to the last bit."""
+    rng = random.Random(seed)
+    total = rng.choice((2, 4, 8))
+    slot = S._Node("n", total, tuple(str(g) for g in range(rng.randint(0, total - 1))), 64.0, 0)  # noqa: SLF001
+    victims = sorted((S._Victim(S.Running(i, 1, "normal", (("n", tuple(str(g) for g in range(rng.choice((1, 2, 3))))),),  # noqa: SLF001
+                                          started_at=rng.uniform(0, 100), cpus=1.0, project="x"), "n",
+                                rng.choice((100.0, 137.3)))
+                      for i in range(rng.randint(1, 6))), key=lambda v: v.rank)
+    prepared = S._Bounds(victims)  # noqa: SLF001
+    for gpus in range(1, total + 1):
+        assert prepared.low(gpus - len(slot.free)) == S._reclaim_bound(slot, victims, gpus)  # noqa: SLF001

@@ -70,9 +70,13 @@ def _run(seed: int, passes: int = 40) -> int:
             else:
                 kind = (rng.choice(PRIORITIES), rng.choice((0, 1, 2, 4, 8)), rng.choice((1, 1, 2)), cpus,
                         rng.choice((0, 8)), rng.choice((0.0, 1000.0)))
-            queue.append(S.Pending(next_id, *kind[:5], waited_s=kind[5],
+            # a resumed trial keeps an earlier job's place; now and then a job id twice (two jobs with one place)
+            order = rng.choice((None, None, None, rng.randint(1, next_id)))
+            job_id = next_id if rng.random() > 0.03 or not queue else rng.choice(queue).job_id
+            queue.append(S.Pending(job_id, *kind[:5], waited_s=kind[5],
                                    avoid=frozenset({"n0"}) if rng.random() < 0.1 else frozenset(),
-                                   project=rng.choice(("", "a", "b", "c")), group=rng.choice(("", "", "g"))))
+                                   project=rng.choice(("", "a", "b", "c")), group=rng.choice(("", "", "g")),
+                                   order=order))
             next_id += 1
         for att in list(running):  # endings, stops, checkpoints
             roll = rng.random()
@@ -88,13 +92,27 @@ def _run(seed: int, passes: int = 40) -> int:
                 nodes[i] = _node(rng, nodes[i].name, len(nodes[i].gpu_ids), nodes[i].cpus)
             elif roll < 0.15:
                 nodes[i] = nodes[i]._replace()
-        kwargs: dict[str, Any] = {"now": t, "fair": fair, "past": past, "room": {"g": rng.randint(0, 3)},
+        # now given, or not (the latest start or checkpoint: the Scheduler keeps it from the changes);
+        # fair share now and then off for a pass (the queue's groups are kept per class alone then)
+        kwargs: dict[str, Any] = {"now": t if rng.random() < 0.75 else None,
+                                  "fair": fair if rng.random() < 0.9 else None, "past": past,
+                                  "room": {"g": rng.randint(0, 3)},
                                   "pack_gangs": seed % 5 == 0, "max_starts": rng.choice((None, 2, 256)),
                                   "reserve_after_s": 300.0}
         top = max((len(n.gpu_ids) for n in nodes if n.schedulable), default=0)
         expected += top != largest  # (the largest schedulable node changed: the buckets are sized anew)
         largest = top
-        pending = list(queue)
+        # the queue as the sim driver hands it (the same objects, the placed ones gone, new ones added), in
+        # another order, as new equal objects (the runtime's views), with one object twice
+        roll = rng.random()
+        if roll < 0.7:
+            pending = list(queue)
+        elif roll < 0.8:
+            pending = rng.sample(queue, len(queue))
+        elif roll < 0.95:
+            pending = [p._replace() for p in queue]
+        else:
+            pending = queue + queue[:1]
         want = S.schedule(pending, nodes, running, held=held, **kwargs)
         got = sched.schedule(pending, nodes, running, **kwargs)  # (the holds it kept from its last pass)
         held = want.held
@@ -135,3 +153,126 @@ def test_it_rebuilds_when_it_cannot_tell_what_changed() -> None:
     assert sched.schedule(pending, nodes, twice, now=5.0) == S.schedule(pending, nodes, twice, now=5.0)
     assert sched.schedule(pending, nodes, running, now=5.0) == S.schedule(pending, nodes, running, now=5.0)
     assert sched.rebuilds == 5  # (the list with one attempt twice is not kept: the next pass builds again)
+
+
+def test_the_queue_is_grouped_once_and_patched_after() -> None:
+    """A Scheduler handed the queue's jobs as the same objects groups them once: later passes patch the groups
+    with the jobs that left and came (the pure pass groups and sorts the whole queue every time)."""
+    nodes = [S.NodeState(f"n{i}", tuple(str(g) for g in range(4)), cpus=16.0) for i in range(4)]
+    queue = [S.Pending(i, ("critical", "normal", "best-effort")[i % 3], 8, project="ab"[i % 2]) for i in range(60)]
+    fair = S.FairShare({"a": S.Share(2.0), "b": S.Share(1.0)})
+    sched = S.Scheduler()
+    calls = []
+    real = S._classes  # noqa: SLF001
+    for step in range(6):
+        if step == 3:
+            queue = [*queue[5:], S.Pending(100, "normal", 2, project="a")]  # some left, one came
+        want = S.schedule(queue, nodes, [], fair=fair, now=1.0)
+        S._classes = lambda *a: calls.append(1) or real(*a)  # type: ignore[assignment]  # noqa: SLF001
+        try:
+            assert sched.schedule(queue, nodes, [], fair=fair, now=1.0) == want
+        finally:
+            S._classes = real  # type: ignore[assignment]  # noqa: SLF001
+    assert calls == []
+
+
+def test_new_objects_each_pass_are_grouped_afresh_and_the_same_ones_patched_again() -> None:
+    """A caller that builds its views anew each pass (the runtime): after a few such passes the Scheduler
+    stops comparing them and groups afresh, then tries again; the same objects again are patched."""
+    nodes = [S.NodeState("n0", ("0", "1"))]
+    queue = [S.Pending(i, "normal", 4) for i in range(20)]
+    sched = S.Scheduler()
+    for _ in range(S._Queue.MISSES + S._Queue.RETRY + 2):  # noqa: SLF001
+        fresh = [p._replace() for p in queue]
+        assert sched.schedule(fresh, nodes, [], now=1.0) == S.schedule(fresh, nodes, [], now=1.0)
+    assert sched._queue.misses >= S._Queue.MISSES  # noqa: SLF001
+    for _ in range(S._Queue.RETRY + 2):  # noqa: SLF001  (compared again within RETRY passes)
+        assert sched.schedule(queue, nodes, [], now=1.0) == S.schedule(queue, nodes, [], now=1.0)
+    assert sched._queue.misses == 0 and sched._queue.jobs is not None  # noqa: SLF001
+
+
+def test_two_jobs_with_one_place_keep_the_queue_s_order() -> None:
+    """Two jobs with the same id (and so the same place in submit order) are tried in the order the queue
+    hands them, as the pure pass's stable sort does: the kept groups do not guess it."""
+    nodes = [S.NodeState("n0", ("0", "1"))]
+    first, second = S.Pending(7, "normal", 2), S.Pending(7, "normal", 1)
+    sched = S.Scheduler()
+    assert sched.schedule([first], [S.NodeState("n0", ("0",))], [], now=1.0) == S.Decisions()
+    for queue in ([second, first], [first, second]):
+        assert sched.schedule(queue, nodes, [], now=1.0) == S.schedule(queue, nodes, [], now=1.0)
+    assert sched.schedule([second, first], nodes, [], now=1.0).placements == [S.Placement(7, (("n0", ("0",)),))]
+
+
+def test_the_latest_start_goes_back_when_the_latest_attempt_ends() -> None:
+    """Without ``now`` a pass weighs lost work up to the latest start or checkpoint of the running attempts:
+    when the latest ends, the Scheduler works it out again (a victim's price, and so the choice, turns on it).
+    At 20 the 4-GPU attempt started at 8 loses 48 GPU-seconds and the 1-GPU one started at 0 loses 20; at 10,
+    8 and 10: the other one is stopped."""
+    nodes = [S.NodeState("x", ("0",)), S.NodeState("y", tuple("0123")), S.NodeState("z", ("0",), schedulable=False)]
+    old = S.Running(1, 1, "best-effort", (("x", ("0",)),), started_at=0.0)
+    big = S.Running(2, 1, "best-effort", (("y", tuple("0123")),), started_at=8.0)
+    late = S.Running(3, 1, "normal", (("z", ("0",)),), started_at=20.0)
+    old_b = S.Running(4, 1, "best-effort", (("x", ()),), started_at=10.0)
+    job = S.Pending(9, "normal", 1)
+    sched = S.Scheduler()
+    assert sched.schedule([job], nodes, [old, big, late]) == S.schedule([job], nodes, [old, big, late])
+    for running in ([old, big], [old, big, old_b], [old, big]):
+        want = S.schedule([job], nodes, running)
+        assert sched.schedule([job], nodes, running, held={}) == want
+    assert want.preemptions == [S.Preemption(2, 1, 9)]
+
+
+def test_a_reclaim_prices_again_the_nodes_of_a_project_that_stopped_borrowing() -> None:
+    """The reclaim heaps are shared by the projects and kept for the pass; when a borrower stops borrowing
+    (here X, once its attempt on w is stopped for J1), every node priced while its attempts were eligible is
+    priced again when it comes to the top: J2 takes a (Y's attempt, 10 GPU-seconds, first of the two nodes at
+    10 in the heap's order), not z, whose price with X's attempt was 1."""
+    nodes = [S.NodeState(name, ("0", "1")) for name in ("z", "a", "w")]
+
+    def att(job_id: int, project: str, node: str, slot: str, started: float) -> S.Running:
+        return S.Running(job_id, 1, "normal", ((node, (slot,)),), started_at=started, project=project)
+
+    running = [att(1, "X", "z", "0", 99.0), att(2, "Y", "z", "1", 90.0), att(3, "Y", "a", "0", 90.0),
+               att(4, "Y", "a", "1", 80.0), att(5, "X", "w", "0", 99.5), att(6, "Y", "w", "1", 70.0)]
+    fair = S.FairShare({"G": S.Share(guaranteed=4), "X": S.Share(guaranteed=1)})
+    pending = [S.Pending(10, "normal", 1, project="G"), S.Pending(11, "normal", 1, project="G")]
+    out = S.schedule(pending, nodes, running, fair=fair, now=100.0)
+    assert out.preemptions == [S.Preemption(5, 1, 10), S.Preemption(3, 1, 11)]
+    assert S.Scheduler().schedule(pending, nodes, running, fair=fair, now=100.0) == out
+
+
+def test_a_pass_runs_no_garbage_collection_and_leaves_the_collector_as_it_was() -> None:
+    """The slowest passes were those where the collector ran a full collection in the middle (every object of
+    the process walked): a pass keeps it off and turns it back on after, only when it was on, errors too."""
+    import gc
+
+    nodes = [S.NodeState(f"n{i}", tuple(str(g) for g in range(8)), cpus=64.0) for i in range(64)]
+    running = [S.Running(1000 + i, 1, "best-effort", ((f"n{i}", tuple(str(g) for g in range(8))),), float(i))
+               for i in range(64)]
+    pending = [S.Pending(i, "normal", 1 + i % 8, project=str(i % 5)) for i in range(3000)]
+    collections: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.callbacks.append(seen)
+    try:
+        for run in (S.schedule, S.Scheduler().schedule):
+            gc.collect()
+            collections.clear()
+            out = run(pending, nodes, running, fair=S.FairShare(), max_starts=None)
+            assert out.preemptions and collections == []
+        assert gc.isenabled()
+        gc.disable()
+        try:
+            S.schedule(pending[:10], nodes, running)
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+        with pytest.raises(TypeError):
+            S.Scheduler().schedule([S.Pending(1, "normal", 1)], nodes, [*running[:2], S.Running(
+                1, 1, "normal", (("n9", ("0",)),), cpus=object())])  # type: ignore[arg-type]
+        assert gc.isenabled()
+    finally:
+        gc.callbacks.remove(seen)
