@@ -41,6 +41,7 @@ NCCL_LINE = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/Proces
 FAULT_CAUSES = ("node_loss", "xid", "nccl_hang")
 SHAPE_CAP = 32
 RESERVE_AFTER_S = 300.0  # a queued job that waited this long reserves a node (the runtime's default)
+QUIET_AHEAD_S = 6 * 3600.0  # how far ahead the monitor looks for a clean node's next fault (0: it does not)
 
 
 @dataclass(slots=True)
@@ -159,6 +160,11 @@ class Driver:
         self._node_states = {name: self._node_state(name) for name in self.types}
         self._abnormal: set[str] = set()  # nodes last seen down, cordoned or degraded
         self.findings: dict[str, list[Finding]] = {name: [] for name in self.types}
+        # the monitor's shortcuts (_monitor): per node, the time before which it reads clean (no Xid, no
+        # throttling), and (status, the poll's findings unstamped, the latest poll's time) of a node
+        # that throttles steadily under load, whose findings are stamped when read (_found)
+        self._quiet: dict[str, float] = {}
+        self._steady: dict[str, tuple[P.NodeStatus, tuple[Finding, ...], float]] = {}
         # (node, failed GPU, throttling, busy) -> check_sample's findings of that sample, stamped 0 (_nvml)
         self._checked: dict[tuple[str, int | None, bool, bool], tuple[Finding, ...]] = {}
         self.cordon_log: list[tuple[str, float]] = []  # what the backend's cordon hook records
@@ -216,6 +222,8 @@ class Driver:
                 nxt.append(last_poll + self.health.poll_interval_s)
             # passes come at most every pass_s, as the runtime's do when endings pile up
             t = max(min(nxt), t + self.pass_s) if min(nxt) > t else t + self.pass_s
+        for node in list(self._steady):  # the findings as the polls left them
+            self._found(node)
         for att in list(self.running.values()):  # still running at the horizon: its work so far counts
             used = self.horizon - att.rec.t0
             gpus = att.rec.gpus
@@ -511,7 +519,7 @@ class Driver:
             self.stats.jobs_failed += 1
         if classified is not None:
             for node in blamed:  # the node the machine's evidence names (member k's of a gang)
-                self.findings[node].append(P.verdict(node, classified, f"job {job.id}: {end.cause}", end.t, job.id,
+                self._found(node).append(P.verdict(node, classified, f"job {job.id}: {end.cause}", end.t, job.id,
                                                      att.n))
                 self._review(node, end.t)
 
@@ -528,7 +536,7 @@ class Driver:
                 out += [Finding(node, "xid_79", "infra", "hard", "kernel", None, line, t, att.job.id, att.n)
                         for line in lines if "Xid" in line]
         for f in out:
-            self.findings[f.node].append(f)
+            self._found(f.node).append(f)
         if any(f.severity == "hard" for f in out):
             self._review(out[0].node, t)
         return out
@@ -544,7 +552,7 @@ class Driver:
                                "Watchdog caught collective operation timeout", t, att.job.id, att.n))
         if self.cordon:
             for f in out:
-                self.findings[f.node].append(f)
+                self._found(f.node).append(f)
         return out
 
     # -- health (cordon=True) ---------------------------------------------------------------
@@ -575,15 +583,15 @@ class Driver:
         out: list[Finding] = []
         for node in dict.fromkeys(nodes):
             found = self._nvml(node, t)
-            self.findings[node] += found
             if found:
+                self._found(node).extend(found)
                 self._review(node, t)
             out += blocking(found)
         return out
 
     def _review(self, node: str, t: float) -> bool:
         before = self.status[node]
-        found = self.findings[node]
+        found = self._found(node)
         if len(found) > 1:  # of throttling (a poll's findings per GPU), the latest poll's are all that count
             found = self.findings[node] = _latest_throttle(found)
         if len(found) > 64:  # what no window counts any more: hard faults always count, endings and verdicts
@@ -614,6 +622,28 @@ class Driver:
         else:
             self._unhealthy.add(node)
 
+    def _found(self, node: str) -> list[Finding]:
+        """``node``'s findings, to read or add to: a node the monitor holds as steadily throttling gets the
+        latest poll's findings first (:meth:`_hold`)."""
+        held = self._steady.pop(node, None)
+        if held is not None:
+            _, made, t = held
+            self.findings[node] = [Finding(f.node, f.signature, f.cls, f.severity, f.source, f.gpu, f.excerpt, t)
+                                   for f in made]
+        return self.findings[node]
+
+    def _hold(self, node: str, found: list[Finding], t: float) -> None:
+        """After a poll of a busy node that throttles (no failed GPU): when its findings are that poll's alone
+        and it is degraded, the next polls that read the same can change nothing but the findings' time (the
+        policy's answer on them is the state it is in: degraded, with the first finding's line), so they note
+        only that time, and :meth:`_found` stamps the findings when someone reads or adds to them."""
+        mine = self.findings[node]
+        status = self.status[node]
+        made = self._checked.get((node, None, True, True))  # (what this poll's findings were stamped from)
+        if (status.state == "degraded" and made is not None and len(mine) == len(found) == len(made)
+                and all(a is b for a, b in zip(mine, found, strict=True))):
+            self._steady[node] = (status, made, t)
+
     def _differential(self, node: str, found: list[Finding], t: float) -> P.Differential | None:
         """The fleet's word on this node's infra-suspect endings (what HealthStore.differential reads)."""
         since = t - self.health.cordon_window_s
@@ -640,7 +670,7 @@ class Driver:
         for node, _ in placement.alloc:
             found = blocking(self._nvml(node, t, busy=False))
             if found:
-                self.findings[node] += found
+                self._found(node).extend(found)
                 self._review(node, t)
                 blocked = True
         return blocked
@@ -658,8 +688,11 @@ class Driver:
         look = (faults.touched(t - max(f.unattended_repair, f.repair) - 1.0, t, "xid")
                 | faults.touched(t - f.thermal_for - 1.0, t, "thermal") | faults.touched(t - f.repair - 1.0, t, "node_loss")
                 | self._unhealthy)
+        quiet, steady = self._quiet, self._steady
         for node in sorted(look, key=self._rank.__getitem__):
             status = self.status[node]
+            if status.state == "healthy" and quiet.get(node, -math.inf) > t:
+                continue  # it read clean, and nothing can change that before its next Xid or throttling
             if status.state == "cordoned" and status.by_health:
                 fixed = t >= status.since + self.fleet.faults.repair and self.schedule_.sick(
                     node, t, self.cordon_log) is None
@@ -675,15 +708,32 @@ class Driver:
                     self._set_status(node, after)
                     if false:
                         self.stats.false_cordon_gpu_s += len(self.gpu_ids[node]) * (t - self.false_since.pop(node))
+                    self._steady.pop(node, None)
                     self.findings[node] = []
                     changed = True
                 continue
             if status.state == "cordoned" or self.schedule_.down(node, t) is not None:
                 continue
+            sick = self.schedule_.sick(node, t, self.cordon_log)
+            hot = self.schedule_.throttling(node, t)
+            if sick is None and not hot:  # it reads clean, busy or not
+                if status.state == "healthy":  # and will until its next Xid or throttling
+                    ahead = t + QUIET_AHEAD_S
+                    quiet[node] = self.schedule_.next_of(node, t, ahead, ("xid", "thermal")) or ahead
+                else:
+                    changed |= self._review(node, t)
+                continue
+            if sick is None and node in busy:
+                held = steady.get(node)
+                if held is not None and held[0] is status:  # the same throttling read again: only its time moves
+                    steady[node] = (status, held[1], t)
+                    continue
             found = self._nvml(node, t, busy=node in busy)
             if found:
-                self.findings[node] += found
+                self._found(node).extend(found)
                 changed |= self._review(node, t)
+                if sick is None and node in busy:
+                    self._hold(node, found, t)
             elif status.state == "degraded":
                 changed |= self._review(node, t)
         return changed

@@ -107,6 +107,21 @@ class Schedule:
                 out += self._chunk(node, day)[lo:hi]
         return out
 
+    def next_of(self, node: str, t0: float, t1: float, kinds: tuple[str, ...] = FAULT_KINDS) -> float | None:
+        """The time of the first fault of ``kinds`` on ``node`` in ``(t0, t1]``, if any: O(days in the window)
+        look-ups (the driver's monitor leaves a node that reads clean alone until then)."""
+        if not self._any or t1 <= t0:
+            return None
+        for day in range(max(0, int(t0 // DAY)), int(t1 // DAY) + 1):
+            times = self._times(node, day)
+            chunk = self._chunk(node, day)
+            for i in range(bisect.bisect_right(times, t0), len(times)):
+                if times[i] > t1:
+                    return None
+                if chunk[i].kind in kinds:
+                    return times[i]
+        return None
+
     def first(self, nodes: Sequence[str], t0: float, t1: float, kinds: tuple[str, ...]) -> Fault | None:
         """The first fault of ``kinds`` on any of ``nodes`` in ``(t0, t1]``."""
         best: Fault | None = None
