@@ -127,6 +127,10 @@ def _latest_throttle(found: list[Finding]) -> list[Finding]:
 
 
 class Driver:
+    # the monitor's shortcuts (a node that reads clean left alone until its next fault, a steady throttling
+    # read noted by its time): the same decisions as reading every node each round (False: tests compare)
+    shortcuts = True
+
     def __init__(self, fleet: Fleet, jobs: list[Job], horizon_s: float, cordon: bool = True,
                  health: HealthConfig | None = None, pass_s: float = 30.0, grace_s: float = 30.0,
                  policy: str = "owner", fair: S.FairShare | None = None,
@@ -677,7 +681,14 @@ class Driver:
 
     def _monitor(self, t: float) -> bool:
         """The monitor's round (Health.monitor): every node that is up, busy or idle, read through the
-        runtime's checks (a GPU's Xid, throttling under load), and health cordons that can lift (fixed nodes)."""
+        runtime's checks (a GPU's Xid, throttling under load), and health cordons that can lift (fixed nodes).
+
+        What cannot change is not read again: a healthy node that read clean (no failed GPU, no throttling)
+        reads clean until its next Xid or thermal fault (``Schedule.next_of``, looked up ``QUIET_AHEAD_S``
+        ahead), so the rounds before it leave it alone; a degraded node whose findings are the last poll's of
+        its throttling under load reads the same at the next poll while it stays busy, hot and without a failed
+        GPU, and the policy's answer on that read is the state it is in, so the poll notes only its time
+        (``_hold``)."""
         changed = False
         busy = self._busy
         # Only a node with a fault in reach (lost, a failed GPU not fixed yet, throttling) or a state of its
@@ -691,7 +702,7 @@ class Driver:
         quiet, steady = self._quiet, self._steady
         for node in sorted(look, key=self._rank.__getitem__):
             status = self.status[node]
-            if status.state == "healthy" and quiet.get(node, -math.inf) > t:
+            if status.state == "healthy" and self.shortcuts and quiet.get(node, -math.inf) > t:
                 continue  # it read clean, and nothing can change that before its next Xid or throttling
             if status.state == "cordoned" and status.by_health:
                 fixed = t >= status.since + self.fleet.faults.repair and self.schedule_.sick(
@@ -719,11 +730,12 @@ class Driver:
             if sick is None and not hot:  # it reads clean, busy or not
                 if status.state == "healthy":  # and will until its next Xid or throttling
                     ahead = t + QUIET_AHEAD_S
-                    quiet[node] = self.schedule_.next_of(node, t, ahead, ("xid", "thermal")) or ahead
+                    due = self.schedule_.next_of(node, t, ahead, ("xid", "thermal"))
+                    quiet[node] = ahead if due is None else due
                 else:
                     changed |= self._review(node, t)
                 continue
-            if sick is None and node in busy:
+            if sick is None and node in busy and self.shortcuts:
                 held = steady.get(node)
                 if held is not None and held[0] is status:  # the same throttling read again: only its time moves
                     steady[node] = (status, held[1], t)
@@ -732,7 +744,7 @@ class Driver:
             if found:
                 self._found(node).extend(found)
                 changed |= self._review(node, t)
-                if sick is None and node in busy:
+                if sick is None and node in busy and self.shortcuts:
                     self._hold(node, found, t)
             elif status.state == "degraded":
                 changed |= self._review(node, t)

@@ -235,6 +235,20 @@ class Along:
         i = bisect.bisect_right(self.times, t0)
         return self.faults[i] if i < len(self.times) and self.times[i] <= t1 else None
 
+    def hot_at(self, t: float) -> tuple[float | None, float]:
+        """For :meth:`throttling` at ``t`` and after: (the last thermal fault at or before ``t``, None if none;
+        a time before which no other comes). Until that time, ``throttling(u)`` for ``u >= t`` is
+        ``last is not None and last > u - thermal_for``: a life asks only when it passes it."""
+        self._read(t)
+        i = bisect.bisect_right(self.hot, t)
+        return (self.hot[i - 1] if i else None), (self.hot[i] if i < len(self.hot) else (self.day + 1) * DAY)
+
+    def clear_after(self, t: float) -> float:
+        """A time before which no fault of ``kinds`` comes after ``t`` (the next one's, or the end of the days
+        read): :meth:`first` over ``(u, v]`` with ``t <= u`` and ``v`` before it is None."""
+        i = bisect.bisect_right(self.times, t)
+        return self.times[i] if i < len(self.times) else (self.day + 1) * DAY
+
 
 def xid_line(node: str, gpu: int) -> str:
     """The driver's line for a GPU that fell off the bus, as it reaches a job's log."""
