@@ -126,6 +126,18 @@ def _latest_throttle(found: list[Finding]) -> list[Finding]:
     return [f for f in found if f.ts == top or not _throttle(f)]
 
 
+def _inert(f: Finding, cleared_at: float, since: float) -> bool:
+    """Whether ``f`` weighs in no answer of the health policy (:func:`~autoresearch.health.policy.node_state`,
+    the fleet's differential) at ``since + cordon_window`` or later: not throttling (nor an NVML error), not
+    a hard fault of the machine since the node's last clearing, not an ending or a verdict within the
+    window (``since`` on: the windows only move on)."""
+    if f.cls == "throttle" or (f.signature == "nvml_error" and f.machine_fault):
+        return False
+    if f.severity == "hard" and f.machine_fault and f.ts > cleared_at:
+        return False
+    return not (f.source in ("ending", "verdict") and f.ts >= since)
+
+
 class Driver:
     # the monitor's shortcuts (a node that reads clean left alone until its next fault, a steady throttling
     # read noted by its time): the same decisions as reading every node each round (False: tests compare)
@@ -632,20 +644,27 @@ class Driver:
         held = self._steady.pop(node, None)
         if held is not None:
             _, made, t = held
-            self.findings[node] = [Finding(f.node, f.signature, f.cls, f.severity, f.source, f.gpu, f.excerpt, t)
-                                   for f in made]
+            mine = self.findings[node]
+            self.findings[node] = mine[:len(mine) - len(made)] + [
+                Finding(f.node, f.signature, f.cls, f.severity, f.source, f.gpu, f.excerpt, t) for f in made]
         return self.findings[node]
 
     def _hold(self, node: str, found: list[Finding], t: float) -> None:
-        """After a poll of a busy node that throttles (no failed GPU): when its findings are that poll's alone
-        and it is degraded, the next polls that read the same can change nothing but the findings' time (the
-        policy's answer on them is the state it is in: degraded, with the first finding's line), so they note
-        only that time, and :meth:`_found` stamps the findings when someone reads or adds to them."""
+        """After a poll of a busy node that throttles (no failed GPU): when its findings are that poll's and
+        findings that weigh in no answer of the health policy from now on (:func:`_inert`), and it is
+        degraded, the next polls that read the same can change nothing but the findings' time (the policy's
+        answer on them is the state it is in: degraded, with the first finding's line; a review would drop
+        nothing: at most 64 findings, none of them throttling but the poll's), so they note only that time,
+        and :meth:`_found` stamps the poll's findings when someone reads or adds to them."""
         mine = self.findings[node]
         status = self.status[node]
         made = self._checked.get((node, None, True, True))  # (what this poll's findings were stamped from)
-        if (status.state == "degraded" and made is not None and len(mine) == len(found) == len(made)
-                and all(a is b for a, b in zip(mine, found, strict=True))):
+        k = len(found)
+        if (status.state != "degraded" or made is None or k != len(made) or not k <= len(mine) <= 64
+                or self.health.cordon_after < 1 or any(a is not b for a, b in zip(mine[len(mine) - k:], found))):
+            return
+        since = t - self.health.cordon_window_s
+        if all(_inert(f, status.cleared_at, since) for f in mine[:len(mine) - k]):
             self._steady[node] = (status, made, t)
 
     def _differential(self, node: str, found: list[Finding], t: float) -> P.Differential | None:

@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 
 from autoresearch.engine.scheduler import FairShare, Share
+from autoresearch.health import policy as P
+from autoresearch.health.config import HealthConfig
 from autoresearch.health.findings import Finding
 from autoresearch.sim import driver as D
 from autoresearch.sim.faults import Schedule
@@ -144,3 +146,38 @@ def test_next_of_is_the_first_fault_of_those_kinds() -> None:
         kinds = rng.choice((("xid", "thermal"), ("node_loss",), ("xid",)))
         want = [x.t for x in schedule.events(node, t0, t1) if x.kind in kinds]
         assert schedule.next_of(node, t0, t1, kinds) == (want[0] if want else None)
+
+
+# (signature, class, severity, source) of what a node's findings hold besides its throttling
+OTHERS = (("infra_failure", "infra", "soft", "verdict"), ("infra_failure", P.SUSPECT, "soft", "ending"),
+          ("xid_79", "infra", "hard", "nvml"), ("nccl_error", P.SUSPECT, "soft", "log"),
+          ("xid_79", "infra", "hard", "log"), ("nvml_error", "infra", "soft", "nvml"),
+          ("hot", "throttle", "soft", "nvml"), ("collective_timeout", P.SUSPECT, "soft", "ending"))
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_findings_held_as_inert_weigh_in_no_later_answer(seed: int) -> None:
+    """What ``_hold`` leaves beside a steady throttling read: when every other finding is ``_inert``, the
+    policy's answer at any later poll (with a differential that vouches for every ending) is the state the
+    node is in, and the differential has nothing to say."""
+    rng = random.Random(seed)
+    config = HealthConfig()
+    t = 100_000.0
+    cleared = rng.choice((0.0, t - 5000.0, t - 100.0))
+    rest = []
+    for i in range(rng.randint(1, 8)):
+        sig, cls, sev, source = rng.choice(OTHERS)
+        ts = t - rng.choice((0.0, 30.0, 600.0, 3599.0, 3600.0, 3601.0, 7200.0, 9000.0))
+        rest.append(Finding("n1", sig, cls, sev, source, None, f"{sig} {i}", ts, i if source == "ending" else None))
+    since = t - config.cordon_window_s
+    if not all(D._inert(f, cleared, since) for f in rest):
+        return
+    poll = [Finding("n1", "throttling", "throttle", "soft", "nvml", str(g), "clocks slowed: hw_thermal", t)
+            for g in range(2)]
+    status = P.NodeStatus("degraded", P.PREFIX + poll[0].line()[:240], t - 900.0, cleared)
+    jobs = frozenset(f.job_id for f in rest if f.job_id is not None)
+    diff = P.Differential(8, jobs, frozenset(f"p{j}" for j in jobs), tuple((j, f"p{j}") for j in sorted(jobs)))
+    for later in (t, t + 30.0, t + 4000.0):
+        stamped = [dataclasses.replace(f, ts=later) for f in poll]
+        assert P.node_state(status, [*rest, *stamped], config, later, diff=diff) == status
+        assert not [f for f in rest if f.source == "ending" and f.ts >= later - config.cordon_window_s]
