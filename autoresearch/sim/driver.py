@@ -181,6 +181,9 @@ class Driver:
         # that throttles steadily under load, whose findings are stamped when read (_found)
         self._quiet: dict[str, float] = {}
         self._steady: dict[str, tuple[P.NodeStatus, tuple[Finding, ...], float]] = {}
+        # (status, the time of its throttling findings) of a degraded node that reads clean, whose review can
+        # change nothing until those findings leave degraded_for (_fade)
+        self._fading: dict[str, tuple[P.NodeStatus, float]] = {}
         # (node, failed GPU, throttling, busy) -> check_sample's findings of that sample, stamped 0 (_nvml)
         self._checked: dict[tuple[str, int | None, bool, bool], tuple[Finding, ...]] = {}
         self.cordon_log: list[tuple[str, float]] = []  # what the backend's cordon hook records
@@ -641,6 +644,7 @@ class Driver:
     def _found(self, node: str) -> list[Finding]:
         """``node``'s findings, to read or add to: a node the monitor holds as steadily throttling gets the
         latest poll's findings first (:meth:`_hold`)."""
+        self._fading.pop(node, None)
         held = self._steady.pop(node, None)
         if held is not None:
             _, made, t = held
@@ -661,11 +665,35 @@ class Driver:
         made = self._checked.get((node, None, True, True))  # (what this poll's findings were stamped from)
         k = len(found)
         if (status.state != "degraded" or made is None or k != len(made) or not k <= len(mine) <= 64
-                or self.health.cordon_after < 1 or any(a is not b for a, b in zip(mine[len(mine) - k:], found))):
+                or self.health.cordon_after < 1):
+            return
+        if any(a is not b for a, b in zip(mine[len(mine) - k:], found, strict=True)):
             return
         since = t - self.health.cordon_window_s
         if all(_inert(f, status.cleared_at, since) for f in mine[:len(mine) - k]):
             self._steady[node] = (status, made, t)
+
+    def _fade(self, node: str, t: float) -> None:
+        """After the review of a degraded node that read clean: when its findings are one poll's throttling
+        (all of one time) and findings that weigh in no later answer (:func:`_inert`), the policy's answer
+        stays the state it is in (degraded, the first of those findings' line) while they lie within
+        ``degraded_for``, so the rounds until then need not review it (as long as it reads clean, nothing
+        is added to its findings and its state stays)."""
+        status = self.status[node]
+        mine = self.findings[node]
+        if status.state != "degraded" or len(mine) > 64 or self.health.cordon_after < 1:
+            return
+        since = t - self.health.cordon_window_s
+        at = None
+        for f in mine:
+            if _throttle(f):
+                if at is not None and f.ts != at:
+                    return
+                at = f.ts
+            elif not _inert(f, status.cleared_at, since):
+                return
+        if at is not None:
+            self._fading[node] = (status, at)
 
     def _differential(self, node: str, found: list[Finding], t: float) -> P.Differential | None:
         """The fleet's word on this node's infra-suspect endings (what HealthStore.differential reads)."""
@@ -751,8 +779,14 @@ class Driver:
                     ahead = t + QUIET_AHEAD_S
                     due = self.schedule_.next_of(node, t, ahead, ("xid", "thermal"))
                     quiet[node] = ahead if due is None else due
-                else:
-                    changed |= self._review(node, t)
+                    continue
+                fading = self._fading.get(node)
+                if (self.shortcuts and fading is not None and fading[0] is status
+                        and fading[1] >= t - self.health.degraded_for_s):
+                    continue  # its throttling still counts: the review would leave it as it is
+                changed |= self._review(node, t)
+                if self.shortcuts:
+                    self._fade(node, t)
                 continue
             if sick is None and node in busy and self.shortcuts:
                 held = steady.get(node)

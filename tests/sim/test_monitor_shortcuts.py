@@ -181,3 +181,27 @@ def test_findings_held_as_inert_weigh_in_no_later_answer(seed: int) -> None:
         stamped = [dataclasses.replace(f, ts=later) for f in poll]
         assert P.node_state(status, [*rest, *stamped], config, later, diff=diff) == status
         assert not [f for f in rest if f.source == "ending" and f.ts >= later - config.cordon_window_s]
+
+
+@pytest.mark.parametrize("shortcuts", [True, False])
+def test_a_fading_node_with_endings_in_the_window_is_reviewed_at_every_round(shortcuts: bool) -> None:
+    """A degraded node that reads clean is left unreviewed only while nothing but its throttling can weigh:
+    with infra-suspect endings in the window, the fleet's differential can turn (their jobs succeed
+    elsewhere) and the next round cordons it."""
+    fleet = parse([{"name": "h100", "count": 4, "gpus": 8}], {"node_loss": 0, "xid": 0, "nccl_hang": 0,
+                                                              "thermal": 0}, 1)
+    driver = D.Driver(fleet, [D.Job(j, "normal", 8, 1, (600.0,), 0.0, project=f"p{j % 2}") for j in (1, 2, 3)],
+                      86400.0)
+    driver.shortcuts = shortcuts
+    node, other = fleet.node_names[0], fleet.node_names[1]
+    hot = [Finding(node, "throttling", "throttle", "soft", "nvml", str(g), "clocks slowed: hw_thermal", 10.0)
+           for g in range(2)]
+    endings = [Finding(node, "infra_failure", P.SUSPECT, "soft", "ending", None, f"job {j}: nccl_hang", 10.0, j, 1)
+               for j in (1, 2, 3)]
+    driver.findings[node] = [*endings, *hot]
+    driver._set_status(node, P.NodeStatus("degraded", P.PREFIX + hot[0].line()[:240], 0.0, 0.0))
+    driver._monitor(30.0)
+    assert driver.status[node].state == "degraded"  # nobody vouched for those jobs yet
+    driver.successes += [(60.0, (other,), j, f"p{j % 2}") for j in (1, 2, 3)]  # now they ran elsewhere
+    driver._monitor(90.0)
+    assert driver.status[node].state == "cordoned"
