@@ -733,9 +733,10 @@ class Driver:
         What cannot change is not read again: a healthy node that read clean (no failed GPU, no throttling)
         reads clean until its next Xid or thermal fault (``Schedule.next_of``, looked up ``QUIET_AHEAD_S``
         ahead), so the rounds before it leave it alone; a degraded node whose findings are the last poll's of
-        its throttling under load reads the same at the next poll while it stays busy, hot and without a failed
-        GPU, and the policy's answer on that read is the state it is in, so the poll notes only its time
-        (``_hold``)."""
+        its throttling under load (and findings that weigh in no later answer: :func:`_inert`) reads the same
+        at the next poll while it stays busy, hot and without a failed GPU, and the policy's answer on that
+        read is the state it is in, so the poll notes only its time (``_hold``); a degraded node that reads
+        clean is not reviewed while its throttling still counts and nothing else can weigh (``_fade``)."""
         changed = False
         busy = self._busy
         # Only a node with a fault in reach (lost, a failed GPU not fixed yet, throttling) or a state of its

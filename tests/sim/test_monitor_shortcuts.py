@@ -1,8 +1,10 @@
 """The simulated driver's monitor reads only what can have changed (sim/driver.py ``_monitor``): a healthy
-node that read clean is left alone until its next Xid or thermal fault (``Schedule.next_of``), and a degraded
-node throttling steadily under load has its poll noted by time only. The same seed gives the same run as
-reading every node in reach at every round (``Driver.shortcuts = False``): every figure, cordon, status
-change, start and finding; a fault inside the skipped stretch is seen at the first round after it."""
+node that read clean is left alone until its next Xid or thermal fault (``Schedule.next_of``), a degraded
+node throttling steadily under load has its poll noted by time only, and a degraded node that reads clean
+is not reviewed while only its throttling can weigh (findings held as ``_inert``). The same seed gives the
+same run as reading every node in reach at every round (``Driver.shortcuts = False``): every figure,
+cordon, status change, start and finding; a fault inside the skipped stretch is seen at the first round
+after it."""
 
 from __future__ import annotations
 
