@@ -8,6 +8,7 @@ best-effort soak backlog of whole-node jobs (checkpoint every hour) that fills i
 
     python bench/bench_sim_week.py [--seed 7] [--nodes 64] [--days 7]
     python bench/bench_sim_week.py --scale 512,4096,16384 [--days 7]   # the fleet-size table
+    python bench/bench_sim_week.py --scale 512 --days 30                # a simulated month of 512 GPUs
 
 ``--scale``: at each fleet size (GPUs), faults on, cordons on, preemption on, fair share between 8
 projects (weights 1,1,1,1,2,2,4,4), every project with the same demand, more than the whole fleet

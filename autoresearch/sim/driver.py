@@ -41,6 +41,7 @@ NCCL_LINE = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/Proces
 FAULT_CAUSES = ("node_loss", "xid", "nccl_hang")
 SHAPE_CAP = 32
 RESERVE_AFTER_S = 300.0  # a queued job that waited this long reserves a node (the runtime's default)
+QUIET_AHEAD_S = 6 * 3600.0  # how far ahead the monitor looks for a clean node's next fault (0: it does not)
 
 
 @dataclass(slots=True)
@@ -125,7 +126,23 @@ def _latest_throttle(found: list[Finding]) -> list[Finding]:
     return [f for f in found if f.ts == top or not _throttle(f)]
 
 
+def _inert(f: Finding, cleared_at: float, since: float) -> bool:
+    """Whether ``f`` weighs in no answer of the health policy (:func:`~autoresearch.health.policy.node_state`,
+    the fleet's differential) at ``since + cordon_window`` or later: not throttling (nor an NVML error), not
+    a hard fault of the machine since the node's last clearing, not an ending or a verdict within the
+    window (``since`` on: the windows only move on)."""
+    if f.cls == "throttle" or (f.signature == "nvml_error" and f.machine_fault):
+        return False
+    if f.severity == "hard" and f.machine_fault and f.ts > cleared_at:
+        return False
+    return not (f.source in ("ending", "verdict") and f.ts >= since)
+
+
 class Driver:
+    # the monitor's shortcuts (a node that reads clean left alone until its next fault, a steady throttling
+    # read noted by its time): the same decisions as reading every node each round (False: tests compare)
+    shortcuts = True
+
     def __init__(self, fleet: Fleet, jobs: list[Job], horizon_s: float, cordon: bool = True,
                  health: HealthConfig | None = None, pass_s: float = 30.0, grace_s: float = 30.0,
                  policy: str = "owner", fair: S.FairShare | None = None,
@@ -159,6 +176,14 @@ class Driver:
         self._node_states = {name: self._node_state(name) for name in self.types}
         self._abnormal: set[str] = set()  # nodes last seen down, cordoned or degraded
         self.findings: dict[str, list[Finding]] = {name: [] for name in self.types}
+        # the monitor's shortcuts (_monitor): per node, the time before which it reads clean (no Xid, no
+        # throttling), and (status, the poll's findings unstamped, the latest poll's time) of a node
+        # that throttles steadily under load, whose findings are stamped when read (_found)
+        self._quiet: dict[str, float] = {}
+        self._steady: dict[str, tuple[P.NodeStatus, tuple[Finding, ...], float]] = {}
+        # (status, the time of its throttling findings) of a degraded node that reads clean, whose review can
+        # change nothing until those findings leave degraded_for (_fade)
+        self._fading: dict[str, tuple[P.NodeStatus, float]] = {}
         # (node, failed GPU, throttling, busy) -> check_sample's findings of that sample, stamped 0 (_nvml)
         self._checked: dict[tuple[str, int | None, bool, bool], tuple[Finding, ...]] = {}
         self.cordon_log: list[tuple[str, float]] = []  # what the backend's cordon hook records
@@ -216,6 +241,8 @@ class Driver:
                 nxt.append(last_poll + self.health.poll_interval_s)
             # passes come at most every pass_s, as the runtime's do when endings pile up
             t = max(min(nxt), t + self.pass_s) if min(nxt) > t else t + self.pass_s
+        for node in list(self._steady):  # the findings as the polls left them
+            self._found(node)
         for att in list(self.running.values()):  # still running at the horizon: its work so far counts
             used = self.horizon - att.rec.t0
             gpus = att.rec.gpus
@@ -511,7 +538,7 @@ class Driver:
             self.stats.jobs_failed += 1
         if classified is not None:
             for node in blamed:  # the node the machine's evidence names (member k's of a gang)
-                self.findings[node].append(P.verdict(node, classified, f"job {job.id}: {end.cause}", end.t, job.id,
+                self._found(node).append(P.verdict(node, classified, f"job {job.id}: {end.cause}", end.t, job.id,
                                                      att.n))
                 self._review(node, end.t)
 
@@ -528,7 +555,7 @@ class Driver:
                 out += [Finding(node, "xid_79", "infra", "hard", "kernel", None, line, t, att.job.id, att.n)
                         for line in lines if "Xid" in line]
         for f in out:
-            self.findings[f.node].append(f)
+            self._found(f.node).append(f)
         if any(f.severity == "hard" for f in out):
             self._review(out[0].node, t)
         return out
@@ -544,7 +571,7 @@ class Driver:
                                "Watchdog caught collective operation timeout", t, att.job.id, att.n))
         if self.cordon:
             for f in out:
-                self.findings[f.node].append(f)
+                self._found(f.node).append(f)
         return out
 
     # -- health (cordon=True) ---------------------------------------------------------------
@@ -575,15 +602,15 @@ class Driver:
         out: list[Finding] = []
         for node in dict.fromkeys(nodes):
             found = self._nvml(node, t)
-            self.findings[node] += found
             if found:
+                self._found(node).extend(found)
                 self._review(node, t)
             out += blocking(found)
         return out
 
     def _review(self, node: str, t: float) -> bool:
         before = self.status[node]
-        found = self.findings[node]
+        found = self._found(node)
         if len(found) > 1:  # of throttling (a poll's findings per GPU), the latest poll's are all that count
             found = self.findings[node] = _latest_throttle(found)
         if len(found) > 64:  # what no window counts any more: hard faults always count, endings and verdicts
@@ -614,6 +641,60 @@ class Driver:
         else:
             self._unhealthy.add(node)
 
+    def _found(self, node: str) -> list[Finding]:
+        """``node``'s findings, to read or add to: a node the monitor holds as steadily throttling gets the
+        latest poll's findings first (:meth:`_hold`)."""
+        self._fading.pop(node, None)
+        held = self._steady.pop(node, None)
+        if held is not None:
+            _, made, t = held
+            mine = self.findings[node]
+            self.findings[node] = mine[:len(mine) - len(made)] + [
+                Finding(f.node, f.signature, f.cls, f.severity, f.source, f.gpu, f.excerpt, t) for f in made]
+        return self.findings[node]
+
+    def _hold(self, node: str, found: list[Finding], t: float) -> None:
+        """After a poll of a busy node that throttles (no failed GPU): when its findings are that poll's and
+        findings that weigh in no answer of the health policy from now on (:func:`_inert`), and it is
+        degraded, the next polls that read the same can change nothing but the findings' time (the policy's
+        answer on them is the state it is in: degraded, with the first finding's line; a review would drop
+        nothing: at most 64 findings, none of them throttling but the poll's), so they note only that time,
+        and :meth:`_found` stamps the poll's findings when someone reads or adds to them."""
+        mine = self.findings[node]
+        status = self.status[node]
+        made = self._checked.get((node, None, True, True))  # (what this poll's findings were stamped from)
+        k = len(found)
+        if (status.state != "degraded" or made is None or k != len(made) or not k <= len(mine) <= 64
+                or self.health.cordon_after < 1):
+            return
+        if any(a is not b for a, b in zip(mine[len(mine) - k:], found, strict=True)):
+            return
+        since = t - self.health.cordon_window_s
+        if all(_inert(f, status.cleared_at, since) for f in mine[:len(mine) - k]):
+            self._steady[node] = (status, made, t)
+
+    def _fade(self, node: str, t: float) -> None:
+        """After the review of a degraded node that read clean: when its findings are one poll's throttling
+        (all of one time) and findings that weigh in no later answer (:func:`_inert`), the policy's answer
+        stays the state it is in (degraded, the first of those findings' line) while they lie within
+        ``degraded_for``, so the rounds until then need not review it (as long as it reads clean, nothing
+        is added to its findings and its state stays)."""
+        status = self.status[node]
+        mine = self.findings[node]
+        if status.state != "degraded" or len(mine) > 64 or self.health.cordon_after < 1:
+            return
+        since = t - self.health.cordon_window_s
+        at = None
+        for f in mine:
+            if _throttle(f):
+                if at is not None and f.ts != at:
+                    return
+                at = f.ts
+            elif not _inert(f, status.cleared_at, since):
+                return
+        if at is not None:
+            self._fading[node] = (status, at)
+
     def _differential(self, node: str, found: list[Finding], t: float) -> P.Differential | None:
         """The fleet's word on this node's infra-suspect endings (what HealthStore.differential reads)."""
         since = t - self.health.cordon_window_s
@@ -640,14 +721,22 @@ class Driver:
         for node, _ in placement.alloc:
             found = blocking(self._nvml(node, t, busy=False))
             if found:
-                self.findings[node] += found
+                self._found(node).extend(found)
                 self._review(node, t)
                 blocked = True
         return blocked
 
     def _monitor(self, t: float) -> bool:
         """The monitor's round (Health.monitor): every node that is up, busy or idle, read through the
-        runtime's checks (a GPU's Xid, throttling under load), and health cordons that can lift (fixed nodes)."""
+        runtime's checks (a GPU's Xid, throttling under load), and health cordons that can lift (fixed nodes).
+
+        What cannot change is not read again: a healthy node that read clean (no failed GPU, no throttling)
+        reads clean until its next Xid or thermal fault (``Schedule.next_of``, looked up ``QUIET_AHEAD_S``
+        ahead), so the rounds before it leave it alone; a degraded node whose findings are the last poll's of
+        its throttling under load (and findings that weigh in no later answer: :func:`_inert`) reads the same
+        at the next poll while it stays busy, hot and without a failed GPU, and the policy's answer on that
+        read is the state it is in, so the poll notes only its time (``_hold``); a degraded node that reads
+        clean is not reviewed while its throttling still counts and nothing else can weigh (``_fade``)."""
         changed = False
         busy = self._busy
         # Only a node with a fault in reach (lost, a failed GPU not fixed yet, throttling) or a state of its
@@ -658,8 +747,11 @@ class Driver:
         look = (faults.touched(t - max(f.unattended_repair, f.repair) - 1.0, t, "xid")
                 | faults.touched(t - f.thermal_for - 1.0, t, "thermal") | faults.touched(t - f.repair - 1.0, t, "node_loss")
                 | self._unhealthy)
+        quiet, steady = self._quiet, self._steady
         for node in sorted(look, key=self._rank.__getitem__):
             status = self.status[node]
+            if status.state == "healthy" and self.shortcuts and quiet.get(node, -math.inf) > t:
+                continue  # it read clean, and nothing can change that before its next Xid or throttling
             if status.state == "cordoned" and status.by_health:
                 fixed = t >= status.since + self.fleet.faults.repair and self.schedule_.sick(
                     node, t, self.cordon_log) is None
@@ -675,15 +767,39 @@ class Driver:
                     self._set_status(node, after)
                     if false:
                         self.stats.false_cordon_gpu_s += len(self.gpu_ids[node]) * (t - self.false_since.pop(node))
+                    self._steady.pop(node, None)
                     self.findings[node] = []
                     changed = True
                 continue
             if status.state == "cordoned" or self.schedule_.down(node, t) is not None:
                 continue
+            sick = self.schedule_.sick(node, t, self.cordon_log)
+            hot = self.schedule_.throttling(node, t)
+            if sick is None and not hot:  # it reads clean, busy or not
+                if status.state == "healthy":  # and will until its next Xid or throttling
+                    ahead = t + QUIET_AHEAD_S
+                    due = self.schedule_.next_of(node, t, ahead, ("xid", "thermal"))
+                    quiet[node] = ahead if due is None else due
+                    continue
+                fading = self._fading.get(node)
+                if (self.shortcuts and fading is not None and fading[0] is status
+                        and fading[1] >= t - self.health.degraded_for_s):
+                    continue  # its throttling still counts: the review would leave it as it is
+                changed |= self._review(node, t)
+                if self.shortcuts:
+                    self._fade(node, t)
+                continue
+            if sick is None and node in busy and self.shortcuts:
+                held = steady.get(node)
+                if held is not None and held[0] is status:  # the same throttling read again: only its time moves
+                    steady[node] = (status, held[1], t)
+                    continue
             found = self._nvml(node, t, busy=node in busy)
             if found:
-                self.findings[node] += found
+                self._found(node).extend(found)
                 changed |= self._review(node, t)
+                if sick is None and node in busy and self.shortcuts:
+                    self._hold(node, found, t)
             elif status.state == "degraded":
                 changed |= self._review(node, t)
         return changed

@@ -107,6 +107,21 @@ class Schedule:
                 out += self._chunk(node, day)[lo:hi]
         return out
 
+    def next_of(self, node: str, t0: float, t1: float, kinds: tuple[str, ...] = FAULT_KINDS) -> float | None:
+        """The time of the first fault of ``kinds`` on ``node`` in ``(t0, t1]``, if any: O(days in the window)
+        look-ups (the driver's monitor leaves a node that reads clean alone until then)."""
+        if not self._any or t1 <= t0:
+            return None
+        for day in range(max(0, int(t0 // DAY)), int(t1 // DAY) + 1):
+            times = self._times(node, day)
+            chunk = self._chunk(node, day)
+            for i in range(bisect.bisect_right(times, t0), len(times)):
+                if times[i] > t1:
+                    return None
+                if chunk[i].kind in kinds:
+                    return times[i]
+        return None
+
     def first(self, nodes: Sequence[str], t0: float, t1: float, kinds: tuple[str, ...]) -> Fault | None:
         """The first fault of ``kinds`` on any of ``nodes`` in ``(t0, t1]``."""
         best: Fault | None = None
@@ -219,6 +234,20 @@ class Along:
         self._read(t1)
         i = bisect.bisect_right(self.times, t0)
         return self.faults[i] if i < len(self.times) and self.times[i] <= t1 else None
+
+    def hot_at(self, t: float) -> tuple[float | None, float]:
+        """For :meth:`throttling` at ``t`` and after: (the last thermal fault at or before ``t``, None if none;
+        a time before which no other comes). Until that time, ``throttling(u)`` for ``u >= t`` is
+        ``last is not None and last > u - thermal_for``: a life asks only when it passes it."""
+        self._read(t)
+        i = bisect.bisect_right(self.hot, t)
+        return (self.hot[i - 1] if i else None), (self.hot[i] if i < len(self.hot) else (self.day + 1) * DAY)
+
+    def clear_after(self, t: float) -> float:
+        """A time before which no fault of ``kinds`` comes after ``t`` (the next one's, or the end of the days
+        read): :meth:`first` over ``(u, v]`` with ``t <= u`` and ``v`` before it is None."""
+        i = bisect.bisect_right(self.times, t)
+        return self.times[i] if i < len(self.times) else (self.day + 1) * DAY
 
 
 def xid_line(node: str, gpu: int) -> str:

@@ -15,6 +15,7 @@ SIGKILL after the grace period).
 
 from __future__ import annotations
 
+import math
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -127,16 +128,28 @@ def live(rec: Record, schedule: Schedule | None, cordons: Sequence[tuple[str, fl
     every = max(1, len(rec.seconds) // LOG_LINES)
     last_ckpt = t
     along = schedule.along(rec.nodes, t, kinds) if schedule is not None else None
+    # The faults are read as the life goes (Along): the last thermal fault so far and when the next may come
+    # (``hot_until``), and a time before which no fault of ``kinds`` comes (``clear``), so that a step asks
+    # the schedule only when it reaches one of them: the same answers as asking at every step.
+    thermal = along is not None and f is not None and f.thermal > 0 and along.thermal_for > 0
+    thermal_for = along.thermal_for if along is not None else 0.0
+    hot_last: float | None = None
+    hot_until = clear = -math.inf
     for i in range(rec.resume, len(rec.seconds)):
         slow = 1.0
-        if along is not None and f is not None and along.throttling(t):
-            slow = f.thermal_slowdown
+        if thermal and f is not None and along is not None:
+            if t >= hot_until:
+                hot_last, hot_until = along.hot_at(t)
+            if hot_last is not None and hot_last > t - thermal_for:
+                slow = f.thermal_slowdown
         end = t + rec.seconds[i] / rec.speed * slow
         hit = early if early is not None and early[0] <= end else None
-        if hit is None and along is not None:
+        if hit is None and along is not None and end >= clear and end > t:
             x = along.first(t, end)
             if x is not None:
                 hit = (x.t, x.kind, x.node, x.gpu)
+            else:
+                clear = along.clear_after(end)
         if term_t is not None and term_t <= end and (hit is None or term_t <= hit[0]):
             life.ending = _sigterm(rec, term_t, term_cause)
             return life
