@@ -4,7 +4,9 @@ Started detached by :class:`~autoresearch.backends._docker.DockerBackend.start`.
 ``docker logs -f`` into the attempt's log file, waits for the container (``docker wait``,
 enforcing the timeout through ``poll``), keeps the whole log, then does what the local
 supervisor does at an ending: poke a listening watcher, else run the pass (``on_exit``).
-Nothing depends on it: without it, passes still poll the engine.
+Nothing depends on it: without it, passes still poll the engine. So when the engine has not
+answered for ``GIVE_UP_S`` (it was stopped, or its host is gone), the waiter leaves instead of
+asking it forever; the passes record the ending whenever the engine answers again.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from autoresearch.backends._docker import REQUEST, DockerBackend, _read_json
 from autoresearch.backends._supervisor import ACK_WAIT_S, REAPED, _poke
 from autoresearch.errors import AutoresearchError
 
+GIVE_UP_S = 600.0  # the engine silent this long, without a break: the waiter leaves (exit status 3)
+
 
 def main(run_dir: str) -> int:
     req = _read_json(os.path.join(run_dir, REQUEST))
@@ -29,13 +33,20 @@ def main(run_dir: str) -> int:
     with open(req["log_path"], "wb") as log:  # `logs -f` replays from the start: the file starts over
         follower = subprocess.Popen([backend.docker, "logs", "-f", req["name"]], env=env, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT)
+    silent_since: float | None = None  # (monotonic) the engine's first failed answer of a run of them
     try:
         while True:
             try:
                 if backend.poll(run_dir).ended:
                     break
-            except AutoresearchError:
-                pass  # the engine is down for now: try again
+                silent_since = None
+            except AutoresearchError as e:
+                now = time.monotonic()  # the engine is down for now: try again, for a while
+                silent_since = now if silent_since is None else silent_since
+                if now - silent_since >= GIVE_UP_S:
+                    print(f"waiter: the docker engine has not answered for {now - silent_since:.0f} s ({str(e)[:200]}); "
+                          "leaving: the passes record the ending when it answers again", flush=True)
+                    return 3
             begun = time.monotonic()
             with contextlib.suppress(subprocess.TimeoutExpired, OSError):
                 subprocess.run([backend.docker, "wait", req["name"]], env=env, stdin=subprocess.DEVNULL,

@@ -222,3 +222,30 @@ def test_a_submit_through_a_docker_profile_loads_no_openssl(home: Path, fake_doc
     (home / "config.yaml").write_text("backends:\n  box: {kind: docker, image: 'python:3.11-slim'}\n")
     watch = ("hashlib", "_hashlib")
     assert loaded("submit", "--backend", "box", "--", "true", watch=watch) == []
+
+
+def test_a_waiter_leaves_once_the_engine_has_been_silent_for_a_while(
+        tmp_path: Path, fake_docker: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine that stopped answering (stopped with containers still recorded) is not polled forever by
+    their waiters: after GIVE_UP_S of failed answers in a row the waiter says so and exits (3), without
+    running the ending's hook (nothing ended that it knows of); the passes still poll the engine."""
+    import threading
+
+    from autoresearch.backends import _docker_wait
+    from autoresearch.backends._docker import REQUEST
+
+    run_dir = tmp_path / "attempt-1"
+    run_dir.mkdir()
+    hook_ran = tmp_path / "hook-ran"
+    (run_dir / REQUEST).write_text(json.dumps({
+        "options": {}, "name": "ar-7-1", "log_path": str(tmp_path / "attempt-1.log"), "created_at": time.time() - 60,
+        "timeout": None, "wake_fifo": None, "on_exit": [sys.executable, "-c", f"open({str(hook_ran)!r}, 'w')"]}))
+    monkeypatch.setenv("FAKE_DOCKER_DOWN", "1")
+    monkeypatch.setattr(_docker_wait, "GIVE_UP_S", 1.0, raising=False)
+    out: list[int] = []
+    waiter = threading.Thread(target=lambda: out.append(_docker_wait.main(str(run_dir))), daemon=True)
+    waiter.start()
+    waiter.join(timeout=30)
+    assert not waiter.is_alive(), "the waiter still polls an engine that stopped answering"
+    assert out == [3]
+    assert not hook_ran.exists()
