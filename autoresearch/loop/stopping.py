@@ -168,18 +168,19 @@ class ASHA(Stopper):
         self.adapt = adapt
         self.judged: dict[int, set[int]] = {}  # trial -> rungs already judged
 
-    def keep_fraction(self, rung: int, everyone: dict[int, Series]) -> tuple[float, str]:
-        """The share of trials kept at ``rung`` and why. ``1/reduction_factor``, or with ``adapt`` as
-        the run shows low rungs to predict later ranks (:func:`rank_agreement` over ``everyone``):
-        ``(1/rf) ** tau``, so the reduction at ``rung`` is ``rf ** tau``: rf where ranks hold (tau 1),
-        none where curves cross (tau <= 0), 1/rf until ``ADAPT_MIN_PAIRS`` pairs went past the rung."""
+    def keep_percentile(self, rung: int, everyone: dict[int, Series]) -> tuple[float, str]:
+        """The percentile of the trials at ``rung`` kept there (0-100) and how it reads.
+        ``100/reduction_factor``, or with ``adapt`` as the run shows low rungs to predict later ranks
+        (:func:`rank_agreement` over ``everyone``): ``100 * (1/rf) ** tau``, so the reduction at
+        ``rung`` is ``rf ** tau``: rf where ranks hold (tau 1), none where curves cross (tau <= 0),
+        rf until ``ADAPT_MIN_PAIRS`` pairs went past the rung."""
         if not self.adapt:
-            return 1.0 / self.rf, f"the best 1/{self.rf}"
+            return 100.0 / self.rf, f"the best 1/{self.rf}"
         tau, pairs = rank_agreement(everyone, rung, self.levels_above(rung))
         if pairs < ADAPT_MIN_PAIRS:
-            return 1.0 / self.rf, f"the best 1/{self.rf} ({pairs} pairs past step {rung} so far)"
-        q = (1.0 / self.rf) ** max(0.0, tau)
-        return q, f"the best {q:.0%} (ranks at step {rung} agree with later ones at tau {tau:.2f}, {pairs} pairs)"
+            return 100.0 / self.rf, f"the best 1/{self.rf} ({pairs} pairs past step {rung} so far)"
+        q = 100.0 / self.rf ** max(0.0, tau)  # (tau 1: 100/rf exactly, the cutoff without adapt)
+        return q, f"the best {q:.0f}% (ranks at step {rung} agree with later ones at tau {tau:.2f}, {pairs} pairs)"
 
     def levels_above(self, rung: int) -> list[int]:
         """The steps a rung's ranking is checked against: the rungs above it and ``max_steps``."""
@@ -202,8 +203,8 @@ class ASHA(Stopper):
             return False
         rung, mine = series[-1]
         recorded = [v for t, s in others.items() if t != trial for v in [value_at(s, rung)] if v is not None]
-        q, _ = self.keep_fraction(rung, others)
-        return bool(recorded) and mine <= _percentile([*recorded, mine], 100.0 * q)
+        q, _ = self.keep_percentile(rung, others)
+        return bool(recorded) and mine <= _percentile([*recorded, mine], q)
 
     def adopt(self, trial: int, series: Series) -> None:
         """A trial seen first after a restart: the rungs it already passed are not re-judged."""
@@ -239,8 +240,8 @@ class ASHA(Stopper):
             mine = value_at(series, rung)
             assert mine is not None
             recorded = [v for t, s in others.items() if t != trial for v in [value_at(s, rung)] if v is not None]
-            q, share = self.keep_fraction(rung, others if everyone is None else everyone)
-            cutoff = _percentile([*recorded, mine], 100.0 * q)
+            q, share = self.keep_percentile(rung, others if everyone is None else everyone)
+            cutoff = _percentile([*recorded, mine], q)
             if recorded and mine > cutoff:
                 return StopVerdict(rung, mine, cutoff, f"asha rung {rung}",
                                    f"at step {rung} its value {self.shown(mine):.6g} is outside {share} "
