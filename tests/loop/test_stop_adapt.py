@@ -56,11 +56,11 @@ def test_adapt_keeps_the_best_third_where_ranks_hold_and_everyone_where_they_cro
 def test_without_adapt_the_cutoff_is_the_same_order_statistic_as_before() -> None:
     # 4 trials at a rung: the best third is the 2nd value of 4 exactly (percentile 100/3 at position 1.0);
     # a trial tied with it stays (a share computed as 100 * (1/3) lands below it and stopped such trials)
-    others = {1: [(1, 1.0), (2, 1.0)], 2: [(1, 3.0), (2, 3.0)], 3: [(1, 4.0), (2, 4.0)]}
-    mine = [(1, 2.0)]
+    others = {1: [(1, 0.1), (2, 0.1)], 2: [(1, 0.9), (2, 0.9)], 3: [(1, 1.5), (2, 1.5)]}
+    mine = [(1, 0.7)]
     for stopper in (ASHA(1, 3, 27), ASHA(1, 3, 27, adapt=True)):  # adapt: too few pairs yet, the same cutoff
         assert stopper.check(9, mine, {**others, 9: mine}) is None
-    assert ASHA(1, 3, 27).check(8, [(1, 3.5)], {**others, 8: [(1, 3.5)]}) is not None  # past the 2nd of 4
+    assert ASHA(1, 3, 27).check(8, [(1, 0.95)], {**others, 8: [(1, 0.95)]}) is not None  # past the 2nd of 4
 
 
 def test_hyperband_adapt_learns_from_every_bracket_and_comes_from_the_plan() -> None:
