@@ -9,7 +9,9 @@ controller multiplies a maximized objective by -1 before asking.
   ``AsyncHyperBandScheduler``): rungs at ``min_steps * reduction_factor**k``. When a
   trial first reaches a rung, its value there is compared with the values every
   trial had at that rung; unless it is in the best ``1/reduction_factor`` it stops.
-  Each trial is judged once per rung, when it gets there, so no generation barrier.
+  Each trial is judged once per rung, when it gets there, so no generation barrier. With
+  ``adapt`` the share kept at a rung follows how well ranks there predicted later ones in this
+  run (:func:`rank_agreement`): ``(1/reduction_factor)**tau``.
 * **Median rule** (Golovin et al. 2017; optuna's ``MedianPruner``): from
   ``min_steps`` on, a trial whose best value so far is worse than the median of the
   other trials' values at the same step stops, once ``min_trials`` others got there.

@@ -16,7 +16,9 @@ proposals come from the prior: around each ``space.<name>.prior`` guess, uniform
 Trials of ``warm_start`` loops are observations like the loop's own.
 
 Options (``proposer.options``): ``gamma`` (0.15), ``random_fraction`` (0.33, as BOHB), ``candidates``
-(64), ``min_points``, ``fit``, ``stopped``; ``proposer.n_startup`` is a floor on ``min_points``.
+(64), ``min_points``, ``fit``, ``stopped`` (``predict``: a stopped trial also counts at the final level,
+with the final value of the finished trials nearest it at its last rung), ``init`` (``lhs``: the start-up
+trials are the rows of a Latin hypercube); ``proposer.n_startup`` is a floor on ``min_points``.
 """
 
 from __future__ import annotations
