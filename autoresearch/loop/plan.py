@@ -295,6 +295,9 @@ class EarlyStop(_Model):
         "hyperband", description="hyperband: how trials are shared among brackets: geometric (bracket b gets "
                                  "reduction_factor**(brackets-1-b) shares) or hyperband (the default: Hyperband's own "
                                  "ceil(brackets * rf**s / (s+1)) for s = brackets-1-b: more trials in the laxer brackets).")
+    adapt: bool = Field(False, description="asha, hyperband: learn from the run how well ranks at each rung predict "
+                                           "later ones (Kendall's tau over trials that went past it) and keep "
+                                           "(1/reduction_factor)**tau there: fewer stops where curves cross.")
     pause: bool = Field(False, description="asha, hyperband: pause a losing trial at its rung (it must checkpoint "
                                            "in AUTORESEARCH_CHECKPOINT_DIR) and resume it when promoted.")
     confidence: float = Field(0.95, ge=0.5, lt=1.0, description="curve: how sure the forecast must be that a trial "
@@ -493,8 +496,10 @@ class Plan(_Model):
             exclude["gate"] = True
         if not self.warm_start:
             exclude["warm_start"] = True
-        if self.early_stop is not None and "allocation" not in self.early_stop.model_fields_set:
-            exclude["early_stop"] = {"allocation"}
+        if self.early_stop is not None:
+            unset = {k for k in ("allocation", "adapt") if k not in self.early_stop.model_fields_set}
+            if unset:
+                exclude["early_stop"] = unset
         # Kinds a plan did not name are digested as the defaults they had before bohb/hyperband became
         # the defaults, so a loop made then still resumes (it goes on with today's defaults).
         legacy: dict[str, Any] = {}

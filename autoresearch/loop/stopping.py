@@ -9,7 +9,9 @@ controller multiplies a maximized objective by -1 before asking.
   ``AsyncHyperBandScheduler``): rungs at ``min_steps * reduction_factor**k``. When a
   trial first reaches a rung, its value there is compared with the values every
   trial had at that rung; unless it is in the best ``1/reduction_factor`` it stops.
-  Each trial is judged once per rung, when it gets there, so no generation barrier.
+  Each trial is judged once per rung, when it gets there, so no generation barrier. With
+  ``adapt`` the share kept at a rung follows how well ranks there predicted later ones in this
+  run (:func:`rank_agreement`): ``(1/reduction_factor)**tau``.
 * **Median rule** (Golovin et al. 2017; optuna's ``MedianPruner``): from
   ``min_steps`` on, a trial whose best value so far is worse than the median of the
   other trials' values at the same step stops, once ``min_trials`` others got there.
@@ -71,6 +73,38 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
+ADAPT_MIN_PAIRS = 15  # pairs of trials past a rung before ``adapt`` trusts their rank agreement there
+
+
+def rank_agreement(curves: dict[int, Series], rung: int, levels: list[int]) -> tuple[float, int]:
+    """How well ranks at ``rung`` predict later ones in this run: Kendall's tau over the pairs of
+    trials that both reached a level in ``levels`` (steps above ``rung``), each pair compared at the
+    highest level both reached, and the number of such pairs ((0.0, 0) with none)."""
+    if not levels:
+        return 0.0, 0
+    rows = []
+    for s in curves.values():
+        at = value_at(s, rung) if s else None
+        if at is None:
+            continue
+        later = [v for lv in levels for v in [value_at(s, lv)] if v is not None]
+        if later:
+            rows.append((at, later))
+    if len(rows) < 2:
+        return 0.0, 0
+    concordant, total = 0.0, 0
+    for i, (a, la) in enumerate(rows):
+        for b, lb in rows[i + 1:]:
+            k = min(len(la), len(lb)) - 1  # the highest level both reached
+            here, there = a - b, la[k] - lb[k]
+            total += 1
+            if here * there > 0:
+                concordant += 1
+            elif here * there < 0:
+                concordant -= 1
+    return concordant / total, total
+
+
 class Stopper(abc.ABC):
     """Decides, as a running trial's curve grows, whether to stop it. Built once per
     controller run by :func:`make_stopper` from the plan's ``early_stop`` section."""
@@ -125,13 +159,35 @@ class ASHA(Stopper):
 
     @classmethod
     def from_config(cls, cfg: Any) -> ASHA:
-        return cls(getattr(cfg, "min_steps", 1), getattr(cfg, "reduction_factor", 3), getattr(cfg, "max_steps", None))
+        return cls(getattr(cfg, "min_steps", 1), getattr(cfg, "reduction_factor", 3), getattr(cfg, "max_steps", None),
+                   bool(getattr(cfg, "adapt", False)))
 
-    def __init__(self, min_steps: int = 1, reduction_factor: int = 3, max_steps: int | None = None) -> None:
+    def __init__(self, min_steps: int = 1, reduction_factor: int = 3, max_steps: int | None = None,
+                 adapt: bool = False) -> None:
         self.min_steps = min_steps
         self.rf = reduction_factor
         self.max_steps = max_steps
+        self.adapt = adapt
         self.judged: dict[int, set[int]] = {}  # trial -> rungs already judged
+
+    def keep_percentile(self, rung: int, everyone: dict[int, Series]) -> tuple[float, str]:
+        """The percentile of the trials at ``rung`` kept there (0-100) and how it reads.
+        ``100/reduction_factor``, or with ``adapt`` as the run shows low rungs to predict later ranks
+        (:func:`rank_agreement` over ``everyone``): ``100 * (1/rf) ** tau``, so the reduction at
+        ``rung`` is ``rf ** tau``: rf where ranks hold (tau 1), none where curves cross (tau <= 0),
+        rf until ``ADAPT_MIN_PAIRS`` pairs went past the rung."""
+        if not self.adapt:
+            return 100.0 / self.rf, f"the best 1/{self.rf}"
+        tau, pairs = rank_agreement(everyone, rung, self.levels_above(rung))
+        if pairs < ADAPT_MIN_PAIRS:
+            return 100.0 / self.rf, f"the best 1/{self.rf} ({pairs} pairs past step {rung} so far)"
+        q = 100.0 / self.rf ** max(0.0, tau)  # (tau 1: 100/rf exactly, the cutoff without adapt)
+        return q, f"the best {q:.0f}% (ranks at step {rung} agree with later ones at tau {tau:.2f}, {pairs} pairs)"
+
+    def levels_above(self, rung: int) -> list[int]:
+        """The steps a rung's ranking is checked against: the rungs above it and ``max_steps``."""
+        top = self.max_steps or 0
+        return sorted({r for r in [*self.rungs(2**53 if self.max_steps else rung * self.rf ** 4), top] if r > rung})
 
     def rungs(self, up_to: int) -> list[int]:
         out, rung = [], self.min_steps
@@ -149,7 +205,8 @@ class ASHA(Stopper):
             return False
         rung, mine = series[-1]
         recorded = [v for t, s in others.items() if t != trial for v in [value_at(s, rung)] if v is not None]
-        return bool(recorded) and mine <= _percentile([*recorded, mine], 100.0 / self.rf)
+        q, _ = self.keep_percentile(rung, others)
+        return bool(recorded) and mine <= _percentile([*recorded, mine], q)
 
     def adopt(self, trial: int, series: Series) -> None:
         """A trial seen first after a restart: the rungs it already passed are not re-judged."""
@@ -185,10 +242,11 @@ class ASHA(Stopper):
             mine = value_at(series, rung)
             assert mine is not None
             recorded = [v for t, s in others.items() if t != trial for v in [value_at(s, rung)] if v is not None]
-            cutoff = _percentile([*recorded, mine], 100.0 / self.rf)
+            q, share = self.keep_percentile(rung, others if everyone is None else everyone)
+            cutoff = _percentile([*recorded, mine], q)
             if recorded and mine > cutoff:
                 return StopVerdict(rung, mine, cutoff, f"asha rung {rung}",
-                                   f"at step {rung} its value {self.shown(mine):.6g} is outside the best 1/{self.rf} "
+                                   f"at step {rung} its value {self.shown(mine):.6g} is outside {share} "
                                    f"of {len(recorded) + 1} trials there (cutoff {self.shown(cutoff):.6g})")
         return None
 
@@ -251,15 +309,15 @@ class Hyperband(Stopper):
     def from_config(cls, cfg: Any) -> Hyperband:
         return cls(getattr(cfg, "min_steps", 1), getattr(cfg, "reduction_factor", 3),
                    getattr(cfg, "max_steps", None), getattr(cfg, "brackets", None),
-                   getattr(cfg, "allocation", None) or "hyperband")
+                   getattr(cfg, "allocation", None) or "hyperband", bool(getattr(cfg, "adapt", False)))
 
     def __init__(self, min_steps: int = 1, reduction_factor: int = 3, max_steps: int | None = None,
-                 brackets: int | None = None, allocation: str = "hyperband") -> None:
+                 brackets: int | None = None, allocation: str = "hyperband", adapt: bool = False) -> None:
         if brackets is None:  # Hyperband's s_max + 1: a bracket per rung below max_steps, and one that trains in full
             brackets = len(ASHA(min_steps, reduction_factor, max_steps).rungs(max_steps or 0)) + 1 if max_steps else 3
         self.n = max(1, brackets)
         self.rf = reduction_factor
-        self.asha = [ASHA(min_steps * reduction_factor**b, reduction_factor, max_steps) for b in range(self.n)]
+        self.asha = [ASHA(min_steps * reduction_factor**b, reduction_factor, max_steps, adapt) for b in range(self.n)]
         self.allocation = allocation
         weights = [bracket_weight(allocation, self.n, b, reduction_factor) for b in range(self.n)]
         total = float(sum(weights))
@@ -289,6 +347,8 @@ class Hyperband(Stopper):
 
     def promotable(self, trial: int, series: Series, others: dict[int, Series]) -> bool:
         b = self.bracket(trial)
+        if self.asha[b].adapt:  # the rank agreement is learnt from every bracket's trials
+            return self.asha[b].promotable(trial, series, others)
         return self.asha[b].promotable(trial, series, {t: s for t, s in others.items() if self.bracket(t) == b})
 
     def check(self, trial: int, series: Series, others: dict[int, Series]) -> StopVerdict | None:

@@ -16,7 +16,9 @@ proposals come from the prior: around each ``space.<name>.prior`` guess, uniform
 Trials of ``warm_start`` loops are observations like the loop's own.
 
 Options (``proposer.options``): ``gamma`` (0.15), ``random_fraction`` (0.33, as BOHB), ``candidates``
-(64), ``min_points``, ``fit``, ``stopped``; ``proposer.n_startup`` is a floor on ``min_points``.
+(64), ``min_points``, ``fit``, ``stopped`` (``predict``: a stopped trial also counts at the final level,
+with the final value of the finished trials nearest it at its last rung), ``init`` (``lhs``: the start-up
+trials are the rows of a Latin hypercube); ``proposer.n_startup`` is a floor on ``min_points``.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ class BOHBProposer(Proposer):
 
         from autoresearch.loop.proposers._parzen import dims_of
 
-        known = {"gamma", "random_fraction", "candidates", "min_points", "fit", "stopped", "llm_prior",
+        known = {"gamma", "random_fraction", "candidates", "min_points", "fit", "stopped", "init", "llm_prior",
                  "llm_confidence"}
         if "llm_prior" in proposer_options(self.plan):  # the llm proposer's own options too
             known |= {"retries", "backoff_s", "timeout_s", "price_in", "price_out", "history_limit"}
@@ -96,10 +98,17 @@ class BOHBProposer(Proposer):
             self.llm = LLMProposer(ctx)  # no key, no provider: refused here, before anything launches
             self.blocking = True  # the first proposal waits for the model
         self.stopped = str(opts.get("stopped", "ignore"))
-        if self.stopped not in ("bad", "ignore"):
-            raise PlanError(f"proposer.options.stopped is {self.stopped[:40]!r}; give bad or ignore",
+        if self.stopped not in ("bad", "ignore", "predict"):
+            raise PlanError(f"proposer.options.stopped is {self.stopped[:40]!r}; give bad, ignore or predict",
                             hint="ignore (the default): a stopped trial counts only where it got (BOHB proper); "
-                                 "bad: a trial stopped below a level counts as bad there")
+                                 "bad: a trial stopped below a level counts as bad there; predict: also at the "
+                                 "final level, with the final value of the finished trials nearest it at its last rung")
+        self.init = str(opts.get("init", "random"))
+        if self.init not in ("random", "lhs"):
+            raise PlanError(f"proposer.options.init is {self.init[:40]!r}; give random or lhs",
+                            hint="random (the default): the first trials sample the prior; lhs: a Latin hypercube "
+                                 "over the space's ranges and choices, one stratum per trial")
+        self.design: Any = None  # the Latin hypercube of init: lhs, drawn at the first proposal
         self.fit = str(opts.get("fit", "level"))
         if self.fit not in ("all", "level", "rank"):
             raise PlanError(f"proposer.options.fit is {self.fit[:40]!r}; give all, level or rank",
@@ -144,6 +153,8 @@ class BOHBProposer(Proposer):
         seen: dict[float, list[tuple[Any, float]]] = {lv: [] for lv in [*self.levels, FINAL]}
         bad: dict[float, list[Any]] = {lv: [] for lv in seen}
         pending: list[Any] = []
+        finished: list[tuple[list[tuple[int, float]], float]] = []  # (curve, final) of succeeded trials
+        stopped: list[tuple[Any, list[tuple[int, float]]]] = []  # (x, curve) of stopped trials
         for r in [*self.ctx.warm, *history]:
             if r.role != "explore":
                 continue
@@ -162,9 +173,32 @@ class BOHBProposer(Proposer):
                     bad[lv].append(x)  # never got there: the stopper (or the trial itself) ended it below
             if r.state == "succeeded" and r.objective is not None and math.isfinite(r.objective):
                 seen[FINAL].append((x, self.sign * r.objective))
+                finished.append((curve, self.sign * r.objective))
             elif r.state == "failed" or r.state == "stopped" and self.stopped == "bad":
                 bad[FINAL].append(x)
+            elif r.state == "stopped" and self.stopped == "predict" and curve:
+                stopped.append((x, curve))
+        for x, curve in stopped:
+            guess = self._predicted_final(curve, finished)
+            if guess is not None:
+                seen[FINAL].append((x, guess))
         return seen, bad, pending
+
+    def _predicted_final(self, curve: list[tuple[int, float]], finished: list[tuple[list[tuple[int, float]], float]],
+                         k: int = 3) -> float | None:
+        """stopped: predict: a stopped trial's final value, the median final value of the ``k`` finished
+        trials whose values at its highest rung were nearest its own (None before ``k`` such trials)."""
+        reached = [lv for lv in self.levels if value_at(curve, lv) is not None]
+        if not reached:
+            return None
+        mine = value_at(curve, reached[-1])
+        assert mine is not None
+        near = sorted((abs(v - mine), final) for c, final in finished for v in [value_at(c, reached[-1])]
+                      if v is not None)
+        if len(near) < k:
+            return None
+        finals = sorted(final for _, final in near[:k])
+        return finals[k // 2] if k % 2 else (finals[k // 2 - 1] + finals[k // 2]) / 2
 
     @staticmethod
     def _where(level: Any) -> str:
@@ -223,6 +257,31 @@ class BOHBProposer(Proposer):
                 out.append((weight, lv, np.array([x for x, _ in obs[:n_good]]),
                             [x for x, _ in obs[n_good:]] + bad[lv]))
         return out
+
+    def _design_size(self) -> int:
+        """init: lhs: trials spread by the design: the start-up (``min_points``) plus a generation."""
+        return self.min_points + max(1, int(self.plan.budget.parallel or 1))
+
+    def _design_row(self, k: int, rng: Any) -> Any:
+        """Row ``k`` of a Latin hypercube of :meth:`_design_size` rows, drawn once from the seed: each
+        range cut into that many strata (a choice: its options spread evenly over them), every
+        stratum of every parameter used once. A parameter with a prior samples it instead."""
+        import numpy as np
+
+        from autoresearch.loop.proposers._parzen import sample_prior
+
+        m = self._design_size()
+        if self.design is None:
+            seed = self.plan.proposer.seed if self.plan.proposer.seed is not None else 0
+            g = np.random.default_rng([abs(int(seed)) % 2**32, 0x1A5])
+            self.design = (np.argsort(g.random((m, len(self.dims))), axis=0) + g.random((m, len(self.dims)))) / m
+        row = sample_prior(self.dims, rng)
+        for j, d in enumerate(self.dims):
+            if d.prior is not None:
+                continue
+            u = float(self.design[k % m, j])
+            row[j] = float(min(len(d.choices) - 1, int(u * len(d.choices)))) if d.choices else u
+        return row
 
     def top_step(self) -> float:
         es = self.plan.early_stop
@@ -298,6 +357,8 @@ class BOHBProposer(Proposer):
             for _attempt in range(10):
                 if level is None and unused:
                     row, how = unused[0], "llm"  # the model's own suggestion first
+                elif level is None and self.init == "lhs" and explore + len(batch) < self._design_size():
+                    row, how = self._design_row(explore + len(batch), rng), "design"
                 elif level is None or rng.random() < self.random_fraction:
                     row, how = sample_prior(self.dims, rng), "prior sample"
                     if anchors is not None:
@@ -321,6 +382,7 @@ class BOHBProposer(Proposer):
             where = self._where(level)
             why = f"BOHB model at {where} ({len(seen[level])} trials there)" if how == "model" and level is not None \
                 else "the LLM's suggestion (prior)" if how == "llm" \
+                else "a cell of the start-up Latin hypercube" if how == "design" \
                 else "sample of the prior (random where no prior is given)"
             proposals.append(Proposal(params, rationale=why))
         if level is None:
