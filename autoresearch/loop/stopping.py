@@ -74,16 +74,20 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 ADAPT_MIN_PAIRS = 15  # pairs of trials past a rung before ``adapt`` trusts their rank agreement there
+ADAPT_MAX_ROWS = 200  # the latest trials past a rung it is learnt from: a judgement costs O(200**2), not O(n**2)
 
 
 def rank_agreement(curves: dict[int, Series], rung: int, levels: list[int]) -> tuple[float, int]:
     """How well ranks at ``rung`` predict later ones in this run: Kendall's tau over the pairs of
     trials that both reached a level in ``levels`` (steps above ``rung``), each pair compared at the
-    highest level both reached, and the number of such pairs ((0.0, 0) with none)."""
+    highest level both reached, and the number of such pairs ((0.0, 0) with none). Of the latest
+    ``ADAPT_MAX_ROWS`` such trials (by trial number), so a long run's judgements stay cheap."""
     if not levels:
         return 0.0, 0
-    rows = []
-    for s in curves.values():
+    rows: list[tuple[float, list[float]]] = []
+    for _, s in sorted(curves.items(), reverse=True):  # (the latest trials first: a long run's recent behaviour)
+        if len(rows) >= ADAPT_MAX_ROWS:
+            break
         at = value_at(s, rung) if s else None
         if at is None:
             continue
@@ -199,13 +203,15 @@ class ASHA(Stopper):
     def decision_steps(self, trial: int) -> list[int]:
         return self.rungs(2**53)
 
-    def promotable(self, trial: int, series: Series, others: dict[int, Series]) -> bool:
-        """Within the best 1/reduction_factor of every trial's value at its rung (later ones did worse)."""
+    def promotable(self, trial: int, series: Series, others: dict[int, Series],
+                   everyone: dict[int, Series] | None = None) -> bool:
+        """Within the best 1/reduction_factor of every trial's value at its rung (later ones did worse).
+        ``everyone``: the curves ``adapt`` learns its rank agreement from (default: ``others``)."""
         if not series:
             return False
         rung, mine = series[-1]
         recorded = [v for t, s in others.items() if t != trial for v in [value_at(s, rung)] if v is not None]
-        q, _ = self.keep_percentile(rung, others)
+        q, _ = self.keep_percentile(rung, others if everyone is None else everyone)
         return bool(recorded) and mine <= _percentile([*recorded, mine], q)
 
     def adopt(self, trial: int, series: Series) -> None:
@@ -346,10 +352,9 @@ class Hyperband(Stopper):
         return self.bracket(trial) == self.bracket(other)
 
     def promotable(self, trial: int, series: Series, others: dict[int, Series]) -> bool:
-        b = self.bracket(trial)
-        if self.asha[b].adapt:  # the rank agreement is learnt from every bracket's trials
-            return self.asha[b].promotable(trial, series, others)
-        return self.asha[b].promotable(trial, series, {t: s for t, s in others.items() if self.bracket(t) == b})
+        b = self.bracket(trial)  # compared with its bracket's trials; adapt's rank agreement learnt from every one's
+        return self.asha[b].promotable(trial, series, {t: s for t, s in others.items() if self.bracket(t) == b},
+                                       everyone=others)
 
     def check(self, trial: int, series: Series, others: dict[int, Series]) -> StopVerdict | None:
         b = self.bracket(trial)

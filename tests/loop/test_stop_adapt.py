@@ -80,6 +80,33 @@ def test_hyperband_adapt_learns_from_every_bracket_and_comes_from_the_plan() -> 
     assert hb.check(trial, newcomer, {**curves, trial: newcomer}) is None
 
 
+def test_hyperband_adapt_promotes_against_its_own_bracket_and_learns_from_every_one() -> None:
+    """A paused trial is compared with its bracket's trials at its rung (as without adapt); only the rank
+    agreement is learnt from the other brackets' trials."""
+    hb = Hyperband(1, 3, 27, adapt=True)
+    agree = crossing(8, True)  # ranks hold: adapt keeps the best third, as without it
+    b0 = [t for t in range(100, 400) if hb.bracket(t) == 0][:4]
+    others_b = [t for t in range(400, 700) if hb.bracket(t) != 0][:6]
+    curves = {t: [(1, 0.0)] for t in others_b}  # other brackets: all far better at step 1
+    curves.update({t: [(1, 50.0 + i)] for i, t in enumerate(b0)})  # its own bracket: it is the best there
+    curves.update({-i - 1: c for i, c in enumerate(agree.values())})  # (negative: bracket taken from the number)
+    me = b0[0]
+    peers_only = {t: c for t, c in curves.items() if hb.bracket(t) == hb.bracket(me)}
+    assert hb.asha[0].promotable(me, curves[me], peers_only, everyone=curves)
+    assert hb.promotable(me, curves[me], curves)  # the old rule compared it with every bracket: not promotable
+    assert not hb.asha[0].promotable(me, curves[me], curves)
+
+
+def test_rank_agreement_reads_the_latest_trials_only() -> None:
+    """A long run's judgement costs O(ADAPT_MAX_ROWS**2), and reads its recent trials."""
+    from autoresearch.loop import stopping
+
+    old = {i: c for i, c in crossing(stopping.ADAPT_MAX_ROWS, False).items()}  # crossing, the earliest
+    new = {10_000 + i: c for i, c in crossing(stopping.ADAPT_MAX_ROWS, True).items()}  # agreeing, the latest
+    tau, pairs = rank_agreement({**old, **new}, 1, [3, 9, 27])
+    assert (tau, pairs) == (1.0, stopping.ADAPT_MAX_ROWS * (stopping.ADAPT_MAX_ROWS - 1) // 2)
+
+
 def lhs_plan(init: str | None, seed: int = 3) -> Any:
     options = {} if init is None else {"init": init}
     return parse_plan({"name": "p", "objective": {"metric": "loss"}, "trial": {"command": "train {a} {b} {c}"},
