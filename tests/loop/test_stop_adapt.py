@@ -157,3 +157,23 @@ def test_stopped_predict_gives_a_stopped_trial_the_final_value_of_its_nearest_fi
     # before 3 finished trials there is nothing to predict from
     few, _, _ = proposer._observations([*full[:2], stopped])
     assert 0.95 not in {round(float(x[0]), 2) for x, _ in few[math.inf]}
+
+
+def test_stopped_predict_reads_no_diverged_value() -> None:
+    """A stopped trial whose value at its rung diverged (NaN, inf) gets no prediction, and finished trials
+    whose value there diverged are not its neighbours (a NaN distance sorts anywhere)."""
+    data = {"name": "p", "objective": {"metric": "loss"}, "trial": {"command": "train {x}"},
+            "space": {"x": {"low": 0.0, "high": 1.0}},
+            "proposer": {"kind": "bohb", "seed": 1, "options": {"stopped": "predict"}},
+            "early_stop": {"kind": "hyperband", "max_steps": 27}}
+    proposer = make_proposer(ProposerContext(parse_plan(data)))
+    pairs = [(math.nan, 9.0), (5.0, 0.1), (5.1, 0.2), (math.inf, 9.5), (5.2, 0.3), (math.nan, 8.0)]
+    full = [TrialRecord(i, {"x": i / 10}, "succeeded", final,
+                        intermediate=[(s, at1 if s == 1 else final) for s in range(1, 28)])
+            for i, (at1, final) in enumerate(pairs, 1)]
+    stopped = TrialRecord(9, {"x": 0.95}, "stopped", 5.05, intermediate=[(1, 5.05)])
+    diverged = TrialRecord(10, {"x": 0.85}, "stopped", math.nan, intermediate=[(1, math.nan)])
+    seen, _, _ = proposer._observations([*full, stopped, diverged])
+    finals = {round(float(x[0]), 2): v for x, v in seen[math.inf]}
+    assert finals[0.95] == 0.2  # its neighbours are the three finite ones, not a NaN at step 1
+    assert 0.85 not in finals
