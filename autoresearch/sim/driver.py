@@ -172,6 +172,8 @@ class Driver:
         self.gpu_ids = {name: tuple(str(g) for g in range(kind.gpus)) for name, kind in self.types.items()}
         self.status = {name: P.NodeStatus("healthy") for name in self.types}
         self._unhealthy: set[str] = set()  # the nodes whose status is not healthy (kept by _set_status)
+        # per job, the nodes its endings' verdicts were filed on (the only nodes with its "ending" findings)
+        self._verdict_nodes: dict[int, set[str]] = {}
         self._busy: dict[str, int] = {}  # per node, the live attempts with a member there
         self._node_states = {name: self._node_state(name) for name in self.types}
         self._abnormal: set[str] = set()  # nodes last seen down, cordoned or degraded
@@ -538,6 +540,7 @@ class Driver:
             self.stats.jobs_failed += 1
         if classified is not None:
             for node in blamed:  # the node the machine's evidence names (member k's of a gang)
+                self._verdict_nodes.setdefault(job.id, set()).add(node)
                 self._found(node).append(P.verdict(node, classified, f"job {job.id}: {end.cause}", end.t, job.id,
                                                      att.n))
                 self._review(node, end.t)
@@ -701,7 +704,11 @@ class Driver:
         jobs = {f.job_id for f in found if f.source == "ending" and f.job_id is not None and f.ts >= since}
         if not jobs:
             return None
-        others = sum(1 for n, st in self.status.items() if n != node and st.state in ("healthy", "degraded"))
+        # the nodes up for work besides this one: the healthy (all but _unhealthy) and the degraded (counted
+        # among the few unhealthy), not the whole fleet walked
+        status = self.status
+        up = len(status) - len(self._unhealthy) + sum(1 for n in self._unhealthy if status[n].state == "degraded")
+        others = up - (status[node].state in ("healthy", "degraded"))
         self.successes = [s for s in self.successes if s[0] >= t - 2 * self.health.cordon_window_s]
         projects = {j: self.jobs[j].project for j in jobs}
         wanted = set(projects.values())
@@ -710,7 +717,9 @@ class Driver:
             if ts >= since and node not in nodes and (job_id in jobs or project in wanted):
                 ok_jobs.add(job_id)
                 ok_projects.add(project)
-        elsewhere = {f.job_id for n, fs in self.findings.items() if n != node for f in fs
+        # the same jobs' endings on other nodes: read on the nodes their verdicts went to, not every node's
+        elsewhere = {f.job_id for n in sorted({n for j in jobs for n in self._verdict_nodes.get(j, ())})
+                     if n != node for f in self.findings[n]
                      if f.source == "ending" and f.job_id in jobs and f.ts >= since}
         return P.Differential(others, frozenset(ok_jobs), frozenset(ok_projects), tuple(sorted(projects.items())),
                               frozenset(j for j in elsewhere if j is not None))
