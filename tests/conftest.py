@@ -15,30 +15,8 @@ from typing import Any
 
 import pytest
 
-# The tests that start a real engine, by path prefix -> the one xdist worker scope they share, so
-# each engine (a Slurm cluster, a Ray head: session fixtures) starts once, on one worker. The first
-# test of a scope pays the engine's start, hence the longer timeout.
-ENGINE_TESTS = {"tests/ray/": "ray", "tests/backends/test_slurm_": "slurm"}
-ENGINE_TIMEOUT_S = 400
-
-
-def _engine_of(nodeid: str) -> str | None:
-    return next((scope for prefix, scope in ENGINE_TESTS.items() if nodeid.startswith(prefix)), None)
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Under ``-n N`` (pyproject's addopts), every test is its own work unit except an engine's,
-    which share one. xdist's own ``--dist loadgroup`` cannot do it under pytest 9.2: it renames
-    node ids through ``item._nodeid``, which pytest no longer reads, and the groups are lost."""
-    if config.getvalue("dist") != "load":
-        return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    class EngineScopes(LoadScopeScheduling):  # type: ignore[misc]
-        def _split_scope(self, nodeid: str) -> str:
-            return _engine_of(nodeid) or nodeid
-
-    return EngineScopes(config, log)
+# How the suite is split over xdist's workers (each engine's tests on one worker): tests/_scopes.py.
+from tests._scopes import ENGINE_TIMEOUT_S, _engine_of, pytest_xdist_make_scheduler  # noqa: E402,F401
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
