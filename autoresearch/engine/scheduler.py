@@ -221,6 +221,9 @@ class Decisions(_Record):
         self.held: dict[str, int] = {} if held is None else held
 
 
+_VERSIONS = itertools.count(1)
+
+
 class _Node:
     __slots__ = ("name", "total", "free", "cpus", "memory", "tier", "best_effort", "priced", "stopping",
                  "reserved_for", "ver", "rank", "base")
@@ -233,7 +236,8 @@ class _Node:
         self.priced: list[_Victim] | None = None  # the same, priced, least work lost first (when first asked)
         self.stopping: list[Running] = []  # already being stopped, unclaimed
         self.reserved_for: int | None = None
-        self.ver = 0  # bumped on every change: an entry of a preemption index with another is stale
+        # changed on every change, unique across passes: an entry of a preemption or reclaim index with another is stale
+        self.ver = next(_VERSIONS)
         self.rank = 0  # its place in the nodes' list (Scheduler: a bucket is kept in that order)
         # (free, cpus, memory, stopping) as the running attempts leave it (Scheduler: put back after a pass)
         self.base: tuple[tuple[str, ...], float, int, tuple[Running, ...]] = (free, cpus, memory, ())
@@ -403,6 +407,10 @@ class Scheduler:
         self._exact = True
         self._queue = _Queue()  # the queue by class and project, patched with what was added and removed
         self._latest: float | None = None  # the running attempts' latest start or checkpoint (None: unknown)
+        self._claimants: dict[str, int] = {}  # per project, its attempts a reclaim may stop (_claimable)
+        # the last pass's reclaim heaps and its now, lent to the next pass (_lend), and the nodes changed since
+        self._reclaim: tuple[dict[int, _ReclaimHeap], float] | None = None
+        self._moved: set[str] = set()
 
     def schedule(self, pending: list[Pending], nodes: list[NodeState], running: list[Running], *,
                  reserve_after_s: float = 300.0, fair: FairShare | None = None, pack_gangs: bool = False,
@@ -445,16 +453,39 @@ class Scheduler:
                 usage.gpus, usage.cpus, usage.quota_used = dict(self._gpus), dict(self._cpus), dict(self._quota)
             else:
                 usage.add_running(running)
+            usage.victims = _Victims(self._on, now, running)
+            usage.victim_projects = set(self._claimants)
+            usage.reclaim_heaps = self._lend(now)
+        else:
+            self._reclaim = None
         try:
             out = _decide(pending, index, usage, running, reserve_after_s, pack_gangs, room, max_reservations,
                           max_starts, self.held if held is None else held, self._queue)
         except BaseException:
             self._queue = _Queue()  # (perhaps half patched: the next pass groups afresh)
+            self._reclaim = None
             raise
         finally:
             self._restore(index)
+        if usage is not None and usage.reclaim_heaps:
+            self._reclaim = (usage.reclaim_heaps, now)
         self.held = dict(out.held)
         return out
+
+    def _lend(self, now: float) -> dict[int, _ReclaimHeap]:
+        """The last pass's reclaim heaps for this one, the nodes changed since (the pass's own changes put
+        back, attempts started or ended, node states) to be priced again: still lower bounds when ``now`` is
+        no earlier (the work a victim would lose only grows). None kept, or an earlier (or unknown) now: {}."""
+        kept, self._reclaim = self._reclaim, None
+        moved, self._moved = self._moved, set()
+        if kept is None or not now >= kept[1]:
+            return {}
+        heaps, then = kept
+        for heap in heaps.values():
+            if now != then:
+                heap.tag = next(_TAGS)
+            heap.again(moved)
+        return heaps
 
     # -- between passes -------------------------------------------------------------------------
 
@@ -472,6 +503,7 @@ class Scheduler:
         self._atts, self._on = {}, {}
         self._gpus, self._cpus, self._quota, self._exact = {}, {}, {}, True
         self._latest = None
+        self._claimants, self._reclaim, self._moved = {}, None, set()
         for att in running:
             self._add(att)
         index = _Index(state.values(), max_gpus, [], 0.0)
@@ -487,6 +519,8 @@ class Scheduler:
         for name in {name for name, _ in att.alloc}:
             self._on.setdefault(name, {})[id(att)] = att
         self._count(att, 1)
+        if _claimable(att):
+            self._claimants[att.project] = self._claimants.get(att.project, 0) + 1
 
     def _remove(self, att: Running) -> None:
         self._note(att, False)
@@ -498,6 +532,12 @@ class Scheduler:
                 if not on:
                     del self._on[name]
         self._count(att, -1)
+        if _claimable(att):
+            left = self._claimants[att.project] - 1
+            if left:
+                self._claimants[att.project] = left
+            else:
+                del self._claimants[att.project]
 
     def _note(self, att: Running, added: bool) -> None:
         """The latest start or checkpoint with ``att`` added or gone; None (worked out afresh when a pass
@@ -577,6 +617,7 @@ class Scheduler:
             att = now_by[key]
             self._add(att)
             dirty.update(name for name, _ in att.alloc)
+        self._moved |= dirty
         pos = dict(zip(keys, range(len(keys)), strict=True)) if dirty else {}
         buckets = index.buckets
         for name in dirty:
@@ -611,7 +652,8 @@ class Scheduler:
                 free, slot.cpus, slot.memory, stopping = slot.base
                 slot.free, slot.stopping = free, list(stopping)
                 slot.priced = slot.reserved_for = None
-                slot.ver = 0
+                slot.ver = next(_VERSIONS)
+                self._moved.add(slot.name)
                 self._put(buckets, slot, len(free))
             index.touched = {}
             self._order(index)
@@ -1108,7 +1150,7 @@ class _Usage:
     """What each project holds, for fair share and quotas, updated as the pass places jobs."""
 
     __slots__ = ("fair", "gpus", "cpus", "quota_used", "total_gpus", "total_cpus", "changed", "quotas", "weights",
-                 "past", "guaranteed", "victims", "victim_projects", "reclaim_heaps", "reclaim_tag", "bounds")
+                 "past", "guaranteed", "victims", "victim_projects", "reclaim_heaps", "bounds")
 
     def __init__(self, fair: FairShare, total_gpus: int, total_cpus: float,
                  past: Mapping[str, float] | None = None) -> None:
@@ -1118,12 +1160,10 @@ class _Usage:
         # past usage as the fleet's share held on average over the decay (GPU-s over GPUs x mean life)
         span = total_gpus * fair.half_life / _LN2 if total_gpus and fair.half_life > 0 else 0.0
         self.past = {p: v / span for p, v in past.items() if v > 0} if past and span else {}
-        self.victims: dict[str, list[_Victim]] | None = None  # per node, what a reclaim may stop (when first asked)
+        self.victims: _Victims | None = None  # per node, what a reclaim may stop (when first asked)
         self.victim_projects: set[str] = set()  # the projects of those
-        # per GPUs: (the projects still borrowing, the nodes by a reclaim's lower bound there (bound, node,
-        # its version, the tag it was priced under), the tag of the entries priced for those borrowers)
-        self.reclaim_heaps: dict[int, tuple[frozenset[str], list[tuple[float, str, int, int]], int]] = {}
-        self.reclaim_tag = 0
+        # per GPUs, the nodes by a reclaim's lower bound there (a Scheduler lends the last pass's)
+        self.reclaim_heaps: dict[int, _ReclaimHeap] = {}
         # per node: (the borrowers, its version, its eligible victims prepared for a bound: None, none) as last asked
         self.bounds: dict[str, tuple[frozenset[str], int, _Bounds | None]] = {}
         self.weights: dict[str, float] = {}
@@ -1263,7 +1303,7 @@ class _Index:
 
     def moved(self, slot: _Node, old_free: int) -> None:
         """``slot`` changed (its free GPUs were ``old_free``): rebucket it, mark index entries stale."""
-        slot.ver += 1
+        slot.ver = next(_VERSIONS)
         self.touched[slot.name] = slot
         self.buckets[slot.tier][old_free].pop(slot.name, None)
         if slot.reserved_for is None:
@@ -1310,7 +1350,7 @@ class _Index:
         self.buckets[slot.tier][len(slot.free)].pop(slot.name, None)
         self.touched[slot.name] = slot
         slot.reserved_for = job_id
-        slot.ver += 1
+        slot.ver = next(_VERSIONS)
         out.reserved[slot.name] = job_id
 
     def keep(self, slot: _Node, job_id: int, member: _Member) -> _Hold | None:
@@ -1421,19 +1461,98 @@ class _Index:
 _LN2 = 0.6931471805599453
 
 
-def _reclaimable(usage: _Usage, running: list[Running], now: float) -> dict[str, list[_Victim]]:
-    """Per node, the attempts a reclaim may stop there (normal, one node, not stopping), priced as
-    preemption prices them (work since their last checkpoint, or start), least lost first (once a pass)."""
+def _claimable(att: Running) -> bool:
+    """Whether a reclaim may stop ``att``: normal, one member, holding GPUs, not stopping already."""
+    return att.priority == "normal" and not att.stopping and len(att.alloc) == 1 and bool(att.alloc[0][1])
+
+
+class _Victims:
+    """Per node, the attempts a reclaim may stop there, priced as preemption prices them (work since their
+    last checkpoint, or start), least lost first: a node's list made when a reclaim first asks for it in the
+    pass (a pass prices the few nodes it looks at, not every running attempt). ``on``: per node, its
+    attempts (a list in the pass's order, or a Scheduler's kept dict by id); ``order`` (for the dicts) the
+    pass's order, which breaks a tie of rank as the pass's own order does."""
+
+    __slots__ = ("on", "now", "built", "order", "_pos")
+
+    def __init__(self, on: Mapping[str, Any], now: float, order: list[Running] | None = None) -> None:
+        self.on, self.now, self.order = on, now, order
+        self.built: dict[str, list[_Victim]] = {}
+        self._pos: dict[int, int] | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        """The nodes that may have some (those with an attempt)."""
+        return iter(self.on)
+
+    def __getitem__(self, name: str) -> list[_Victim]:
+        found = self.built.get(name)
+        if found is None:
+            atts = self.on.get(name)
+            if self.order is None:
+                found = [_Victim(att, name, self.now) for att in atts] if atts else []
+                found.sort(key=_victim_rank)
+            else:
+                found = [_Victim(att, name, self.now) for att in atts.values() if _claimable(att)] if atts else []
+                found.sort(key=_victim_rank)
+                if any(a.rank == b.rank for a, b in zip(found, found[1:], strict=False)):
+                    if self._pos is None:
+                        self._pos = {id(att): i for i, att in enumerate(self.order)}
+                    pos = self._pos
+                    found.sort(key=lambda v: (v.rank, pos[id(v.att)]))
+            self.built[name] = found
+        return found
+
+
+def _reclaimable(usage: _Usage, running: list[Running], now: float) -> _Victims:
+    """Per node, the attempts a reclaim may stop there (normal, one node, not stopping), priced when asked."""
     if usage.victims is None:
-        usage.victims = {}
+        on: dict[str, list[Running]] = {}
         for att in running:
             if att.priority == "normal" and not att.stopping and len(att.alloc) == 1 and att.alloc[0][1]:
-                name = att.alloc[0][0]
-                usage.victims.setdefault(name, []).append(_Victim(att, name, now))
+                on.setdefault(att.alloc[0][0], []).append(att)
                 usage.victim_projects.add(att.project)
-        for found in usage.victims.values():
-            found.sort(key=_victim_rank)
+        usage.victims = _Victims(on, now)
     return usage.victims
+
+
+class _ReclaimHeap:
+    """Per GPU count, the nodes by a lower bound of what a reclaim there costs, shared by the projects and
+    kept from reclaim to reclaim (and, by a Scheduler, from pass to pass). A heap of (bound, node, sequence);
+    ``live`` has each node's one current entry (sequence, the node's version and the tag it was priced
+    under): any other entry of the node is dropped when it comes to the top. An entry priced under another
+    tag (more borrowers, an earlier ``now``) or before its node changed is still a lower bound (a node's
+    bound only rises as borrowers stop borrowing, as the work its victims would lose grows with time, and
+    as the pass takes its room), and is priced again when it comes to the top: the same tops as a heap
+    built afresh. A node that may have gained room gets an entry at minus infinity (:meth:`again`)."""
+
+    __slots__ = ("epoch", "heap", "live", "tag", "seq")
+
+    def __init__(self, epoch: frozenset[str]) -> None:
+        self.epoch = epoch
+        self.heap: list[tuple[float, str, int]] = []
+        self.live: dict[str, tuple[int, int, int]] = {}
+        self.tag = next(_TAGS)
+        self.seq = 0
+
+    def push(self, low: float, name: str, ver: int, tag: int) -> None:
+        self.seq += 1
+        self.live[name] = (self.seq, ver, tag)
+        heapq.heappush(self.heap, (low, name, self.seq))
+
+    def again(self, names: Iterable[str]) -> None:
+        """``names`` priced again when next asked (they may be cheaper now), the dropped entries cleared out."""
+        for name in names:
+            self.seq += 1
+            self.live[name] = (self.seq, -1, -1)
+            self.heap.append((_NO_BOUND, name, self.seq))
+        live = self.live
+        if len(self.heap) > 2 * len(live) + 64:
+            self.heap = [e for e in self.heap if live.get(e[1], (0,))[0] == e[2]]
+        heapq.heapify(self.heap)
+
+
+_TAGS = itertools.count(1)
+_NO_BOUND = float("-inf")
 
 
 _victim_rank = operator.attrgetter("rank")
@@ -1468,35 +1587,37 @@ def _reclaim(job: Pending, index: _Index, usage: _Usage, running: list[Running],
     def eligible(name: str) -> list[_Victim]:
         return [v for v in victims[name] if v.att.project in epoch]
 
-    # per GPU count, the nodes by a lower bound of a reclaim's cost there, kept for the pass and shared by the
-    # projects: a node's bound only rises in a pass (its room shrinks, borrowers stop borrowing), so an entry
-    # priced under a larger set of borrowers, or before its node changed, stays a lower bound and is priced
-    # again when it comes to the top (the same tops as a heap built afresh). Built again when the set of
-    # borrowers grows (a borrower's placement) or a hold gave room back.
+    # per GPU count, the nodes by a lower bound of a reclaim's cost there (_ReclaimHeap): built again when the
+    # set of borrowers grows (a borrower's placement) or a hold gave room back; fewer borrowers: a new tag
     kept = usage.reclaim_heaps.get(job.gpus)
-    if kept is None or not epoch <= kept[0]:
-        tag = usage.reclaim_tag = usage.reclaim_tag + 1
-        heap = [(low, name, ver, tag) for name in victims if (e := _reclaim_entry(index, name, eligible, job.gpus,
-                                                                                  usage, epoch)) is not None
-                for low, _, ver in (e,)]
-        heapq.heapify(heap)
-        usage.reclaim_heaps[job.gpus] = (epoch, heap, tag)
-    else:
-        heap, tag = kept[1], kept[2]
-        if epoch != kept[0]:  # fewer borrowers: every entry priced before is priced again at the top
-            tag = usage.reclaim_tag = usage.reclaim_tag + 1
-            usage.reclaim_heaps[job.gpus] = (epoch, heap, tag)
-    popped: list[tuple[float, str, int, int]] = []
+    if kept is None or not epoch <= kept.epoch:
+        kept = usage.reclaim_heaps[job.gpus] = _ReclaimHeap(epoch)
+        for name in victims:
+            if (e := _reclaim_entry(index, name, eligible, job.gpus, usage, epoch)) is not None:
+                kept.seq += 1
+                kept.live[name] = (kept.seq, e[2], kept.tag)
+                kept.heap.append((e[0], name, kept.seq))
+        heapq.heapify(kept.heap)
+    elif epoch != kept.epoch:
+        kept.epoch, kept.tag = epoch, next(_TAGS)
+    heap, live, tag = kept.heap, kept.live, kept.tag
+    popped: list[tuple[float, str, int]] = []
     state = index.state
 
-    def top() -> tuple[float, str, int, int] | None:
+    def top() -> tuple[float, str, int] | None:
         """The cheapest fresh entry that is not a node with room as it is (stale ones priced again)."""
         while heap:
-            low, name, ver, at = heap[0]
-            if ver != state[name].ver or at != tag:
+            low, name, seq = heap[0]
+            cur = live.get(name)
+            if cur is None or cur[0] != seq:
+                heapq.heappop(heap)  # (another entry of the node is the current one)
+                continue
+            slot = state.get(name)
+            if slot is None or cur[1] != slot.ver or cur[2] != tag:
                 heapq.heappop(heap)
+                del live[name]
                 if (e := _reclaim_entry(index, name, eligible, job.gpus, usage, epoch)) is not None:
-                    heapq.heappush(heap, (e[0], name, e[2], tag))
+                    kept.push(e[0], name, e[2], tag)
                 continue
             if name in free_names:
                 popped.append(heapq.heappop(heap))

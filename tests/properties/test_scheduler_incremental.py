@@ -40,7 +40,7 @@ def _node(rng: random.Random, name: str, gpus: int, cpus: float) -> S.NodeState:
     return S.NodeState(name, ids, cpus=cpus, memory=64, schedulable=roll > 0.12, degraded=0.12 < roll < 0.22)
 
 
-def _run(seed: int, passes: int = 40) -> int:
+def _run(seed: int, passes: int = 40, reclaims: bool = False) -> int:
     rng = random.Random(seed)
     fractional = seed % 3 == 0  # fractions of a core: the projects' figures are summed afresh each pass
     count = rng.randint(2, 7)
@@ -50,7 +50,7 @@ def _run(seed: int, passes: int = 40) -> int:
              for i in range(count)]
     fair = S.FairShare({"a": S.Share(2.0, quota=rng.choice((None, 6))), "b": S.Share(1.0, guaranteed=2, borrow=6),
                         "c": S.Share(1.0, guaranteed=8)},
-                       half_life=3600.0) if seed % 2 else None
+                       half_life=3600.0) if seed % 2 or reclaims else None
     past = {"a": 1000.0 * rng.random(), "b": 500.0} if fair is not None else None
     sched = S.Scheduler()
     running: list[S.Running] = []
@@ -64,7 +64,7 @@ def _run(seed: int, passes: int = 40) -> int:
         t += rng.choice((30.0, 300.0))
         for _ in range(rng.randint(0, 4)):  # arrivals
             cpus = rng.choice((0.0, 1.0, 2.0, 0.5 if fractional else 1.0))
-            if seed % 4 == 3:  # reclaims: normal work of projects with and without guarantees, gangs
+            if seed % 4 == 3 or reclaims:  # reclaims: normal work of projects with and without guarantees, gangs
                 kind = (rng.choice(("normal", "normal", "critical")), rng.choice((1, 2, 2, 4)), rng.choice((1, 2, 2)),
                         cpus, 0, 0.0)
             else:
@@ -95,7 +95,7 @@ def _run(seed: int, passes: int = 40) -> int:
         # now given, or not (the latest start or checkpoint: the Scheduler keeps it from the changes);
         # fair share now and then off for a pass (the queue's groups are kept per class alone then)
         kwargs: dict[str, Any] = {"now": t if rng.random() < 0.75 else None,
-                                  "fair": fair if rng.random() < 0.9 else None, "past": past,
+                                  "fair": fair if rng.random() < 0.9 or reclaims else None, "past": past,
                                   "room": {"g": rng.randint(0, 3)},
                                   "pack_gangs": seed % 5 == 0, "max_starts": rng.choice((None, 2, 256)),
                                   "reserve_after_s": 300.0}
@@ -138,6 +138,14 @@ def _run(seed: int, passes: int = 40) -> int:
 @pytest.mark.parametrize("seed", range(30))
 def test_kept_records_equal_a_fresh_build_and_decide_the_same(seed: int) -> None:
     assert _run(seed) == 40
+
+
+@pytest.mark.parametrize("seed", range(100, 120))
+def test_kept_reclaim_heaps_decide_as_a_fresh_pass(seed: int) -> None:
+    """Every pass with guarantees to take back: the reclaim heaps a Scheduler lends from pass to pass (as
+    time goes on, or back when ``now`` is the latest start; attempts checkpointed, ended, stopped; nodes
+    changed) decide what heaps built afresh decide."""
+    assert _run(seed, passes=60, reclaims=True) == 60
 
 
 def test_it_rebuilds_when_it_cannot_tell_what_changed() -> None:
@@ -276,3 +284,53 @@ def test_a_pass_runs_no_garbage_collection_and_leaves_the_collector_as_it_was() 
         assert gc.isenabled()
     finally:
         gc.callbacks.remove(seen)
+
+
+def test_reclaim_heaps_are_not_lent_back_in_time() -> None:
+    """A pass at an earlier ``now`` than the last (``now`` None is the latest start, which falls when that
+    attempt ends) cannot use the last pass's bounds: they were priced for more work lost than now.
+
+    Project g takes back 4 GPUs from x, which borrows three full nodes: A, one 8-GPU attempt since 600;
+    B, two 4-GPU ones since 0; C, two 4-GPU ones since -500 (given as new objects each pass: C changed, and
+    is priced again). At 2000, B is the cheapest (8,000 GPU-seconds against A's 11,200 and C's 10,000);
+    at 1000, A (3,200 against 4,000 and 6,000): A's bound kept from 2000 would hide it behind B and C."""
+    eight = tuple(str(g) for g in range(8))
+    nodes = [S.NodeState(name, eight) for name in "ABC"]
+    running = [S.Running(1, 1, "normal", (("A", eight),), started_at=600.0, project="x"),
+               S.Running(2, 1, "normal", (("B", eight[:4]),), started_at=0.0, project="x"),
+               S.Running(3, 1, "normal", (("B", eight[4:]),), started_at=0.0, project="x")]
+    fair = S.FairShare({"g": S.Share(guaranteed=4), "x": S.Share()})
+    pending = [S.Pending(10, "normal", 4, project="g")]
+    sched = S.Scheduler()
+    for now, victim in ((2000.0, {3}), (1000.0, {1}), (2000.0, {3})):
+        fleet = [*running, *(S.Running(j, 1, "normal", (("C", ids),), started_at=-500.0, project="x")
+                             for j, ids in ((4, eight[:4]), (5, eight[4:])))]
+        want = S.schedule(pending, nodes, fleet, fair=fair, now=now, held={})
+        got = sched.schedule(pending, nodes, fleet, fair=fair, now=now, held={})
+        assert got == want and {p.job_id for p in got.preemptions} == victim, (now, got)
+
+
+def test_a_kept_scheduler_prices_only_what_changed_for_a_reclaim(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reclaim heaps outlive the pass: a pass again on the same fleet prices the nodes the last one
+    changed and those that come to the top, not every node the heaps hold. (Later, every entry is priced
+    again when it comes to the top, those within what time added of the cheapest.)"""
+    count = 64
+    nodes = [S.NodeState(f"n{i:03d}", tuple(str(g) for g in range(8)), cpus=64.0) for i in range(count)]
+    running = [S.Running(100 + 4 * i + k, 1, "normal", ((f"n{i:03d}", (str(2 * k), str(2 * k + 1))),),
+                         float(4 * i + k), cpus=1.0, project="x") for i in range(count) for k in range(4)]
+    fair = S.FairShare({"g": S.Share(guaranteed=64), "x": S.Share()})
+    pending = [S.Pending(i, "normal", (1, 2, 4, 8)[i % 4], cpus=1.0, project="g") for i in range(12)]
+    calls: list[str] = []
+    real = S._reclaim_entry  # noqa: SLF001
+    monkeypatch.setattr(S, "_reclaim_entry", lambda index, name, *a: calls.append(name) or real(index, name, *a))
+    sched = S.Scheduler()
+    priced = []
+    for now in (1e6, 1e6, 1e6):
+        want = S.schedule(pending, nodes, running, fair=fair, now=now, held={})
+        calls.clear()
+        got = sched.schedule(pending, nodes, running, fair=fair, now=now, held={})
+        assert got == want and len(got.preemptions) >= 12, got
+        priced.append(len(calls))
+    first, *later = priced
+    assert first >= 4 * count  # four heaps (1, 2, 4 and 8 GPUs) over every node
+    assert all(n < first / 4 for n in later), priced
