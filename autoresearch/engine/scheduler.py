@@ -1771,16 +1771,33 @@ def _reclaim_sets(slot: _Node, eligible: list[_Victim], job: Pending, spare: Cal
 
     if not fits(eligible):
         return []  # (all of them would not do: no subset does)
-    found: list[tuple[tuple[float, int, tuple[int, ...]], list[_Victim]]] = []
-    if len(eligible) <= EXACT_VICTIMS:
-        for mask in range(1, 1 << len(eligible)):
-            pick = [v for k, v in enumerate(eligible) if mask >> k & 1]
-            if not fits(pick) or _admissible(pick, spare, {}) is None:
+    n = len(eligible)
+    if n <= EXACT_VICTIMS:
+        # every subset's GPUs, cores, memory and loss, each summed in the victims' order as sum() over the
+        # subset would (a subset's sums are its lower victims' plus its highest one's): fits() in O(1)
+        size = 1 << n
+        g, c, m, lost = [0] * size, [0] * size, [0] * size, [0] * size
+        gpus, cpus, memory = job.gpus, job.cpus, job.memory
+        ok = [False] * size
+        ok[0] = g0 >= gpus and c0 + 1e-9 >= cpus and (m0 >= memory or memory == 0)
+        for mask in range(1, size):
+            k = mask.bit_length() - 1
+            rest, v = mask ^ (1 << k), eligible[k]
+            g[mask], c[mask], m[mask], lost[mask] = g[rest] + v.gpus, c[rest] + v.cpus, m[rest] + v.memory, \
+                lost[rest] + v.lost
+            ok[mask] = (g0 + g[mask] >= gpus and c0 + c[mask] + 1e-9 >= cpus
+                        and (m0 + m[mask] >= memory or memory == 0))
+        found: list[tuple[tuple[float, int, tuple[int, ...]], list[_Victim]]] = []
+        for mask in range(1, size):
+            if not ok[mask]:
                 continue
-            if any(fits([w for w in pick if w is not v]) for v in pick):
+            bits = [k for k in range(n) if mask >> k & 1]
+            if any(ok[mask ^ (1 << k)] for k in bits):
                 continue  # one of them superfluous
-            found.append(((sum(v.lost for v in pick), len(pick), tuple(k for k in range(len(eligible))
-                                                                            if mask >> k & 1)), pick))
+            pick = [eligible[k] for k in bits]
+            if _admissible(pick, spare, {}) is None:
+                continue
+            found.append(((lost[mask], len(pick), tuple(bits)), pick))
         found.sort(key=lambda f: f[0])
         return [((key[0], key[1]), pick) for key, pick in found]
     pick = []
