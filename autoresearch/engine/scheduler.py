@@ -1776,15 +1776,16 @@ def _reclaim_sets(slot: _Node, eligible: list[_Victim], job: Pending, spare: Cal
         # every subset's GPUs, cores, memory and loss, each summed in the victims' order as sum() over the
         # subset would (a subset's sums are its lower victims' plus its highest one's): fits() in O(1)
         size = 1 << n
-        g, c, m, lost = [0] * size, [0] * size, [0] * size, [0] * size
+        g, m = [0] * size, [0] * size
+        c, lost = [0.0] * size, [0.0] * size  # (0.0 + x is x, as sum()'s 0 + x)
         gpus, cpus, memory = job.gpus, job.cpus, job.memory
         ok = [False] * size
         ok[0] = g0 >= gpus and c0 + 1e-9 >= cpus and (m0 >= memory or memory == 0)
         for mask in range(1, size):
             k = mask.bit_length() - 1
-            rest, v = mask ^ (1 << k), eligible[k]
-            g[mask], c[mask], m[mask], lost[mask] = g[rest] + v.gpus, c[rest] + v.cpus, m[rest] + v.memory, \
-                lost[rest] + v.lost
+            low, v = mask ^ (1 << k), eligible[k]
+            g[mask], c[mask], m[mask], lost[mask] = g[low] + v.gpus, c[low] + v.cpus, m[low] + v.memory, \
+                lost[low] + v.lost
             ok[mask] = (g0 + g[mask] >= gpus and c0 + c[mask] + 1e-9 >= cpus
                         and (m0 + m[mask] >= memory or memory == 0))
         found: list[tuple[tuple[float, int, tuple[int, ...]], list[_Victim]]] = []
@@ -1794,13 +1795,13 @@ def _reclaim_sets(slot: _Node, eligible: list[_Victim], job: Pending, spare: Cal
             bits = [k for k in range(n) if mask >> k & 1]
             if any(ok[mask ^ (1 << k)] for k in bits):
                 continue  # one of them superfluous
-            pick = [eligible[k] for k in bits]
-            if _admissible(pick, spare, {}) is None:
+            chosen = [eligible[k] for k in bits]
+            if _admissible(chosen, spare, {}) is None:
                 continue
-            found.append(((lost[mask], len(pick), tuple(bits)), pick))
+            found.append(((lost[mask], len(chosen), tuple(bits)), chosen))
         found.sort(key=lambda f: f[0])
-        return [((key[0], key[1]), pick) for key, pick in found]
-    pick = []
+        return [((key[0], key[1]), chosen) for key, chosen in found]
+    pick: list[_Victim] = []
     for v in eligible:
         if _admissible([*pick, v], spare, {}) is not None:
             pick.append(v)
