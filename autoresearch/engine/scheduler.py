@@ -408,8 +408,9 @@ class Scheduler:
         self._queue = _Queue()  # the queue by class and project, patched with what was added and removed
         self._latest: float | None = None  # the running attempts' latest start or checkpoint (None: unknown)
         self._claimants: dict[str, int] = {}  # per project, its attempts a reclaim may stop (_claimable)
-        # the last pass's reclaim heaps and its now, lent to the next pass (_lend), and the nodes changed since
-        self._reclaim: tuple[dict[int, _ReclaimHeap], float] | None = None
+        # the last pass's now and its preemption and reclaim heaps, lent to the next pass (_lend), and the
+        # nodes changed since
+        self._kept: tuple[float, dict[int, _KeptHeap], dict[int, _KeptHeap]] | None = None
         self._moved: set[str] = set()
 
     def schedule(self, pending: list[Pending], nodes: list[NodeState], running: list[Running], *,
@@ -441,8 +442,9 @@ class Scheduler:
             else:
                 now = self._latest
         index.now = now
-        index.heaps = {}
+        index.heaps, reclaim_heaps = self._lend(now)
         index.touched = {}
+        index.priced = []
         index.held = set()
         index.preemptible = [index.state[name] for name in self._preemptible]
         index.victims_left = sum(len(slot.best_effort) + len(slot.stopping) for slot in index.preemptible)
@@ -455,37 +457,43 @@ class Scheduler:
                 usage.add_running(running)
             usage.victims = _Victims(self._on, now, running)
             usage.victim_projects = set(self._claimants)
-            usage.reclaim_heaps = self._lend(now)
-        else:
-            self._reclaim = None
+            usage.reclaim_heaps = reclaim_heaps
         try:
             out = _decide(pending, index, usage, running, reserve_after_s, pack_gangs, room, max_reservations,
                           max_starts, self.held if held is None else held, self._queue)
         except BaseException:
             self._queue = _Queue()  # (perhaps half patched: the next pass groups afresh)
-            self._reclaim = None
             raise
         finally:
             self._restore(index)
-        if usage is not None and usage.reclaim_heaps:
-            self._reclaim = (usage.reclaim_heaps, now)
+        self._kept = (now, index.heaps, usage.reclaim_heaps if usage is not None else {})
         self.held = dict(out.held)
         return out
 
-    def _lend(self, now: float) -> dict[int, _ReclaimHeap]:
-        """The last pass's reclaim heaps for this one, the nodes changed since (the pass's own changes put
-        back, attempts started or ended, node states) to be priced again: still lower bounds when ``now`` is
-        no earlier (the work a victim would lose only grows). None kept, or an earlier (or unknown) now: {}."""
-        kept, self._reclaim = self._reclaim, None
+    def _lend(self, now: float) -> tuple[dict[int, _KeptHeap], dict[int, _KeptHeap]]:
+        """The last pass's preemption and reclaim heaps for this one (_KeptHeap), the nodes changed since
+        (the pass's own changes put back, attempts started or ended, node states) to be priced again: still
+        lower bounds when ``now`` is no earlier (the work a victim would lose only grows). None kept, or an
+        earlier (or unknown) now: none lent, both built afresh when first asked."""
+        kept, self._kept = self._kept, None
         moved, self._moved = self._moved, set()
-        if kept is None or not now >= kept[1]:
-            return {}
-        heaps, then = kept
-        for heap in heaps.values():
-            if now != then:
+        if kept is None or not now >= kept[0]:
+            return {}, {}
+        then, preempt, reclaim = kept
+        later = now != then
+        preemptible = self._preemptible
+        for heap in preempt.values():  # (the nodes preemptible at the pass's start, as a heap built afresh)
+            again = moved | heap.greedy if later else moved
+            if later:
+                heap.tag, heap.greedy = next(_TAGS), set()
+            for name in again - preemptible:
+                heap.live.pop(name, None)
+            heap.again(again & preemptible)
+        for heap in reclaim.values():
+            if later:
                 heap.tag = next(_TAGS)
             heap.again(moved)
-        return heaps
+        return preempt, reclaim
 
     # -- between passes -------------------------------------------------------------------------
 
@@ -503,7 +511,7 @@ class Scheduler:
         self._atts, self._on = {}, {}
         self._gpus, self._cpus, self._quota, self._exact = {}, {}, {}, True
         self._latest = None
-        self._claimants, self._reclaim, self._moved = {}, None, set()
+        self._claimants, self._kept, self._moved = {}, None, set()
         for att in running:
             self._add(att)
         index = _Index(state.values(), max_gpus, [], 0.0)
@@ -656,6 +664,9 @@ class Scheduler:
                 self._moved.add(slot.name)
                 self._put(buckets, slot, len(free))
             index.touched = {}
+            for slot in index.priced:
+                slot.priced = None
+            index.priced = []
             self._order(index)
         except BaseException:
             self._index = None  # (the next pass builds afresh)
@@ -1163,7 +1174,7 @@ class _Usage:
         self.victims: _Victims | None = None  # per node, what a reclaim may stop (when first asked)
         self.victim_projects: set[str] = set()  # the projects of those
         # per GPUs, the nodes by a reclaim's lower bound there (a Scheduler lends the last pass's)
-        self.reclaim_heaps: dict[int, _ReclaimHeap] = {}
+        self.reclaim_heaps: dict[int, _KeptHeap] = {}
         # per node: (the borrowers, its version, its eligible victims prepared for a bound: None, none) as last asked
         self.bounds: dict[str, tuple[frozenset[str], int, _Bounds | None]] = {}
         self.weights: dict[str, float] = {}
@@ -1278,7 +1289,8 @@ class _Index:
     a node's version changes with it; a node's price only rises in a pass, so the top, once fresh, is
     the cheapest)."""
 
-    __slots__ = ("state", "buckets", "max_gpus", "preemptible", "heaps", "now", "victims_left", "touched", "held")
+    __slots__ = ("state", "buckets", "max_gpus", "preemptible", "heaps", "now", "victims_left", "touched", "held",
+                 "priced")
 
     def __init__(self, nodes: Iterable[_Node], max_gpus: int, preemptible: list[_Node], now: float) -> None:
         self.now = now
@@ -1290,8 +1302,9 @@ class _Index:
         self.preemptible = preemptible
         # best-effort and stopping attempts not yet claimed: none left, no preemption can succeed
         self.victims_left = sum(len(slot.best_effort) + len(slot.stopping) for slot in preemptible)
-        self.heaps: dict[int, list[tuple[_Option, int, str]]] = {}
+        self.heaps: dict[int, _KeptHeap] = {}
         self.touched: dict[str, _Node] = {}  # the nodes the pass changed (Scheduler puts them back)
+        self.priced: list[_Node] = []  # the nodes whose victims the pass priced (Scheduler forgets the prices)
         self.held: set[str] = set()  # nodes where something is held for a job (not reserved for another)
 
     def most_free(self) -> int:
@@ -1396,37 +1409,47 @@ class _Index:
 
     def cheapest(self, job: Pending) -> list[tuple[_Option, _Plan]]:
         """The ``job.nodes`` nodes where preempting for ``job`` costs least, cheapest first (fewer: none)."""
-        heap = self.heaps.get(job.gpus)
-        if heap is None:
-            heap = []
-            for slot in self.preemptible:
-                plan = _plan(slot, self.victims(slot), job.gpus, 0.0, 0)
+        kept = self.heaps.get(job.gpus)
+        if kept is None:  # the preemptible nodes by their price for the GPUs alone (a lower bound of the price)
+            kept = self.heaps[job.gpus] = _KeptHeap(frozenset(), _NO_PRICE)
+            for node in self.preemptible:
+                plan = _plan(node, self.victims(node), job.gpus, 0.0, 0)
                 if plan is not None:
-                    heap.append((plan[0], slot.ver, slot.name))
-            heapq.heapify(heap)
-            self.heaps[job.gpus] = heap
+                    kept.add(plan[0], node.name, node.ver)
+                    if len(node.best_effort) > EXACT_VICTIMS:
+                        kept.greedy.add(node.name)
+            heapq.heapify(kept.heap)
+        heap, live, tag, state = kept.heap, kept.live, kept.tag, self.state
         found: list[tuple[_Option, _Plan]] = []
         if job.nodes > 1:  # a gang: the nodes that hold a member as they are cost nothing (fewer than it needs:
             # with as many, it would have been placed)
-            for slot in self.free_nodes(job):
-                found.append(((0.0, 0, slot.name), ((0.0, 0, slot.name), [], [])))
+            for node in self.free_nodes(job):
+                found.append(((0.0, 0, node.name), ((0.0, 0, node.name), [], [])))
             found.sort(key=lambda f: f[0])
         free = {f[0][2] for f in found}
-        popped: list[tuple[_Option, int, str]] = []
+        popped: list[tuple[Any, str, int]] = []
         while heap:
-            bound, ver, name = heap[0]
-            slot = self.state[name]
+            bound, name, seq = heap[0]
+            cur = live.get(name)
+            if cur is None or cur[0] != seq:
+                heapq.heappop(heap)  # (another entry of the node is the current one)
+                continue
+            slot = state.get(name)
+            if slot is None or slot.reserved_for is not None:
+                heapq.heappop(heap)
+                del live[name]
+                continue
             if name in free:
                 popped.append(heapq.heappop(heap))
                 continue
-            if slot.reserved_for is not None:
+            if cur[1] != slot.ver or cur[2] != tag:  # it changed since (or time went on): its price, again
                 heapq.heappop(heap)
-                continue
-            if ver != slot.ver:  # it changed since: its price for this many GPUs, again
-                heapq.heappop(heap)
+                del live[name]
                 plan = _plan(slot, self.victims(slot), job.gpus, 0.0, 0)
                 if plan is not None:
-                    heapq.heappush(heap, (plan[0], slot.ver, name))
+                    kept.push(plan[0], name, slot.ver)
+                    if len(slot.best_effort) > EXACT_VICTIMS:
+                        kept.greedy.add(name)
                 continue
             if len(found) >= job.nodes and found[job.nodes - 1][0] <= bound:
                 break  # no node left in the heap costs less (its GPUs-only price is a lower bound)
@@ -1453,7 +1476,7 @@ class _Index:
     def victims(self, slot: _Node) -> list[_Victim]:
         """``slot``'s best-effort attempts, priced (once a pass, when a preemption first looks at it)."""
         if slot.priced is None:
-            self.touched[slot.name] = slot
+            self.priced.append(slot)
             slot.priced = sorted((_Victim(att, slot.name, self.now) for att in slot.best_effort), key=lambda v: v.rank)
         return slot.priced
 
@@ -1515,28 +1538,38 @@ def _reclaimable(usage: _Usage, running: list[Running], now: float) -> _Victims:
     return usage.victims
 
 
-class _ReclaimHeap:
-    """Per GPU count, the nodes by a lower bound of what a reclaim there costs, shared by the projects and
-    kept from reclaim to reclaim (and, by a Scheduler, from pass to pass). A heap of (bound, node, sequence);
-    ``live`` has each node's one current entry (sequence, the node's version and the tag it was priced
-    under): any other entry of the node is dropped when it comes to the top. An entry priced under another
-    tag (more borrowers, an earlier ``now``) or before its node changed is still a lower bound (a node's
-    bound only rises as borrowers stop borrowing, as the work its victims would lose grows with time, and
-    as the pass takes its room), and is priced again when it comes to the top: the same tops as a heap
-    built afresh. A node that may have gained room gets an entry at minus infinity (:meth:`again`)."""
+class _KeptHeap:
+    """Per GPU count, the nodes by a lower bound of what a preemption (its price for the GPUs alone) or a
+    reclaim there costs, kept from job to job (and, by a Scheduler, from pass to pass). A heap of (bound,
+    node, sequence); ``live`` has each node's one current entry (sequence, the node's version and the tag
+    it was priced under): any other entry of the node is dropped when it comes to the top. An entry priced
+    under another tag (an earlier ``now``; for a reclaim, more borrowers) or before its node changed is
+    still a lower bound (a node's bound only rises as the work its victims would lose grows with time, as
+    the pass takes its room, as borrowers stop borrowing), and is priced again when it comes to the top:
+    the same tops as a heap built afresh. A node that may have gained room gets an entry at ``bottom``
+    (:meth:`again`), and so does, at a later ``now``, a node whose price is not the least of every set
+    (``greedy``: more than ``EXACT_VICTIMS`` victims, whose price need not rise with time)."""
 
-    __slots__ = ("epoch", "heap", "live", "tag", "seq")
+    __slots__ = ("epoch", "heap", "live", "tag", "seq", "bottom", "greedy")
 
-    def __init__(self, epoch: frozenset[str]) -> None:
+    def __init__(self, epoch: frozenset[str], bottom: Any) -> None:
         self.epoch = epoch
-        self.heap: list[tuple[float, str, int]] = []
+        self.heap: list[tuple[Any, str, int]] = []
         self.live: dict[str, tuple[int, int, int]] = {}
         self.tag = next(_TAGS)
         self.seq = 0
+        self.bottom = bottom
+        self.greedy: set[str] = set()
 
-    def push(self, low: float, name: str, ver: int, tag: int) -> None:
+    def add(self, low: Any, name: str, ver: int) -> None:
+        """An entry priced under the current tag, not yet in heap order (then ``heapq.heapify``)."""
         self.seq += 1
-        self.live[name] = (self.seq, ver, tag)
+        self.live[name] = (self.seq, ver, self.tag)
+        self.heap.append((low, name, self.seq))
+
+    def push(self, low: Any, name: str, ver: int) -> None:
+        self.seq += 1
+        self.live[name] = (self.seq, ver, self.tag)
         heapq.heappush(self.heap, (low, name, self.seq))
 
     def again(self, names: Iterable[str]) -> None:
@@ -1544,7 +1577,7 @@ class _ReclaimHeap:
         for name in names:
             self.seq += 1
             self.live[name] = (self.seq, -1, -1)
-            self.heap.append((_NO_BOUND, name, self.seq))
+            self.heap.append((self.bottom, name, self.seq))
         live = self.live
         if len(self.heap) > 2 * len(live) + 64:
             self.heap = [e for e in self.heap if live.get(e[1], (0,))[0] == e[2]]
@@ -1553,6 +1586,7 @@ class _ReclaimHeap:
 
 _TAGS = itertools.count(1)
 _NO_BOUND = float("-inf")
+_NO_PRICE = (_NO_BOUND,)  # (below every preemption price: (GPU-seconds lost, victims, node))
 
 
 _victim_rank = operator.attrgetter("rank")
@@ -1587,16 +1621,14 @@ def _reclaim(job: Pending, index: _Index, usage: _Usage, running: list[Running],
     def eligible(name: str) -> list[_Victim]:
         return [v for v in victims[name] if v.att.project in epoch]
 
-    # per GPU count, the nodes by a lower bound of a reclaim's cost there (_ReclaimHeap): built again when the
+    # per GPU count, the nodes by a lower bound of a reclaim's cost there (_KeptHeap): built again when the
     # set of borrowers grows (a borrower's placement) or a hold gave room back; fewer borrowers: a new tag
     kept = usage.reclaim_heaps.get(job.gpus)
     if kept is None or not epoch <= kept.epoch:
-        kept = usage.reclaim_heaps[job.gpus] = _ReclaimHeap(epoch)
+        kept = usage.reclaim_heaps[job.gpus] = _KeptHeap(epoch, _NO_BOUND)
         for name in victims:
             if (e := _reclaim_entry(index, name, eligible, job.gpus, usage, epoch)) is not None:
-                kept.seq += 1
-                kept.live[name] = (kept.seq, e[2], kept.tag)
-                kept.heap.append((e[0], name, kept.seq))
+                kept.add(e[0], name, e[2])
         heapq.heapify(kept.heap)
     elif epoch != kept.epoch:
         kept.epoch, kept.tag = epoch, next(_TAGS)
@@ -1617,7 +1649,7 @@ def _reclaim(job: Pending, index: _Index, usage: _Usage, running: list[Running],
                 heapq.heappop(heap)
                 del live[name]
                 if (e := _reclaim_entry(index, name, eligible, job.gpus, usage, epoch)) is not None:
-                    kept.push(e[0], name, e[2], tag)
+                    kept.push(e[0], name, e[2])
                 continue
             if name in free_names:
                 popped.append(heapq.heappop(heap))

@@ -334,3 +334,28 @@ def test_a_kept_scheduler_prices_only_what_changed_for_a_reclaim(monkeypatch: py
     first, *later = priced
     assert first >= 4 * count  # four heaps (1, 2, 4 and 8 GPUs) over every node
     assert all(n < first / 4 for n in later), priced
+
+
+def test_a_kept_scheduler_prices_only_what_changed_for_a_preemption(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The preemption heaps outlive the pass too: a pass again prices the nodes the last one changed and
+    those that come to the top, not every preemptible node (the simulated fleet preempts in many passes)."""
+    count = 64
+    nodes = [S.NodeState(f"n{i:03d}", tuple(str(g) for g in range(8)), cpus=64.0) for i in range(count)]
+    running = [S.Running(100 + 2 * i + k, 1, "best-effort", ((f"n{i:03d}", tuple(str(g) for g in range(4 * k, 4 * k + 4))),),
+                         float(2 * i + k), cpus=1.0) for i in range(count) for k in range(2)]
+    pending = [S.Pending(i, "critical", (2, 4, 8)[i % 3], cpus=1.0) for i in range(12)]
+    calls: list[str] = []
+    real = S._plan  # noqa: SLF001
+    monkeypatch.setattr(S, "_plan", lambda slot, *a: calls.append(slot.name) or real(slot, *a))
+    sched = S.Scheduler()
+    priced = []
+    for now in (1e6, 1e6, 1e6 + 5.0):
+        want = S.schedule(pending, nodes, running, now=now, held={})
+        calls.clear()
+        got = sched.schedule(pending, nodes, running, now=now, held={})
+        assert got == want and len(got.preemptions) >= 12, got
+        priced.append(len(calls))
+    first, again, later = priced
+    assert first >= 3 * count  # three heaps (2, 4 and 8 GPUs) over every node
+    assert again < first / 3, priced
+    assert later < first, priced  # (later: every entry that comes to the top is priced again)
