@@ -54,7 +54,7 @@ import gc
 import heapq
 import itertools
 import operator
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, Final, Self
 
 RANK = {"critical": 0, "normal": 1, "best-effort": 2}
@@ -447,6 +447,7 @@ class Scheduler:
         index.priced = []
         index.held = set()
         index.preemptible = [index.state[name] for name in self._preemptible]
+        index.preemptible_names = None
         index.victims_left = sum(len(slot.best_effort) + len(slot.stopping) for slot in index.preemptible)
         usage = None
         if fair is not None:
@@ -769,10 +770,12 @@ def _decide(pending: list[Pending], index: _Index, usage: _Usage | None, running
             if waiting and job.job_id in waiting:
                 # its turn: what was held is open again (to it first; a job its quota or group cap keeps
                 # waiting does not hold it any longer: nothing would start there)
-                for hold in waiting.pop(job.job_id):
+                released = waiting.pop(job.job_id)
+                for hold in released:
                     index.release(hold)
                 if usage is not None:
-                    usage.reclaim_heaps = {}  # (a node's bound fell: the heaps are built again)
+                    for heap in usage.reclaim_heaps.values():
+                        heap.again([hold.slot.name for hold in released])  # (their bounds may have fallen)
                 fail_fit.clear()  # (free room grew: what failed before may fit now)
                 fail_preempt.clear()
                 fail_reclaim.clear()
@@ -1290,7 +1293,7 @@ class _Index:
     the cheapest)."""
 
     __slots__ = ("state", "buckets", "max_gpus", "preemptible", "heaps", "now", "victims_left", "touched", "held",
-                 "priced")
+                 "priced", "preemptible_names")
 
     def __init__(self, nodes: Iterable[_Node], max_gpus: int, preemptible: list[_Node], now: float) -> None:
         self.now = now
@@ -1305,6 +1308,7 @@ class _Index:
         self.heaps: dict[int, _KeptHeap] = {}
         self.touched: dict[str, _Node] = {}  # the nodes the pass changed (Scheduler puts them back)
         self.priced: list[_Node] = []  # the nodes whose victims the pass priced (Scheduler forgets the prices)
+        self.preemptible_names: set[str] | None = None  # (when first asked)
         self.held: set[str] = set()  # nodes where something is held for a job (not reserved for another)
 
     def most_free(self) -> int:
@@ -1405,7 +1409,14 @@ class _Index:
         self.victims_left += len(hold.stopping)
         self.held.discard(slot.name)
         self.moved(slot, old_free)
-        self.heaps = {}  # (a heap may have dropped the node while its stopping attempts were held)
+        # priced again at the top (it may be cheaper now, and a heap may have dropped it while its stopping
+        # attempts were held), if the pass started with it preemptible, as a heap built afresh holds it
+        if self.heaps:
+            if self.preemptible_names is None:
+                self.preemptible_names = {node.name for node in self.preemptible}
+            if slot.name in self.preemptible_names:
+                for heap in self.heaps.values():
+                    heap.again((slot.name,))
 
     def cheapest(self, job: Pending) -> list[tuple[_Option, _Plan]]:
         """The ``job.nodes`` nodes where preempting for ``job`` costs least, cheapest first (fewer: none)."""
@@ -1572,16 +1583,22 @@ class _KeptHeap:
         self.live[name] = (self.seq, ver, self.tag)
         heapq.heappush(self.heap, (low, name, self.seq))
 
-    def again(self, names: Iterable[str]) -> None:
+    def again(self, names: Collection[str]) -> None:
         """``names`` priced again when next asked (they may be cheaper now), the dropped entries cleared out."""
+        heap, live = self.heap, self.live
+        few = 8 * len(names) < len(heap)
         for name in names:
             self.seq += 1
-            self.live[name] = (self.seq, -1, -1)
-            self.heap.append((self.bottom, name, self.seq))
-        live = self.live
-        if len(self.heap) > 2 * len(live) + 64:
-            self.heap = [e for e in self.heap if live.get(e[1], (0,))[0] == e[2]]
-        heapq.heapify(self.heap)
+            live[name] = (self.seq, -1, -1)
+            if few:
+                heapq.heappush(heap, (self.bottom, name, self.seq))
+            else:
+                heap.append((self.bottom, name, self.seq))
+        if len(heap) > 2 * len(live) + 64:
+            self.heap = [e for e in heap if live.get(e[1], (0,))[0] == e[2]]
+            heapq.heapify(self.heap)
+        elif not few:
+            heapq.heapify(heap)
 
 
 _TAGS = itertools.count(1)

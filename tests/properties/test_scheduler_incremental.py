@@ -359,3 +359,35 @@ def test_a_kept_scheduler_prices_only_what_changed_for_a_preemption(monkeypatch:
     assert first >= 3 * count  # three heaps (2, 4 and 8 GPUs) over every node
     assert again < first / 3, priced
     assert later < first, priced  # (later: every entry that comes to the top is priced again)
+
+
+def test_a_node_a_hold_gives_back_is_priced_again_for_a_reclaim() -> None:
+    """Job 2 holds A's 4 free GPUs from the last pass (its quota now keeps it waiting). Job 1 takes back 8
+    GPUs first: A, with its room held, cannot make room and B's attempt is stopped. Job 2's turn gives A's
+    room back, and job 3 takes back 8 GPUs there: A must be priced again (it was out of the heap)."""
+    eight = tuple(str(g) for g in range(8))
+    nodes = [S.NodeState("A", eight), S.NodeState("B", eight)]
+    running = [S.Running(10, 1, "normal", (("A", eight[:4]),), started_at=0.0, project="x"),
+               S.Running(11, 1, "normal", (("B", eight),), started_at=500.0, project="x")]
+    fair = S.FairShare({"g": S.Share(guaranteed=16), "q": S.Share(quota=0), "x": S.Share()})
+    pending = [S.Pending(1, "normal", 8, project="g"), S.Pending(2, "normal", 4, project="q"),
+               S.Pending(3, "normal", 8, project="g")]
+    want = S.schedule(pending, nodes, running, fair=fair, now=1000.0, held={"A": 2})
+    assert [(p.job_id, p.for_job) for p in want.preemptions] == [(11, 1), (10, 3)], want
+    assert S.Scheduler().schedule(pending, nodes, running, fair=fair, now=1000.0, held={"A": 2}) == want
+
+
+def test_a_node_a_hold_gives_back_is_priced_again_for_a_preemption() -> None:
+    """The same with best-effort victims: A's stopping attempt is held for job 2 (a critical job its group's
+    cap keeps waiting); job 1 preempts 8 GPUs on B; job 2's turn gives A's stopping attempt back, and job
+    3's cheapest 8 GPUs are on A (the stopping attempt is free, its best-effort neighbour the youngest)."""
+    eight = tuple(str(g) for g in range(8))
+    nodes = [S.NodeState("A", eight), S.NodeState("B", eight), S.NodeState("C", eight)]
+    running = [S.Running(10, 1, "best-effort", (("A", eight[:4]),), started_at=0.0, stopping=True),
+               S.Running(12, 1, "best-effort", (("A", eight[4:]),), started_at=900.0),
+               S.Running(11, 1, "best-effort", (("B", eight),), started_at=500.0),
+               S.Running(13, 1, "best-effort", (("C", eight),), started_at=400.0)]
+    pending = [S.Pending(1, "critical", 8), S.Pending(2, "critical", 4, group="g"), S.Pending(3, "critical", 8)]
+    want = S.schedule(pending, nodes, running, room={"g": 0}, now=1000.0, held={"A": 2})
+    assert [(p.job_id, p.for_job) for p in want.preemptions] == [(11, 1), (12, 3)], want
+    assert S.Scheduler().schedule(pending, nodes, running, room={"g": 0}, now=1000.0, held={"A": 2}) == want
