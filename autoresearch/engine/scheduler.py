@@ -226,7 +226,7 @@ _VERSIONS = itertools.count(1)
 
 class _Node:
     __slots__ = ("name", "total", "free", "cpus", "memory", "tier", "best_effort", "priced", "stopping",
-                 "reserved_for", "ver", "rank", "base")
+                 "reserved_for", "ver", "rank", "base", "base_ver")
 
     def __init__(self, name: str, total: int, free: tuple[str, ...], cpus: float, memory: int,
                  degraded: bool = False) -> None:
@@ -236,8 +236,9 @@ class _Node:
         self.priced: list[_Victim] | None = None  # the same, priced, least work lost first (when first asked)
         self.stopping: list[Running] = []  # already being stopped, unclaimed
         self.reserved_for: int | None = None
-        # changed on every change, unique across passes: an entry of a preemption or reclaim index with another is stale
-        self.ver = next(_VERSIONS)
+        # changed on every change, unique across passes: an entry of a preemption or reclaim index with another is
+        # stale; base_ver: the version of its state as the running attempts leave it (Scheduler: back after a pass)
+        self.ver = self.base_ver = next(_VERSIONS)
         self.rank = 0  # its place in the nodes' list (Scheduler: a bucket is kept in that order)
         # (free, cpus, memory, stopping) as the running attempts leave it (Scheduler: put back after a pass)
         self.base: tuple[tuple[str, ...], float, int, tuple[Running, ...]] = (free, cpus, memory, ())
@@ -412,6 +413,7 @@ class Scheduler:
         # nodes changed since
         self._kept: tuple[float, dict[int, _KeptHeap], dict[int, _KeptHeap]] | None = None
         self._moved: set[str] = set()
+        self._restored: set[str] = set()  # the nodes the last pass changed, put back as they were
 
     def schedule(self, pending: list[Pending], nodes: list[NodeState], running: list[Running], *,
                  reserve_after_s: float = 300.0, fair: FairShare | None = None, pack_gangs: bool = False,
@@ -442,7 +444,7 @@ class Scheduler:
             else:
                 now = self._latest
         index.now = now
-        index.heaps, reclaim_heaps = self._lend(now)
+        index.heaps, reclaim_heaps = self._lend(now, index.state)
         index.touched = {}
         index.priced = []
         index.held = set()
@@ -471,29 +473,35 @@ class Scheduler:
         self.held = dict(out.held)
         return out
 
-    def _lend(self, now: float) -> tuple[dict[int, _KeptHeap], dict[int, _KeptHeap]]:
-        """The last pass's preemption and reclaim heaps for this one (_KeptHeap), the nodes changed since
-        (the pass's own changes put back, attempts started or ended, node states) to be priced again: still
-        lower bounds when ``now`` is no earlier (the work a victim would lose only grows). None kept, or an
-        earlier (or unknown) now: none lent, both built afresh when first asked."""
+    def _lend(self, now: float, state: dict[str, _Node]) -> tuple[dict[int, _KeptHeap], dict[int, _KeptHeap]]:
+        """The last pass's preemption and reclaim heaps for this one (_KeptHeap), still lower bounds when
+        ``now`` is no earlier (the work a victim would lose only grows), with the nodes that may be cheaper
+        than their entry to be priced again: those changed since the pass (attempts started or ended, a new
+        node state), and those the pass changed and put back whose entry it priced while they were changed
+        (or dropped: a reservation); a node put back has its version from before the pass again, so its
+        entries priced then hold. None kept, or an earlier (or unknown) now: none lent, both built afresh
+        when first asked."""
         kept, self._kept = self._kept, None
-        moved, self._moved = self._moved, set()
+        moved, restored, self._moved, self._restored = self._moved, self._restored - self._moved, set(), set()
         if kept is None or not now >= kept[0]:
             return {}, {}
         then, preempt, reclaim = kept
         later = now != then
         preemptible = self._preemptible
-        for heap in preempt.values():  # (the nodes preemptible at the pass's start, as a heap built afresh)
-            again = moved | heap.greedy if later else moved
-            if later:
-                heap.tag, heap.greedy = next(_TAGS), set()
-            for name in again - preemptible:
-                heap.live.pop(name, None)
-            heap.again(again & preemptible)
-        for heap in reclaim.values():
-            if later:
-                heap.tag = next(_TAGS)
-            heap.again(moved)
+        for heaps, only in ((preempt, preemptible), (reclaim, None)):
+            for heap in heaps.values():
+                live = heap.live
+                again = moved | {name for name in restored if (cur := live.get(name)) is None
+                                 or (slot := state.get(name)) is None or cur[1] != slot.ver}
+                if later:
+                    heap.tag = next(_TAGS)
+                    again |= heap.greedy
+                    heap.greedy = set()
+                if only is not None:  # (the preemptible nodes at the pass's start, as a heap built afresh)
+                    for name in again - only:
+                        live.pop(name, None)
+                    again &= only
+                heap.again(again)
         return preempt, reclaim
 
     # -- between passes -------------------------------------------------------------------------
@@ -512,7 +520,7 @@ class Scheduler:
         self._atts, self._on = {}, {}
         self._gpus, self._cpus, self._quota, self._exact = {}, {}, {}, True
         self._latest = None
-        self._claimants, self._kept, self._moved = {}, None, set()
+        self._claimants, self._kept, self._moved, self._restored = {}, None, set(), set()
         for att in running:
             self._add(att)
         index = _Index(state.values(), max_gpus, [], 0.0)
@@ -661,8 +669,8 @@ class Scheduler:
                 free, slot.cpus, slot.memory, stopping = slot.base
                 slot.free, slot.stopping = free, list(stopping)
                 slot.priced = slot.reserved_for = None
-                slot.ver = next(_VERSIONS)
-                self._moved.add(slot.name)
+                slot.ver = slot.base_ver
+                self._restored.add(slot.name)
                 self._put(buckets, slot, len(free))
             index.touched = {}
             for slot in index.priced:

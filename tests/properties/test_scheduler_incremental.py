@@ -391,3 +391,23 @@ def test_a_node_a_hold_gives_back_is_priced_again_for_a_preemption() -> None:
     want = S.schedule(pending, nodes, running, room={"g": 0}, now=1000.0, held={"A": 2})
     assert [(p.job_id, p.for_job) for p in want.preemptions] == [(11, 1), (12, 3)], want
     assert S.Scheduler().schedule(pending, nodes, running, room={"g": 0}, now=1000.0, held={"A": 2}) == want
+
+
+def test_a_node_priced_while_changed_is_priced_again_after_the_pass() -> None:
+    """Two critical 4-GPU jobs and best-effort work: on A a young attempt (400 GPU-seconds to lose) and an
+    old one (4,000), on B and C one of 8 GPUs each (2,400 and 3,000). The first job takes A's young one; the
+    second sees A again at the top and prices it as changed (4,000, behind B) and takes B's. Put back after
+    the pass, A is as it was: the next pass's first job must find it at 400 again, not priced as it was
+    mid-pass, behind B, where C's price would end the search before A came to the top."""
+    eight = tuple(str(g) for g in range(8))
+    nodes = [S.NodeState(name, eight) for name in "ABC"]
+    running = [S.Running(10, 1, "best-effort", (("A", eight[:4]),), started_at=900.0),
+               S.Running(11, 1, "best-effort", (("A", eight[4:]),), started_at=0.0),
+               S.Running(12, 1, "best-effort", (("B", eight),), started_at=700.0),
+               S.Running(13, 1, "best-effort", (("C", eight),), started_at=625.0)]
+    pending = [S.Pending(1, "critical", 4), S.Pending(2, "critical", 4)]
+    sched = S.Scheduler()
+    for _ in range(3):
+        want = S.schedule(pending, nodes, running, now=1000.0, held={})
+        assert [(p.job_id, p.for_job) for p in want.preemptions] == [(10, 1), (12, 2)], want
+        assert sched.schedule(pending, nodes, running, now=1000.0, held={}) == want
