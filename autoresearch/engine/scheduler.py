@@ -247,7 +247,7 @@ class _Node:
 class _Victim:
     """A best-effort attempt on one node: what stopping it frees there and the work it loses."""
 
-    __slots__ = ("att", "gpus", "cpus", "memory", "lost", "rank")
+    __slots__ = ("att", "gpus", "cpus", "memory", "lost", "rank", "whole")
 
     def __init__(self, att: Running, name: str, now: float) -> None:
         alloc = att.alloc
@@ -259,7 +259,8 @@ class _Victim:
             gpus = sum(len(ids) for n, ids in alloc if n == name)
             total = sum(len(ids) for _, ids in alloc)
         self.att = att
-        self.gpus = gpus
+        self.gpus = gpus  # (on this node)
+        self.whole = total  # (all its members': what its project gives up)
         self.cpus = att.cpus * members
         self.memory = att.memory * members
         since = att.started_at if att.saved_at is None else max(att.started_at, att.saved_at)
@@ -1504,8 +1505,9 @@ _LN2 = 0.6931471805599453
 
 
 def _claimable(att: Running) -> bool:
-    """Whether a reclaim may stop ``att``: normal, one member, holding GPUs, not stopping already."""
-    return att.priority == "normal" and not att.stopping and len(att.alloc) == 1 and bool(att.alloc[0][1])
+    """Whether a reclaim may stop ``att``: normal, every member holding GPUs, not stopping already (a gang
+    whole: for a job of one member, what it holds on the node where it is chosen makes the room there)."""
+    return att.priority == "normal" and not att.stopping and bool(att.alloc) and all(ids for _, ids in att.alloc)
 
 
 class _Victims:
@@ -1546,12 +1548,15 @@ class _Victims:
 
 
 def _reclaimable(usage: _Usage, running: list[Running], now: float) -> _Victims:
-    """Per node, the attempts a reclaim may stop there (normal, one node, not stopping), priced when asked."""
+    """Per node, the attempts a reclaim may stop there (normal, not stopping; a gang on each of its nodes),
+    priced when asked."""
     if usage.victims is None:
         on: dict[str, list[Running]] = {}
         for att in running:
-            if att.priority == "normal" and not att.stopping and len(att.alloc) == 1 and att.alloc[0][1]:
-                on.setdefault(att.alloc[0][0], []).append(att)
+            if _claimable(att):
+                alloc = att.alloc
+                for name in (alloc[0][0],) if len(alloc) == 1 else dict.fromkeys(n for n, _ in alloc):
+                    on.setdefault(name, []).append(att)
                 usage.victim_projects.add(att.project)
         usage.victims = _Victims(on, now)
     return usage.victims
@@ -1688,7 +1693,10 @@ def _reclaim(job: Pending, index: _Index, usage: _Usage, running: list[Running],
     def price(name: str) -> None:
         popped.append(heapq.heappop(heap))
         slot = index.state[name]
-        sets = _reclaim_sets(slot, eligible(name), job, spare)
+        found = eligible(name)
+        if need > 1:  # (a gang job takes back from attempts on one node each; the bound counted every one)
+            found = [v for v in found if len(v.att.alloc) == 1]
+        sets = _reclaim_sets(slot, found, job, spare)
         if sets:
             options.append((slot, sets))
             bisect.insort(lows, sets[0][0])
@@ -1723,7 +1731,10 @@ def _reclaim(job: Pending, index: _Index, usage: _Usage, running: list[Running],
         slot.memory += sum(v.memory for v in chosen) - job.memory
         for v in chosen:
             victims[slot.name].remove(v)
-            used[v.att.project] -= v.gpus
+            if len(v.att.alloc) > 1:  # a gang, stopped whole: no victim on its other nodes any longer
+                for name in {n for n, _ in v.att.alloc} - {slot.name}:
+                    victims[name][:] = [w for w in victims[name] if w.att is not v.att]
+            used[v.att.project] -= v.whole
             out.preemptions.append(Preemption(v.att.job_id, v.att.attempt, job.job_id))
         index.moved(slot, old_free)
         out.held.setdefault(slot.name, job.job_id)
@@ -1807,7 +1818,7 @@ def _admissible(chosen: Iterable[_Victim], spare: Callable[[str], int], per: dic
     for v in chosen:
         p = v.att.project
         total, top = out.get(p, (0, 0))
-        total, top = total + v.gpus, max(top, v.gpus)
+        total, top = total + v.whole, max(top, v.whole)
         if total - top >= spare(p):
             return None
         if out is per:

@@ -3,7 +3,9 @@ running attempts) the victims :func:`schedule` stops so that a guaranteed projec
 guarantee lose no more work than the cheapest choice a brute force over every set of victims finds
 (GPU-seconds since each victim's last checkpoint, or its start; then the fewest victims). Every victim
 is a normal attempt of another project that still borrowed when it was stopped (in some order), none is
-critical, none is superfluous, and nothing at all is stopped when no set would let the job fit."""
+critical, none is superfluous, and nothing at all is stopped when no set would let the job fit. A borrower's
+gang (one member on each of two nodes) is stopped whole, by a job of one member; a gang job takes back from
+attempts on one node each."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ PROJECTS = ("v", "a", "b")
 def cases(draw: Any) -> tuple[list[NodeState], list[Running], Pending, FairShare]:
     nodes: list[NodeState] = []
     running: list[Running] = []
+    rest: dict[str, list[str]] = {}
     job = 100
     for i in range(draw(st.integers(1, 4))):
         size = draw(st.integers(1, 4))
@@ -43,6 +46,13 @@ def cases(draw: Any) -> tuple[list[NodeState], list[Running], Pending, FairShare
                                    ((f"n{i}", tuple(held)),), started_at=started,
                                    project=draw(st.sampled_from(PROJECTS)), saved_at=saved))
             job += 1
+        rest[f"n{i}"] = ids
+    room = [name for name, ids in rest.items() if ids]
+    if len(room) >= 2 and len(running) < 6 and draw(st.booleans()):  # a borrower's gang: one member on each of two nodes
+        members = draw(st.sampled_from(list(itertools.combinations(room, 2))))
+        alloc = tuple((name, tuple(rest[name][:draw(st.integers(1, len(rest[name])))])) for name in members)
+        running.append(Running(job, 1, "normal", alloc, started_at=float(draw(st.integers(0, 9_000))),
+                               project=draw(st.sampled_from(PROJECTS))))
     fair = FairShare({p: Share(guaranteed=draw(st.integers(0, 6))) for p in PROJECTS})
     arriving = Pending(1, draw(st.sampled_from(["critical", "normal"])), draw(st.integers(1, 4)),
                        nodes=draw(st.integers(1, 3)), project="v")
@@ -86,7 +96,8 @@ def oracle(nodes: list[NodeState], running: list[Running], job: Pending, fair: F
     held = sum(gpus(r) for r in running if r.project == job.project)
     if held + job.gpus * job.nodes > fair.share(job.project).guaranteed:
         return None  # past its guarantee: no reclaim
-    eligible = [r for r in running if r.priority == "normal" and r.project != job.project]
+    eligible = [r for r in running if r.priority == "normal" and r.project != job.project
+                and (job.nodes == 1 or len(r.alloc) == 1)]  # (a gang job takes back from one-node attempts only)
     best: tuple[float, int] | None = None
     for k in range(len(eligible) + 1):
         for pick in itertools.combinations(eligible, k):
@@ -191,3 +202,26 @@ def test_a_node_s_prepared_bound_is_the_bound_to_the_last_bit(seed: int) -> None
     prepared = S._Bounds(victims)  # noqa: SLF001
     for gpus in range(1, total + 1):
         assert prepared.low(gpus - len(slot.free)) == S._reclaim_bound(slot, victims, gpus)  # noqa: SLF001
+
+
+def test_a_borrower_s_gang_is_stopped_whole_for_a_single_job() -> None:
+    """nlp borrows both nodes with one 2-node gang (4 GPUs on each). vision, guaranteed 4, asks for 4 GPUs
+    on one node: the gang is stopped (all of it: its 8 GPUs count against what nlp borrows), and the node
+    held for vision is the first of the two. A 2-node gang job of vision does not stop it (a gang job takes
+    back from attempts on one node each)."""
+    fair = FairShare({"vision": Share(guaranteed=8)})
+    four = ("0", "1", "2", "3")
+    nodes = [NodeState("n0", four), NodeState("n1", four)]
+    running = [Running(10, 1, "normal", (("n0", four), ("n1", four)), started_at=100.0, project="nlp")]
+    out = schedule([Pending(1, "normal", 4, project="vision")], nodes, running, fair=fair, now=1_000.0)
+    assert [(p.job_id, p.for_job) for p in out.preemptions] == [(10, 1)] and out.held == {"n0": 1}
+    gang = schedule([Pending(1, "normal", 4, nodes=2, project="vision")], nodes, running, fair=fair, now=1_000.0)
+    assert gang.preemptions == []
+    # with one more attempt of nlp (4 GPUs on n2) and a guarantee of 4, nlp borrows 8: a second job of vision
+    # takes nothing more once the gang (8 GPUs, all its members') is stopped, which cut nlp to its guarantee
+    nodes.append(NodeState("n2", four))
+    running.append(Running(11, 1, "normal", (("n2", four),), started_at=-1_000.0, project="nlp"))
+    guarded = FairShare({"vision": Share(guaranteed=8), "nlp": Share(guaranteed=4)})
+    jobs = [Pending(1, "normal", 4, project="vision"), Pending(2, "normal", 4, project="vision")]
+    out = schedule(jobs, nodes, running, fair=guarded, now=1_000.0)
+    assert [(p.job_id, p.for_job) for p in out.preemptions] == [(10, 1)], out  # (7,200 GPU-s lost, against 8,000)
