@@ -1439,7 +1439,7 @@ class _Index:
                     if len(node.best_effort) > EXACT_VICTIMS:
                         kept.greedy.add(node.name)
             heapq.heapify(kept.heap)
-        heap, live, tag, state = kept.heap, kept.live, kept.tag, self.state
+        heap, tag, state = kept.heap, kept.tag, self.state
         found: list[tuple[_Option, _Plan]] = []
         if job.nodes > 1:  # a gang: the nodes that hold a member as they are cost nothing (fewer than it needs:
             # with as many, it would have been placed)
@@ -1448,23 +1448,17 @@ class _Index:
             found.sort(key=lambda f: f[0])
         free = {f[0][2] for f in found}
         popped: list[tuple[Any, str, int]] = []
-        while heap:
-            bound, name, seq = heap[0]
-            cur = live.get(name)
-            if cur is None or cur[0] != seq:
-                heapq.heappop(heap)  # (another entry of the node is the current one)
-                continue
+        while (top := kept.peek()) is not None:
+            bound, name, cur = top
             slot = state.get(name)
             if slot is None or slot.reserved_for is not None:
-                heapq.heappop(heap)
-                del live[name]
+                kept.drop()
                 continue
             if name in free:
                 popped.append(heapq.heappop(heap))
                 continue
             if cur[1] != slot.ver or cur[2] != tag:  # it changed since (or time went on): its price, again
-                heapq.heappop(heap)
-                del live[name]
+                kept.drop()
                 plan = _plan(slot, self.victims(slot), job.gpus, 0.0, 0)
                 if plan is not None:
                     kept.push(plan[0], name, slot.ver)
@@ -1591,6 +1585,24 @@ class _KeptHeap:
         self.live[name] = (self.seq, ver, self.tag)
         self.heap.append((low, name, self.seq))
 
+    def peek(self) -> tuple[Any, str, tuple[int, int, int]] | None:
+        """The top entry that is its node's current one (the others above it dropped): (bound, node, its
+        sequence, version and tag); None when the heap is empty."""
+        heap, live = self.heap, self.live
+        while heap:
+            low, name, seq = heap[0]
+            cur = live.get(name)
+            if cur is not None and cur[0] == seq:
+                return low, name, cur
+            heapq.heappop(heap)
+        return None
+
+    def drop(self) -> str:
+        """Take the top entry off for good (its node out of the heap until it is pushed again)."""
+        name = heapq.heappop(self.heap)[1]
+        del self.live[name]
+        return name
+
     def push(self, low: Any, name: str, ver: int) -> None:
         self.seq += 1
         self.live[name] = (self.seq, ver, self.tag)
@@ -1662,22 +1674,17 @@ def _reclaim(job: Pending, index: _Index, usage: _Usage, running: list[Running],
         heapq.heapify(kept.heap)
     elif epoch != kept.epoch:
         kept.epoch, kept.tag = epoch, next(_TAGS)
-    heap, live, tag = kept.heap, kept.live, kept.tag
+    heap, tag = kept.heap, kept.tag
     popped: list[tuple[float, str, int]] = []
     state = index.state
 
     def top() -> tuple[float, str, int] | None:
         """The cheapest fresh entry that is not a node with room as it is (stale ones priced again)."""
-        while heap:
-            low, name, seq = heap[0]
-            cur = live.get(name)
-            if cur is None or cur[0] != seq:
-                heapq.heappop(heap)  # (another entry of the node is the current one)
-                continue
+        while (entry := kept.peek()) is not None:
+            _, name, cur = entry
             slot = state.get(name)
             if slot is None or cur[1] != slot.ver or cur[2] != tag:
-                heapq.heappop(heap)
-                del live[name]
+                kept.drop()
                 if (e := _reclaim_entry(index, name, eligible, job.gpus, usage, epoch)) is not None:
                     kept.push(e[0], name, e[2])
                 continue
