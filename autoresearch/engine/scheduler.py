@@ -491,9 +491,18 @@ class Scheduler:
         preemptible = self._preemptible
         for heaps, only in ((preempt, preemptible), (reclaim, None)):
             for heap in heaps.values():
-                live = heap.live
-                again = moved | {name for name in restored if (cur := live.get(name)) is None
-                                 or (slot := state.get(name)) is None or cur[1] != slot.ver}
+                live, saved, heap.saved = heap.live, heap.saved, {}
+                again, back = set(moved), {}
+                for name in restored:
+                    slot = state.get(name)
+                    if slot is None:
+                        again.add(name)
+                    elif (cur := live.get(name)) is None or cur[1] != slot.ver:  # (priced while changed, or dropped)
+                        entry = saved.get(name)
+                        if entry is not None and entry[1] == slot.ver:
+                            back[name] = entry  # (priced as it is again: it holds)
+                        else:
+                            again.add(name)
                 if later:
                     heap.tag = next(_TAGS)
                     again |= heap.greedy
@@ -502,6 +511,9 @@ class Scheduler:
                     for name in again - only:
                         live.pop(name, None)
                     again &= only
+                for name, (low, ver, tag) in back.items():
+                    if name not in again and (only is None or name in only):
+                        heap.push(low, name, ver, tag)
                 heap.again(again)
         return preempt, reclaim
 
@@ -1452,13 +1464,13 @@ class _Index:
             bound, name, cur = top
             slot = state.get(name)
             if slot is None or slot.reserved_for is not None:
-                kept.drop()
+                kept.drop(slot)
                 continue
             if name in free:
                 popped.append(heapq.heappop(heap))
                 continue
             if cur[1] != slot.ver or cur[2] != tag:  # it changed since (or time went on): its price, again
-                kept.drop()
+                kept.drop(slot)
                 plan = _plan(slot, self.victims(slot), job.gpus, 0.0, 0)
                 if plan is not None:
                     kept.push(plan[0], name, slot.ver)
@@ -1568,7 +1580,7 @@ class _KeptHeap:
     (:meth:`again`), and so does, at a later ``now``, a node whose price is not the least of every set
     (``greedy``: more than ``EXACT_VICTIMS`` victims, whose price need not rise with time)."""
 
-    __slots__ = ("epoch", "heap", "live", "tag", "seq", "bottom", "greedy")
+    __slots__ = ("epoch", "heap", "live", "tag", "seq", "bottom", "greedy", "saved")
 
     def __init__(self, epoch: frozenset[str], bottom: Any) -> None:
         self.epoch = epoch
@@ -1578,6 +1590,9 @@ class _KeptHeap:
         self.seq = 0
         self.bottom = bottom
         self.greedy: set[str] = set()
+        # per node, its last entry dropped that was priced as the running attempts leave it (bound, version, tag):
+        # a Scheduler puts the node back so after the pass, and the entry holds again (Scheduler._lend)
+        self.saved: dict[str, tuple[Any, int, int]] = {}
 
     def add(self, low: Any, name: str, ver: int) -> None:
         """An entry priced under the current tag, not yet in heap order (then ``heapq.heapify``)."""
@@ -1597,15 +1612,16 @@ class _KeptHeap:
             heapq.heappop(heap)
         return None
 
-    def drop(self) -> str:
-        """Take the top entry off for good (its node out of the heap until it is pushed again)."""
-        name = heapq.heappop(self.heap)[1]
-        del self.live[name]
-        return name
+    def drop(self, slot: _Node | None) -> None:
+        """Take the top entry off for good (its node, ``slot``, out of the heap until it is pushed again)."""
+        low, name, _ = heapq.heappop(self.heap)
+        cur = self.live.pop(name)
+        if slot is not None and cur[1] == slot.base_ver:
+            self.saved[name] = (low, cur[1], cur[2])
 
-    def push(self, low: Any, name: str, ver: int) -> None:
+    def push(self, low: Any, name: str, ver: int, tag: int | None = None) -> None:
         self.seq += 1
-        self.live[name] = (self.seq, ver, self.tag)
+        self.live[name] = (self.seq, ver, self.tag if tag is None else tag)
         heapq.heappush(self.heap, (low, name, self.seq))
 
     def again(self, names: Collection[str]) -> None:
@@ -1684,7 +1700,7 @@ def _reclaim(job: Pending, index: _Index, usage: _Usage, running: list[Running],
             _, name, cur = entry
             slot = state.get(name)
             if slot is None or cur[1] != slot.ver or cur[2] != tag:
-                kept.drop()
+                kept.drop(slot)
                 if (e := _reclaim_entry(index, name, eligible, job.gpus, usage, epoch)) is not None:
                     kept.push(e[0], name, e[2])
                 continue

@@ -333,7 +333,9 @@ def test_a_kept_scheduler_prices_only_what_changed_for_a_reclaim(monkeypatch: py
         priced.append(len(calls))
     first, *later = priced
     assert first >= 4 * count  # four heaps (1, 2, 4 and 8 GPUs) over every node
-    assert all(n < first / 4 for n in later), priced
+    # (a node the pass changed and put back gets its entries priced before the change back: 23 of 276 here;
+    # priced again at the top, 39)
+    assert all(n < first / 10 for n in later), priced
 
 
 def test_a_kept_scheduler_prices_only_what_changed_for_a_preemption(monkeypatch: pytest.MonkeyPatch) -> None:
